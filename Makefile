@@ -1,0 +1,26 @@
+PYTHON ?= python3
+
+.PHONY: build dev test bench clean
+
+# Compile the Cython extensions in place (for working from the source tree).
+build:
+	$(PYTHON) setup.py build_ext --inplace
+
+# Editable install with the test dependencies.
+dev:
+	$(PYTHON) -m pip install -e '.[test]'
+
+# What CI and the README run: install, then the whole suite.
+test: dev
+	$(PYTHON) -m pytest -q
+
+bench: build
+	$(PYTHON) bench/bench_cost.py
+	$(PYTHON) bench/bench_placement.py
+	$(PYTHON) bench/bench_schedule.py
+	$(PYTHON) bench/bench_search.py
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	find phaze -name '*.so' -delete -o -name '*.c' -path '*/_native/*' -delete
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,25 @@
+"""Every tunable of phaze in one place: solver limits, gaps, chunk sizes.
+
+Change them here (or via the keyword arguments of the public functions that
+take them); nothing else in the package hard-codes these numbers.
+"""
+
+# --- phaze.schedule -------------------------------------------------------
+#: Relative optimality gap (makespan - lower_bound) / makespan accepted as "certified".
+SCHEDULE_GAP = 0.01
+#: Wall-clock limit for one exact MILP solve, seconds.
+SCHEDULE_TIME_LIMIT_S = 10.0
+#: Entries kept in the schedule memo (content hash → Schedule) before the oldest are dropped.
+SCHEDULE_MEMO_SIZE = 200_000
+
+# --- phaze.graph ----------------------------------------------------------
+#: Bytes per tensor element (bf16/fp16 training) unless the caller says otherwise.
+DEFAULT_BYTES_PER_ELEMENT = 2
+#: Megatron pads the vocabulary to a multiple of this times the tensor-parallel width.
+VOCAB_PAD_MULTIPLE = 128
+
+# --- phaze.search ---------------------------------------------------------
+#: Architectures per work chunk (the unit of parallelism, checkpointing and retry).
+SEARCH_CHUNK_ARCHS = 256
+#: Rows kept in a result's JSON summary.
+SEARCH_TOP_ROWS = 50

@@ -1,0 +1,1 @@
+"""Compiled kernels (Cython). Private: call them through the public modules."""

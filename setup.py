@@ -1,0 +1,66 @@
+"""Build the compiled extensions in ``phaze/_native`` (metadata lives in pyproject.toml).
+
+OpenMP is used when the compiler supports it (gcc on Linux); elsewhere the
+kernels build without it and ``prange`` runs serially.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+
+def _openmp_flags():
+    """Return (compile_args, link_args) for OpenMP, or empty lists when unsupported."""
+    if os.environ.get("PHAZE_NO_OPENMP"):
+        return [], []
+    if sys.platform == "win32":
+        return ["/openmp"], []
+    cc = os.environ.get("CC", "cc")
+    tmp = tempfile.mkdtemp()
+    try:
+        src = os.path.join(tmp, "t.c")
+        with open(src, "w") as f:
+            f.write("#include <omp.h>\nint main(void){return omp_get_max_threads() > 0 ? 0 : 1;}\n")
+        ok = subprocess.call([cc, "-fopenmp", src, "-o", os.path.join(tmp, "t")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+    except OSError:
+        ok = False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return (["-fopenmp"], ["-fopenmp"]) if ok else ([], [])
+
+
+_omp_compile, _omp_link = _openmp_flags()
+_opt = ["/O2"] if sys.platform == "win32" else ["-O3"]
+
+# One entry per extension module in phaze/_native; each has a .pxd beside it.
+_NATIVE_MODULES = ["_dag", "_placement"]
+
+extensions = [
+    Extension(
+        f"phaze._native.{name}",
+        [f"phaze/_native/{name}.pyx"],
+        extra_compile_args=_opt + _omp_compile,
+        extra_link_args=_omp_link,
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+    for name in _NATIVE_MODULES
+    if os.path.exists(f"phaze/_native/{name}.pyx")
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={
+            "language_level": "3",
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+    ),
+)
