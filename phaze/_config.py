@@ -23,3 +23,14 @@ VOCAB_PAD_MULTIPLE = 128
 SEARCH_CHUNK_ARCHS = 256
 #: Rows kept in a result's JSON summary.
 SEARCH_TOP_ROWS = 50
+#: Times a chunk is run again after its worker died or raised, before the sweep gives up
+#: (a lost Dask worker or a killed pool process should not cost the whole sweep).
+SEARCH_CHUNK_RETRIES = 3
+
+# --- phaze.arch -----------------------------------------------------------
+#: Relative tolerance when comparing area / budget with the space's bounds: the CSV of
+#: the original study keeps tpuv4 itself (ratio exactly 1.0 up to rounding of the sum).
+ARCH_AREA_RATIO_RTOL = 1e-9
+#: Largest knob grid (before the area filter) ArchSpace will enumerate: ~100 bytes per
+#: row, so this caps the temporary at about 1 GB.
+ARCH_SPACE_MAX_COMBINATIONS = 10_000_000

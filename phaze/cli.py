@@ -22,7 +22,26 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_archs(args) -> int:
-    raise NotImplementedError("phaze archs arrives with phaze.arch")
+    from . import arch
+
+    print(f"{'name':<10} {'tensor cores':>16} {'vector cores':>13} {'buf MiB':>7} {'HBM GiB':>7} "
+          f"{'HBM GB/s':>8} {'GHz':>5} {'TFLOP/s':>7} {'link GB/s':>9} {'net GB/s':>8} {'node':>5} "
+          f"{'area mm2':>8}")
+    for name in arch.presets.names():
+        r = arch.presets.get(name)
+        peak = arch.peak_flops(r)[0] / 1e12
+        r = r[0]
+        tcs = f"{r['num_tc']} x {r['tc_width']}x{r['tc_depth']}"
+        vcs = f"{r['num_vc']} x {r['vc_width']}"
+        print(f"{name:<10} {tcs:>16} {vcs:>13} {r['buffer_mib']:>7g} {r['hbm_gib']:>7g} "
+              f"{r['hbm_gb_per_s']:>8g} {r['clock_ghz']:>5g} {peak:>7.1f} {r['link_gb_per_s']:>9g} "
+              f"{r['net_gb_per_s']:>8g} {r['node_size']:>5} {r['area_mm2']:>8.2f}")
+    space = arch.ArchSpace.default()
+    cfg = space.configs
+    print(f"\ndefault space: {len(space):,} architectures, budget {space.budget_mm2:.2f} mm2 (area of tpuv4), "
+          f"kept when {space.lower_fraction:g} <= area/budget <= 1 (lower bound waived for 1 TC or 1 VC); "
+          f"area {cfg['area_mm2'].min():.2f} to {cfg['area_mm2'].max():.2f} mm2")
+    return 0
 
 
 def _cmd_place(args) -> int:

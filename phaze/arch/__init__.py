@@ -1,0 +1,146 @@
+"""The hardware template: architecture rows, their area, presets and the search space (DESIGN §2.3).
+
+An architecture is one row of the structured dtype :data:`ARCH_DTYPE`: ``num_tc``
+systolic arrays of ``tc_width × tc_depth``, ``num_vc`` vector cores of ``vc_width``
+lanes, a shared ``buffer_mib`` buffer, HBM (``hbm_gib``, ``hbm_gb_per_s`` for the whole
+chip), ``clock_ghz``, per-direction ``link_gb_per_s`` inside a node of ``node_size``
+devices and ``net_gb_per_s`` between nodes, and the derived ``area_mm2``.
+
+- :func:`make_archs` builds validated rows (area filled in), :func:`validate` checks
+  rows someone else built, :func:`area_mm2` and :func:`peak_flops` evaluate them;
+- :mod:`phaze.arch.presets` holds ``tpuv4``, ``a100-80g`` and ``h100-sxm`` with sources;
+- :class:`ArchSpace` is a grid of knobs filtered by an area budget; ``ArchSpace.default()``
+  is exactly the original study's 29,360-row space.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _config
+from .._validate import nonneg_float, positive_float
+from . import presets
+from ._rows import ARCH_DTYPE, KNOBS, _check_knob, area_of, make_archs, peak_flops, validate
+
+__all__ = ["ARCH_DTYPE", "KNOBS", "ArchSpace", "area_mm2", "make_archs", "peak_flops", "presets",
+           "validate"]
+
+_POW2_COUNTS = tuple(2 ** i for i in range(13))      # 1 … 4096
+_POW2_WIDTHS = tuple(2 ** i for i in range(1, 9))    # 2 … 256
+_POW2_BUFFERS = tuple(float(2 ** i) for i in range(1, 8))  # 2 … 128 MiB
+
+#: Grids of the original study's space; ``vc_width=None`` ties the lane count to tc_width.
+DEFAULT_GRIDS = dict(num_tc=_POW2_COUNTS, tc_width=_POW2_WIDTHS, tc_depth=_POW2_WIDTHS,
+                     num_vc=_POW2_COUNTS, vc_width=None, buffer_mib=_POW2_BUFFERS)
+
+
+def area_mm2(archs) -> np.ndarray:
+    """Chip area of each architecture row, mm² (float64 array).
+
+    ``num_tc·A_tc(tc_width·tc_depth) + num_vc·A_vc(vc_width) + A_buf(buffer_mib)`` with the
+    component areas of the original study on its grid and, off the grid, A_tc
+    piecewise-linear in w·d, A_vc piecewise-linear in lanes and A_buf log-log in
+    capacity (linear extrapolation beyond the grid); increasing in every knob.
+    The stored ``area_mm2`` field is ignored: the area is recomputed from the knobs.
+    """
+    if isinstance(archs, np.void):
+        archs = np.array([archs])
+    if not isinstance(archs, np.ndarray) or archs.dtype.names is None:
+        raise ValueError("archs must be a numpy structured array with the fields of phaze.arch.ARCH_DTYPE")
+    archs = archs.reshape(-1)
+    fields = {}
+    for name in ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "buffer_mib"):
+        if name not in archs.dtype.names:
+            raise ValueError(f"archs lacks field {name}")
+        fields[name] = _check_knob(name, archs[name]) if archs.shape[0] else np.empty(0)
+    return area_of(fields)
+
+
+class ArchSpace:
+    """A grid of architecture knobs, kept where ``lower_fraction ≤ area / budget ≤ 1``.
+
+    Every knob of :data:`ARCH_DTYPE` (except ``area_mm2``) is a keyword taking a list of
+    values (a scalar means one value). Unset knobs: ``num_tc``/``num_vc`` 1…4096,
+    ``tc_width``/``tc_depth`` 2…256 (powers of two), ``vc_width`` tied to ``tc_width``
+    (``None``; give a list to sweep it independently), ``buffer_mib`` 2…128 (powers of
+    two), everything else the value of the ``base`` preset (default ``tpuv4``).
+
+    ``budget_mm2`` is a number or a preset name (its area); ``lower_fraction`` (default
+    0.3) is waived for rows with ``num_tc == 1`` or ``num_vc == 1``, as in the original
+    study. Ratios are compared with a relative tolerance of
+    ``_config.ARCH_AREA_RATIO_RTOL`` (1e-9), so the budget preset itself is kept.
+    An empty result raises ``ValueError``.
+
+    Attributes: ``configs`` (structured array, rows in lexicographic order of the
+    knobs in ``ARCH_DTYPE`` order), ``budget_mm2``, ``lower_fraction``, ``grids``.
+    """
+
+    def __init__(self, num_tc=None, tc_width=None, tc_depth=None, num_vc=None, vc_width=None,
+                 buffer_mib=None, hbm_gib=None, hbm_gb_per_s=None, clock_ghz=None,
+                 link_gb_per_s=None, net_gb_per_s=None, node_size=None, *,
+                 base="tpuv4", budget_mm2="tpuv4", lower_fraction=0.3):
+        given = dict(num_tc=num_tc, tc_width=tc_width, tc_depth=tc_depth, num_vc=num_vc,
+                     vc_width=vc_width, buffer_mib=buffer_mib, hbm_gib=hbm_gib,
+                     hbm_gb_per_s=hbm_gb_per_s, clock_ghz=clock_ghz, link_gb_per_s=link_gb_per_s,
+                     net_gb_per_s=net_gb_per_s, node_size=node_size)
+        base_row = validate(presets.get(base) if isinstance(base, str) else base)
+        if base_row.shape[0] != 1:
+            raise ValueError("base must be a preset name or a one-row architecture array")
+
+        if isinstance(budget_mm2, str):
+            budget = float(presets.get(budget_mm2)["area_mm2"][0])
+        else:
+            budget = positive_float("budget_mm2", budget_mm2)
+        lower = nonneg_float("lower_fraction", lower_fraction)
+        if lower > 1:
+            raise ValueError(f"lower_fraction must lie in [0, 1], got {lower_fraction!r}")
+
+        grids = {}
+        for name in KNOBS:
+            value = given[name]
+            if value is None:
+                value = DEFAULT_GRIDS.get(name, base_row[name][0])
+                if value is None:  # vc_width tied to tc_width
+                    grids[name] = None
+                    continue
+            values = np.atleast_1d(np.asarray(value, dtype=object if isinstance(value, str) else None))
+            grids[name] = np.unique(_check_knob(name, values))
+        self.grids = grids
+        self.budget_mm2 = budget
+        self.lower_fraction = lower
+
+        swept = [n for n in KNOBS if grids[n] is not None]
+        n_combos = int(np.prod([grids[n].size for n in swept], dtype=np.float64))
+        if n_combos > _config.ARCH_SPACE_MAX_COMBINATIONS:
+            raise ValueError(f"the knob grids span {n_combos:,} combinations, more than "
+                             f"{_config.ARCH_SPACE_MAX_COMBINATIONS:,}; narrow a grid")
+        mesh = np.meshgrid(*[grids[n] for n in swept], indexing="ij")
+        rows = np.empty(n_combos, dtype=ARCH_DTYPE)
+        for name, col in zip(swept, mesh):
+            rows[name] = col.reshape(-1)
+        if grids["vc_width"] is None:
+            rows["vc_width"] = rows["tc_width"]
+        rows["area_mm2"] = area_of(rows)
+
+        rtol = _config.ARCH_AREA_RATIO_RTOL
+        ratio = rows["area_mm2"] / budget
+        keep = ratio <= 1.0 + rtol
+        keep &= (ratio >= lower * (1.0 - rtol)) | (rows["num_tc"] == 1) | (rows["num_vc"] == 1)
+        if not np.any(keep):
+            raise ValueError(
+                f"the architecture space is empty: no combination of the grids has an area within "
+                f"[{lower:g}, 1] x the budget of {budget:.6g} mm2 (areas span "
+                f"{rows['area_mm2'].min():.6g} to {rows['area_mm2'].max():.6g} mm2)")
+        self.configs = np.ascontiguousarray(rows[keep])
+        self.configs.setflags(write=False)
+
+    @classmethod
+    def default(cls) -> "ArchSpace":
+        """The original study's space: 29,360 rows, budget = area of ``tpuv4`` ≈ 278.83 mm²."""
+        return cls()
+
+    def __len__(self) -> int:
+        return self.configs.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"ArchSpace({len(self):,} architectures, budget {self.budget_mm2:.2f} mm2, "
+                f"lower fraction {self.lower_fraction:g})")
