@@ -2,15 +2,32 @@
 
 An :class:`OpGraph` is a struct of numpy arrays, one entry per operator, with
 predecessors in CSR form; it is what ``phaze.cost`` and ``phaze.schedule`` consume.
+
+:func:`build_layers` turns a model into a :class:`ModelGraph`: for each layer kind
+(embedding, transformer block, head + loss) a :class:`LayerGraph` holding the
+forward and backward OpGraphs of one tensor-parallel slice plus its parameter,
+stashed-activation and boundary bytes. Operator names, forward:
+``ln1, q_proj, k_proj, v_proj, [rotary], attn_scores, softmax, attn_context,
+out_proj, [allreduce_attn], residual1, ln2, fc1 | gate_proj+up_proj+swiglu, fc2,
+[allreduce_mlp], residual2``. Backward: every forward GEMM ``G`` becomes two
+independent GEMMs ``G.dX`` (gradient of its first operand, the activation) and
+``G.dW`` (gradient of its second operand: the weight, or for the attention BMMs
+K and V); vector operators ``X`` become ``X.bwd``; the input gradients of the
+column-parallel GEMMs are summed (``qkv.dX_sum``, ``mlp_in.dX_sum``) and, when
+t > 1, all-reduced (``allreduce_qkv.dX``, ``allreduce_fc1.dX``) before they flow on.
+Collectives exist only when t > 1.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import _config
 from ._native._dag import topological_order
+from ._validate import positive_int
 
 #: Operator kinds (the ``kind`` array of an OpGraph).
 KIND_GEMM = 0        # tensor GEMM / batched matmul, runs on tensor cores
@@ -176,3 +193,447 @@ class OpGraph:
         counts = np.bincount(self.kind, minlength=4)
         return (f"OpGraph({self.n_ops} ops: {counts[0]} gemm, {counts[1]} vector, "
                 f"{counts[2]} fused, {counts[3]} collective)")
+
+
+# ---------------------------------------------------------------------------
+# Layer graphs of a model (DESIGN §2.2)
+# ---------------------------------------------------------------------------
+
+#: Vector-core cycles per output element of each vector operator kind: the number of
+#: element-wise passes (one lane, one element, one simple op per cycle) the operator needs.
+#: ``phaze.cost`` multiplies them by ⌈elements/lanes⌉ / clock. Composite operators add up
+#: their parts (e.g. the attention softmax = scale/mask + softmax + dropout).
+VECTOR_CYCLES_PER_ELEMENT = {
+    # LayerNorm: mean, variance, normalise (subtract, multiply by 1/σ), scale, shift ≈ 5 passes.
+    "layernorm": 5.0,
+    # RMSNorm: sum of squares, normalise, scale ≈ 3 passes (no mean, no shift).
+    "rmsnorm": 3.0,
+    # LayerNorm backward: dγ and dβ reductions, mean(g), mean(g·x̂), then
+    # dx = (g − mean(g) − x̂·mean(g·x̂))/σ ≈ 8 passes.
+    "layernorm_bwd": 8.0,
+    # RMSNorm backward: dγ reduction, mean(g·x̂), dx = (g − x̂·mean(g·x̂))/rms ≈ 5 passes.
+    "rmsnorm_bwd": 5.0,
+    # Softmax over a row: max, subtract+exp, sum, divide ≈ 5 (exp counted as 2).
+    "softmax": 5.0,
+    # Softmax backward: y·dy, row sum, subtract, multiply by y ≈ 4 passes.
+    "softmax_bwd": 4.0,
+    # Attention scaling by 1/√d and (causal) masking fused before the softmax: 1 pass.
+    "scale_mask": 1.0,
+    # GELU, tanh approximation: x³, multiply-add, tanh (≈ 4), 1 + ·, · x/2 ≈ 8.
+    "gelu": 8.0,
+    # GELU backward: recompute tanh, derivative polynomial, multiply by the gradient ≈ 10.
+    "gelu_bwd": 10.0,
+    # ReLU: one compare-select; backward: one masked select.
+    "relu": 1.0,
+    "relu_bwd": 1.0,
+    # SwiGLU product silu(gate)·up: exp, add, divide, multiply by gate, multiply by up ≈ 5.
+    "swiglu": 5.0,
+    # SwiGLU backward: recompute sigmoid, d(up) = g·silu, d(gate) = g·up·σ·(1 + gate·(1−σ)) ≈ 8.
+    "swiglu_bwd": 8.0,
+    # Bias add: one add.
+    "bias": 1.0,
+    # Bias gradient: a column-sum pass over the output gradient.
+    "bias_grad": 1.0,
+    # Dropout: compare a random number, select/scale; it also writes a 1-byte mask ≈ 2.
+    "dropout": 2.0,
+    # Dropout backward: multiply by the stored mask and scale: 1.
+    "dropout_bwd": 1.0,
+    # Residual add / gradient accumulation: one add.
+    "residual": 1.0,
+    "add": 1.0,
+    # Rotary position embedding: x·cos + rotate_half(x)·sin with cached tables ≈ 3; its
+    # backward is the transposed rotation, the same work.
+    "rotary": 3.0,
+    "rotary_bwd": 3.0,
+    # Embedding gather: copy one row element (plus a range check/mask when vocab-parallel).
+    "embedding": 1.0,
+    # Embedding gradient: scatter-add (read, add, write) ≈ 2.
+    "embedding_bwd": 2.0,
+    # Cross-entropy over the logits: max, subtract+exp, sum, log, pick the target ≈ 6.
+    "cross_entropy": 6.0,
+    # Cross-entropy backward: softmax from the stored exp/sum, subtract one-hot, scale ≈ 3.
+    "cross_entropy_bwd": 3.0,
+}
+
+#: Bytes of an element of the cross-entropy's saved softmax: Megatron computes the
+#: (vocab-parallel) loss in fp32 whatever the training precision.
+LOSS_BYTES_PER_ELEMENT = 4
+#: Bytes of a token id kept for the embedding's backward scatter (int64 in PyTorch).
+TOKEN_ID_BYTES = 8
+#: Bytes per element of a dropout mask (one byte per element, as PyTorch's bool masks).
+MASK_BYTES_PER_ELEMENT = 1
+
+LAYER_KINDS = ("embedding", "block", "head")
+
+_C = VECTOR_CYCLES_PER_ELEMENT
+
+
+@dataclass(frozen=True, eq=False)
+class LayerGraph:
+    """One layer kind of a model for one tensor-parallel slice.
+
+    - ``kind``: 'embedding' | 'block' | 'head' (head = final norm, logits and loss).
+    - ``count``: how many times the layer repeats in the chain.
+    - ``forward`` / ``backward``: the OpGraphs of one slice, one microbatch.
+    - ``param_bytes``: bytes of this slice's weights (sharded ones divided by t).
+    - ``stash_bytes``: activation bytes kept from forward for backward, per microbatch.
+    - ``boundary_bytes``: bytes sent to the next layer per microbatch (0 for the head).
+    - ``tensor_parallel``: True when the layer is sharded (t > 1).
+    """
+
+    kind: str
+    count: int
+    forward: OpGraph
+    backward: OpGraph
+    param_bytes: int
+    stash_bytes: int
+    boundary_bytes: int
+    tensor_parallel: bool
+
+
+@dataclass(frozen=True, eq=False)
+class ModelGraph:
+    """A model as a chain of layer kinds: ``layers`` = [embedding, block, head] in chain order."""
+
+    model: object          # phaze.models.ModelSpec
+    microbatch: int
+    tensor_parallel: int
+    layers: tuple
+
+    def chain(self) -> list:
+        """The per-layer chain with counts expanded (n_layers + 2 LayerGraphs, the same
+        objects repeated), matching layer ids -1 (embedding), 0..L-1 (blocks), L (head)."""
+        out = []
+        for layer in self.layers:
+            out.extend([layer] * layer.count)
+        return out
+
+    def layer_ids(self) -> list:
+        """Ids of the chain entries as in the original study's placement JSON: −1 … L."""
+        return list(range(-1, len(self.chain()) - 1))
+
+    @property
+    def param_bytes(self) -> int:
+        """Weight bytes of one slice over the whole chain (the head's tied copy included)."""
+        return sum(layer.count * layer.param_bytes for layer in self.layers)
+
+    def gemm_flops(self) -> float:
+        """Forward + backward GEMM FLOPs of one slice over the whole chain, one microbatch."""
+        return float(sum(layer.count * (layer.forward.flops.sum() + layer.backward.flops.sum())
+                         for layer in self.layers))
+
+
+class _Ops:
+    """Collects operator dicts for OpGraph.from_ops with compulsory HBM traffic filled in."""
+
+    def __init__(self, bytes_per_element: int, tensor_parallel: int):
+        self.B = bytes_per_element
+        self.t = tensor_parallel
+        self.ops = []
+
+    def gemm(self, name, preds, batch, m, k, n, *, epilogue=0.0, extra_in=0):
+        """GEMM/BMM (batch, M, K, N); both operands read once, output written once. A
+        positive ``epilogue`` (vector cycles per output element) makes it a fused op."""
+        self.ops.append(dict(
+            name=name, kind=KIND_FUSED if epilogue > 0 else KIND_GEMM, preds=_uniq(preds),
+            dims=(batch, m, k, n), cycles_per_element=float(epilogue), elements=batch * m * n,
+            bytes_in=batch * (m * k + k * n) * self.B + extra_in,
+            bytes_out=batch * m * n * self.B))
+        return name
+
+    def vector(self, name, preds, elements, cycles, bytes_in, bytes_out):
+        self.ops.append(dict(name=name, kind=KIND_VECTOR, preds=_uniq(preds), elements=elements,
+                             cycles_per_element=float(cycles), bytes_in=bytes_in,
+                             bytes_out=bytes_out))
+        return name
+
+    def allreduce(self, name, preds, nbytes):
+        """An all-reduce of ``nbytes`` per participant over the t slices; none when t = 1
+        (then the producer itself is what follows wait on)."""
+        preds = _uniq(preds)
+        if self.t == 1:
+            assert len(preds) == 1
+            return preds[0]
+        self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds, comm_bytes=nbytes,
+                             group_size=self.t, elements=nbytes // self.B,
+                             bytes_in=nbytes, bytes_out=nbytes))
+        return name
+
+    def graph(self) -> OpGraph:
+        return OpGraph.from_ops(self.ops, bytes_per_element=self.B)
+
+
+def _uniq(preds):
+    out = []
+    for p in preds:
+        if p is not None and p not in out:
+            out.append(p)
+    return out
+
+
+class _Shape:
+    """The sizes of one slice that every builder needs, computed once."""
+
+    def __init__(self, m, b, t, B):
+        self.m, self.b, self.t, self.B = m, b, t, B
+        self.s = m.seq_len
+        self.T = b * m.seq_len                       # tokens per microbatch
+        self.h = m.hidden
+        self.hd = m.head_dim
+        self.a_t = m.heads // t                      # query heads of this slice
+        self.kv_t = m.kv_heads // t                  # key/value heads of this slice
+        self.group = m.heads // m.kv_heads           # query heads sharing one K/V head
+        self.q_dim = self.a_t * self.hd
+        self.kv_dim = self.kv_t * self.hd
+        self.f_t = -(-m.ffn_hidden // t)             # MLP columns of this slice (largest shard)
+        self.E = m.embed_width
+        self.V_t = m.padded_vocab(t) // t            # padded vocabulary columns (compute)
+        self.V_rows = -(-m.vocab // t)               # real vocabulary rows (parameters)
+        self.norm_w = (2 if m.norm == "layernorm" else 1) * m.hidden   # norm parameters
+
+
+def _block(sh: _Shape):
+    m, B, T, h = sh.m, sh.B, sh.T, sh.h
+    b, s = sh.b, sh.s
+    ln, ln_bwd = m.norm, m.norm + "_bwd"
+    bias_c = _C["bias"] if m.bias else 0.0
+    bias_g = _C["bias_grad"] if m.bias else 0.0
+    scores = b * sh.a_t * s * s                      # attention score elements of this slice
+    qkv_out = sh.q_dim + 2 * sh.kv_dim
+
+    # -- forward --------------------------------------------------------------
+    f = _Ops(B, sh.t)
+    f.vector("ln1", [], T * h, _C[ln], T * h * B + sh.norm_w * B, T * h * B)
+    # Column-parallel Q, K, V (separate GEMMs: independent, the scheduler may overlap them).
+    for name, width in (("q_proj", sh.q_dim), ("k_proj", sh.kv_dim), ("v_proj", sh.kv_dim)):
+        f.gemm(name, ["ln1"], 1, T, h, width, epilogue=bias_c, extra_in=width * B if m.bias else 0)
+    q_src = k_src = None
+    if m.position == "rotary":
+        rot = T * (sh.q_dim + sh.kv_dim)
+        q_src = k_src = f.vector("rotary", ["q_proj", "k_proj"], rot, _C["rotary"], rot * B, rot * B)
+    f.gemm("attn_scores", [q_src or "q_proj", k_src or "k_proj"], b * sh.a_t, s, sh.hd, s)
+    f.vector("softmax", ["attn_scores"], scores, _C["scale_mask"] + _C["softmax"] + _C["dropout"],
+             scores * B, scores * (2 * B + MASK_BYTES_PER_ELEMENT))   # probabilities, dropped, mask
+    f.gemm("attn_context", ["softmax", "v_proj"], b * sh.a_t, s, s, sh.hd)
+    # Row-parallel output projection: partial sums, all-reduced; its bias is added after.
+    f.gemm("out_proj", ["attn_context"], 1, T, sh.q_dim, h)
+    src = f.allreduce("allreduce_attn", ["out_proj"], T * h * B)
+    f.vector("residual1", [src], T * h, bias_c + _C["dropout"] + _C["residual"],
+             2 * T * h * B + (h * B if m.bias else 0), T * h * (B + MASK_BYTES_PER_ELEMENT))
+    f.vector("ln2", ["residual1"], T * h, _C[ln], T * h * B + sh.norm_w * B, T * h * B)
+    if m.activation == "swiglu":
+        for name in ("gate_proj", "up_proj"):
+            f.gemm(name, ["ln2"], 1, T, h, sh.f_t, epilogue=bias_c,
+                   extra_in=sh.f_t * B if m.bias else 0)
+        act = f.vector("swiglu", ["gate_proj", "up_proj"], T * sh.f_t, _C["swiglu"],
+                       2 * T * sh.f_t * B, T * sh.f_t * B)
+    else:
+        # FC1 with its bias and activation fused into the GEMM epilogue.
+        act = f.gemm("fc1", ["ln2"], 1, T, h, sh.f_t, epilogue=bias_c + _C[m.activation],
+                     extra_in=sh.f_t * B if m.bias else 0)
+    f.gemm("fc2", [act], 1, T, sh.f_t, h)
+    src = f.allreduce("allreduce_mlp", ["fc2"], T * h * B)
+    f.vector("residual2", [src], T * h, bias_c + _C["dropout"] + _C["residual"],
+             2 * T * h * B + (h * B if m.bias else 0), T * h * (B + MASK_BYTES_PER_ELEMENT))
+
+    # -- backward -------------------------------------------------------------
+    g = _Ops(B, sh.t)
+    mask = T * h * MASK_BYTES_PER_ELEMENT
+    # Dropout backward of the MLP branch (the residual add passes the gradient through);
+    # fc2's bias gradient is a column sum fused into this pass.
+    g.vector("residual2.bwd", [], T * h, _C["dropout_bwd"] + bias_g, T * h * B + mask, T * h * B)
+    g.gemm("fc2.dX", ["residual2.bwd"], 1, T, h, sh.f_t)
+    g.gemm("fc2.dW", ["residual2.bwd"], 1, sh.f_t, T, h)
+    if m.activation == "swiglu":
+        g.vector("swiglu.bwd", ["fc2.dX"], 2 * T * sh.f_t, _C["swiglu_bwd"] + bias_g,
+                 3 * T * sh.f_t * B, 2 * T * sh.f_t * B)
+        for name in ("gate_proj", "up_proj"):
+            g.gemm(name + ".dX", ["swiglu.bwd"], 1, T, sh.f_t, h)
+            g.gemm(name + ".dW", ["swiglu.bwd"], 1, h, T, sh.f_t)
+        src = g.vector("mlp_in.dX_sum", ["gate_proj.dX", "up_proj.dX"], T * h, _C["add"],
+                       2 * T * h * B, T * h * B)
+    else:
+        g.vector("fc1.act.bwd", ["fc2.dX"], T * sh.f_t, _C[m.activation + "_bwd"] + bias_g,
+                 2 * T * sh.f_t * B, T * sh.f_t * B)
+        g.gemm("fc1.dX", ["fc1.act.bwd"], 1, T, sh.f_t, h)
+        g.gemm("fc1.dW", ["fc1.act.bwd"], 1, h, T, sh.f_t)
+        src = "fc1.dX"
+    src = g.allreduce("allreduce_fc1.dX", [src], T * h * B)
+    # LN2 backward, plus the residual stream's gradient (the add of both branches).
+    g.vector("ln2.bwd", [src, "residual2.bwd"], T * h, _C[ln_bwd] + _C["residual"],
+             3 * T * h * B + sh.norm_w * B, T * h * B + sh.norm_w * B)
+    g.vector("residual1.bwd", ["ln2.bwd"], T * h, _C["dropout_bwd"] + bias_g, T * h * B + mask,
+             T * h * B)
+    g.gemm("out_proj.dX", ["residual1.bwd"], 1, T, h, sh.q_dim)
+    g.gemm("out_proj.dW", ["residual1.bwd"], 1, sh.q_dim, T, h)
+    # dP = dO·Vᵀ per query head; dV = Pᵀ·dO summed over the query heads sharing a K/V head
+    # (one GEMM of inner size group·s per K/V head).
+    g.gemm("attn_context.dX", ["out_proj.dX"], b * sh.a_t, s, sh.hd, s)
+    g.gemm("attn_context.dW", ["out_proj.dX"], b * sh.kv_t, s, sh.group * s, sh.hd)
+    g.vector("softmax.bwd", ["attn_context.dX"], scores,
+             _C["dropout_bwd"] + _C["softmax_bwd"] + _C["scale_mask"],
+             scores * (2 * B + MASK_BYTES_PER_ELEMENT), scores * B)
+    # dQ = dS·K; dK = dSᵀ·Q summed over the group.
+    g.gemm("attn_scores.dX", ["softmax.bwd"], b * sh.a_t, s, s, sh.hd)
+    g.gemm("attn_scores.dW", ["softmax.bwd"], b * sh.kv_t, s, sh.group * s, sh.hd)
+    q_grad, k_grad = "attn_scores.dX", "attn_scores.dW"
+    if m.position == "rotary":
+        rot = T * (sh.q_dim + sh.kv_dim)
+        q_grad = k_grad = g.vector("rotary.bwd", [q_grad, k_grad], rot, _C["rotary_bwd"],
+                                   rot * B, rot * B)
+    for name, width, grad in (("q_proj", sh.q_dim, q_grad), ("k_proj", sh.kv_dim, k_grad),
+                              ("v_proj", sh.kv_dim, "attn_context.dW")):
+        g.gemm(name + ".dX", [grad], 1, T, width, h)
+        g.gemm(name + ".dW", [grad], 1, h, T, width)
+    if m.bias:
+        # Q/K/V bias gradients: column sums of their output gradients (a sink).
+        g.vector("qkv.dbias", [q_grad, k_grad, "attn_context.dW"], qkv_out, T * _C["bias_grad"],
+                 T * qkv_out * B, qkv_out * B)
+    src = g.vector("qkv.dX_sum", ["q_proj.dX", "k_proj.dX", "v_proj.dX"], T * h, 2 * _C["add"],
+                   3 * T * h * B, T * h * B)
+    src = g.allreduce("allreduce_qkv.dX", [src], T * h * B)
+    g.vector("ln1.bwd", [src, "residual1.bwd"], T * h, _C[ln_bwd] + _C["residual"],
+             3 * T * h * B + sh.norm_w * B, T * h * B + sh.norm_w * B)
+
+    # -- parameters of the slice ----------------------------------------------------------
+    # Sharded: Q/K/V, out_proj and MLP weights, Q/K/V and FC1/gate/up biases.
+    # Replicated: the two norms, the row-parallel biases (out_proj, fc2).
+    mlp_mats = 3 if m.activation == "swiglu" else 2
+    params = 2 * sh.norm_w + h * qkv_out + sh.q_dim * h + mlp_mats * h * sh.f_t
+    if m.bias:
+        params += qkv_out + h + (mlp_mats - 1) * sh.f_t + h
+    # -- stashed activations (Korthikanti et al. 2022, op by op) ---------------------------
+    # Megatron, 2-byte elements, no sequence parallelism: sbh·(10 + 24/t) + 5·a·s²·b/t:
+    #   ln1 input 2sbh, QKV input 2sbh, Q and K 4sbh/t, V 2sbh/t, softmax output 2as²b/t,
+    #   its dropout mask as²b/t, dropout output 2as²b/t, out_proj input 2sbh/t, residual1
+    #   dropout mask sbh, ln2 input 2sbh, fc1 input 2sbh, GELU input 8sbh/t, fc2 input 8sbh/t,
+    #   residual2 dropout mask sbh.
+    # Generalised: Q/K/V widths follow GQA (a·hd, kv·hd), SwiGLU keeps gate and up outputs
+    # (2·f/t) where GELU keeps one, RMSNorm and no-bias keep the same inputs.
+    act_in = (2 if m.activation == "swiglu" else 1) * T * sh.f_t
+    stash = B * (T * h                     # ln1 input
+                 + T * h                   # Q/K/V input (ln1 output)
+                 + T * (sh.q_dim + sh.kv_dim)   # Q and K for the scores
+                 + T * sh.kv_dim           # V for the context
+                 + 2 * scores              # softmax output and its dropout output
+                 + T * sh.q_dim            # out_proj input
+                 + T * h + T * h           # ln2 input, fc1/gate/up input
+                 + act_in                  # activation input
+                 + T * sh.f_t)             # fc2 input
+    stash += MASK_BYTES_PER_ELEMENT * (scores + 2 * T * h)   # three dropout masks
+    return f.graph(), g.graph(), params * B, stash, T * h * B
+
+
+def _embedding(sh: _Shape):
+    m, B, T, h, E = sh.m, sh.B, sh.T, sh.h, sh.E
+    learned = m.position == "learned"
+    f = _Ops(B, sh.t)
+    # Vocab-parallel gather: each slice looks up the ids of its rows (others give zeros) and
+    # the partial embeddings are all-reduced.
+    f.vector("embed_gather", [], T * E, _C["embedding"], T * TOKEN_ID_BYTES + T * E * B, T * E * B)
+    src = f.allreduce("allreduce_embed", ["embed_gather"], T * E * B)
+    if m.embed_proj:
+        src = f.gemm("project_in", [src], 1, T, E, h)      # replicated on every slice
+    f.vector("embed_out", [src], T * h, (_C["residual"] if learned else 0.0) + _C["dropout"],
+             (2 if learned else 1) * T * h * B, T * h * (B + MASK_BYTES_PER_ELEMENT))
+
+    g = _Ops(B, sh.t)
+    g.vector("embed_out.bwd", [], T * h, _C["dropout_bwd"], T * h * (B + MASK_BYTES_PER_ELEMENT),
+             T * h * B)
+    if learned:
+        g.vector("pos_embed.dW", ["embed_out.bwd"], T * h, _C["embedding_bwd"], T * h * B,
+                 sh.s * h * B)
+    src = "embed_out.bwd"
+    if m.embed_proj:
+        g.gemm("project_in.dX", [src], 1, T, h, E)
+        g.gemm("project_in.dW", [src], 1, E, T, h)
+        src = "project_in.dX"
+    # Scatter-add into this slice's rows; no collective (the forward all-reduce's backward is
+    # the identity on every slice).
+    g.vector("embed.dW", [src], T * E, _C["embedding_bwd"], T * TOKEN_ID_BYTES + T * E * B,
+             T * E * B)
+
+    params = sh.V_rows * E + (m.max_positions * h if learned else 0) + (E * h if m.embed_proj else 0)
+    stash = T * TOKEN_ID_BYTES + T * h * MASK_BYTES_PER_ELEMENT + (T * E * B if m.embed_proj else 0)
+    return f.graph(), g.graph(), params * B, stash, T * h * B
+
+
+def _head(sh: _Shape):
+    m, B, T, h, E = sh.m, sh.B, sh.T, sh.h, sh.E
+    logits = T * sh.V_t
+    f = _Ops(B, sh.t)
+    src = None
+    if m.final_norm:
+        src = f.vector("final_norm", [], T * h, _C[m.norm], T * h * B + sh.norm_w * B, T * h * B)
+    if m.embed_proj:
+        src = f.gemm("project_out", [src], 1, T, h, E)      # replicated on every slice
+    # Column-parallel logits over the padded vocabulary (no bias).
+    f.gemm("logits", [src], 1, T, E, sh.V_t)
+    f.vector("cross_entropy", ["logits"], logits, _C["cross_entropy"], logits * B,
+             logits * LOSS_BYTES_PER_ELEMENT)
+    # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of
+    # exponentials, target logit).
+    f.allreduce("allreduce_loss", ["cross_entropy"], 3 * T * LOSS_BYTES_PER_ELEMENT)
+
+    g = _Ops(B, sh.t)
+    g.vector("cross_entropy.bwd", [], logits, _C["cross_entropy_bwd"],
+             logits * LOSS_BYTES_PER_ELEMENT, logits * B)
+    g.gemm("logits.dX", ["cross_entropy.bwd"], 1, T, sh.V_t, E)
+    g.gemm("logits.dW", ["cross_entropy.bwd"], 1, E, T, sh.V_t)
+    src = g.allreduce("allreduce_logits.dX", ["logits.dX"], T * E * B)
+    if m.embed_proj:
+        g.gemm("project_out.dX", [src], 1, T, E, h)
+        g.gemm("project_out.dW", [src], 1, h, T, E)
+        src = "project_out.dX"
+    if m.final_norm:
+        g.vector("final_norm.bwd", [src], T * h, _C[m.norm + "_bwd"],
+                 2 * T * h * B + sh.norm_w * B, T * h * B + sh.norm_w * B)
+
+    # The head keeps its own copy of the (sharded) logits weights even when they are tied to
+    # the token table: with pipeline placement the two ends of the chain live on different
+    # devices (Megatron keeps both copies and all-reduces their gradients). That copy —
+    # vocab·embed_width elements at t = 1 — is the only difference between the chain's
+    # parameter bytes and 2·n_params.
+    params = sh.V_rows * E + (sh.norm_w if m.final_norm else 0) + (h * E if m.embed_proj else 0)
+    stash = B * ((T * h if m.final_norm else 0) + (T * h if m.embed_proj else 0) + T * E) \
+        + logits * LOSS_BYTES_PER_ELEMENT
+    return f.graph(), g.graph(), params * B, stash, 0
+
+
+def build_layers(model, microbatch, tensor_parallel, *,
+                 bytes_per_element: int = _config.DEFAULT_BYTES_PER_ELEMENT) -> ModelGraph:
+    """Operator graphs of one tensor-parallel slice of ``model`` for one microbatch.
+
+    ``model`` is a ModelSpec or a zoo name; ``microbatch`` samples of ``seq_len`` tokens;
+    ``tensor_parallel`` t must divide heads and kv_heads (else ``ValueError``); the
+    vocabulary is padded to a multiple of 128·t for compute. Byte counts use
+    ``bytes_per_element`` (2: bf16/fp16). Returns a :class:`ModelGraph` whose ``layers`` are
+    the embedding (count 1), the transformer block (count n_layers) and the head (count 1).
+    Results are memoised: the graphs are immutable.
+    """
+    from . import models   # graph sits after models in the flow
+
+    if isinstance(model, str):
+        model = models.get(model)
+    elif not isinstance(model, models.ModelSpec):
+        raise ValueError(f"model must be a ModelSpec or a zoo name, got {type(model).__name__}")
+    b = positive_int("microbatch", microbatch)
+    t = positive_int("tensor_parallel", tensor_parallel)
+    B = positive_int("bytes_per_element", bytes_per_element)
+    if not model.valid_tensor_parallel(t):
+        raise ValueError(f"tensor_parallel must divide heads ({model.heads}) and kv_heads "
+                         f"({model.kv_heads}) of {model.name}; got {t}")
+    return _build_layers_cached(model, b, t, B)
+
+
+@functools.lru_cache(maxsize=512)
+def _build_layers_cached(model, b, t, B) -> ModelGraph:
+    sh = _Shape(model, b, t, B)
+    layers = []
+    for kind, count, builder in (("embedding", 1, _embedding), ("block", model.n_layers, _block),
+                                 ("head", 1, _head)):
+        fwd, bwd, params, stash, boundary = builder(sh)
+        layers.append(LayerGraph(kind=kind, count=count, forward=fwd, backward=bwd,
+                                 param_bytes=int(params), stash_bytes=int(stash),
+                                 boundary_bytes=int(boundary), tensor_parallel=t > 1))
+    return ModelGraph(model=model, microbatch=b, tensor_parallel=t, layers=tuple(layers))

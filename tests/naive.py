@@ -56,11 +56,41 @@ def naive_n_params(m):
     return sum(math.prod(shape) for _, shape in naive_param_tensors(m))
 
 
-def naive_gemm_flops(m, microbatch):
+def naive_slice_param_bytes(m, t, bytes_per_element=2):
+    """Parameter bytes of one tensor-parallel slice per layer kind, tensor by tensor:
+    Megatron shards the token table by rows (vocab), Q/K/V and FC1/gate/up by output
+    columns (weights and biases), out_proj and FC2 by input rows (weights only); the rest
+    is replicated. The head holds its own copy of tied logits weights."""
+    def shard(rows):
+        return -(-rows // t)
+
+    out = {"embedding": 0, "block": 0, "head": 0}
+    tensors = naive_param_tensors(m)
+    if m.tied_embeddings:
+        tensors.append(("head.logits", (m.vocab, m.embed_proj or m.hidden)))
+    for name, shape in tensors:
+        if name.startswith("block") and not name.startswith("block0."):
+            continue
+        kind = "embedding" if name.startswith("embed") else "block" if name.startswith("block") \
+            else "head"
+        leaf = name.split(".", 1)[1] if kind == "block" else name
+        shape = list(shape)
+        if leaf in ("q.weight", "k.weight", "v.weight", "fc1.weight", "gate.weight", "up.weight",
+                    "q.bias", "k.bias", "v.bias", "fc1.bias", "gate.bias", "up.bias",
+                    "embed.tokens", "head.logits"):
+            shape[0] = shard(shape[0])          # output rows / vocabulary rows
+        elif leaf in ("o.weight", "fc2.weight", "down.weight"):
+            shape[1] = shard(shape[1])          # input columns
+        out[kind] += math.prod(shape) * bytes_per_element
+    return out
+
+
+def naive_gemm_flops(m, microbatch, tensor_parallel=1):
     """Megatron's closed form of forward+backward GEMM FLOPs of one microbatch (whole model,
-    t = 1, full s² attention, padded vocabulary V):
+    all slices together, full s² attention, vocabulary V padded for width t):
     72·b·s·L·h²·(1 + s/(6h) + V/(12·h·L))."""
-    b, s, L, h, V = microbatch, m.seq_len, m.n_layers, m.hidden, m.padded_vocab(1)
+    b, s, L, h = microbatch, m.seq_len, m.n_layers, m.hidden
+    V = m.padded_vocab(tensor_parallel)
     return 72 * b * s * L * h * h + 12 * b * s * s * L * h + 6 * b * s * h * V
 
 # ---------------------------------------------------------------------------
