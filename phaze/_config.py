@@ -34,3 +34,13 @@ ARCH_AREA_RATIO_RTOL = 1e-9
 #: Largest knob grid (before the area filter) ArchSpace will enumerate: ~100 bytes per
 #: row, so this caps the temporary at about 1 GB.
 ARCH_SPACE_MAX_COMBINATIONS = 10_000_000
+
+# --- phaze.cost -----------------------------------------------------------
+#: Bytes per partial sum held in the buffer for a GEMM output tile: bf16/fp16 GEMMs
+#: accumulate in fp32 (TPU MXU, tensor cores).
+COST_ACCUMULATOR_BYTES = 4
+#: Fraction of the shared buffer a single-core GEMM may tile with. 1.0: operators on
+#: different cores take turns in the buffer (the original study's per-operator view);
+#: lower it to model statically partitioned buffers. It must not depend on core counts
+#: (single-core latencies are computed once per core shape and buffer).
+COST_SINGLE_CORE_BUFFER_FRACTION = 1.0

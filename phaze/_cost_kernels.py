@@ -1,0 +1,191 @@
+"""Compiled kernels of ``phaze.cost`` (numba). Private: call :func:`phaze.cost.op_latencies`.
+
+Everything is float64 arithmetic on exact integers (< 2**53), so the numbers are the
+same compiled and under ``NUMBA_DISABLE_JIT=1``. The model itself is documented in
+``phaze/cost.py``; the functions here are its literal transcription.
+"""
+import math
+
+import numpy as np
+from numba import njit, prange
+
+KIND_GEMM = 0
+KIND_VECTOR = 1
+KIND_FUSED = 2
+KIND_COLLECTIVE = 3
+
+
+@njit(cache=True, nogil=True)
+def _cdiv(a, b):
+    """⌈a / b⌉ for non-negative integral floats, as a float."""
+    return -((-a) // b)
+
+
+@njit(cache=True, nogil=True)
+def _gemm_traffic_bytes(batch, m, k, n, elem_bytes, acc_bytes, cap_bytes, tc_width, tc_depth):
+    """HBM bytes moved by a batch of M×K×N GEMMs staged through ``cap_bytes`` of buffer.
+
+    The least traffic of three tilings (see phaze.cost): output-stationary C tiles with
+    double-buffered K-strips, an A row-block kept resident, or a B column-block kept
+    resident. Falls back to no reuse at all when not even a 1×1 tile fits.
+    """
+    if batch == 0.0 or m == 0.0 or k == 0.0 or n == 0.0:
+        return 0.0
+    kc = min(tc_depth, k)
+    best = math.inf
+    # (a) output-stationary: a tm×tn tile of C accumulates in the buffer while
+    # double-buffered tm×kc strips of A and kc×tn strips of B stream through.
+    # need = acc·tm·tn + 2·e·kc·(tm + tn); traffic = e·(MK⌈N/tn⌉ + KN⌈M/tm⌉ + MN).
+    # M is split into r = 1, 2, 4, … tiles; for each, the widest tn that fits.
+    r = 1.0
+    while True:
+        tm = _cdiv(m, r)
+        room = cap_bytes - 2.0 * elem_bytes * kc * tm
+        if room > 0.0:
+            tn = min(n, math.floor(room / (acc_bytes * tm + 2.0 * elem_bytes * kc)))
+            if tn >= 1.0:
+                t = elem_bytes * (m * k * _cdiv(n, tn) + k * n * _cdiv(m, tm) + m * n)
+                if t < best:
+                    best = t
+        if tm <= 1.0:
+            break
+        r *= 2.0
+    # (b) A resident: a tm×K block of A stays while kc×tn strips of B (tn = one array
+    # width) stream past; A is read once, B once per row block.
+    tn = min(n, tc_width)
+    room = cap_bytes - 2.0 * elem_bytes * kc * tn
+    if room > 0.0:
+        tm = min(m, math.floor(room / (elem_bytes * k + acc_bytes * tn)))
+        if tm >= 1.0:
+            t = elem_bytes * (m * k + k * n * _cdiv(m, tm) + m * n)
+            if t < best:
+                best = t
+    # (c) B resident: a K×tn block of B stays while tm×kc strips of A (tm = one array
+    # width of rows) stream past; B is read once, A once per column block.
+    tm = min(m, tc_width)
+    room = cap_bytes - 2.0 * elem_bytes * kc * tm
+    if room > 0.0:
+        tn = min(n, math.floor(room / (elem_bytes * k + acc_bytes * tm)))
+        if tn >= 1.0:
+            t = elem_bytes * (m * k * _cdiv(n, tn) + k * n + m * n)
+            if t < best:
+                best = t
+    if best == math.inf:  # nothing fits: every multiply-accumulate fetches both operands
+        best = elem_bytes * (2.0 * m * k * n + m * n)
+    return batch * best
+
+
+@njit(cache=True, nogil=True)
+def _gemm_cycles(batch, m, k, n, tc_width, tc_depth, cores):
+    """Clock cycles of a batch of M×K×N GEMMs on ``cores`` weight-stationary arrays.
+
+    A pass holds one tc_depth×tc_width tile of B and streams rows of A; passes are
+    the units of work, dealt out evenly to the cores. Rows may be split into
+    s = 1, 2, 4, … ≤ cores chunks to create more passes; the best split is kept.
+    """
+    if batch == 0.0 or m == 0.0 or k == 0.0 or n == 0.0:
+        return 0.0
+    tiles = batch * _cdiv(k, tc_depth) * _cdiv(n, tc_width)
+    fill_drain = tc_depth + tc_width - 1.0
+    best = math.inf
+    s = 1.0
+    while True:
+        rows = _cdiv(m, s)
+        per_core = _cdiv(tiles * s, cores)
+        c = per_core * max(rows, tc_depth) + fill_drain
+        if c < best:
+            best = c
+        if s >= cores or s >= m:
+            break
+        s *= 2.0
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _vector_cycles(elements, cycles_per_element, lanes):
+    """Clock cycles of ⌈elements / lanes⌉ lane-steps of ``cycles_per_element`` cycles."""
+    if elements == 0.0:
+        return 0.0
+    return _cdiv(elements, lanes) * cycles_per_element
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size,
+                  elem_bytes, acc_bytes, single_buffer_fraction,
+                  shape_w, shape_d, shape_cap, shape_of_arch,
+                  split_w, split_d, split_cores, split_of_arch,
+                  num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
+                  node_size, single, intra):
+    """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds.
+
+    GEMM quantities are computed once per distinct (w, d, buffer) — "shapes" — and
+    per distinct (w, d, num_tc) — "splits" — then broadcast to the architectures.
+    """
+    n_ops = kind.shape[0]
+    n_archs = clock_hz.shape[0]
+    n_shapes = shape_w.shape[0]
+    n_splits = split_w.shape[0]
+    for i in prange(n_ops):
+        kd = kind[i]
+        if kd == KIND_COLLECTIVE:
+            g = float(group_size[i])
+            for a in range(n_archs):
+                if g <= 1.0 or comm_bytes[i] == 0:
+                    t = 0.0
+                else:
+                    bw = link_bytes_per_s[a] if g <= node_size[a] else net_bytes_per_s[a]
+                    t = 2.0 * (g - 1.0) / g * comm_bytes[i] / bw
+                single[i, a] = t
+                intra[i, a] = t
+            continue
+        moved = float(bytes_moved[i])
+        if kd == KIND_VECTOR:
+            el = float(elements[i])
+            for a in range(n_archs):
+                traffic_s = moved / hbm_bytes_per_s[a]
+                lanes = float(vc_width[a])
+                t1 = _vector_cycles(el, cpe[i], lanes) / clock_hz[a]
+                tp = _vector_cycles(el, cpe[i], lanes * num_vc[a]) / clock_hz[a]
+                single[i, a] = max(t1, traffic_s)
+                intra[i, a] = max(tp, traffic_s)
+            continue
+        # GEMM or fused GEMM + vector epilogue
+        b = float(dims[i, 0])
+        m = float(dims[i, 1])
+        k = float(dims[i, 2])
+        n = float(dims[i, 3])
+        compulsory = elem_bytes * b * (m * k + k * n + m * n)
+        extra = max(0.0, moved - compulsory)  # bytes the op moves besides its GEMM operands
+        cyc1 = np.empty(n_shapes)
+        bytes1 = np.empty(n_shapes)
+        bytes_all = np.empty(n_shapes)
+        for u in range(n_shapes):
+            w = float(shape_w[u])
+            d = float(shape_d[u])
+            cyc1[u] = _gemm_cycles(b, m, k, n, w, d, 1.0)
+            bytes_all[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shape_cap[u], w, d) + extra
+            if single_buffer_fraction == 1.0:
+                bytes1[u] = bytes_all[u]
+            else:
+                bytes1[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes,
+                                                shape_cap[u] * single_buffer_fraction, w, d) + extra
+        cycp = np.empty(n_splits)
+        for v in range(n_splits):
+            cycp[v] = _gemm_cycles(b, m, k, n, float(split_w[v]), float(split_d[v]), float(split_cores[v]))
+        fused = kd == KIND_FUSED
+        el = float(elements[i])
+        for a in range(n_archs):
+            u = shape_of_arch[a]
+            v = split_of_arch[a]
+            hz = clock_hz[a]
+            bw = hbm_bytes_per_s[a]
+            t1 = max(cyc1[u] / hz, bytes1[u] / bw)
+            tp = max(cycp[v] / hz, bytes_all[u] / bw)
+            if fused:
+                # the epilogue consumes output tiles as the arrays drain them: the slower
+                # stage sets the pace (one VC with one TC; all VCs with all TCs)
+                lanes = float(vc_width[a])
+                t1 = max(t1, _vector_cycles(el, cpe[i], lanes) / hz)
+                tp = max(tp, _vector_cycles(el, cpe[i], lanes * num_vc[a]) / hz)
+            single[i, a] = t1
+            intra[i, a] = tp
