@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from . import _config
 from ._validate import nonneg_int, one_of, positive_int
@@ -80,7 +80,6 @@ class ModelSpec:
     head_dim: int = None
     max_positions: int = None
     final_norm: bool = True
-    _params: int = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -112,13 +111,14 @@ class ModelSpec:
         if self.position == "learned" and self.max_positions < self.seq_len:
             raise ValueError(f"max_positions ({self.max_positions}) must be >= seq_len "
                              f"({self.seq_len}) with learned positions")
-        set_(self, "_params", _count_params(self))
+        # Cached parameter count: an attribute, not a field (frozen dataclasses allow it).
+        set_(self, "_n_params", _count_params(self))
 
     # -- derived ------------------------------------------------------------
     @property
     def n_params(self) -> int:
         """Trainable parameters: every weight and bias once, a tied embedding once."""
-        return self._params
+        return self._n_params
 
     @property
     def embed_width(self) -> int:
@@ -137,10 +137,20 @@ class ModelSpec:
         return -(-self.vocab // m) * m
 
     def with_(self, **changes) -> "ModelSpec":
-        """A copy with some fields changed (validated again)."""
-        changes.setdefault("_params", None)
+        """A copy with some fields changed (validated again).
+
+        Derived defaults follow: changing ``hidden`` or ``heads`` recomputes ``head_dim``;
+        a longer ``seq_len`` grows a learned position table to fit; changing ``position``
+        resets ``max_positions``.
+        """
         if "hidden" in changes or "heads" in changes:
             changes.setdefault("head_dim", None)
+        if "position" in changes:
+            changes.setdefault("max_positions", None)
+        elif "seq_len" in changes and "max_positions" not in changes and self.position == "learned":
+            seq = changes["seq_len"]
+            if isinstance(seq, numbers.Integral) and seq > self.max_positions:
+                changes["max_positions"] = seq
         return replace(self, **changes)
 
 

@@ -182,3 +182,15 @@ def test_valid_tensor_parallel_and_padding():
 @given(model_specs())
 def test_n_params_matches_naive(m):
     assert m.n_params == naive_n_params(m)
+
+
+def test_with_recomputes_derived_fields():
+    m = models.get("gpt3-175b")
+    longer = m.with_(seq_len=4096)
+    assert longer.max_positions == 4096 and longer.n_params == m.n_params + 2048 * m.hidden
+    assert m.with_(seq_len=1024).max_positions == 2048
+    wide = m.with_(hidden=256, heads=8, ffn_hidden=1024)
+    assert wide.head_dim == 32
+    rot = m.with_(position="rotary")
+    assert rot.max_positions == 0 and rot.n_params == m.n_params - 2048 * m.hidden
+    assert m.with_() == m and hash(m.with_()) == hash(m)
