@@ -189,7 +189,7 @@ def test_with_recomputes_derived_fields():
     longer = m.with_(seq_len=4096)
     assert longer.max_positions == 4096 and longer.n_params == m.n_params + 2048 * m.hidden
     assert m.with_(seq_len=1024).max_positions == 2048
-    wide = m.with_(hidden=256, heads=8, ffn_hidden=1024)
+    wide = m.with_(hidden=256, heads=8, kv_heads=8, ffn_hidden=1024)
     assert wide.head_dim == 32
     rot = m.with_(position="rotary")
     assert rot.max_positions == 0 and rot.n_params == m.n_params - 2048 * m.hidden
