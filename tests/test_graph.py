@@ -237,3 +237,20 @@ def test_random_specs_build_valid_graphs(m, b, t):
         tied = 2 * m.vocab * m.embed_width if m.tied_embeddings else 0
         assert mg.param_bytes - tied == 2 * naive_n_params(m)
     assert all(l.stash_bytes > 0 for l in mg.layers)
+
+
+@given(model_specs(), st.sampled_from(["n_layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+                                       "vocab", "seq_len", "embed_proj", "max_positions"]),
+       st.integers(-1000, 0))
+def test_random_invalid_specs_name_the_field(m, field, value):
+    if field in ("embed_proj", "max_positions") and value == 0:
+        value = -1                      # 0 is allowed there (no projection / no table)
+    with pytest.raises(ValueError, match=field):
+        build_layers(m.with_(**{field: value}), 1, 1)
+
+
+@given(model_specs(), st.integers(2, 12))
+def test_random_width_not_dividing_heads(m, t):
+    if not m.valid_tensor_parallel(t):
+        with pytest.raises(ValueError, match="tensor_parallel must divide heads"):
+            build_layers(m, 1, t)
