@@ -1,0 +1,141 @@
+"""Running the search's chunks: in this process, on a local process pool, or on Dask.
+
+Every executor runs the same picklable function on the same task dicts, so the
+results do not depend on where a chunk ran. A chunk whose worker dies (a broken
+process pool, a Dask worker lost or an exception) is submitted again, up to
+``SEARCH_CHUNK_RETRIES`` times; tasks are built at dispatch time by ``make_task``
+so that pruning can use the best throughput known at that moment.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from ._config import SEARCH_CHUNK_RETRIES
+from ._threads import available_cores, pin_worker_threads
+
+
+def _init_worker() -> None:
+    pin_worker_threads()
+
+
+class ChunkFailed(RuntimeError):
+    """A chunk failed more often than the retry limit allows."""
+
+
+def run_serial(fn, make_task, chunk_ids, on_result) -> None:
+    for cid in chunk_ids:
+        on_result(fn(make_task(cid)))
+
+
+def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None,
+                     retries=SEARCH_CHUNK_RETRIES) -> None:
+    """All local cores (or ``workers``), one thread each, chunks kept in flight 2 per worker."""
+    workers = workers or available_cores()
+    pending = list(chunk_ids)[::-1]  # pop() from the end keeps chunk order
+    failures: dict = {}
+    # spawn: a forked child would inherit OpenMP/numba thread pools of the parent, which hang.
+    ctx = multiprocessing.get_context("spawn")
+    while pending:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker)
+        in_flight = {}
+        broken = False
+        try:
+            while pending or in_flight:
+                while pending and len(in_flight) < 2 * workers and not broken:
+                    cid = pending.pop()
+                    try:
+                        in_flight[pool.submit(fn, make_task(cid))] = cid
+                    except BrokenProcessPool:
+                        pending.append(cid)
+                        broken = True
+                if not in_flight:
+                    break
+                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    cid = in_flight.pop(fut)
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        _count_failure(failures, cid, retries, "its worker process died")
+                        pending.append(cid)
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - retried, then reported
+                        _count_failure(failures, cid, retries, f"{type(exc).__name__}: {exc}")
+                        pending.append(cid)
+                        continue
+                    on_result(result)
+                if broken:
+                    # Every chunk still in flight on a broken pool is lost: run it again.
+                    for fut, cid in in_flight.items():
+                        pending.append(cid)
+                    in_flight.clear()
+                    break
+        finally:
+            pool.shutdown(wait=not broken, cancel_futures=True)
+
+
+def _count_failure(failures, cid, retries, why):
+    failures[cid] = failures.get(cid, 0) + 1
+    if failures[cid] > retries:
+        raise ChunkFailed(f"chunk {cid} failed {failures[cid]} times; last: {why}")
+    print(f"phaze search: chunk {cid} failed ({why}); retrying", file=sys.stderr)
+
+
+def _dask_worker_setup():  # pragma: no cover - runs on Dask workers
+    pin_worker_threads()
+    return True
+
+
+def run_dask(fn, make_task, chunk_ids, on_result, *, address, retries=SEARCH_CHUNK_RETRIES,
+             connect_timeout_s=30.0) -> None:
+    """The same chunks on a Dask distributed cluster at ``address`` (tcp://HOST:PORT)."""
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise ValueError("--address needs Dask distributed: pip install 'phaze[dask]'") from None
+    if not str(address).startswith(("tcp://", "tls://", "ucx://", "inproc://")):
+        raise ValueError(f"address must look like tcp://HOST:PORT, got {address!r}")
+    try:
+        client = Client(address, timeout=connect_timeout_s)
+    except OSError as exc:
+        raise ValueError(f"address: cannot reach a Dask scheduler at {address} ({exc})") from None
+    try:
+        client.run(_dask_worker_setup)
+        failures: dict = {}
+        futures = {}
+        stamp = f"{time.time_ns():x}"
+
+        def submit(cid, attempt):
+            fut = client.submit(fn, make_task(cid), pure=False, retries=retries,
+                                key=f"phaze-chunk-{stamp}-{cid}-{attempt}")
+            futures[fut.key] = cid
+            return fut
+
+        try:
+            slots = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+        except Exception:  # noqa: BLE001 - older/newer scheduler_info layouts
+            slots = 1
+        limit = max(2, 2 * slots)  # bounded, so tasks made later see a higher pruning floor
+        pending = list(chunk_ids)[::-1]
+        queue = as_completed([submit(pending.pop(), 0) for _ in range(min(limit, len(pending)))],
+                             with_results=False)
+        for fut in queue:
+            cid = futures.pop(fut.key)
+            try:
+                result = fut.result()
+            except Exception as exc:  # noqa: BLE001 - KilledWorker and friends: retry
+                _count_failure(failures, cid, retries, f"{type(exc).__name__}: {exc}")
+                queue.add(submit(cid, failures[cid]))
+                continue
+            finally:
+                fut.release()
+            on_result(result)
+            if pending:
+                queue.add(submit(pending.pop(), 0))
+    finally:
+        client.close()

@@ -1,0 +1,457 @@
+"""The work of one chunk of the architecture space (runs inside a worker process).
+
+For a chunk of architecture rows and every model, microbatch and valid
+tensor-parallel width: operator latencies → layer schedules (forward and
+backward of each layer kind) → one placement problem per (architecture, HBM
+capacity, recomputation) over all valid widths → ``solve_many``. Python loops
+run per (model, microbatch, width, layer kind) and per (HBM, recomputation),
+never per architecture inside the expensive steps: the kernels take the whole
+chunk at once.
+
+Pruning (``prune=True``) only skips work whose *valid* upper bound on
+throughput lies strictly below a throughput already reached by an evaluated
+point of the space, so it never changes the best answer:
+
+* time per batch ≥ max over plans of the placement model's lower bound derived
+  in :func:`time_per_batch_lower_bound` from per-layer forward+backward times;
+* per-layer times are bounded below without scheduling by
+  :func:`_layer_lower_bounds` (critical path and per-resource work), so whole
+  architectures can be skipped before ``schedule_many`` runs.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+from numba import njit
+
+#: Order of the layer kinds in a ModelGraph chain (embedding, block × n_layers, head).
+LAYER_KINDS = ("embedding", "block", "head")
+
+
+# --------------------------------------------------------------------------
+# Backend: the real modules, looked up at call time (tests may substitute).
+# --------------------------------------------------------------------------
+def _real_backend():
+    from . import cost, graph, placement, schedule
+
+    return SimpleNamespace(
+        build_layers=graph.build_layers,
+        op_latencies=cost.op_latencies,
+        roofline_bounds=cost.roofline_bounds,
+        schedule_many=schedule.schedule_many,
+        PlacementProblem=placement.PlacementProblem,
+        solve_many=placement.solve_many,
+    )
+
+
+_BACKEND = None
+
+
+def backend():
+    """The functions the pipeline calls (phaze.graph/cost/schedule/placement)."""
+    global _BACKEND
+    if _BACKEND is None:
+        _BACKEND = _real_backend()
+    return _BACKEND
+
+
+def set_backend(namespace) -> None:
+    """Replace the backend (tests only; ``None`` restores the real modules)."""
+    global _BACKEND
+    _BACKEND = namespace
+    _LAYER_CACHE.clear()
+
+
+# --------------------------------------------------------------------------
+# Layer graphs, cached per worker: they depend on (model, microbatch, t) only.
+# --------------------------------------------------------------------------
+_LAYER_CACHE: dict = {}
+_LAYER_CACHE_SIZE = 64
+
+
+def model_graph(model, microbatch: int, tensor_parallel: int):
+    key = (model, int(microbatch), int(tensor_parallel))
+    mg = _LAYER_CACHE.get(key)
+    if mg is None:
+        if len(_LAYER_CACHE) >= _LAYER_CACHE_SIZE:
+            _LAYER_CACHE.pop(next(iter(_LAYER_CACHE)))
+        mg = backend().build_layers(model, int(microbatch), int(tensor_parallel))
+        _LAYER_CACHE[key] = mg
+    return mg
+
+
+def chain_kind_index(mg) -> np.ndarray:
+    """For each position of the layer chain, the index of its layer in ``mg.layers``."""
+    return np.repeat(np.arange(len(mg.layers)), [int(layer.count) for layer in mg.layers])
+
+
+def chain_static(mg):
+    """Arrays of the chain that do not depend on the architecture (one width).
+
+    Returns (param_bytes, activation_bytes, tensor_parallel, edge_bytes) with
+    lengths L, L, L, L−1: activation = the layer's stash, edge = the source layer's
+    boundary bytes.
+    """
+    idx = chain_kind_index(mg)
+    P = np.array([float(mg.layers[k].param_bytes) for k in idx])
+    A = np.array([float(mg.layers[k].stash_bytes) for k in idx])
+    T = np.array([bool(mg.layers[k].tensor_parallel) for k in idx])
+    E = np.array([float(mg.layers[k].boundary_bytes) for k in idx[:-1]])
+    return P, A, T, E
+
+
+# --------------------------------------------------------------------------
+# Bounds
+# --------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _layer_lower_bounds_kernel(kind, pred_ptr, pred_idx, order, single, intra, num_tc, num_vc):
+    """Lower bound on a layer's makespan per architecture, from operator latencies.
+
+    Valid for the schedule model of DESIGN §2.5: every operator takes at least
+    min(single, intra) and waits for its predecessors (critical path); tensor-core
+    busy time is single (one core) or num_tc·intra (all cores), so the makespan is at
+    least the total of the cheaper of the two over num_tc (same for vector cores);
+    collectives share one link, one at a time.
+    """
+    n_ops, n_archs = single.shape
+    out = np.zeros(n_archs)
+    finish = np.zeros(n_ops)
+    for a in range(n_archs):
+        tc_work = 0.0
+        vc_work = 0.0
+        link = 0.0
+        for j in range(n_ops):
+            i = order[j]
+            start = 0.0
+            for p in range(pred_ptr[i], pred_ptr[i + 1]):
+                f = finish[pred_idx[p]]
+                if f > start:
+                    start = f
+            dur = min(single[i, a], intra[i, a])
+            finish[i] = start + dur
+            k = kind[i]
+            if k == 0 or k == 2:
+                tc_work += min(single[i, a], num_tc[a] * intra[i, a])
+            if k == 1 or k == 2:
+                vc_work += min(single[i, a], num_vc[a] * intra[i, a])
+            if k == 3:
+                link += dur
+        cp = 0.0
+        for i in range(n_ops):
+            if finish[i] > cp:
+                cp = finish[i]
+        best = cp
+        if tc_work / num_tc[a] > best:
+            best = tc_work / num_tc[a]
+        if vc_work / num_vc[a] > best:
+            best = vc_work / num_vc[a]
+        if link > best:
+            best = link
+        out[a] = best
+    return out
+
+
+def layer_lower_bounds(op_graph, single, intra, num_tc, num_vc) -> np.ndarray:
+    """Seconds per architecture no schedule of ``op_graph`` can beat (see kernel docstring)."""
+    return _layer_lower_bounds_kernel(
+        np.ascontiguousarray(op_graph.kind, dtype=np.int64),
+        np.ascontiguousarray(op_graph.pred_ptr, dtype=np.int64),
+        np.ascontiguousarray(op_graph.pred_idx, dtype=np.int64),
+        np.ascontiguousarray(op_graph.order, dtype=np.int64),
+        np.ascontiguousarray(single, dtype=np.float64),
+        np.ascontiguousarray(intra, dtype=np.float64),
+        np.ascontiguousarray(num_tc, dtype=np.float64),
+        np.ascontiguousarray(num_vc, dtype=np.float64))
+
+
+def time_per_batch_lower_bound(total_s, max_layer_s, first_param_bytes, bandwidth,
+                               devices: int, n_layers: int, microbatches: int) -> np.ndarray:
+    """Valid lower bound on the placement model's time per batch, per architecture.
+
+    ``total_s``: Σ over the chain of forward+backward seconds of each layer;
+    ``max_layer_s``: the largest single-layer forward+backward; ``first_param_bytes``:
+    parameter bytes of the chain's first layer (always in the first stage);
+    ``bandwidth`` bytes/s. For a plan with S stages and d replicas: every stage
+    load is ≥ the forward+backward sum of its layers, so max load ≥ total/S and
+    ≥ max_layer; S ≤ min(devices // d, layers); time = max_load·(⌈m/d⌉ + S − 1) +
+    4(d−1)·P_first/(bandwidth·d), and (c + S − 1)/S decreases in S. The bound is
+    the minimum over d of the resulting expression.
+    """
+    total_s = np.asarray(total_s, dtype=np.float64)[:, None]
+    max_layer_s = np.asarray(max_layer_s, dtype=np.float64)[:, None]
+    bandwidth = np.asarray(bandwidth, dtype=np.float64)[:, None]
+    d = np.arange(1, min(devices, microbatches) + 1, dtype=np.float64)[None, :]
+    c = np.ceil(microbatches / d)
+    s_max = np.minimum(np.floor(devices / d), n_layers)
+    pipeline = total_s * (c + s_max - 1.0) / s_max
+    bound = np.maximum(pipeline, max_layer_s * c) + 4.0 * (d - 1.0) * first_param_bytes / (bandwidth * d)
+    return bound.min(axis=1)
+
+
+# --------------------------------------------------------------------------
+# Plans → table columns
+# --------------------------------------------------------------------------
+def stage_summary(placement, layer_names_count: int) -> tuple[int, int, str]:
+    """(stages, devices used by one replica, layers per stage as 'a,b,c')."""
+    stages = list(placement.stages or [])
+    if not stages:
+        return 0, 0, ""
+    sizes = ",".join(str(len(ids)) for ids, _ in stages)
+    return len(stages), int(sum(int(dev) for _, dev in stages)), sizes
+
+
+COLUMNS = (  # name, dtype of the column the chunk returns
+    ("model", np.int64), ("arch_id", np.int64), ("microbatch", np.int64), ("hbm_gib", np.float64),
+    ("recompute", np.bool_), ("feasible", np.bool_), ("time_per_batch_s", np.float64),
+    ("samples_per_s", np.float64), ("tensor_parallel", np.int64), ("data_parallel", np.int64),
+    ("pipeline_parallel", np.int64), ("devices_used", np.int64), ("stage_layers", object),
+    ("reason", object),
+)
+
+
+class _Rows:
+    def __init__(self):
+        self.cols = {name: [] for name, _ in COLUMNS}
+
+    def add(self, **values):
+        for name, _ in COLUMNS:
+            self.cols[name].append(values[name])
+
+    def arrays(self):
+        return {name: np.array(self.cols[name], dtype=dt) for name, dt in COLUMNS}
+
+
+# --------------------------------------------------------------------------
+# The chunk
+# --------------------------------------------------------------------------
+def _latencies(model, mb, widths, archs, *, bounds=False):
+    """Operator latencies of every layer graph: {(t, kind index, 0 fw | 1 bw): (single, intra)}.
+
+    ``bounds``: cheap lower bounds on them instead (``phaze.cost.roofline_bounds``).
+    """
+    be = backend()
+    fn = be.roofline_bounds if bounds else be.op_latencies
+    out = {}
+    for t in widths:
+        for k, layer in enumerate(model_graph(model, mb, t).layers):
+            for direction, g in enumerate((layer.forward, layer.backward)):
+                out[t, k, direction] = fn(g, archs)
+    return out
+
+
+def _layer_times(model, mb, widths, lat, archs, gap, cols=None, lower_only=False):
+    """Per width: (forward, backward) seconds per layer kind, shape (kinds, n_archs) each.
+
+    ``cols`` selects architectures (columns of the latency arrays) and rows of ``archs``;
+    ``lower_only`` returns the scheduling-free lower bounds instead of schedules.
+    """
+    be = backend()
+    if cols is not None:
+        archs = archs[cols]
+    num_tc = archs["num_tc"].astype(np.int64)
+    num_vc = archs["num_vc"].astype(np.int64)
+    out = {}
+    for t in widths:
+        mg = model_graph(model, mb, t)
+        fw = np.empty((len(mg.layers), len(archs)))
+        bw = np.empty_like(fw)
+        for k, layer in enumerate(mg.layers):
+            for direction, (g, dest) in enumerate(((layer.forward, fw), (layer.backward, bw))):
+                single, intra = lat[t, k, direction]
+                if cols is not None:
+                    single, intra = single[:, cols], intra[:, cols]
+                single = np.ascontiguousarray(single, dtype=np.float64)
+                intra = np.ascontiguousarray(intra, dtype=np.float64)
+                if lower_only:
+                    dest[k] = layer_lower_bounds(g, single, intra, num_tc, num_vc)
+                else:
+                    makespan, _lb, status = be.schedule_many(g, single, intra, num_tc, num_vc, gap=gap)
+                    ms = np.array(makespan, dtype=np.float64)
+                    st = np.asarray(status)
+                    if st.dtype.kind in "iu":  # codes: 0 optimal, 1 certified, 2 limit, 3 infeasible
+                        ok = st <= 2
+                    else:
+                        ok = np.isin(st.astype(str), ("optimal", "certified", "limit"))
+                    ms[~ok | ~np.isfinite(ms)] = np.inf
+                    dest[k] = ms
+        out[t] = (fw, bw)
+    return out
+
+
+def _throughput_upper_bounds(model, mb, widths, times, archs, devices, global_batch):
+    """Valid upper bound on samples/s per architecture for one (model, microbatch)."""
+    m = global_batch // mb
+    best_time = np.full(len(archs), np.inf)
+    bandwidth = archs["net_gb_per_s"].astype(np.float64) * 1e9
+    for t in widths:
+        mg = model_graph(model, mb, t)
+        counts = np.array([float(layer.count) for layer in mg.layers])
+        fw, bw = times[t]
+        per_layer = fw + bw
+        total = (per_layer * counts[:, None]).sum(axis=0)
+        max_layer = per_layer.max(axis=0)
+        n_layers = int(counts.sum())
+        first_param = float(mg.layers[0].param_bytes)
+        lb = time_per_batch_lower_bound(total, max_layer, first_param, bandwidth, devices, n_layers, m)
+        best_time = np.minimum(best_time, lb)
+    with np.errstate(divide="ignore"):
+        return np.where(best_time > 0, global_batch / best_time, np.inf)
+
+
+def run_chunk(task: dict) -> dict:
+    """Evaluate every point of one chunk; returns {"chunk_id", "columns", "block_t1_mb1_s", ...}.
+
+    ``task`` keys: chunk_id, archs (structured rows), arch_ids, models (list of
+    ModelSpec), widths (per model: list of valid t), devices, global_batch,
+    microbatch, hbm_gib (tuple; None entries mean the row's own), recompute,
+    optimizer, gap, prune, floors (per model: best samples/s reached so far, or 0),
+    incumbents (several models: list of per-model throughput vectors of evaluated
+    architectures), want_block (compute block fw+bw at t = 1, microbatch 1).
+    """
+    archs = task["archs"]
+    arch_ids = np.asarray(task["arch_ids"], dtype=np.int64)
+    models = task["models"]
+    n_models = len(models)
+    devices, global_batch = int(task["devices"]), int(task["global_batch"])
+    gap = float(task["gap"])
+    prune = bool(task.get("prune"))
+    floors = [float(x) for x in task.get("floors") or [0.0] * n_models]
+    incumbents = [np.asarray(v, dtype=np.float64) for v in task.get("incumbents") or []]
+    be = backend()
+    n_archs = len(archs)
+    rows = _Rows()
+    pruned = 0
+
+    # Per-arch bound across all of a model's points, for arch-level pruning before scheduling.
+    keep_arch = np.ones(n_archs, dtype=bool)
+    if prune and n_archs:
+        ub = np.zeros((n_models, n_archs))
+        for mi, model in enumerate(models):
+            widths = task["widths"][mi]
+            for mb in task["microbatch"]:
+                if not widths:
+                    continue
+                lat = _latencies(model, mb, widths, archs, bounds=True)
+                lower = _layer_times(model, mb, widths, lat, archs, gap, lower_only=True)
+                ub[mi] = np.maximum(ub[mi], _throughput_upper_bounds(
+                    model, mb, widths, lower, archs, devices, global_batch))
+        keep_arch = _survivors(ub, floors, incumbents)
+
+    block = None
+    if task.get("want_block"):
+        block = np.full((n_models, n_archs), np.inf)
+        for mi, model in enumerate(models):
+            mg = model_graph(model, 1, 1)
+            k = [layer.kind for layer in mg.layers].index("block")
+            t1 = _layer_times(model, 1, [1], _latencies(model, 1, [1], archs), archs, gap)[1]
+            block[mi] = t1[0][k] + t1[1][k]
+
+    n_points_arch = len(task["microbatch"]) * len(task["hbm_gib"]) * len(task["recompute"])
+    pruned += int((~keep_arch).sum()) * n_points_arch * n_models
+    sub = np.flatnonzero(keep_arch)
+    if sub.size:
+        sub_archs = archs[sub]
+        for mi, model in enumerate(models):
+            widths = list(task["widths"][mi])
+            for mb in task["microbatch"]:
+                m = global_batch // mb
+                times = {}
+                if widths:
+                    lat = _latencies(model, mb, widths, sub_archs)
+                    times = _layer_times(model, mb, widths, lat, sub_archs, gap)
+                point_ub = (_throughput_upper_bounds(model, mb, widths, times, sub_archs, devices,
+                                                     global_batch)
+                            if (prune and n_models == 1 and widths) else None)
+                statics = {t: chain_static(model_graph(model, mb, t)) for t in widths}
+                kind_idx = {t: chain_kind_index(model_graph(model, mb, t)) for t in widths}
+                for hbm in task["hbm_gib"]:
+                    for rc in task["recompute"]:
+                        order = np.arange(sub.size)
+                        if point_ub is not None:
+                            order = np.argsort(-point_ub, kind="stable")
+                        # Solve in small batches so the floor rises inside the chunk too.
+                        step = 16 if point_ub is not None else max(1, sub.size)
+                        for lo in range(0, order.size, step):
+                            batch = order[lo:lo + step]
+                            if point_ub is not None:
+                                skip = point_ub[batch] < floors[mi]
+                                pruned += int(skip.sum())
+                                batch = batch[~skip]
+                                if not batch.size:
+                                    continue
+                            _solve_batch(be, rows, mi, model, mb, m, hbm, rc, widths, times, statics,
+                                         kind_idx, sub_archs, arch_ids[sub], batch, devices,
+                                         global_batch, task["optimizer"], floors)
+    return {"chunk_id": int(task["chunk_id"]), "columns": rows.arrays(), "pruned": pruned,
+            "block_fwbw_s": block}
+
+
+def _survivors(ub, floors, incumbents) -> np.ndarray:
+    """Architectures whose throughput upper bounds could still reach the best answer."""
+    n_models = ub.shape[0]
+    if n_models == 1:
+        return ub[0] >= floors[0]
+    keep = np.ones(ub.shape[1], dtype=bool)
+    # Several models: an architecture is skipped only when one already evaluated
+    # architecture beats its upper bound for every model (then its normalised mean
+    # is below that architecture's whatever the per-model bests turn out to be).
+    for inc in incumbents:
+        keep &= ~np.all(ub < inc[:, None], axis=0)
+    return keep
+
+
+def make_problem(**fields):
+    """A PlacementProblem; through the trusted constructor when the placement module has one
+    (the arrays built here are checked by construction: finite, non-negative, right shapes)."""
+    cls = backend().PlacementProblem
+    trusted = getattr(cls, "_from_trusted_arrays", None)
+    return trusted(**fields) if trusted is not None else cls(**fields)
+
+
+def _solve_batch(be, rows, mi, model, mb, m, hbm, rc, widths, times, statics, kind_idx, archs,
+                 arch_ids, batch, devices, global_batch, optimizer, floors):
+    widths_arr = np.array(widths, dtype=np.int64)
+    problems, where = [], []
+    for a in batch:
+        a = int(a)
+        hbm_a = float(archs["hbm_gib"][a]) if hbm is None else float(hbm)
+        ok_w = [t for t in widths if np.all(np.isfinite(times[t][0][:, a]))
+                and np.all(np.isfinite(times[t][1][:, a]))]
+        if not ok_w:
+            reason = ("no valid tensor-parallel width" if not widths
+                      else "no layer schedule found for any width")
+            rows.add(model=mi, arch_id=arch_ids[a], microbatch=mb, hbm_gib=hbm_a, recompute=rc,
+                     feasible=False, time_per_batch_s=math.inf, samples_per_s=0.0, tensor_parallel=0,
+                     data_parallel=0, pipeline_parallel=0, devices_used=0, stage_layers="",
+                     reason=reason)
+            continue
+        sel = [widths.index(t) for t in ok_w]
+        fw = np.stack([times[t][0][kind_idx[t], a] for t in ok_w])
+        bw = np.stack([times[t][1][kind_idx[t], a] for t in ok_w])
+        P = np.stack([statics[t][0] for t in ok_w])
+        A = np.stack([statics[t][1] for t in ok_w])
+        T = np.stack([statics[t][2] for t in ok_w])
+        E = np.stack([statics[t][3] for t in ok_w])
+        problems.append(make_problem(
+            widths=widths_arr[sel], forward_s=fw, backward_s=bw, param_bytes=P, activation_bytes=A,
+            tensor_parallel=T, edge_bytes=E, devices=devices, memory_bytes=hbm_a * 2.0 ** 30,
+            bandwidth=float(archs["net_gb_per_s"][a]) * 1e9, microbatches=m, recompute=bool(rc),
+            optimizer=optimizer, layer_ids=np.arange(fw.shape[1], dtype=np.int64)))
+        where.append((a, hbm_a))
+    if not problems:
+        return
+    for (a, hbm_a), plan in zip(where, be.solve_many(problems)):
+        feasible = bool(plan.feasible) and math.isfinite(float(plan.time_per_batch))
+        tpb = float(plan.time_per_batch) if feasible else math.inf
+        sps = global_batch / tpb if feasible and tpb > 0 else 0.0
+        stages, dev, sizes = stage_summary(plan, 0) if feasible else (0, 0, "")
+        d = int(plan.data_parallel) if feasible else 0
+        rows.add(model=mi, arch_id=arch_ids[a], microbatch=mb, hbm_gib=hbm_a, recompute=bool(rc),
+                 feasible=feasible, time_per_batch_s=tpb, samples_per_s=sps,
+                 tensor_parallel=int(plan.tensor_parallel) if feasible else 0, data_parallel=d,
+                 pipeline_parallel=stages, devices_used=dev * d, stage_layers=sizes,
+                 reason="" if feasible else str(plan.reason or "infeasible"))
+        if sps > floors[mi]:
+            floors[mi] = sps
