@@ -97,13 +97,251 @@ def naive_gemm_flops(m, microbatch, tensor_parallel=1):
 # cost: operator latencies
 # ---------------------------------------------------------------------------
 
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def naive_gemm_traffic(batch, m, k, n, e, acc, cap, w, d):
+    """HBM bytes of a batch of M×K×N GEMMs: brute force over every tile size of the
+    three loop orders of phaze.cost (exact integer arithmetic; cap may be fractional)."""
+    if 0 in (batch, m, k, n):
+        return 0
+    kc = min(d, k)
+    best = math.inf
+    r = 1  # (a) output-stationary: power-of-two counts of row tiles × every tile width
+    while True:
+        tm = _ceil_div(m, r)
+        for tn in range(1, n + 1):
+            if acc * tm * tn + 2 * e * kc * (tm + tn) <= cap:
+                best = min(best, e * (m * k * _ceil_div(n, tn) + k * n * _ceil_div(m, tm) + m * n))
+        if tm <= 1:
+            break
+        r *= 2
+    tn = min(n, w)  # (b) A row block resident: every block height
+    for tm in range(1, m + 1):
+        if e * tm * k + 2 * e * kc * tn + acc * tm * tn <= cap:
+            best = min(best, e * (m * k + k * n * _ceil_div(m, tm) + m * n))
+    tm = min(m, w)  # (c) B column block resident: every block width
+    for tn in range(1, n + 1):
+        if e * k * tn + 2 * e * kc * tm + acc * tm * tn <= cap:
+            best = min(best, e * (m * k * _ceil_div(n, tn) + k * n + m * n))
+    if best == math.inf:
+        best = e * (2 * m * k * n + m * n)
+    return batch * best
+
+
+def naive_gemm_cycles(batch, m, k, n, w, d, cores):
+    """Cycles of a batch of GEMMs on `cores` weight-stationary arrays, by dealing every
+    pass to the cores round-robin and timing each core (rows cut in s = 1, 2, 4, … chunks
+    up to the first power of two ≥ min(cores, M), each chunk padded to ⌈M/s⌉ rows)."""
+    if 0 in (batch, m, k, n):
+        return 0
+    best = math.inf
+    s = 1
+    while True:
+        rows = _ceil_div(m, s)
+        busy = [0] * cores
+        passes = [max(rows, d)] * (batch * _ceil_div(k, d) * _ceil_div(n, w) * s)
+        for j, p in enumerate(passes):
+            busy[j % cores] += p
+        best = min(best, max(busy) + d + w - 1)
+        if s >= cores or s >= m:
+            break
+        s *= 2
+    return best
+
+
+def naive_op_latencies(op_graph, archs, acc_bytes=4, single_buffer_fraction=1.0):
+    """phaze.cost.op_latencies one operator and one architecture at a time (no dedupe)."""
+    n_ops, n_archs = op_graph.n_ops, len(archs)
+    single = np.zeros((n_ops, n_archs))
+    intra = np.zeros((n_ops, n_archs))
+    e = op_graph.bytes_per_element
+    for a, row in enumerate(archs):
+        hz = float(row["clock_ghz"]) * 1e9
+        bw = float(row["hbm_gb_per_s"]) * 1e9
+        cap = float(row["buffer_mib"]) * 2 ** 20
+        w, d, p = int(row["tc_width"]), int(row["tc_depth"]), int(row["num_tc"])
+        lanes, nvc = int(row["vc_width"]), int(row["num_vc"])
+        for i in range(n_ops):
+            kind = int(op_graph.kind[i])
+            moved = int(op_graph.bytes_in[i]) + int(op_graph.bytes_out[i])
+            if kind == 3:
+                g = int(op_graph.group_size[i])
+                link = row["link_gb_per_s"] if g <= row["node_size"] else row["net_gb_per_s"]
+                t = 0.0 if g == 1 else 2 * (g - 1) / g * int(op_graph.comm_bytes[i]) / (float(link) * 1e9)
+                single[i, a] = intra[i, a] = t
+                continue
+            el, cpe = int(op_graph.elements[i]), float(op_graph.cycles_per_element[i])
+            vec1 = (_ceil_div(el, lanes) * cpe / hz) if el else 0.0
+            vecp = (_ceil_div(el, lanes * nvc) * cpe / hz) if el else 0.0
+            if kind == 1:
+                single[i, a] = max(vec1, moved / bw)
+                intra[i, a] = max(vecp, moved / bw)
+                continue
+            b, m, k, n = (int(x) for x in op_graph.dims[i])
+            extra = max(0, moved - e * b * (m * k + k * n + m * n))
+            t1 = max(naive_gemm_cycles(b, m, k, n, w, d, 1) / hz,
+                     (naive_gemm_traffic(b, m, k, n, e, acc_bytes, cap * single_buffer_fraction, w, d)
+                      + extra) / bw)
+            tp = max(naive_gemm_cycles(b, m, k, n, w, d, p) / hz,
+                     (naive_gemm_traffic(b, m, k, n, e, acc_bytes, cap, w, d) + extra) / bw)
+            if kind == 2:
+                t1, tp = max(t1, vec1), max(tp, vecp)
+            single[i, a], intra[i, a] = t1, tp
+    return single, intra
+
+
 # ---------------------------------------------------------------------------
 # schedule: exhaustive search over modes and event orders (DAGs up to 7 operators)
 # ---------------------------------------------------------------------------
 
+
+def schedule_optimum(kind, preds, single, intra, num_tc, num_vc):
+    """Minimum makespan of one layer on one chip by brute force.
+
+    Tries every mode of every operator and every order of the operators that respects
+    precedence ("event order"); each operator in turn starts at the earliest time at or
+    after its predecessors' finish where the rules hold (checked directly against every
+    operator already placed). Every active schedule arises this way, and some optimal
+    schedule is active (shift anything left that can be), so the minimum over all of
+    them is the optimum. Partial orders already as long as the best found are cut.
+
+    kind: list of 0 GEMM / 1 vector / 2 fused / 3 collective; preds: list of lists.
+    Returns (makespan, starts, modes)."""
+    n = len(kind)
+    uses_tc = [k in (0, 2) for k in kind]
+    uses_vc = [k in (1, 2) for k in kind]
+    compute = [k != 3 for k in kind]
+    best = [math.inf, None, None]
+
+    def overlaps(s1, f1, s2, f2):
+        return s1 < f2 and s2 < f1
+
+    def fits(j, mode, t, d, placed):
+        if d <= 0:
+            return True
+        others = [(i, s, f, m) for (i, s, f, m) in placed if f > s and overlaps(t, t + d, s, f)]
+        for i, s, f, m in others:
+            if compute[j] and compute[i] and (mode == 1 or m == 1):
+                return False  # an intra-op operator overlaps no other compute operator
+            if not compute[j] and not compute[i]:
+                return False  # one collective at a time on the link
+        if not compute[j]:
+            return True
+        # one-core capacity: count at t and at every start inside [t, t + d)
+        points = [t] + [s for (_, s, _, _) in others if t < s < t + d]
+        for p in points:
+            running = [(i, m) for (i, s, f, m) in others if s <= p < f]
+            tcs = sum(1 for i, m in running if uses_tc[i] and m == 0) + (uses_tc[j] and mode == 0)
+            vcs = sum(1 for i, m in running if uses_vc[i] and m == 0) + (uses_vc[j] and mode == 0)
+            if tcs > num_tc or vcs > num_vc:
+                return False
+        return True
+
+    def extend(placed, finish, makespan):
+        if makespan >= best[0]:
+            return
+        if len(placed) == n:
+            starts = [0.0] * n
+            modes = [0] * n
+            for i, s, f, m in placed:
+                starts[i] = s
+                modes[i] = m
+            best[:] = [makespan, starts, modes]
+            return
+        done = {i for i, _, _, _ in placed}
+        for j in range(n):
+            if j in done or any(p not in done for p in preds[j]):
+                continue
+            est = max([finish[p] for p in preds[j]], default=0.0)
+            for mode in ((0,) if kind[j] == 3 else (0, 1)):
+                d = single[j] if mode == 0 else intra[j]
+                candidates = sorted({est} | {f for (_, _, f, _) in placed if f >= est})
+                t = next(c for c in candidates if fits(j, mode, c, d, placed))
+                finish[j] = t + d
+                extend(placed + [(j, t, t + d, mode)], finish, max(makespan, t + d))
+                del finish[j]
+
+    extend([], {}, 0.0)
+    return best[0], best[1], best[2]
+
 # ---------------------------------------------------------------------------
 # placement: brute force over widths, cuts and data-parallel degrees
 # ---------------------------------------------------------------------------
+
+def placement_stage(problem, w, first, last, position):
+    """(load seconds, memory bytes per device) of layers first..last at ``position``, from the README rules."""
+    L = problem.forward_s.shape[1]
+    bw_ = problem.bandwidth
+    wait_in = problem.edge_bytes[w][first - 1] / bw_ if first > 0 else 0.0
+    wait_out = problem.edge_bytes[w][last] / bw_ if last < L - 1 else 0.0
+    t = wait_in
+    for i in range(first, last + 1):
+        t += problem.forward_s[w][i]
+    fw_finish = t
+    t = wait_out
+    for i in reversed(range(first, last + 1)):
+        t += problem.backward_s[w][i]
+    bw_finish = t
+    if problem.recompute and position > 1:
+        t = 0.0
+        for i in range(first, last + 1):
+            t += problem.forward_s[w][i]
+        t = max(t, wait_out)
+        for i in reversed(range(first, last + 1)):
+            t += problem.backward_s[w][i]
+        load = fw_finish + t
+    else:
+        load = fw_finish + bw_finish
+    P = sum(float(problem.param_bytes[w][i]) for i in range(first, last + 1))
+    A = sum(float(problem.activation_bytes[w][i]) for i in range(first, last + 1))
+    const = 2 * P + (P if problem.optimizer == "adam" else 0.0) + A
+    if problem.recompute:
+        stash = problem.edge_bytes[w][first - 1] if first > 0 else 0.0
+    else:
+        stash = A
+    return load, const + (position - 1) * stash
+
+
+def placement_brute_force(problem):
+    """Optimum over every width t <= devices, every cut of the chain and every d.
+
+    Returns (time_per_batch, t, d, stage_bounds) with stage_bounds a list of
+    (first, last) layer indices, or (math.inf, None, None, None) when nothing fits.
+    Ties keep the smaller width (then the first plan met).
+    """
+    L = problem.forward_s.shape[1]
+    D, m = problem.devices, problem.microbatches
+    best = (math.inf, None, None, None)
+    for w in sorted(range(len(problem.widths)), key=lambda w: problem.widths[w]):
+        t = int(problem.widths[w])
+        if t > D:
+            continue
+        for S in range(1, min(D, L) + 1):
+            for cut in itertools.combinations(range(1, L), S - 1):
+                edges = (0,) + cut + (L,)
+                bounds = [(edges[k], edges[k + 1] - 1) for k in range(S)]
+                loads, fits, devices = [], True, 0
+                for k, (a, b) in enumerate(bounds):
+                    load, mem = placement_stage(problem, w, a, b, S - k)
+                    if mem > problem.memory_bytes:
+                        fits = False
+                        break
+                    loads.append(load)
+                    devices += t if any(problem.tensor_parallel[w][a:b + 1]) else 1
+                if not fits:
+                    continue
+                p_first = sum(float(problem.param_bytes[w][i]) for i in range(bounds[0][0], bounds[0][1] + 1))
+                for d in range(1, min(D, m) + 1):
+                    if devices > D // d:
+                        break
+                    time = (max(loads) * (math.ceil(m / d) + S - 1)
+                            + 4 * (d - 1) * p_first / (problem.bandwidth * d))
+                    if time < best[0]:
+                        best = (time, t, d, bounds)
+    return best
+
 
 # ---------------------------------------------------------------------------
 # search: brute force over architectures and knobs through public evaluation
