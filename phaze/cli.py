@@ -45,19 +45,46 @@ def _cmd_archs(args) -> int:
 
 
 def _cmd_place(args) -> int:
-    raise NotImplementedError("phaze place arrives with phaze.placement")
+    import json
+
+    from . import placement
+
+    problem = placement.load_phaze_json(args.file)
+    plan = placement.solve(problem)
+    if plan.feasible:
+        print(f"time per batch {plan.time_per_batch:.9g} s   tensor {plan.tensor_parallel}   "
+              f"data {plan.data_parallel}   pipeline {plan.pipeline_parallel}   "
+              f"devices {plan.devices_used} of {problem.devices}")
+        print(f"{'stage':>5}  {'layers':<24} {'devices':>7} {'load_s':>14} {'memory_bytes':>16}")
+        for s, ((ids, devices), load, memory) in enumerate(
+                zip(plan.stages, plan.stage_loads, plan.stage_memory)):
+            layers = f"{ids[0]}..{ids[-1]} ({len(ids)})" if len(ids) > 1 else f"{ids[0]} (1)"
+            print(f"{s:>5}  {layers:<24} {devices:>7} {load:>14.9g} {memory:>16.6g}")
+    else:
+        print(f"infeasible: {plan.reason}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(plan.to_json(), f, indent=1)
+            f.write("\n")
+    return 0
 
 
 def _cmd_search(args) -> int:
-    raise NotImplementedError("phaze search arrives with phaze.search")
+    from ._search_cli import cmd_search
+
+    return cmd_search(args)
 
 
 def _cmd_evaluate(args) -> int:
-    raise NotImplementedError("phaze evaluate arrives with phaze.search")
+    from ._search_cli import cmd_evaluate
+
+    return cmd_evaluate(args)
 
 
 def _cmd_plot(args) -> int:
-    raise NotImplementedError("phaze plot arrives with phaze.search")
+    from ._search_cli import cmd_plot
+
+    return cmd_plot(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,13 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", help="write the plan as JSON here")
     p.set_defaults(func=_cmd_place)
 
+    from ._search_cli import add_evaluate_arguments, add_plot_arguments, add_search_arguments
+
     p = sub.add_parser("search", help="joint architecture and placement search")
+    add_search_arguments(p)
     p.set_defaults(func=_cmd_search)
 
     p = sub.add_parser("evaluate", help="evaluate one architecture and strategy")
+    add_evaluate_arguments(p)
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("plot", help="plot throughput vs area from a result file")
+    add_plot_arguments(p)
     p.set_defaults(func=_cmd_plot)
     return parser
 
