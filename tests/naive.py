@@ -346,3 +346,43 @@ def placement_brute_force(problem):
 # ---------------------------------------------------------------------------
 # search: brute force over architectures and knobs through public evaluation
 # ---------------------------------------------------------------------------
+
+
+def search_compositions(n, parts):
+    """Every way to cut a chain of n layers into `parts` contiguous non-empty stages (sizes)."""
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        bounds = (0, *cuts, n)
+        yield [bounds[i + 1] - bounds[i] for i in range(parts)]
+
+
+def search_brute_force(model, archs, *, devices, global_batch, microbatch, hbm_gib, recompute,
+                       tensor_parallel, optimizer="sgd"):
+    """Best samples/s over every (architecture, t, d, cut, microbatch, HBM, recomputation),
+    each point scored by phaze.search.evaluate_point (which calls phaze.placement.evaluate).
+
+    Returns (best samples/s, the arguments of the best point); 0.0 when nothing is feasible.
+    """
+    from phaze import search
+
+    best, arg = 0.0, None
+    n_chain = model.n_layers + 2
+    for a in range(len(archs)):
+        row = archs[a:a + 1]
+        for mb in microbatch:
+            m = global_batch // mb
+            for hbm in hbm_gib:
+                for rc in recompute:
+                    for t in tensor_parallel:
+                        if not model.valid_tensor_parallel(t):
+                            continue
+                        for d in range(1, min(devices, m) + 1):
+                            for p in range(1, min(devices, n_chain) + 1):
+                                for sizes in search_compositions(n_chain, p):
+                                    r = search.evaluate_point(
+                                        model, row, t, p, d, mb, rc, devices=devices,
+                                        global_batch=global_batch, hbm_gib=hbm,
+                                        optimizer=optimizer, stages=sizes)
+                                    if r["feasible"] and r["samples_per_s"] > best:
+                                        best = r["samples_per_s"]
+                                        arg = (a, t, d, tuple(sizes), mb, hbm, rc)
+    return best, arg

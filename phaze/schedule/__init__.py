@@ -1,0 +1,504 @@
+"""Certified operator schedules of one layer on one multi-core chip (DESIGN §2.5).
+
+Given an :class:`~phaze.graph.OpGraph`, each operator's latency on one core of its
+type (``single``) and intra-op over all cores of its type(s) (``intra``), both in
+seconds, and the chip's ``num_tc`` tensor cores and ``num_vc`` vector cores, choose
+per operator a mode (0 one core, 1 intra-op) and a start time minimising the
+makespan, where
+
+* an operator starts after all its predecessors finish;
+* at most num_tc TCs and num_vc VCs are busy at once (a one-core GEMM holds one TC,
+  a one-core vector operator one VC, a one-core fused operator one TC and one VC);
+* an intra-op operator holds all cores and overlaps no other compute operator;
+* collectives use the chip's link one at a time and may overlap any compute.
+
+Methods: :func:`lower_bound`; :func:`list_schedule` (heuristic, always valid);
+:func:`milp_schedule` (exact MILP in HiGHS); :func:`schedule_layer` "auto", which
+splits the graph at *cut operators* (operators every other operator precedes or
+follows: the makespan is then the sum of the parts' makespans), list-schedules
+each part, solves small parts exactly by branch and bound and hands only parts
+still outside the gap to the MILP; :func:`schedule_many` runs the same compiled
+pipeline (without the MILP) over many architectures at once.
+
+Status strings: "optimal" (proved), "certified" (gap <= requested gap), "limit"
+(no proof within the gap in the time allowed; valid schedule, gap reported),
+"infeasible" (an architecture without cores of a needed type, ``schedule_many``
+only), "error" (the solver failed; the list schedule is returned).
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import _config
+from .._threads import kernel_threads
+from .._validate import finite_nonneg_array, nonneg_float, nonneg_int, one_of
+from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
+from . import _kernels as _K
+
+__all__ = [
+    "Schedule", "schedule_layer", "schedule_many", "check_schedule", "lower_bound",
+    "list_schedule", "milp_schedule", "STATUS_NAMES", "STATUS_CODES", "clear_memo",
+]
+
+#: ``schedule_many`` status codes → names (``STATUS_NAMES[code]``).
+STATUS_NAMES = ("optimal", "certified", "limit", "infeasible", "error")
+#: names → codes.
+STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
+
+#: Largest part (operators) solved exactly by branch and bound; larger parts go to the MILP.
+_EXACT_MAX = 10
+#: Search nodes allowed per branch and bound before giving up on proving that part.
+_NODE_LIMIT = 200_000
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """One layer's schedule on one chip.
+
+    makespan, lower_bound: seconds (lower_bound is the best bound proved);
+    starts: float64 (n_ops,) start times in seconds; modes: int8 (n_ops,), 0 one core,
+    1 intra-op (collectives 0); status: see the module docstring."""
+
+    makespan: float
+    lower_bound: float
+    starts: np.ndarray
+    modes: np.ndarray
+    status: str
+
+    @property
+    def gap(self) -> float:
+        """(makespan − lower_bound) / makespan, 0 for an empty makespan."""
+        if self.makespan <= 0:
+            return 0.0
+        return max(0.0, (self.makespan - self.lower_bound) / self.makespan)
+
+    def finish(self, single, intra) -> np.ndarray:
+        """Finish times (seconds) given the latencies the schedule was made for."""
+        single = np.asarray(single, dtype=np.float64).reshape(-1)
+        intra = np.asarray(intra, dtype=np.float64).reshape(-1)
+        return self.starts + np.where(self.modes == 1, intra, single)
+
+
+# ---------------------------------------------------------------------------
+# graph preparation (per graph, cached): segments and local CSR lists
+# ---------------------------------------------------------------------------
+class _Prepared:
+    """Operators reordered into segments with local CSR predecessor/successor lists."""
+
+    __slots__ = ("perm", "seg_ptr", "pred_ptr", "pred_idx", "succ_ptr", "succ_idx", "kind",
+                 "need_tc", "need_vc", "local_preds")
+
+
+_PREP_CACHE: "OrderedDict[tuple, _Prepared]" = OrderedDict()
+
+
+def _prepare(g: OpGraph, split: bool = True) -> _Prepared:
+    key = (g.content_hash(), split)
+    hit = _PREP_CACHE.get(key)
+    if hit is not None:
+        return hit
+    n = g.n_ops
+    order = np.asarray(g.order, dtype=np.int64)
+    # ancestors as a boolean matrix (layer graphs have tens of operators)
+    anc = np.zeros((n, n), dtype=bool)
+    for j in order:
+        for p in g.preds(j):
+            anc[j] |= anc[p]
+            anc[j, p] = True
+    if split:
+        n_anc = anc.sum(axis=1)
+        n_desc = anc.sum(axis=0)
+        is_cut = (n_anc + n_desc) == n - 1
+    else:
+        is_cut = np.zeros(n, dtype=bool)
+    seg_ptr = [0]
+    for pos, op in enumerate(order):
+        if is_cut[op]:
+            if seg_ptr[-1] != pos:
+                seg_ptr.append(pos)
+            seg_ptr.append(pos + 1)
+    if seg_ptr[-1] != n:
+        seg_ptr.append(n)
+    seg_of = np.empty(n, dtype=np.int64)
+    local = np.empty(n, dtype=np.int64)
+    for s in range(len(seg_ptr) - 1):
+        for q in range(seg_ptr[s], seg_ptr[s + 1]):
+            seg_of[order[q]] = s
+            local[order[q]] = q - seg_ptr[s]
+    preds_q = [[int(local[p]) for p in g.preds(op) if seg_of[p] == seg_of[op]] for op in order]
+    succs_q = [[] for _ in range(n)]
+    for q, op in enumerate(order):
+        s = seg_of[op]
+        for lp in preds_q[q]:
+            succs_q[seg_ptr[s] + lp].append(int(local[op]))
+    prep = _Prepared()
+    prep.perm = order
+    prep.seg_ptr = np.array(seg_ptr, dtype=np.int64)
+    prep.pred_ptr = np.cumsum([0] + [len(p) for p in preds_q]).astype(np.int64)
+    prep.pred_idx = np.array([x for p in preds_q for x in p], dtype=np.int64)
+    prep.succ_ptr = np.cumsum([0] + [len(s) for s in succs_q]).astype(np.int64)
+    prep.succ_idx = np.array([x for s in succs_q for x in s], dtype=np.int64)
+    prep.kind = np.ascontiguousarray(g.kind[order], dtype=np.int64)
+    prep.need_tc = bool(np.any((g.kind == KIND_GEMM) | (g.kind == KIND_FUSED)))
+    prep.need_vc = bool(np.any((g.kind == KIND_VECTOR) | (g.kind == KIND_FUSED)))
+    prep.local_preds = preds_q
+    _PREP_CACHE[key] = prep
+    while len(_PREP_CACHE) > 256:
+        _PREP_CACHE.popitem(last=False)
+    return prep
+
+
+# ---------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------
+def _check_graph(op_graph):
+    if not isinstance(op_graph, OpGraph):
+        raise ValueError(f"op_graph must be a phaze.graph.OpGraph, got {type(op_graph).__name__}")
+
+
+def _latency_vector(name, values, n):
+    arr = finite_nonneg_array(name, values)
+    if arr.shape not in ((n,), (n, 1)):
+        raise ValueError(f"{name} must have shape ({n},) (one latency per operator), got {arr.shape}")
+    return np.ascontiguousarray(arr.reshape(n))
+
+
+def _inputs(op_graph, single, intra, num_tc, num_vc):
+    _check_graph(op_graph)
+    n = op_graph.n_ops
+    ds = _latency_vector("single", single, n)
+    da = _latency_vector("intra", intra, n)
+    ntc = nonneg_int("num_tc", num_tc)
+    nvc = nonneg_int("num_vc", num_vc)
+    kind = op_graph.kind
+    if ntc == 0 and np.any((kind == KIND_GEMM) | (kind == KIND_FUSED)):
+        raise ValueError("num_tc must be >= 1 because the graph has GEMM or fused operators")
+    if nvc == 0 and np.any((kind == KIND_VECTOR) | (kind == KIND_FUSED)):
+        raise ValueError("num_vc must be >= 1 because the graph has vector or fused operators")
+    # a collective has one mode: its intra latency is its single latency
+    da = np.where(kind == KIND_COLLECTIVE, ds, da)
+    return ds, da, ntc, nvc
+
+
+def _gap_arg(gap):
+    g = nonneg_float("gap", gap)
+    if g >= 1.0:
+        raise ValueError(f"gap must be in [0, 1), got {gap!r}")
+    return g
+
+
+def _status_name(makespan, lb, optimal, gap):
+    return STATUS_NAMES[_K._status(makespan, lb, optimal, gap)]
+
+
+def _freeze(starts, modes):
+    starts = np.ascontiguousarray(starts, dtype=np.float64)
+    modes = np.ascontiguousarray(modes, dtype=np.int8)
+    starts.setflags(write=False)
+    modes.setflags(write=False)
+    return starts, modes
+
+
+# ---------------------------------------------------------------------------
+# public functions
+# ---------------------------------------------------------------------------
+def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
+    """A proven lower bound on the makespan (seconds): per part between cut operators,
+    the max of the critical path at each operator's faster mode, the chip-energy bound
+    (which includes the per-type work bounds Σ min(single, n·intra)/n) and the link's
+    work; summed over the parts."""
+    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    prep = _prepare(op_graph)
+    dsq, daq = ds[prep.perm], da[prep.perm]
+    total = 0.0
+    for s in range(len(prep.seg_ptr) - 1):
+        b, e = prep.seg_ptr[s], prep.seg_ptr[s + 1]
+        total += _K._segment_bound(prep.kind[b:e], dsq[b:e], daq[b:e], prep.succ_ptr[b:e + 1],
+                                   prep.succ_idx, ntc, nvc)
+    return float(total)
+
+
+def list_schedule(op_graph, single, intra, num_tc, num_vc, *, gap=None) -> Schedule:
+    """List schedule of the whole graph: operators by critical-path priority, started as
+    early as capacity allows, both modes tried (earliest finish) plus fixed-mode passes;
+    the best pass is returned with :func:`lower_bound`. Always valid."""
+    gap = _config.SCHEDULE_GAP if gap is None else _gap_arg(gap)
+    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    prep = _prepare(op_graph, split=False)
+    n = op_graph.n_ops
+    starts_q = np.empty(n)
+    modes_q = np.empty(n, np.int8)
+    ms = _K._list_schedule(prep.kind, ds[prep.perm], da[prep.perm], prep.pred_ptr, prep.pred_idx,
+                           prep.succ_ptr, prep.succ_idx, ntc, nvc, 0.0, starts_q, modes_q)
+    lb = min(lower_bound(op_graph, ds, da, ntc, nvc), ms)
+    starts = np.empty(n)
+    modes = np.empty(n, np.int8)
+    starts[prep.perm] = starts_q
+    modes[prep.perm] = modes_q
+    starts, modes = _freeze(starts, modes)
+    optimal = ms - lb <= _K._REL_EQ * ms
+    return Schedule(float(ms), float(lb), starts, modes, _status_name(ms, lb, optimal, gap))
+
+
+def milp_schedule(op_graph, single, intra, num_tc, num_vc, *, gap=None, time_limit=None,
+                  initial: Schedule | None = None) -> Schedule:
+    """Exact MILP (HiGHS, one thread, nothing printed) over the whole graph, started from
+    ``initial`` (default: the list schedule). ``gap`` is HiGHS's ``mip_rel_gap``;
+    ``time_limit`` in seconds. Status "optimal" when HiGHS proves optimality (gap ≤ 1e-9),
+    "certified" within ``gap``, else "limit"."""
+    from . import _milp
+
+    gap = _config.SCHEDULE_GAP if gap is None else _gap_arg(gap)
+    time_limit = _config.SCHEDULE_TIME_LIMIT_S if time_limit is None else nonneg_float(
+        "time_limit", time_limit)
+    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    if initial is None:
+        initial = list_schedule(op_graph, ds, da, ntc, nvc, gap=gap)
+    prep = _prepare(op_graph, split=False)
+    perm = prep.perm
+    lb0 = max(initial.lower_bound, 0.0)
+    try:
+        st_q, md_q, ms, lb, proved, _ = _milp.solve(
+            prep.kind[:], ds[perm], da[perm], prep.local_preds, ntc, nvc,
+            np.asarray(initial.starts)[perm], np.asarray(initial.modes)[perm], lb0, gap, time_limit)
+    except Exception:  # pragma: no cover - solver failure is reported, not raised
+        return Schedule(initial.makespan, initial.lower_bound, initial.starts, initial.modes, "error")
+    starts = np.empty(len(perm))
+    modes = np.empty(len(perm), np.int8)
+    starts[perm] = st_q
+    modes[perm] = md_q
+    starts, modes = _freeze(starts, modes)
+    status = "optimal" if proved else _status_name(ms, lb, False, gap)
+    return Schedule(float(ms), float(lb), starts, modes, status)
+
+
+_MEMO: "OrderedDict[tuple, Schedule]" = OrderedDict()
+
+
+def clear_memo() -> None:
+    """Forget every memoised :func:`schedule_layer` result."""
+    _MEMO.clear()
+
+
+def schedule_layer(op_graph, single, intra, num_tc, num_vc, *, gap=None, method="auto",
+                   time_limit=None) -> Schedule:
+    """Schedule one layer's operator DAG on one chip (latencies in seconds, per operator).
+
+    ``method``: "auto" (cut-operator split, list schedules, exact branch and bound on small
+    parts, MILP only on parts still outside ``gap``), "list" or "milp". ``gap`` (default
+    ``_config.SCHEDULE_GAP``) is the relative gap accepted as certified; ``time_limit``
+    (seconds, default ``_config.SCHEDULE_TIME_LIMIT_S``) bounds the MILP. Results are
+    memoised by a content hash of (graph, latencies, counts, options)."""
+    gap = _config.SCHEDULE_GAP if gap is None else _gap_arg(gap)
+    time_limit = _config.SCHEDULE_TIME_LIMIT_S if time_limit is None else nonneg_float(
+        "time_limit", time_limit)
+    method = one_of("method", method, ("auto", "list", "milp"))
+    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    key = (op_graph.content_hash(), ds.tobytes(), da.tobytes(), ntc, nvc, gap, method, time_limit)
+    hit = _MEMO.get(key)
+    if hit is not None:
+        _MEMO.move_to_end(key)
+        return hit
+    if method == "list":
+        result = list_schedule(op_graph, ds, da, ntc, nvc, gap=gap)
+    elif method == "milp":
+        result = milp_schedule(op_graph, ds, da, ntc, nvc, gap=gap, time_limit=time_limit)
+    else:
+        result = _auto(op_graph, ds, da, ntc, nvc, gap, time_limit)
+    _MEMO[key] = result
+    while len(_MEMO) > _config.SCHEDULE_MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return result
+
+
+def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
+    prep = _prepare(op_graph)
+    perm = prep.perm
+    n = op_graph.n_ops
+    nseg = len(prep.seg_ptr) - 1
+    dsq = np.ascontiguousarray(ds[perm])
+    daq = np.ascontiguousarray(da[perm])
+    starts_q = np.empty(n)
+    modes_q = np.empty(n, np.int8)
+    seg_ub = np.empty(nseg)
+    seg_lb = np.empty(nseg)
+    ms, lb, optimal = _K._solve(prep.kind, dsq, daq, prep.seg_ptr, prep.pred_ptr, prep.pred_idx,
+                                prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT,
+                                starts_q, modes_q, seg_ub, seg_lb)
+    status = None
+    if ms - lb > gap * ms and time_limit > 0:
+        ms, lb, optimal, status = _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit,
+                                                     starts_q, modes_q, seg_ub, seg_lb)
+    starts = np.empty(n)
+    modes = np.empty(n, np.int8)
+    starts[perm] = starts_q
+    modes[perm] = modes_q
+    starts, modes = _freeze(starts, modes)
+    if status is None:
+        status = _status_name(ms, lb, optimal, gap)
+    return Schedule(float(ms), float(lb), starts, modes, status)
+
+
+def _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit, starts_q, modes_q, seg_ub, seg_lb):
+    """MILP on the parts whose gap is still open (widest first), within ``time_limit``."""
+    from . import _milp
+
+    deadline = time.monotonic() + time_limit
+    seg_ptr = prep.seg_ptr
+    nseg = len(seg_ptr) - 1
+    offsets = np.concatenate([[0.0], np.cumsum(seg_ub)[:-1]])
+    errored = False
+    for s in sorted(range(nseg), key=lambda s: -(seg_ub[s] - seg_lb[s])):
+        total_ub, total_lb = seg_ub.sum(), seg_lb.sum()
+        if total_ub - total_lb <= gap * total_ub:
+            break
+        if seg_ub[s] - seg_lb[s] <= _K._REL_EQ * seg_ub[s]:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        b, e = seg_ptr[s], seg_ptr[s + 1]
+        # the part's own gap target: what keeps the whole within ``gap``
+        slack = gap * total_ub - (total_ub - total_lb) + (seg_ub[s] - seg_lb[s])
+        part_gap = min(max(slack / seg_ub[s], 0.0), gap) if seg_ub[s] > 0 else gap
+        try:
+            st, md, ub, lb, proved, _ = _milp.solve(
+                prep.kind[b:e], dsq[b:e], daq[b:e], prep.local_preds[b:e], ntc, nvc,
+                starts_q[b:e] - offsets[s], modes_q[b:e], seg_lb[s], part_gap, left)
+        except Exception:  # pragma: no cover - solver failure: keep the list schedule
+            errored = True
+            continue
+        if ub <= seg_ub[s]:
+            starts_q[b:e] = st + offsets[s]
+            modes_q[b:e] = md
+            seg_ub[s] = ub
+        seg_lb[s] = max(seg_lb[s], lb if not proved else seg_ub[s])
+    # re-lay the parts end to end with their (possibly shorter) makespans
+    offset = 0.0
+    for s in range(nseg):
+        b, e = seg_ptr[s], seg_ptr[s + 1]
+        starts_q[b:e] = starts_q[b:e] - offsets[s] + offset
+        offset += seg_ub[s]
+    ms, lb = float(seg_ub.sum()), float(seg_lb.sum())
+    optimal = bool(np.all(seg_ub - seg_lb <= _K._REL_EQ * seg_ub))
+    status = "error" if errored and ms - lb > gap * ms else None
+    return ms, lb, optimal, status
+
+
+def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=None):
+    """Schedule one graph on many architectures (compiled, parallel over architectures).
+
+    ``single``/``intra``: float64 (n_ops, n_archs) seconds; ``num_tc``/``num_vc``: int
+    (n_archs,). Returns ``(makespan, lower_bound, status)``: float64 seconds (each makespan
+    is achieved by a valid schedule), float64 proven bounds, int8 status codes
+    (``STATUS_NAMES[code]``: 0 optimal, 1 certified, 2 limit, 3 infeasible). No MILP is
+    run here: an architecture not certified within ``gap`` keeps code 2 and its proven
+    gap (makespan − lower_bound)/makespan. Architectures with zero cores of a type the
+    graph uses are infeasible (code 3, makespan and bound +inf)."""
+    gap = _config.SCHEDULE_GAP if gap is None else _gap_arg(gap)
+    _check_graph(op_graph)
+    n = op_graph.n_ops
+    single = finite_nonneg_array("single", single)
+    intra = finite_nonneg_array("intra", intra)
+    if single.ndim != 2 or single.shape[0] != n:
+        raise ValueError(f"single must have shape ({n}, n_archs), got {single.shape}")
+    if intra.shape != single.shape:
+        raise ValueError(f"intra must have the shape of single {single.shape}, got {intra.shape}")
+    n_archs = single.shape[1]
+    ntc = finite_nonneg_array("num_tc", num_tc, dtype=np.int64).reshape(-1)
+    nvc = finite_nonneg_array("num_vc", num_vc, dtype=np.int64).reshape(-1)
+    if ntc.shape != (n_archs,) or nvc.shape != (n_archs,):
+        raise ValueError(f"num_tc and num_vc must have shape ({n_archs},) (one per architecture)")
+    prep = _prepare(op_graph)
+    sq = np.ascontiguousarray(single[prep.perm])
+    iq = np.ascontiguousarray(intra[prep.perm])
+    makespan = np.empty(n_archs)
+    lb = np.empty(n_archs)
+    status = np.empty(n_archs, np.int8)
+    import numba
+
+    threads = min(kernel_threads(), numba.config.NUMBA_NUM_THREADS)
+    previous = numba.get_num_threads()
+    numba.set_num_threads(max(1, threads))
+    try:
+        _K._solve_many(prep.kind, sq, iq, prep.seg_ptr, prep.pred_ptr, prep.pred_idx, prep.succ_ptr,
+                       prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT, makespan, lb, status)
+    finally:
+        numba.set_num_threads(previous)
+    return makespan, lb, status
+
+
+def check_schedule(op_graph, single, intra, num_tc, num_vc, schedule) -> list:
+    """Rules ``schedule`` breaks (empty list when valid): shapes, modes, precedence,
+    core capacity (an event sweep), intra-op exclusivity, one collective at a time,
+    makespan = last finish, lower_bound <= makespan."""
+    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    n = op_graph.n_ops
+    names = op_graph.names
+    errors = []
+    starts = np.asarray(schedule.starts, dtype=np.float64).reshape(-1)
+    modes = np.asarray(schedule.modes).reshape(-1)
+    if starts.shape != (n,) or modes.shape != (n,):
+        return [f"starts and modes must have one entry per operator ({n})"]
+    if not np.all(np.isfinite(starts)) or np.any(starts < 0):
+        errors.append("every start time must be finite and >= 0")
+    if np.any((modes != 0) & (modes != 1)):
+        errors.append("modes must be 0 (one core) or 1 (intra-op)")
+        return errors
+    kind = op_graph.kind
+    for i in np.flatnonzero((kind == KIND_COLLECTIVE) & (modes != 0)):
+        errors.append(f"collective {names[i]!r} must have mode 0")
+    dur = np.where(modes == 1, da, ds)
+    finish = starts + dur
+    scale = max(float(np.max(finish, initial=0.0)), 1e-300)
+    tol = 1e-9 * scale
+    for j in range(n):
+        for p in op_graph.preds(j):
+            if starts[j] < finish[p] - tol:
+                errors.append(f"{names[j]!r} starts at {starts[j]:.9g} s before its predecessor "
+                              f"{names[p]!r} finishes at {finish[p]:.9g} s")
+    last = float(np.max(finish, initial=0.0))
+    if abs(schedule.makespan - last) > tol:
+        errors.append(f"makespan {schedule.makespan:.9g} s differs from the last finish {last:.9g} s")
+    if schedule.lower_bound > schedule.makespan + tol:
+        errors.append(f"lower_bound {schedule.lower_bound:.9g} s exceeds makespan {schedule.makespan:.9g} s")
+    if schedule.status not in STATUS_NAMES:
+        errors.append(f"status {schedule.status!r} is not one of {', '.join(STATUS_NAMES)}")
+    active = dur > 0
+    compute = kind != KIND_COLLECTIVE
+
+    def overlap(i, j):
+        return starts[i] < finish[j] - tol and starts[j] < finish[i] - tol
+
+    for i in np.flatnonzero(active & compute & (modes == 1)):
+        for j in np.flatnonzero(active & compute):
+            if j != i and overlap(i, j):
+                errors.append(f"intra-op operator {names[i]!r} overlaps compute operator {names[j]!r}")
+    coll = np.flatnonzero(active & ~compute)
+    for x in range(len(coll)):
+        for y in range(x + 1, len(coll)):
+            if overlap(coll[x], coll[y]):
+                errors.append(f"collectives {names[coll[x]]!r} and {names[coll[y]]!r} overlap on the link")
+    # capacity sweep over one-core operators (ends before starts at equal times)
+    tc_use = np.where(modes == 1, 0, ((kind == KIND_GEMM) | (kind == KIND_FUSED)).astype(int))
+    vc_use = np.where(modes == 1, 0, ((kind == KIND_VECTOR) | (kind == KIND_FUSED)).astype(int))
+    events = []
+    for i in np.flatnonzero(active & compute & (modes == 0)):
+        events.append((finish[i] - tol, 0, -tc_use[i], -vc_use[i]))
+        events.append((starts[i], 1, tc_use[i], vc_use[i]))
+    events.sort()
+    tc = vc = 0
+    for t, _, dtc, dvc in events:
+        tc += dtc
+        vc += dvc
+        if tc > ntc:
+            errors.append(f"{tc} tensor cores busy at {t:.9g} s but the chip has {ntc}")
+            break
+        if vc > nvc:
+            errors.append(f"{vc} vector cores busy at {t:.9g} s but the chip has {nvc}")
+            break
+    return errors

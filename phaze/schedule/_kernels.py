@@ -1,0 +1,586 @@
+"""Compiled core of ``phaze.schedule``: list scheduling, lower bounds, exact branch and bound.
+
+The problem is a multi-mode resource-constrained project scheduling problem with
+three renewable resources: tensor cores (capacity num_tc), vector cores (num_vc)
+and the chip's link (capacity 1). Demands per operator and mode:
+
+    GEMM one core (1, 0, 0)     vector one core (0, 1, 0)     fused one core (1, 1, 0)
+    collective (0, 0, 1)        any compute intra-op (num_tc, num_vc, 0)
+
+An intra-op operator holds *every* core of both types, which is exactly "holds all
+cores of its type(s) and overlaps no other compute operator".
+
+The graph arrives split into *segments* (see ``_prepare`` in ``__init__``): maximal
+groups between cut operators (operators comparable with every other one). Every
+operator of a segment waits for every operator of the segment before, so the optimal
+makespan is the sum of the segments' optima and each segment is scheduled on its own.
+
+Within a segment operators are numbered locally in a topological order; predecessor
+and successor lists are CSR arrays whose pointers are absolute positions into the
+shared index arrays (so a segment is just a slice of the pointer arrays).
+
+Every function here runs (slowly) under ``NUMBA_DISABLE_JIT=1``.
+"""
+import numpy as np
+from numba import njit, prange
+
+KIND_GEMM = 0
+KIND_VECTOR = 1
+KIND_FUSED = 2
+KIND_COLLECTIVE = 3
+
+STATUS_OPTIMAL = 0
+STATUS_CERTIFIED = 1
+STATUS_LIMIT = 2
+STATUS_INFEASIBLE = 3
+STATUS_ERROR = 4
+
+# Two makespans closer than this (relative) are treated as equal when deciding
+# "optimal": the bound and the schedule are both exact float sums, so only
+# rounding separates them.
+_REL_EQ = 1e-12
+
+
+# ---------------------------------------------------------------------------
+# resource profile: piecewise-constant usage over [pt[k], pt[k+1]); last piece is idle
+# ---------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _demand(kind, mode, ntc, nvc):
+    """(tensor cores, vector cores, link) held by an operator of ``kind`` in ``mode``."""
+    if kind == KIND_COLLECTIVE:
+        return 0, 0, 1
+    if mode == 1:
+        return ntc, nvc, 0
+    if kind == KIND_GEMM:
+        return 1, 0, 0
+    if kind == KIND_VECTOR:
+        return 0, 1, 0
+    return 1, 1, 0
+
+
+@njit(cache=True, nogil=True)
+def _earliest(pt, ptc, pvc, plk, npieces, est, dur, dtc, dvc, dlk, ntc, nvc):
+    """Earliest t >= est where the demand fits the profile throughout [t, t + dur)."""
+    if dur <= 0.0:
+        return est
+    t = est
+    k = 0
+    while True:
+        while k + 1 < npieces and pt[k + 1] <= t:
+            k += 1
+        end = t + dur
+        j = k
+        fits = True
+        while j < npieces and pt[j] < end:
+            if ptc[j] + dtc > ntc or pvc[j] + dvc > nvc or plk[j] + dlk > 1:
+                fits = False
+                t = pt[j + 1]  # the last piece is idle, so j + 1 exists
+                break
+            j += 1
+        if fits:
+            return t
+
+
+@njit(cache=True, nogil=True)
+def _split(pt, ptc, pvc, plk, npieces, x):
+    """Make ``x`` a breakpoint of the profile; returns the new number of pieces."""
+    k = npieces - 1
+    while pt[k] > x:
+        k -= 1
+    if pt[k] == x:
+        return npieces
+    for j in range(npieces, k + 1, -1):
+        pt[j] = pt[j - 1]
+        ptc[j] = ptc[j - 1]
+        pvc[j] = pvc[j - 1]
+        plk[j] = plk[j - 1]
+    pt[k + 1] = x
+    ptc[k + 1] = ptc[k]
+    pvc[k + 1] = pvc[k]
+    plk[k + 1] = plk[k]
+    return npieces + 1
+
+
+@njit(cache=True, nogil=True)
+def _insert(pt, ptc, pvc, plk, npieces, start, dur, dtc, dvc, dlk):
+    """Add a demand over [start, start + dur) to the profile; returns the number of pieces."""
+    if dur <= 0.0:
+        return npieces
+    end = start + dur
+    npieces = _split(pt, ptc, pvc, plk, npieces, start)
+    npieces = _split(pt, ptc, pvc, plk, npieces, end)
+    for j in range(npieces):
+        if pt[j] >= start and pt[j] < end:
+            ptc[j] += dtc
+            pvc[j] += dvc
+            plk[j] += dlk
+    return npieces
+
+
+# ---------------------------------------------------------------------------
+# bounds
+# ---------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _fastest(kind, ds, da):
+    """Duration of each operator at its faster mode (collectives have one mode)."""
+    m = kind.shape[0]
+    out = np.empty(m)
+    for i in range(m):
+        out[i] = ds[i] if (kind[i] == KIND_COLLECTIVE or ds[i] <= da[i]) else da[i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _tails(dmin, succ_ptr, succ_idx):
+    """Longest path from each operator (inclusive) to the end, durations ``dmin``."""
+    m = dmin.shape[0]
+    tail = np.empty(m)
+    for i in range(m - 1, -1, -1):
+        best = 0.0
+        for e in range(succ_ptr[i], succ_ptr[i + 1]):
+            v = tail[succ_idx[e]]
+            if v > best:
+                best = v
+        tail[i] = dmin[i] + best
+    return tail
+
+
+@njit(cache=True, nogil=True)
+def _energy(kind, ds, da, lam, ntc, nvc):
+    """Chip energy sum_i min_mode(weight x duration) with weight lam/ntc per TC, (1-lam)/nvc per VC.
+
+    At any instant the running operators' weights sum to at most 1 (an intra-op one
+    holds every core: weight 1), so the makespan is at least this sum."""
+    wt = lam / ntc if ntc > 0 else 0.0
+    wv = (1.0 - lam) / nvc if nvc > 0 else 0.0
+    total = 0.0
+    for i in range(kind.shape[0]):
+        k = kind[i]
+        if k == KIND_COLLECTIVE:
+            continue
+        if k == KIND_GEMM:
+            w = wt
+        elif k == KIND_VECTOR:
+            w = wv
+        else:
+            w = wt + wv
+        e = w * ds[i]
+        if da[i] < e:
+            e = da[i]
+        total += e
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _energy_bound(kind, ds, da, ntc, nvc):
+    """max over lam in [0, 1] of ``_energy`` (concave piecewise linear: check the breakpoints)."""
+    if ntc == 0:
+        return _energy(kind, ds, da, 0.0, ntc, nvc)
+    if nvc == 0:
+        return _energy(kind, ds, da, 1.0, ntc, nvc)
+    best = _energy(kind, ds, da, 0.0, ntc, nvc)
+    v = _energy(kind, ds, da, 1.0, ntc, nvc)
+    if v > best:
+        best = v
+    for i in range(kind.shape[0]):
+        k = kind[i]
+        s = ds[i]
+        a = da[i]
+        if k == KIND_COLLECTIVE or s <= 0.0:
+            continue
+        if k == KIND_GEMM:
+            lam = ntc * a / s
+        elif k == KIND_VECTOR:
+            lam = 1.0 - nvc * a / s
+        else:
+            slope = (1.0 / ntc - 1.0 / nvc) * s
+            if slope == 0.0:
+                continue
+            lam = (a - s / nvc) / slope
+        if lam > 0.0 and lam < 1.0:
+            v = _energy(kind, ds, da, lam, ntc, nvc)
+            if v > best:
+                best = v
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _segment_bound(kind, ds, da, succ_ptr, succ_idx, ntc, nvc):
+    """Lower bound on one segment's makespan: critical path, chip energy, link work."""
+    dmin = _fastest(kind, ds, da)
+    tail = _tails(dmin, succ_ptr, succ_idx)
+    lb = 0.0
+    link = 0.0
+    for i in range(kind.shape[0]):
+        if tail[i] > lb:
+            lb = tail[i]
+        if kind[i] == KIND_COLLECTIVE:
+            link += ds[i]
+    if link > lb:
+        lb = link
+    e = _energy_bound(kind, ds, da, ntc, nvc)
+    if e > lb:
+        lb = e
+    return lb
+
+
+# ---------------------------------------------------------------------------
+# serial schedule generation (list scheduling)
+# ---------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed_modes,
+         ntc, nvc, starts, modes, finish, pt, ptc, pvc, plk, waiting, done):
+    """Serial schedule generation: repeatedly take the ready operator of highest ``prio``
+    and start it as early as precedence and capacity allow.
+
+    ``rule`` 0: try both modes, keep the earlier finish (ties: one core);
+    ``rule`` 1: use ``fixed_modes``. Returns the makespan."""
+    m = kind.shape[0]
+    pt[0] = 0.0
+    ptc[0] = 0
+    pvc[0] = 0
+    plk[0] = 0
+    npieces = 1
+    for i in range(m):
+        waiting[i] = pred_ptr[i + 1] - pred_ptr[i]
+        done[i] = False
+    makespan = 0.0
+    for _step in range(m):
+        j = -1
+        for i in range(m):
+            if not done[i] and waiting[i] == 0:
+                if j < 0 or prio[i] > prio[j]:
+                    j = i
+        est = 0.0
+        for e in range(pred_ptr[j], pred_ptr[j + 1]):
+            f = finish[pred_idx[e]]
+            if f > est:
+                est = f
+        k = kind[j]
+        if k == KIND_COLLECTIVE:
+            mode = 0
+        elif rule == 1:
+            mode = fixed_modes[j]
+        elif da[j] >= ds[j]:
+            mode = 0  # intra-op is slower and holds more: dominated
+        else:
+            mode = -1
+        if mode >= 0:
+            dtc, dvc, dlk = _demand(k, mode, ntc, nvc)
+            dur = ds[j] if mode == 0 else da[j]
+            t = _earliest(pt, ptc, pvc, plk, npieces, est, dur, dtc, dvc, dlk, ntc, nvc)
+        else:
+            d0tc, d0vc, d0lk = _demand(k, 0, ntc, nvc)
+            t0 = _earliest(pt, ptc, pvc, plk, npieces, est, ds[j], d0tc, d0vc, d0lk, ntc, nvc)
+            d1tc, d1vc, d1lk = _demand(k, 1, ntc, nvc)
+            t1 = _earliest(pt, ptc, pvc, plk, npieces, est, da[j], d1tc, d1vc, d1lk, ntc, nvc)
+            if t1 + da[j] < t0 + ds[j]:
+                mode, t, dur, dtc, dvc, dlk = 1, t1, da[j], d1tc, d1vc, d1lk
+            else:
+                mode, t, dur, dtc, dvc, dlk = 0, t0, ds[j], d0tc, d0vc, d0lk
+        npieces = _insert(pt, ptc, pvc, plk, npieces, t, dur, dtc, dvc, dlk)
+        starts[j] = t
+        modes[j] = mode
+        finish[j] = t + dur
+        if finish[j] > makespan:
+            makespan = finish[j]
+        done[j] = True
+        for e in range(succ_ptr[j], succ_ptr[j + 1]):
+            waiting[succ_idx[e]] -= 1
+    return makespan
+
+
+@njit(cache=True, nogil=True)
+def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
+                   target, starts, modes):
+    """Best of several list-scheduling passes (priority rules x mode rules).
+
+    Stops early once the makespan is <= ``target`` (already certified). Writes the
+    best schedule into ``starts``/``modes`` and returns its makespan."""
+    m = kind.shape[0]
+    cap = 2 * m + 2
+    pt = np.empty(cap)
+    ptc = np.empty(cap, np.int64)
+    pvc = np.empty(cap, np.int64)
+    plk = np.empty(cap, np.int64)
+    waiting = np.empty(m, np.int64)
+    done = np.empty(m, np.bool_)
+    s_tmp = np.empty(m)
+    m_tmp = np.empty(m, np.int8)
+    fin = np.empty(m)
+    fixed = np.empty(m, np.int8)
+    dmin = _fastest(kind, ds, da)
+    prio_min = _tails(dmin, succ_ptr, succ_idx)
+    best = np.inf
+    # pass list: (priority from fastest durations | from one-core durations) x
+    #            (earliest finish | all fastest | all intra-op | all one-core)
+    for p in range(2):
+        if p == 0:
+            prio = prio_min
+        else:
+            prio = _tails(ds, succ_ptr, succ_idx)
+        for r in range(4):
+            if r == 0:
+                rule = 0
+            else:
+                rule = 1
+                for i in range(m):
+                    if kind[i] == KIND_COLLECTIVE:
+                        fixed[i] = 0
+                    elif r == 1:
+                        fixed[i] = 1 if da[i] < ds[i] else 0
+                    elif r == 2:
+                        fixed[i] = 1
+                    else:
+                        fixed[i] = 0
+            ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed,
+                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+            if ms < best:
+                best = ms
+                starts[:] = s_tmp
+                modes[:] = m_tmp
+            if best <= target:
+                return best
+    return best
+
+
+# ---------------------------------------------------------------------------
+# exact branch and bound over serial schedule generation (small segments)
+# ---------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
+                      upper, starts, modes, node_limit):
+    """Exact minimum makespan by depth-first search over every precedence-feasible
+    operator order and every mode, each operator started as early as possible (serial
+    schedule generation). The active schedules this enumerates contain an optimal one.
+
+    ``upper`` is a known makespan (the search only looks for strictly better ones);
+    improvements are written to ``starts``/``modes``. Returns (best, exhausted):
+    exhausted is False when ``node_limit`` nodes were visited first (then ``best``
+    is still a valid makespan but not proved optimal)."""
+    m = kind.shape[0]
+    cap = 2 * m + 2
+    pt = np.empty((m + 1, cap))
+    ptc = np.empty((m + 1, cap), np.int64)
+    pvc = np.empty((m + 1, cap), np.int64)
+    plk = np.empty((m + 1, cap), np.int64)
+    npc = np.empty(m + 1, np.int64)
+    choice = np.zeros(m + 1, np.int64)    # next (op * 2 + mode) to try at each depth
+    placed = np.empty(m + 1, np.int64)    # op placed at each depth
+    cmax = np.zeros(m + 1)                # makespan of the partial schedule at each depth
+    waiting = np.empty(m, np.int64)
+    done = np.zeros(m, np.bool_)
+    st = np.empty(m)
+    md = np.empty(m, np.int8)
+    fin = np.empty(m)
+    rel = np.empty(m)
+    dmin = _fastest(kind, ds, da)
+    tail = _tails(dmin, succ_ptr, succ_idx)
+    for i in range(m):
+        waiting[i] = pred_ptr[i + 1] - pred_ptr[i]
+    pt[0, 0] = 0.0
+    ptc[0, 0] = 0
+    pvc[0, 0] = 0
+    plk[0, 0] = 0
+    npc[0] = 1
+    best = upper
+    nodes = 0
+    depth = 0
+    while depth >= 0:
+        if depth == m:
+            if cmax[m] < best:
+                best = cmax[m]
+                starts[:] = st
+                modes[:] = md
+            depth -= 1
+            if depth >= 0:
+                i = placed[depth]
+                done[i] = False
+                for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                    waiting[succ_idx[e]] += 1
+            continue
+        c = choice[depth]
+        if c >= 2 * m or nodes >= node_limit:
+            if nodes >= node_limit and c < 2 * m:
+                # abandon the search: unwind the partial state (not needed further)
+                return best, False
+            choice[depth] = 0
+            depth -= 1
+            if depth >= 0:
+                i = placed[depth]
+                done[i] = False
+                for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                    waiting[succ_idx[e]] += 1
+            continue
+        choice[depth] = c + 1
+        i = c // 2
+        mode = c % 2
+        if done[i] or waiting[i] != 0:
+            continue
+        k = kind[i]
+        if mode == 1 and (k == KIND_COLLECTIVE or da[i] >= ds[i]):
+            continue  # collectives have one mode; a slower intra-op mode is dominated
+        nodes += 1
+        est = 0.0
+        for e in range(pred_ptr[i], pred_ptr[i + 1]):
+            f = fin[pred_idx[e]]
+            if f > est:
+                est = f
+        dtc, dvc, dlk = _demand(k, mode, ntc, nvc)
+        dur = ds[i] if mode == 0 else da[i]
+        npieces = npc[depth]
+        t = _earliest(pt[depth], ptc[depth], pvc[depth], plk[depth], npieces, est, dur,
+                      dtc, dvc, dlk, ntc, nvc)
+        f = t + dur
+        cm = cmax[depth] if cmax[depth] > f else f
+        if cm >= best:
+            continue
+        # bound: every unscheduled operator after its predecessors, then its tail
+        st[i] = t
+        fin[i] = f
+        done[i] = True
+        bound = cm
+        for j in range(m):  # local order is topological
+            if done[j]:
+                continue
+            r = 0.0
+            for e in range(pred_ptr[j], pred_ptr[j + 1]):
+                p = pred_idx[e]
+                v = fin[p] if done[p] else rel[p] + dmin[p]
+                if v > r:
+                    r = v
+            rel[j] = r
+            if r + tail[j] > bound:
+                bound = r + tail[j]
+        if bound >= best:
+            done[i] = False
+            continue
+        md[i] = mode
+        placed[depth] = i
+        cmax[depth + 1] = cm
+        d1 = depth + 1
+        for q in range(npieces):
+            pt[d1, q] = pt[depth, q]
+            ptc[d1, q] = ptc[depth, q]
+            pvc[d1, q] = pvc[depth, q]
+            plk[d1, q] = plk[depth, q]
+        npc[d1] = _insert(pt[d1], ptc[d1], pvc[d1], plk[d1], npieces, t, dur, dtc, dvc, dlk)
+        for e in range(succ_ptr[i], succ_ptr[i + 1]):
+            waiting[succ_idx[e]] -= 1
+        choice[d1] = 0
+        depth = d1
+    return best, True
+
+
+# ---------------------------------------------------------------------------
+# one layer on one chip: segments, bounds, heuristics, exact small segments
+# ---------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _solve(kind, ds, da, seg_ptr, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc, gap,
+           exact_max, node_limit, starts, modes, seg_ub, seg_lb):
+    """Schedule one graph (operators in segment order) on one chip.
+
+    Returns (makespan, lower_bound, optimal). ``starts`` are absolute times; each
+    segment starts when the previous one ends."""
+    nseg = seg_ptr.shape[0] - 1
+    total_lb = 0.0
+    total_ub = 0.0
+    for s in range(nseg):
+        b = seg_ptr[s]
+        e = seg_ptr[s + 1]
+        lb = _segment_bound(kind[b:e], ds[b:e], da[b:e], succ_ptr[b:e + 1], succ_idx, ntc, nvc)
+        target = lb * (1.0 + _REL_EQ)
+        ub = _list_schedule(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
+                            succ_ptr[b:e + 1], succ_idx, ntc, nvc, target,
+                            starts[b:e], modes[b:e])
+        if lb > ub:
+            lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
+        seg_lb[s] = lb
+        seg_ub[s] = ub
+        total_lb += lb
+        total_ub += ub
+    # Exact search on small segments, largest open gap first, until certified.
+    tried = np.zeros(nseg, np.bool_)
+    while total_ub - total_lb > gap * total_ub:
+        pick = -1
+        widest = 0.0
+        for s in range(nseg):
+            size = seg_ptr[s + 1] - seg_ptr[s]
+            open_gap = seg_ub[s] - seg_lb[s]
+            if (not tried[s] and size <= exact_max and open_gap > _REL_EQ * seg_ub[s]
+                    and open_gap > widest):
+                pick = s
+                widest = open_gap
+        if pick < 0:
+            break
+        b = seg_ptr[pick]
+        e = seg_ptr[pick + 1]
+        best, exhausted = _branch_and_bound(
+            kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx, succ_ptr[b:e + 1], succ_idx,
+            ntc, nvc, seg_ub[pick], starts[b:e], modes[b:e], node_limit)
+        total_ub += best - seg_ub[pick]
+        seg_ub[pick] = best
+        tried[pick] = True
+        if exhausted:
+            total_lb += best - seg_lb[pick]
+            seg_lb[pick] = best
+    optimal = True
+    offset = 0.0
+    total_lb = 0.0  # re-summed in the makespan's order so that lb <= makespan in floats too
+    for s in range(nseg):
+        total_lb += seg_lb[s]
+        b = seg_ptr[s]
+        e = seg_ptr[s + 1]
+        for i in range(b, e):
+            starts[i] += offset
+        offset += seg_ub[s]
+        if seg_ub[s] - seg_lb[s] > _REL_EQ * seg_ub[s]:
+            optimal = False
+    return offset, total_lb, optimal
+
+
+@njit(cache=True, nogil=True)
+def _status(makespan, lower_bound, optimal, gap):
+    if optimal:
+        return STATUS_OPTIMAL
+    if makespan - lower_bound <= gap * makespan:
+        return STATUS_CERTIFIED
+    return STATUS_LIMIT
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _solve_many(kind, single, intra, seg_ptr, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
+                gap, exact_max, node_limit, makespan, lower_bound, status):
+    """``_solve`` for every architecture (columns of ``single``/``intra``, already in
+    segment order). Architectures lacking cores of a needed type are infeasible."""
+    n = kind.shape[0]
+    n_archs = single.shape[1]
+    need_tc = False
+    need_vc = False
+    for i in range(n):
+        if kind[i] == KIND_GEMM or kind[i] == KIND_FUSED:
+            need_tc = True
+        if kind[i] == KIND_VECTOR or kind[i] == KIND_FUSED:
+            need_vc = True
+    nseg = seg_ptr.shape[0] - 1
+    for a in prange(n_archs):
+        if (need_tc and ntc[a] < 1) or (need_vc and nvc[a] < 1):
+            makespan[a] = np.inf
+            lower_bound[a] = np.inf
+            status[a] = STATUS_INFEASIBLE
+            continue
+        ds = np.empty(n)
+        da = np.empty(n)
+        for i in range(n):
+            ds[i] = single[i, a]
+            da[i] = single[i, a] if kind[i] == KIND_COLLECTIVE else intra[i, a]
+        starts = np.empty(n)
+        modes = np.empty(n, np.int8)
+        seg_ub = np.empty(nseg)
+        seg_lb = np.empty(nseg)
+        ms, lb, opt = _solve(kind, ds, da, seg_ptr, pred_ptr, pred_idx, succ_ptr, succ_idx,
+                             ntc[a], nvc[a], gap, exact_max, node_limit, starts, modes,
+                             seg_ub, seg_lb)
+        makespan[a] = ms
+        lower_bound[a] = lb
+        status[a] = _status(ms, lb, opt, gap)

@@ -1,0 +1,254 @@
+"""phaze.schedule against the exhaustive reference (tests/naive.py) and its own checker."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from phaze import schedule as S
+from phaze.graph import OpGraph
+
+import naive
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UNIT = 1e-4  # seconds per latency unit in the random instances
+
+
+def _graph(kinds, preds):
+    return OpGraph.from_ops([{"name": f"op{i}", "kind": int(k), "preds": list(p)}
+                             for i, (k, p) in enumerate(zip(kinds, preds))])
+
+
+@st.composite
+def instances(draw, max_ops=6):
+    n = draw(st.integers(1, max_ops))
+    kinds = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    preds = [sorted(draw(st.sets(st.integers(0, j - 1), max_size=min(j, 2)))) if j else []
+             for j in range(n)]
+    # integer latency units: ties are frequent, near-ties (solver tolerance) impossible
+    single = np.array(draw(st.lists(st.integers(0, 12), min_size=n, max_size=n)), float)
+    intra = np.array(draw(st.lists(st.integers(0, 12), min_size=n, max_size=n)), float)
+    num_tc = draw(st.integers(1, 3))
+    num_vc = draw(st.integers(1, 3))
+    return kinds, preds, single * UNIT, intra * UNIT, num_tc, num_vc
+
+
+def _optimum(kinds, preds, single, intra, num_tc, num_vc):
+    intra_eff = np.where(np.array(kinds) == 3, single, intra)
+    ms, _, _ = naive.schedule_optimum(list(kinds), preds, list(single), list(intra_eff), num_tc, num_vc)
+    return ms
+
+
+def _valid(g, single, intra, num_tc, num_vc, sched):
+    errors = S.check_schedule(g, single, intra, num_tc, num_vc, sched)
+    assert errors == [], errors
+
+
+@given(instances())
+def test_methods_against_exhaustive_reference(inst):
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    opt = _optimum(*inst)
+    tol = 1e-9 * max(opt, UNIT)
+
+    lb = S.lower_bound(g, single, intra, num_tc, num_vc)
+    assert lb <= opt + tol
+
+    listed = S.list_schedule(g, single, intra, num_tc, num_vc)
+    _valid(g, single, intra, num_tc, num_vc, listed)
+    assert listed.makespan >= opt - tol
+
+    gap = 0.01
+    auto = S.schedule_layer(g, single, intra, num_tc, num_vc, gap=gap)
+    _valid(g, single, intra, num_tc, num_vc, auto)
+    assert auto.makespan <= opt / (1 - gap) + tol
+    assert auto.lower_bound <= opt + tol
+    assert auto.status in ("optimal", "certified")
+
+    exact = S.schedule_layer(g, single, intra, num_tc, num_vc, gap=0.0)
+    _valid(g, single, intra, num_tc, num_vc, exact)
+    assert exact.status == "optimal"
+    assert exact.makespan == pytest.approx(opt, rel=1e-9, abs=1e-15)
+
+    milp = S.schedule_layer(g, single, intra, num_tc, num_vc, gap=0.0, method="milp")
+    _valid(g, single, intra, num_tc, num_vc, milp)
+    assert milp.makespan >= opt - tol
+    if milp.status == "optimal":
+        assert milp.makespan == pytest.approx(opt, rel=1e-9, abs=1e-15)
+
+
+@given(instances(max_ops=7))
+def test_schedule_many_matches_schedule_layer(inst):
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    archs = [(num_tc, num_vc), (1, 1), (num_tc + 2, 1), (1, num_vc + 3)]
+    rng = np.random.default_rng(len(kinds))
+    scale = rng.uniform(0.5, 2.0, size=len(archs))
+    sm = single[:, None] * scale[None, :]
+    im = intra[:, None] * scale[None, :]
+    ntc = np.array([a[0] for a in archs])
+    nvc = np.array([a[1] for a in archs])
+    ms, lb, status = S.schedule_many(g, sm, im, ntc, nvc, gap=0.01)
+    for a in range(len(archs)):
+        one = S.schedule_layer(g, sm[:, a], im[:, a], ntc[a], nvc[a], gap=0.01, time_limit=0.0)
+        _valid(g, sm[:, a], im[:, a], ntc[a], nvc[a], one)
+        assert ms[a] == one.makespan
+        assert lb[a] == one.lower_bound
+        assert S.STATUS_NAMES[status[a]] == one.status
+        assert lb[a] <= ms[a]
+
+
+# --- a transformer-shaped layer (forward and backward) ---------------------------
+def _transformer_forward():
+    ops = [
+        ("ln1", 1, []), ("q", 0, ["ln1"]), ("k", 0, ["ln1"]), ("v", 0, ["ln1"]),
+        ("rot_q", 1, ["q"]), ("rot_k", 1, ["k"]), ("scores", 0, ["rot_q", "rot_k"]),
+        ("softmax", 1, ["scores"]), ("context", 0, ["softmax", "v"]), ("out", 0, ["context"]),
+        ("ar1", 3, ["out"]), ("res1", 1, ["ar1"]), ("ln2", 1, ["res1"]), ("gate", 0, ["ln2"]),
+        ("up", 0, ["ln2"]), ("swiglu", 1, ["gate", "up"]), ("down", 0, ["swiglu"]),
+        ("ar2", 3, ["down"]), ("res2", 1, ["ar2"]),
+    ]
+    return OpGraph.from_ops([{"name": a, "kind": k, "preds": p} for a, k, p in ops])
+
+
+def _transformer_backward():
+    ops = [
+        ("d_res2", 1, []), ("down_dx", 0, ["d_res2"]), ("down_dw", 0, ["d_res2"]),
+        ("swiglu_bwd", 1, ["down_dx"]), ("gate_dx", 0, ["swiglu_bwd"]), ("gate_dw", 0, ["swiglu_bwd"]),
+        ("up_dx", 0, ["swiglu_bwd"]), ("up_dw", 0, ["swiglu_bwd"]), ("sum_mlp", 1, ["gate_dx", "up_dx"]),
+        ("ar_mlp", 3, ["sum_mlp"]), ("ln2_bwd", 1, ["ar_mlp"]), ("out_dx", 0, ["ln2_bwd"]),
+        ("out_dw", 0, ["ln2_bwd"]), ("ctx_dp", 0, ["out_dx"]), ("ctx_dv", 0, ["out_dx"]),
+        ("softmax_bwd", 1, ["ctx_dp"]), ("scores_dq", 0, ["softmax_bwd"]), ("scores_dk", 0, ["softmax_bwd"]),
+        ("q_dx", 0, ["scores_dq"]), ("q_dw", 0, ["scores_dq"]), ("k_dx", 0, ["scores_dk"]),
+        ("k_dw", 0, ["scores_dk"]), ("v_dx", 0, ["ctx_dv"]), ("v_dw", 0, ["ctx_dv"]),
+        ("sum_qkv", 1, ["q_dx", "k_dx", "v_dx"]), ("ar_attn", 3, ["sum_qkv"]), ("ln1_bwd", 1, ["ar_attn"]),
+    ]
+    return OpGraph.from_ops([{"name": a, "kind": k, "preds": p} for a, k, p in ops])
+
+
+def _latencies(g, rng, num_tc, num_vc):
+    single = rng.uniform(1e-5, 1e-4, g.n_ops)
+    speedup = np.where(g.kind == 0, num_tc, np.where(g.kind == 1, num_vc, 1.0))
+    intra = single / np.maximum(1.0, speedup * rng.uniform(0.3, 1.0, g.n_ops))
+    return single, np.where(g.kind == 3, single, intra)
+
+
+@pytest.mark.parametrize("builder", [_transformer_forward, _transformer_backward])
+@pytest.mark.parametrize("cores", [(1, 1), (2, 4), (8, 8), (128, 64)])
+def test_transformer_layers_are_valid_and_bounded(builder, cores):
+    g = builder()
+    rng = np.random.default_rng(sum(cores))
+    single, intra = _latencies(g, rng, *cores)
+    auto = S.schedule_layer(g, single, intra, *cores, time_limit=2.0)
+    _valid(g, single, intra, *cores, auto)
+    listed = S.list_schedule(g, single, intra, *cores)
+    _valid(g, single, intra, *cores, listed)
+    assert auto.makespan <= listed.makespan * (1 + 1e-12)
+    assert auto.lower_bound >= S.lower_bound(g, single, intra, *cores) * (1 - 1e-12)
+    assert auto.status in ("optimal", "certified", "limit")
+    assert auto.gap == pytest.approx((auto.makespan - auto.lower_bound) / auto.makespan)
+
+
+def test_forward_layer_is_solved_exactly():
+    # forward layers split at cut operators into parts small enough for branch and bound
+    g = _transformer_forward()
+    rng = np.random.default_rng(3)
+    for cores in [(1, 1), (2, 2), (4, 8), (64, 64)]:
+        single, intra = _latencies(g, rng, *cores)
+        res = S.schedule_layer(g, single, intra, *cores, gap=0.0, time_limit=0.0)
+        assert res.status == "optimal"
+        _valid(g, single, intra, *cores, res)
+
+
+def test_memoised_by_content():
+    g = _transformer_forward()
+    single, intra = _latencies(g, np.random.default_rng(0), 4, 4)
+    a = S.schedule_layer(g, single, intra, 4, 4)
+    b = S.schedule_layer(_transformer_forward(), single.copy(), intra.copy(), 4, 4)
+    assert a is b
+    c = S.schedule_layer(g, single * 2, intra, 4, 4)
+    assert c is not a
+    assert not a.starts.flags.writeable
+
+
+def test_check_schedule_reports_violations():
+    g = _graph([0, 0, 1, 3, 3], [[], [], [0], [], []])
+    single = np.array([2.0, 2.0, 1.0, 1.0, 1.0])
+    intra = np.array([1.0, 1.0, 0.5, 1.0, 1.0])
+    good = S.schedule_layer(g, single, intra, 1, 1, gap=0.0)
+    assert S.check_schedule(g, single, intra, 1, 1, good) == []
+    bad = S.Schedule(3.0, 1.0, np.array([0.0, 0.0, 1.0, 0.0, 0.5]), np.array([0, 0, 0, 0, 0], np.int8), "limit")
+    errors = " ".join(S.check_schedule(g, single, intra, 1, 1, bad))
+    assert "tensor cores busy" in errors
+    assert "before its predecessor" in errors
+    assert "overlap on the link" in errors
+    intra_bad = S.Schedule(2.0, 1.0, np.array([0.0, 0.0, 1.0, 0.0, 1.0]), np.array([1, 0, 0, 0, 0], np.int8),
+                           "limit")
+    errors = " ".join(S.check_schedule(g, single, intra, 2, 1, intra_bad))
+    assert "intra-op operator 'op0' overlaps" in errors
+
+
+def test_bad_input_names_the_field():
+    g = _graph([0, 1], [[], [0]])
+    ok = np.array([1.0, 1.0])
+    with pytest.raises(ValueError, match="single"):
+        S.schedule_layer(g, np.array([-1.0, 1.0]), ok, 1, 1)
+    with pytest.raises(ValueError, match="intra"):
+        S.schedule_layer(g, ok, np.array([np.nan, 1.0]), 1, 1)
+    with pytest.raises(ValueError, match="num_tc"):
+        S.schedule_layer(g, ok, ok, 0, 1)
+    with pytest.raises(ValueError, match="num_vc"):
+        S.schedule_layer(g, ok, ok, 1, 0)
+    with pytest.raises(ValueError, match="single"):
+        S.schedule_layer(g, np.ones(3), ok, 1, 1)
+    with pytest.raises(ValueError, match="method"):
+        S.schedule_layer(g, ok, ok, 1, 1, method="magic")
+    with pytest.raises(ValueError, match="gap"):
+        S.schedule_layer(g, ok, ok, 1, 1, gap=1.5)
+    with pytest.raises(ValueError, match="cycle"):
+        OpGraph.from_ops([{"name": "a", "kind": 0, "preds": ["b"]}, {"name": "b", "kind": 0, "preds": ["a"]}])
+    with pytest.raises(ValueError, match="num_tc"):
+        S.schedule_many(g, np.ones((2, 3)), np.ones((2, 3)), np.ones(2, int), np.ones(3, int))
+    # zero cores of a type in a sweep is a result, not a crash
+    ms, lb, status = S.schedule_many(g, np.ones((2, 2)), np.ones((2, 2)), np.array([0, 1]), np.array([1, 1]))
+    assert status[0] == S.STATUS_CODES["infeasible"] and np.isinf(ms[0])
+    assert status[1] == S.STATUS_CODES["optimal"] and ms[1] == 2.0
+
+
+def test_zero_cores_allowed_for_unused_type():
+    g = _graph([1, 1, 3], [[], [0], [1]])
+    res = S.schedule_layer(g, np.ones(3), np.full(3, 0.5), 0, 2, gap=0.0)
+    assert res.status == "optimal" and res.makespan == pytest.approx(2.0)
+
+
+def test_milp_prints_nothing(capfd):
+    code = ("import numpy as np; from phaze import schedule as S; from phaze.graph import OpGraph;"
+            "g = OpGraph.from_ops([dict(name='a', kind=0), dict(name='b', kind=0), dict(name='c', kind=1, preds=['a'])]);"
+            "S.milp_schedule(g, np.array([2.0, 2.0, 1.0]), np.array([1.0, 1.5, 1.0]), 1, 1, gap=0.0)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "" and out.stderr == ""
+    g = _graph([0, 0, 1], [[], [], [0]])
+    res = S.milp_schedule(g, np.array([2.0, 2.0, 1.0]), np.array([1.0, 1.5, 1.0]), 1, 1, gap=0.0)
+    captured = capfd.readouterr()
+    assert captured.out == "" and captured.err == ""
+    assert res.status == "optimal"
+
+
+def test_runs_without_jit():
+    code = ("import numpy as np; from phaze import schedule as S; from phaze.graph import OpGraph;"
+            "g = OpGraph.from_ops([dict(name='a', kind=1), dict(name='b', kind=0, preds=['a']),"
+            " dict(name='c', kind=0, preds=['a']), dict(name='d', kind=3, preds=['b', 'c'])]);"
+            "s = np.array([1.0, 4.0, 3.0, 1.0]); i = np.array([0.5, 2.0, 2.0, 1.0]);"
+            "r = S.schedule_layer(g, s, i, 2, 1, gap=0.0, time_limit=0.0);"
+            "assert r.status == 'optimal' and S.check_schedule(g, s, i, 2, 1, r) == [];"
+            "m = S.schedule_many(g, np.c_[s, s], np.c_[i, i], np.array([2, 1]), np.array([1, 1]));"
+            "assert m[0][0] == r.makespan; print(r.makespan)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": REPO, "NUMBA_DISABLE_JIT": "1"}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == pytest.approx(5.5)
