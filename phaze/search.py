@@ -703,8 +703,7 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         sizes = [positive_int("stages", s) for s in stages]
         if len(sizes) != p or sum(sizes) != n_chain:
             raise ValueError(f"stages must list {p} positive layer counts summing to {n_chain}")
-    lat = pipe._latencies(model, mb, [t], row)
-    fw_k, bw_k = pipe._layer_times(model, mb, [t], lat, row, gap)[t]
+    fw_k, bw_k = _point_layer_times(model, mb, t, row, gap)
     fw, bw = fw_k[kind_idx, 0], bw_k[kind_idx, 0]
     P, A, TP, E = pipe.chain_static(mg)
     m = global_batch // mb
@@ -741,6 +740,24 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         "tokens_per_s": sps * model.seq_len, "stages": detail["stages"],
         "breakdown": detail["breakdown"],
     }
+
+
+_POINT_MEMO: dict = {}
+_POINT_MEMO_SIZE = 256
+
+
+def _point_layer_times(model, mb, t, row, gap):
+    """Forward/backward seconds per layer kind of one architecture (memoised: a brute force
+    over strategies asks for the same architecture and widths many times)."""
+    key = (model, mb, t, row.tobytes(), gap)
+    hit = _POINT_MEMO.get(key)
+    if hit is None:
+        lat = pipe._latencies(model, mb, [t], row)
+        hit = pipe._layer_times(model, mb, [t], lat, row, gap)[t]
+        if len(_POINT_MEMO) >= _POINT_MEMO_SIZE:
+            _POINT_MEMO.pop(next(iter(_POINT_MEMO)))
+        _POINT_MEMO[key] = hit
+    return hit
 
 
 def plan_breakdown(fw, bw, P, A, E, stage_layers, stage_devices, d, devices, microbatches, memory,
