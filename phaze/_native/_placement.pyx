@@ -91,7 +91,7 @@ cdef void solve_one(Py_ssize_t n_widths, Py_ssize_t n_layers,
     cdef bint best_mixed = False, mixed, improved, has_tp, any_finite
     cdef int64_t t, a_uni, a1, n, dmax, d, best_d = 1, cmin, cnt, m = microbatches
     cdef double mult = 3.0 if adam else 2.0
-    cdef double P, A, F, B, mem, lb, load, gv, X, val, best, best_time = INFINITY
+    cdef double P, A, F, B, mem, lb, load, gv, X, val, best, cap, best_time = INFINITY
     cdef const double* fw
     cdef const double* bw
     cdef const double* par
@@ -126,14 +126,15 @@ cdef void solve_one(Py_ssize_t n_widths, Py_ssize_t n_layers,
     cdef double* ein = <double*>malloc(L * sizeof(double))
     cdef double* eout = <double*>malloc(L * sizeof(double))
     cdef double* inb = <double*>malloc(L * sizeof(double))
+    cdef double* kap = <double*>malloc((L + 2) * sizeof(double))
     cdef double* gprev = <double*>malloc((L + 1) * Kmax * sizeof(double))
     cdef double* gcur = <double*>malloc((L + 1) * Kmax * sizeof(double))
     cdef int32_t* ch_cur = <int32_t*>malloc((L + 1) * (L + 1) * Kmax * sizeof(int32_t))
     cdef int32_t* ch_best = <int32_t*>malloc((L + 1) * (L + 1) * Kmax * sizeof(int32_t))
-    if (ein == NULL or eout == NULL or inb == NULL or gprev == NULL or gcur == NULL
+    if (ein == NULL or eout == NULL or inb == NULL or kap == NULL or gprev == NULL or gcur == NULL
             or ch_cur == NULL or ch_best == NULL):
         out_width[0] = -1
-        free(ein); free(eout); free(inb); free(gprev); free(gcur); free(ch_cur); free(ch_best)
+        free(ein); free(eout); free(inb); free(kap); free(gprev); free(gcur); free(ch_cur); free(ch_best)
         return
 
     for w in range(W):
@@ -171,6 +172,18 @@ cdef void solve_one(Py_ssize_t n_widths, Py_ssize_t n_layers,
             K = 1
         stride = (L + 1) * K
         improved = False
+        # kap[S] = least microbatch-slot count ⌈m/d⌉ + S' − 1 of any plan with S' ≥ S stages.
+        kap[Smax + 1] = INFINITY
+        S = Smax
+        while S >= 1:
+            n = S if mixed else S * a_uni
+            kap[S] = kap[S + 1]
+            if n <= devices:
+                dmax = min(m, devices // n)
+                val = <double>((m + dmax - 1) // dmax + S - 1)
+                if val < kap[S]:
+                    kap[S] = val
+            S -= 1
 
         # g[1]: the suffix from layer i as the last stage (position 1, plain load).
         # Sums run in chain order, as everywhere else: memory limits can sit exactly
@@ -258,12 +271,22 @@ cdef void solve_one(Py_ssize_t n_widths, Py_ssize_t n_layers,
             if S == Smax:
                 break
             # g[S] from g[S-1]: the suffix from layer i, its first stage at position S.
+            # A suffix value v only matters if some plan with more than S stages
+            # could beat the best time found: v·(⌈m/d⌉ + S' − 1) ≥ v·kap[S+1].
+            # Values at or above that cap are stored as INF (exact pruning; the
+            # cap shrinks with S, so capped entries stay useless further up).
+            if best_time == INFINITY:
+                cap = INFINITY
+            elif kap[S + 1] == INFINITY:
+                break
+            else:
+                cap = best_time / kap[S + 1]
             any_finite = False
             for i in range((L + 1) * K):
                 gcur[i] = INFINITY
             for i in range(L - S + 1):
                 for k in range(K):
-                    best = INFINITY
+                    best = cap
                     bj = -1
                     P = 0.0; A = 0.0; F = 0.0; B = 0.0
                     has_tp = False
@@ -294,10 +317,10 @@ cdef void solve_one(Py_ssize_t n_widths, Py_ssize_t n_layers,
                         if val < best:
                             best = val
                             bj = <int32_t>j
-                    gcur[i * K + k] = best
-                    ch_cur[S * stride + i * K + k] = bj
-                    if best < INFINITY:
+                    if bj >= 0:
+                        gcur[i * K + k] = best
                         any_finite = True
+                    ch_cur[S * stride + i * K + k] = bj
             tmp = gprev; gprev = gcur; gcur = tmp
             if not any_finite:
                 break  # no suffix fits at this position, so none fits further up
@@ -355,7 +378,7 @@ cdef void solve_one(Py_ssize_t n_widths, Py_ssize_t n_layers,
         out_data_parallel[0] = best_d
         out_stages[0] = best_S
 
-    free(ein); free(eout); free(inb); free(gprev); free(gcur); free(ch_cur); free(ch_best)
+    free(ein); free(eout); free(inb); free(kap); free(gprev); free(gcur); free(ch_cur); free(ch_best)
 
 
 @cython.boundscheck(False)
