@@ -651,18 +651,20 @@ def lower_bound_time(problem: PlacementProblem) -> float:
     """A cheap lower bound (seconds) on the optimal time per batch, for a search's pruning.
 
     Any plan at width t with S stages and degree d has max load ≥ Σ(fw+bw)/S and
-    ≥ the largest single-layer fw+bw, and takes ⌈m/d⌉ + S − 1 ≥ m/d + S − 1
-    microbatch slots with d ≤ min(D, m) and d·S ≤ D; minimised over S per
-    width below.  Returns ``math.inf`` when no width is usable.
+    ≥ the largest single-layer fw+bw, and takes ⌈m/d⌉ + S − 1 microbatch slots
+    with d ≤ min(D, m) and d·S·a ≤ D (a = t when every layer is tensor-parallel
+    at t > 1, else 1); minimised over S for each usable width.  Returns
+    ``math.inf`` when no width is usable (t > D for every width).
     """
     D, m = problem.devices, problem.microbatches
     best = math.inf
-    for w, t in enumerate(problem.widths):
+    for w, t in enumerate(problem.widths.tolist()):
         if t > D:
             continue
         per_layer = problem.forward_s[w] + problem.backward_s[w]
-        total, biggest = float(per_layer.sum()), float(per_layer.max())
-        for S in range(1, min(D, problem.n_layers) + 1):
-            d = min(D // S, m)
-            best = min(best, max(total / S, biggest) * (math.ceil(m / d) + S - 1))
+        a = t if (t > 1 and bool(problem.tensor_parallel[w].all())) else 1
+        stages = np.arange(1, min(D // a, problem.n_layers) + 1)
+        d = np.minimum(D // (stages * a), m)
+        load = np.maximum(per_layer.sum() / stages, per_layer.max())
+        best = min(best, float(np.min(load * (-(-m // d) + stages - 1))))
     return best
