@@ -584,7 +584,7 @@ def _stage_walk(problem, w, first, last, position):
     for i in range(first, last + 1):
         params += float(problem.param_bytes[w, i])
         acts += float(problem.activation_bytes[w, i])
-    const = 2.0 * params + (params if problem.optimizer == "adam" else 0.0) + acts
+    const = (3.0 if problem.optimizer == "adam" else 2.0) * params + acts  # 2P (+P for Adam) + A
     if problem.recompute:
         stash = problem.edge_bytes[w, first - 1] if first > 0 else 0.0
     else:

@@ -296,7 +296,7 @@ def placement_stage(problem, w, first, last, position):
         load = fw_finish + bw_finish
     P = sum(float(problem.param_bytes[w][i]) for i in range(first, last + 1))
     A = sum(float(problem.activation_bytes[w][i]) for i in range(first, last + 1))
-    const = 2 * P + (P if problem.optimizer == "adam" else 0.0) + A
+    const = (3.0 if problem.optimizer == "adam" else 2.0) * P + A  # 2P (+P for Adam) + A
     if problem.recompute:
         stash = problem.edge_bytes[w][first - 1] if first > 0 else 0.0
     else:

@@ -406,3 +406,24 @@ def test_cli_place_infeasible_and_bad_input(tmp_path, capsys):
     data["maxDevices"] = 0
     assert cli_main(["place", str(_write(tmp_path, data, "bad.json"))]) == 2
     assert "maxDevices" in capsys.readouterr().err
+
+
+def test_memory_limit_exactly_at_the_chain_order_sum():
+    # The golden set puts limits exactly on a whole chain's requirement; the test is
+    # "<=" with the sums taken in chain order (0.1 + 0.2 + 0.3 rounds differently
+    # from 0.3 + 0.2 + 0.1).
+    par = np.array([[0.1, 0.2, 0.3, 1e-3, 7e-5]])
+    act = np.array([[0.3, 0.2, 0.1, 3e-3, 1e-7]])
+    P = A = 0.0
+    for x, y in zip(par[0], act[0]):
+        P += x
+        A += y
+    need = 2.0 * P + A
+    args = dict(widths=[1], forward_s=np.ones((1, 5)), backward_s=np.ones((1, 5)), param_bytes=par,
+                activation_bytes=act, tensor_parallel=np.zeros((1, 5), bool),
+                edge_bytes=np.zeros((1, 4)), devices=1, bandwidth=1.0, microbatches=2)
+    fits = pl.solve(pl.PlacementProblem(memory_bytes=need, **args))
+    assert fits.feasible and fits.pipeline_parallel == 1 and fits.stage_memory == [need]
+    below = pl.PlacementProblem(memory_bytes=np.nextafter(need, 0.0), **args)
+    assert not pl.solve(below).feasible
+    assert pl.evaluate(below, fits) == math.inf

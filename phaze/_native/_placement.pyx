@@ -88,7 +88,7 @@ cdef void solve_one(Py_ssize_t n_widths, Py_ssize_t n_layers,
     cdef Py_ssize_t L = n_layers, W = n_widths
     cdef Py_ssize_t w, i, j, k, kk, S, K, Kmax = 1, Smax, stride
     cdef Py_ssize_t best_w = -1, best_S = 0, best_j = 0, best_k = 0, best_K = 1, best_stride = 0
-    cdef bint best_mixed = False, mixed, improved, has_tp, any_finite
+    cdef bint best_mixed = False, mixed, improved, has_tp, any_finite, fits
     cdef int64_t t, a_uni, a1, n, dmax, d, best_d = 1, cmin, cnt, m = microbatches
     cdef double mult = 3.0 if adam else 2.0
     cdef double P, A, F, B, mem, lb, load, gv, X, val, best, cap, best_time = INFINITY
@@ -185,25 +185,38 @@ cdef void solve_one(Py_ssize_t n_widths, Py_ssize_t n_layers,
                     kap[S] = val
             S -= 1
 
-        # g[1]: the suffix from layer i as the last stage (position 1, plain load).
-        # Sums run in chain order, as everywhere else: memory limits can sit exactly
-        # on a plan's requirement, so the rounding must match the original's.
+        # g[1]: the suffix from layer i as the last stage (position 1, plain load),
+        # from running suffix sums.  Memory limits can sit exactly on a plan's
+        # requirement (the golden set has such limits), so a memory test within
+        # 1e-12 of the limit is redone with the sums in chain order, the rounding
+        # used everywhere else (a suffix sum differs from it by ~L·1e-16).
         for k in range(K):
             gprev[L * K + k] = INFINITY
-        for i in range(L):
-            P = 0.0; A = 0.0; F = 0.0; B = 0.0
-            has_tp = False
-            for j in range(i, L):
-                P += par[j]; A += act[j]; F += fw[j]; B += bw[j]
-                if tp[j]:
-                    has_tp = True
+        P = 0.0; A = 0.0; F = 0.0; B = 0.0
+        has_tp = False
+        i = L - 1
+        while i >= 0:
+            P += par[i]; A += act[i]; F += fw[i]; B += bw[i]
+            if tp[i]:
+                has_tp = True
+            mem = mult * P + A
+            if mem > memory_bytes * (1.0 + 1e-12):
+                fits = False
+            elif mem < memory_bytes * (1.0 - 1e-12):
+                fits = True
+            else:
+                X = 0.0; val = 0.0
+                for j in range(i, L):
+                    X += par[j]; val += act[j]
+                fits = mult * X + val <= memory_bytes
             load = ein[i] + F + B
             for k in range(K):
-                if mult * P + A <= memory_bytes and (k == 0 or (k == 1 and not has_tp)):
+                if fits and (k == 0 or (k == 1 and not has_tp)):
                     gprev[i * K + k] = load
                 else:
                     gprev[i * K + k] = INFINITY
                 ch_cur[stride + i * K + k] = <int32_t>(L - 1)
+            i -= 1
 
         # S = 1: the whole chain in one stage.
         if gprev[0] < INFINITY:
