@@ -161,26 +161,33 @@ class PlacementProblem:
                              microbatches, recompute=False, optimizer="sgd", layer_ids=None):
         """Build without validation, for callers that construct many problems from checked arrays.
 
-        The caller guarantees what ``__init__`` would check: ``widths`` distinct and
-        ascending, shapes (W, L) and (W, L−1), finite non-negative values,
-        ``devices`` and ``microbatches`` ≥ 1, ``bandwidth`` > 0, ``optimizer``
-        "sgd" or "adam" in lower case.  Arrays are only converted to the kernel's
-        dtypes (no copy when they already match); they are not frozen.
+        The caller guarantees what ``__init__`` would check: ``widths`` distinct,
+        shapes (W, L) and (W, L−1), finite non-negative values, ``devices`` and
+        ``microbatches`` ≥ 1, ``bandwidth`` > 0, ``optimizer`` "sgd" or "adam"
+        (any case).  Arrays are only converted to the kernel's dtypes (no copy
+        when they already match, and none when the widths are already
+        ascending); they are not frozen.
         """
         self = object.__new__(cls)
         set_ = object.__setattr__
-        set_(self, "widths", np.ascontiguousarray(widths, dtype=np.int64))
-        for name, arr in (("forward_s", forward_s), ("backward_s", backward_s),
-                          ("param_bytes", param_bytes), ("activation_bytes", activation_bytes),
-                          ("edge_bytes", edge_bytes)):
-            set_(self, name, np.ascontiguousarray(arr, dtype=np.float64))
-        set_(self, "tensor_parallel", np.ascontiguousarray(tensor_parallel, dtype=np.bool_))
+        widths = np.ascontiguousarray(widths, dtype=np.int64)
+        arrays = {"forward_s": forward_s, "backward_s": backward_s, "param_bytes": param_bytes,
+                  "activation_bytes": activation_bytes, "edge_bytes": edge_bytes,
+                  "tensor_parallel": tensor_parallel}
+        if widths.size > 1 and np.any(widths[1:] < widths[:-1]):
+            order = np.argsort(widths, kind="stable")
+            widths = widths[order]
+            arrays = {name: np.asarray(arr)[order] for name, arr in arrays.items()}
+        set_(self, "widths", widths)
+        for name in ("forward_s", "backward_s", "param_bytes", "activation_bytes", "edge_bytes"):
+            set_(self, name, np.ascontiguousarray(arrays[name], dtype=np.float64))
+        set_(self, "tensor_parallel", np.ascontiguousarray(arrays["tensor_parallel"], dtype=np.bool_))
         set_(self, "devices", int(devices))
         set_(self, "memory_bytes", float(memory_bytes))
         set_(self, "bandwidth", float(bandwidth))
         set_(self, "microbatches", int(microbatches))
         set_(self, "recompute", bool(recompute))
-        set_(self, "optimizer", optimizer)
+        set_(self, "optimizer", optimizer.lower())
         n_layers = self.forward_s.shape[1]
         set_(self, "layer_ids", np.arange(n_layers, dtype=np.int64) if layer_ids is None
              else np.ascontiguousarray(layer_ids, dtype=np.int64))

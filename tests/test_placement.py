@@ -427,3 +427,14 @@ def test_memory_limit_exactly_at_the_chain_order_sum():
     below = pl.PlacementProblem(memory_bytes=np.nextafter(need, 0.0), **args)
     assert not pl.solve(below).feasible
     assert pl.evaluate(below, fits) == math.inf
+
+
+def test_trusted_constructor_sorts_widths_and_lowercases_optimizer():
+    ref = _uniform(L=3, widths=(1, 2), optimizer="adam",
+                   forward_s=np.array([[1.0, 2.0, 3.0], [0.6, 1.1, 1.6]]))
+    trusted = pl.PlacementProblem._from_trusted_arrays(
+        ref.widths[::-1], ref.forward_s[::-1], ref.backward_s[::-1], ref.param_bytes[::-1],
+        ref.activation_bytes[::-1], ref.tensor_parallel[::-1], ref.edge_bytes[::-1], ref.devices,
+        ref.memory_bytes, ref.bandwidth, ref.microbatches, ref.recompute, "Adam")
+    assert trusted.widths.tolist() == [1, 2] and trusted.optimizer == "adam"
+    assert pl.solve(trusted) == pl.solve(ref)
