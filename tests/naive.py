@@ -140,11 +140,10 @@ def naive_gemm_cycles(batch, m, k, n, w, d, cores):
     s = 1
     while True:
         rows = _ceil_div(m, s)
-        busy = [0] * cores
-        passes = [max(rows, d)] * (batch * _ceil_div(k, d) * _ceil_div(n, w) * s)
-        for j, p in enumerate(passes):
-            busy[j % cores] += p
-        best = min(best, max(busy) + d + w - 1)
+        n_passes = batch * _ceil_div(k, d) * _ceil_div(n, w) * s
+        # core j runs passes j, j + cores, j + 2·cores, … each max(rows, d) cycles
+        busy = max(len(range(j, n_passes, cores)) * max(rows, d) for j in range(min(cores, n_passes)))
+        best = min(best, busy + d + w - 1)
         if s >= cores or s >= m:
             break
         s *= 2
@@ -302,6 +301,61 @@ def placement_stage(problem, w, first, last, position):
     else:
         stash = A
     return load, const + (position - 1) * stash
+
+
+def placement_dp_reference(problem):
+    """Optimum by a plain dynamic programme, for chains too long to enumerate every cut.
+
+    h[s][i] maps devices used -> least max-load of layers i.. cut into s stages at
+    positions s..1 (no pruning, every device count kept); the first stage is
+    enumerated separately and every d is tried.  Returns the time per batch, or
+    math.inf when nothing fits.
+    """
+    L = problem.forward_s.shape[1]
+    D, m = problem.devices, problem.microbatches
+    best = math.inf
+    for w in range(len(problem.widths)):
+        t = int(problem.widths[w])
+        if t > D:
+            continue
+
+        def devices_of(i, j):
+            return t if any(problem.tensor_parallel[w][i:j + 1]) else 1
+
+        h = {0: {L: {0: 0.0}}}
+        for s in range(1, min(D, L) + 1):
+            h[s] = {}
+            for i in range(L):
+                res = {}
+                for j in range(i, L):
+                    if j + 1 not in h[s - 1]:
+                        continue
+                    load, mem = placement_stage(problem, w, i, j, s)
+                    if mem > problem.memory_bytes:
+                        continue
+                    a = devices_of(i, j)
+                    for n, g in h[s - 1][j + 1].items():
+                        if n + a <= D and max(load, g) < res.get(n + a, math.inf):
+                            res[n + a] = max(load, g)
+                if res:
+                    h[s][i] = res
+        for S in range(1, min(D, L) + 1):
+            for j in range(L):
+                if (S == 1 and j != L - 1) or j + 1 not in h[S - 1]:
+                    continue
+                load, mem = placement_stage(problem, w, 0, j, S)
+                if mem > problem.memory_bytes:
+                    continue
+                p_first = sum(float(problem.param_bytes[w][i]) for i in range(j + 1))
+                for n, g in h[S - 1][j + 1].items():
+                    devices = n + devices_of(0, j)
+                    for d in range(1, min(D, m) + 1):
+                        if devices > D // d:
+                            break
+                        time = (max(load, g) * (math.ceil(m / d) + S - 1)
+                                + 4 * (d - 1) * p_first / (problem.bandwidth * d))
+                        best = min(best, time)
+    return best
 
 
 def placement_brute_force(problem):

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phaze import placement as pl
@@ -438,3 +438,43 @@ def test_trusted_constructor_sorts_widths_and_lowercases_optimizer():
         ref.memory_bytes, ref.bandwidth, ref.microbatches, ref.recompute, "Adam")
     assert trusted.widths.tolist() == [1, 2] and trusted.optimizer == "adam"
     assert pl.solve(trusted) == pl.solve(ref)
+
+
+@st.composite
+def medium_problems(draw):
+    """Chains of 8–14 layers from a few layer kinds (runs of identical layers), mixed flags."""
+    L = draw(st.integers(8, 14))
+    widths = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3, unique=True))
+    W = len(widths)
+    pos = st.floats(0.5, 10.0, allow_nan=False, allow_infinity=False)
+    kinds = [[draw(pos) for _ in range(4)] for _ in range(draw(st.integers(1, 3)))]
+    layer_kind = [draw(st.integers(0, len(kinds) - 1)) for _ in range(L)]
+    base = np.array([kinds[k] for k in layer_kind]).T                 # (4, L)
+    scale = 1.0 / np.array(widths, dtype=float)[:, None]
+    tp = np.ones((W, L), dtype=bool)
+    flags = draw(st.sampled_from(["all", "ends", "random"]))
+    if flags == "ends":
+        tp[:, 0] = tp[:, -1] = False
+    elif flags == "random":
+        tp = np.array(draw(st.lists(st.lists(st.booleans(), min_size=L, max_size=L),
+                                    min_size=W, max_size=W)), dtype=bool)
+    edges = np.tile(np.array(draw(st.lists(st.floats(0.0, 20.0), min_size=L - 1, max_size=L - 1))), (W, 1))
+    total = float((3 * base[2] + base[3]).sum())
+    return pl.PlacementProblem(
+        widths=widths, forward_s=base[0] * scale, backward_s=base[1] * scale,
+        param_bytes=base[2] * scale, activation_bytes=base[3] * scale, tensor_parallel=tp,
+        edge_bytes=edges, devices=draw(st.integers(1, 24)),
+        memory_bytes=draw(st.sampled_from([0.05, 0.1, 0.2, 0.4, 1.0])) * total,
+        bandwidth=draw(st.sampled_from([1.0, 10.0, 1000.0])), microbatches=draw(st.integers(1, 64)),
+        recompute=draw(st.booleans()), optimizer=draw(st.sampled_from(["sgd", "adam"])))
+
+
+@settings(max_examples=25)
+@given(medium_problems())
+def test_solve_equals_plain_dp_on_longer_chains(problem):
+    plan = pl.solve(problem)
+    expected = naive.placement_dp_reference(problem)
+    assert plan.feasible == math.isfinite(expected)
+    if plan.feasible:
+        assert plan.time_per_batch == pytest.approx(expected, rel=1e-9)
+        assert pl.evaluate(problem, plan) == pytest.approx(plan.time_per_batch, rel=1e-12)
