@@ -89,7 +89,7 @@ class Schedule:
 class _Prepared:
     """Operators reordered into segments with local CSR predecessor/successor lists."""
 
-    __slots__ = ("perm", "seg_ptr", "pred_ptr", "pred_idx", "succ_ptr", "succ_idx", "kind",
+    __slots__ = ("perm", "seg_ptr", "seg_wtc", "seg_wvc", "opinfo", "pred_ptr", "pred_idx", "succ_ptr", "succ_idx", "kind",
                  "need_tc", "need_vc", "local_preds")
 
 
@@ -146,10 +146,50 @@ def _prepare(g: OpGraph, split: bool = True) -> _Prepared:
     prep.need_tc = bool(np.any((g.kind == KIND_GEMM) | (g.kind == KIND_FUSED)))
     prep.need_vc = bool(np.any((g.kind == KIND_VECTOR) | (g.kind == KIND_FUSED)))
     prep.local_preds = preds_q
+    # widest antichains of TC users and VC users per segment (for the energy bound)
+    uses_tc = (g.kind == KIND_GEMM) | (g.kind == KIND_FUSED)
+    uses_vc = (g.kind == KIND_VECTOR) | (g.kind == KIND_FUSED)
+    wtc, wvc = [], []
+    for s in range(len(seg_ptr) - 1):
+        ops = order[seg_ptr[s]:seg_ptr[s + 1]]
+        wtc.append(_widest_antichain([o for o in ops if uses_tc[o]], anc))
+        wvc.append(_widest_antichain([o for o in ops if uses_vc[o]], anc))
+    prep.seg_wtc = np.array(wtc, dtype=np.int64)
+    # per operator: widest antichains of TC / VC users unordered with it (in its segment),
+    # and whether a collective is unordered with no compute operator (chain-energy bound)
+    opinfo = np.zeros((n, 3), dtype=np.int64)
+    compute = g.kind != KIND_COLLECTIVE
+    for s in range(len(seg_ptr) - 1):
+        ops = order[seg_ptr[s]:seg_ptr[s + 1]]
+        for q, i in enumerate(ops):
+            free = [o for o in ops if o != i and not anc[o, i] and not anc[i, o]]
+            opinfo[seg_ptr[s] + q, 0] = _widest_antichain([o for o in free if uses_tc[o]], anc)
+            opinfo[seg_ptr[s] + q, 1] = _widest_antichain([o for o in free if uses_vc[o]], anc)
+            opinfo[seg_ptr[s] + q, 2] = int(g.kind[i] == KIND_COLLECTIVE
+                                            and not any(compute[o] for o in free))
+    prep.opinfo = opinfo
+    prep.seg_wvc = np.array(wvc, dtype=np.int64)
     _PREP_CACHE[key] = prep
     while len(_PREP_CACHE) > 256:
         _PREP_CACHE.popitem(last=False)
     return prep
+
+
+def _widest_antichain(ops, anc) -> int:
+    """Most operators of ``ops`` that are pairwise unordered (Dilworth: |ops| minus a
+    maximum matching of the comparability graph); ``anc[j, i]``: i precedes j."""
+    match_of = {}
+
+    def augment(u, seen):
+        for v in ops:
+            if anc[v, u] and v not in seen:
+                seen.add(v)
+                if v not in match_of or augment(match_of[v], seen):
+                    match_of[v] = u
+                    return True
+        return False
+
+    return len(ops) - sum(1 for u in ops if augment(u, set()))
 
 
 # ---------------------------------------------------------------------------
@@ -217,8 +257,9 @@ def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
     total = 0.0
     for s in range(len(prep.seg_ptr) - 1):
         b, e = prep.seg_ptr[s], prep.seg_ptr[s + 1]
-        total += _K._segment_bound(prep.kind[b:e], dsq[b:e], daq[b:e], prep.succ_ptr[b:e + 1],
-                                   prep.succ_idx, ntc, nvc)
+        total += _K._segment_bound(prep.kind[b:e], dsq[b:e], daq[b:e], prep.pred_ptr[b:e + 1],
+                                   prep.pred_idx, prep.succ_ptr[b:e + 1], prep.succ_idx, ntc, nvc,
+                                   prep.seg_wtc[s], prep.seg_wvc[s], prep.opinfo[b:e])
     return float(total)
 
 
@@ -326,7 +367,8 @@ def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
     modes_q = np.empty(n, np.int8)
     seg_ub = np.empty(nseg)
     seg_lb = np.empty(nseg)
-    ms, lb, optimal = _K._solve(prep.kind, dsq, daq, prep.seg_ptr, prep.pred_ptr, prep.pred_idx,
+    ms, lb, optimal = _K._solve(prep.kind, dsq, daq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo,
+                                prep.pred_ptr, prep.pred_idx,
                                 prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT,
                                 starts_q, modes_q, seg_ub, seg_lb)
     status = None
@@ -425,7 +467,8 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=None):
     previous = numba.get_num_threads()
     numba.set_num_threads(max(1, threads))
     try:
-        _K._solve_many(prep.kind, sq, iq, prep.seg_ptr, prep.pred_ptr, prep.pred_idx, prep.succ_ptr,
+        _K._solve_many(prep.kind, sq, iq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.pred_ptr,
+                       prep.pred_idx, prep.succ_ptr,
                        prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT, makespan, lb, status)
     finally:
         numba.set_num_threads(previous)

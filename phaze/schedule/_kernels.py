@@ -205,8 +205,80 @@ def _energy_bound(kind, ds, da, ntc, nvc):
 
 
 @njit(cache=True, nogil=True)
-def _segment_bound(kind, ds, da, succ_ptr, succ_idx, ntc, nvc):
-    """Lower bound on one segment's makespan: critical path, chip energy, link work."""
+def _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_vc, opinfo):
+    """Chip-energy bound with one chain of operators weighted up.
+
+    Base weights: lam/cap_tc per TC and (1-lam)/cap_vc per VC held by a one-core
+    operator, 1 for an intra-op operator (it holds everything). A running set is an
+    antichain, so it holds at most one operator of any chain; an operator i on the chain
+    can be weighted ``1 - (most weight the operators unordered with it can hold)``:
+    ``opinfo[i, 0]``/``[i, 1]`` are the widest antichains of TC/VC users unordered with
+    i, ``opinfo[i, 2]`` is 1 for a collective that no compute operator can overlap.
+    The running weight never exceeds 1, so the makespan is at least the total energy.
+    The chain maximising the extra energy is a longest path (node weights >= 0)."""
+    m = kind.shape[0]
+    wt = lam / cap_tc if cap_tc > 0 else 0.0
+    wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+    total = 0.0
+    best_path = 0.0
+    path = np.empty(m)
+    for i in range(m):
+        k = kind[i]
+        s = ds[i]
+        a = da[i]
+        if k == KIND_COLLECTIVE:
+            base = 0.0
+            boosted = s if opinfo[i, 2] == 1 else 0.0
+        else:
+            uses_t = 1 if (k == KIND_GEMM or k == KIND_FUSED) else 0
+            uses_v = 1 if (k == KIND_VECTOR or k == KIND_FUSED) else 0
+            w = uses_t * wt + uses_v * wv
+            base = w * s
+            if a < base:
+                base = a
+            kt = opinfo[i, 0]
+            if kt > ntc - uses_t:
+                kt = ntc - uses_t
+            kv = opinfo[i, 1]
+            if kv > nvc - uses_v:
+                kv = nvc - uses_v
+            wb = 1.0 - kt * wt - kv * wv
+            if wb < w:
+                wb = w
+            boosted = wb * s
+            if a < boosted:
+                boosted = a
+        total += base
+        gain = boosted - base
+        if gain < 0.0:
+            gain = 0.0
+        longest = 0.0
+        for e in range(pred_ptr[i], pred_ptr[i + 1]):
+            v = path[pred_idx[e]]
+            if v > longest:
+                longest = v
+        path[i] = gain + longest
+        if path[i] > best_path:
+            best_path = path[i]
+    return total + best_path
+
+
+#: lam values tried by the chain-weighted energy bound (it is not concave in lam).
+_LAM_GRID = np.linspace(0.0, 1.0, 11)
+
+
+@njit(cache=True, nogil=True)
+def _segment_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
+                   width_tc, width_vc, opinfo):
+    """Lower bound on one segment's makespan: critical path, chip energy (plain and with
+    a weighted-up chain), link work.
+
+    ``width_tc``/``width_vc``: the most operators using a TC / a VC that the DAG lets run
+    at once (widest antichain). Operators running at one instant are pairwise unordered,
+    so no more than min(cores, width) one-core operators of a type ever run together: the
+    energy bound weighs a one-core operator by 1/min(cores, width) of its type's share."""
+    cap_tc = width_tc if width_tc < ntc else ntc
+    cap_vc = width_vc if width_vc < nvc else nvc
     dmin = _fastest(kind, ds, da)
     tail = _tails(dmin, succ_ptr, succ_idx)
     lb = 0.0
@@ -218,9 +290,20 @@ def _segment_bound(kind, ds, da, succ_ptr, succ_idx, ntc, nvc):
             link += ds[i]
     if link > lb:
         lb = link
-    e = _energy_bound(kind, ds, da, ntc, nvc)
+    e = _energy_bound(kind, ds, da, cap_tc, cap_vc)
     if e > lb:
         lb = e
+    if cap_tc == 0 or cap_vc == 0:
+        lo = 1.0 if cap_vc == 0 else 0.0
+        e = _chain_energy(kind, ds, da, pred_ptr, pred_idx, lo, ntc, nvc, cap_tc, cap_vc, opinfo)
+        if e > lb:
+            lb = e
+    else:
+        for q in range(_LAM_GRID.shape[0]):
+            e = _chain_energy(kind, ds, da, pred_ptr, pred_idx, _LAM_GRID[q], ntc, nvc,
+                              cap_tc, cap_vc, opinfo)
+            if e > lb:
+                lb = e
     return lb
 
 
@@ -341,6 +424,33 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
                 modes[:] = m_tmp
             if best <= target:
                 return best
+    # Forward-backward improvement: right-justify the best schedule (schedule the reversed
+    # graph, latest finish first), then left-justify it again (earliest start first),
+    # once with its modes kept and once choosing modes afresh; repeat while it helps.
+    rev_prio = np.empty(m)
+    fwd_prio = np.empty(m)
+    for _round in range(4):
+        improved = False
+        for r in range(2):
+            for i in range(m):
+                dur = da[i] if modes[i] == 1 else ds[i]
+                rev_prio[i] = starts[i] + dur
+                fixed[i] = modes[i]
+            back = _sgs(kind, ds, da, succ_ptr, succ_idx, pred_ptr, pred_idx, rev_prio, 1, fixed,
+                        ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+            for i in range(m):
+                fwd_prio[i] = -(back - fin[i])  # start in forward time; earlier first
+            ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, r, fixed,
+                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+            if ms < best:
+                best = ms
+                starts[:] = s_tmp
+                modes[:] = m_tmp
+                improved = True
+                if best <= target:
+                    return best
+        if not improved:
+            break
     return best
 
 
@@ -476,8 +586,8 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
 # one layer on one chip: segments, bounds, heuristics, exact small segments
 # ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _solve(kind, ds, da, seg_ptr, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc, gap,
-           exact_max, node_limit, starts, modes, seg_ub, seg_lb):
+def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
+           nvc, gap, exact_max, node_limit, starts, modes, seg_ub, seg_lb):
     """Schedule one graph (operators in segment order) on one chip.
 
     Returns (makespan, lower_bound, optimal). ``starts`` are absolute times; each
@@ -488,7 +598,9 @@ def _solve(kind, ds, da, seg_ptr, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, n
     for s in range(nseg):
         b = seg_ptr[s]
         e = seg_ptr[s + 1]
-        lb = _segment_bound(kind[b:e], ds[b:e], da[b:e], succ_ptr[b:e + 1], succ_idx, ntc, nvc)
+        lb = _segment_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
+                            succ_ptr[b:e + 1], succ_idx, ntc, nvc, seg_wtc[s], seg_wvc[s],
+                            opinfo[b:e])
         target = lb * (1.0 + _REL_EQ)
         ub = _list_schedule(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
                             succ_ptr[b:e + 1], succ_idx, ntc, nvc, target,
@@ -549,8 +661,8 @@ def _status(makespan, lower_bound, optimal, gap):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _solve_many(kind, single, intra, seg_ptr, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
-                gap, exact_max, node_limit, makespan, lower_bound, status):
+def _solve_many(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, pred_ptr, pred_idx, succ_ptr,
+                succ_idx, ntc, nvc, gap, exact_max, node_limit, makespan, lower_bound, status):
     """``_solve`` for every architecture (columns of ``single``/``intra``, already in
     segment order). Architectures lacking cores of a needed type are infeasible."""
     n = kind.shape[0]
@@ -578,9 +690,9 @@ def _solve_many(kind, single, intra, seg_ptr, pred_ptr, pred_idx, succ_ptr, succ
         modes = np.empty(n, np.int8)
         seg_ub = np.empty(nseg)
         seg_lb = np.empty(nseg)
-        ms, lb, opt = _solve(kind, ds, da, seg_ptr, pred_ptr, pred_idx, succ_ptr, succ_idx,
-                             ntc[a], nvc[a], gap, exact_max, node_limit, starts, modes,
-                             seg_ub, seg_lb)
+        ms, lb, opt = _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, pred_ptr, pred_idx,
+                             succ_ptr, succ_idx, ntc[a], nvc[a], gap, exact_max, node_limit,
+                             starts, modes, seg_ub, seg_lb)
         makespan[a] = ms
         lower_bound[a] = lb
         status[a] = _status(ms, lb, opt, gap)
