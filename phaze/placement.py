@@ -510,6 +510,13 @@ def _pack(problems):
             tp[n, :k] = p.tensor_parallel
             if n_layers > 1:
                 eb[n, :k] = p.edge_bytes
+    # Cheap guard for problems built with _from_trusted_arrays: the kernel reads
+    # raw pointers, so the packed shapes must agree exactly.
+    if (any(a.shape != (P, W, n_layers) for a in stacks) or tp.shape != (P, W, n_layers)
+            or eb.shape != (P, W, E) or widths.shape != (P, W)):
+        raise ValueError("problem arrays have inconsistent shapes: forward_s, backward_s, "
+                         "param_bytes, activation_bytes and tensor_parallel must be (widths, layers) "
+                         "and edge_bytes (widths, layers - 1)")
     scalars = (
         np.fromiter((p.devices for p in problems), np.int64, P),
         np.fromiter((p.memory_bytes for p in problems), np.float64, P),

@@ -478,3 +478,13 @@ def test_solve_equals_plain_dp_on_longer_chains(problem):
     if plan.feasible:
         assert plan.time_per_batch == pytest.approx(expected, rel=1e-9)
         assert pl.evaluate(problem, plan) == pytest.approx(plan.time_per_batch, rel=1e-12)
+
+
+def test_trusted_problem_with_inconsistent_shapes_is_rejected_before_the_kernel():
+    ref = _uniform(L=3)
+    bad = pl.PlacementProblem._from_trusted_arrays(
+        ref.widths, ref.forward_s, np.ones((2, 4)), ref.param_bytes, ref.activation_bytes,
+        ref.tensor_parallel, ref.edge_bytes, ref.devices, ref.memory_bytes, ref.bandwidth,
+        ref.microbatches)
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        pl.solve(bad)
