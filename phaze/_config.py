@@ -44,3 +44,6 @@ COST_ACCUMULATOR_BYTES = 4
 #: lower it to model statically partitioned buffers. It must not depend on core counts
 #: (single-core latencies are computed once per core shape and buffer).
 COST_SINGLE_CORE_BUFFER_FRACTION = 1.0
+#: Architecture chunks whose validated, deduplicated kernel inputs phaze.cost keeps
+#: (the search evaluates dozens of operator graphs per chunk; ~15 arrays per chunk).
+COST_PREPARED_CACHE_SIZE = 8

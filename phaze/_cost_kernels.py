@@ -1,6 +1,6 @@
 """Compiled kernels of ``phaze.cost`` (numba). Private: call :func:`phaze.cost.op_latencies`.
 
-Everything is float64 arithmetic on exact integers (< 2**53), so the numbers are the
+Everything is float64 arithmetic on exact integers (< 2**52), so the numbers are the
 same compiled and under ``NUMBA_DISABLE_JIT=1``. The model itself is documented in
 ``phaze/cost.py``; the functions here are its literal transcription.
 """
@@ -17,8 +17,12 @@ KIND_COLLECTIVE = 3
 
 @njit(cache=True, nogil=True)
 def _cdiv(a, b):
-    """⌈a / b⌉ for non-negative integral floats, as a float."""
-    return -((-a) // b)
+    """⌈a / b⌉ for non-negative integral floats, as a float.
+
+    Exact for a < 2**52: the correctly rounded quotient of two integers keeps any
+    fractional part ≥ 1/b there, so ceil never rounds it away.
+    """
+    return float(math.ceil(a / b))
 
 
 @njit(cache=True, nogil=True)

@@ -59,10 +59,15 @@ same value is reported for single and intra (the chip's link does the work).
 """
 from __future__ import annotations
 
+import threading
+import zlib
+from collections import OrderedDict
+
 import numpy as np
 
 from . import _config
 from ._threads import kernel_threads
+from .arch import ARCH_DTYPE
 from .arch import validate as _validate_archs
 from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
 
@@ -114,6 +119,53 @@ def _distinct(*columns):
     return uniq, np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
 
 
+_PREPARED = OrderedDict()  # (address, rows, crc32 of the bytes) -> kernel inputs
+_PREPARED_LOCK = threading.Lock()  # the search may call from several threads (nogil kernels)
+
+
+def _prepared(archs):
+    """Validated, SI-converted and deduplicated kernel inputs for ``archs``, memoised.
+
+    The search calls op_latencies for dozens of graphs on the same chunk of
+    architectures; validation and deduplication cost more than a small graph's
+    kernel, so they are kept for the last few chunks. The key includes a CRC of the
+    rows' bytes, so a chunk changed in place is prepared afresh.
+    """
+    key = None
+    if (isinstance(archs, np.ndarray) and archs.dtype == ARCH_DTYPE and archs.ndim == 1
+            and archs.shape[0] > 0 and archs.flags.c_contiguous):
+        key = (archs.__array_interface__["data"][0], archs.shape[0],
+               zlib.crc32(memoryview(archs).cast("B")))
+        with _PREPARED_LOCK:
+            hit = _PREPARED.get(key)
+            if hit is not None:
+                _PREPARED.move_to_end(key)
+                return hit
+    archs = _validate_archs(archs)
+    col = _si(archs)
+    (shape_w, shape_d, shape_cap), shape_of_arch = _distinct(col["tc_width"], col["tc_depth"],
+                                                             col["buffer_bytes"])
+    (split_w, split_d, split_cores), split_of_arch = _distinct(col["tc_width"], col["tc_depth"],
+                                                               col["num_tc"])
+    prep = dict(
+        n_archs=archs.shape[0], shape_w=shape_w, shape_d=shape_d, shape_cap=shape_cap,
+        shape_of_arch=shape_of_arch, split_w=split_w, split_d=split_d, split_cores=split_cores,
+        split_of_arch=split_of_arch,
+        num_vc=col["num_vc"].astype(np.float64), vc_width=col["vc_width"].astype(np.float64),
+        clock_hz=col["clock_hz"], hbm_bytes_per_s=col["hbm_bytes_per_s"],
+        link_bytes_per_s=col["link_bytes_per_s"], net_bytes_per_s=col["net_bytes_per_s"],
+        node_size=col["node_size"].astype(np.float64))
+    for value in prep.values():
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)
+    if key is not None:
+        with _PREPARED_LOCK:
+            _PREPARED[key] = prep
+            while len(_PREPARED) > _config.COST_PREPARED_CACHE_SIZE:
+                _PREPARED.popitem(last=False)
+    return prep
+
+
 def op_latencies(op_graph: OpGraph, archs):
     """Latency of every operator on every architecture, seconds.
 
@@ -134,15 +186,10 @@ def op_latencies(op_graph: OpGraph, archs):
         the model.
     """
     op_graph = _check_graph(op_graph)
-    archs = _validate_archs(archs)
+    prep = _prepared(archs)
     from . import _cost_kernels as kern
 
-    col = _si(archs)
-    (shape_w, shape_d, shape_cap), shape_of_arch = _distinct(col["tc_width"], col["tc_depth"],
-                                                             col["buffer_bytes"])
-    (split_w, split_d, split_cores), split_of_arch = _distinct(col["tc_width"], col["tc_depth"],
-                                                               col["num_tc"])
-    n_ops, n_archs = op_graph.n_ops, archs.shape[0]
+    n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
     single = np.empty((n_ops, n_archs), dtype=np.float64)
     intra = np.empty((n_ops, n_archs), dtype=np.float64)
     bytes_moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
@@ -152,11 +199,10 @@ def op_latencies(op_graph: OpGraph, archs):
         op_graph.elements, bytes_moved, op_graph.comm_bytes, op_graph.group_size.astype(np.int64),
         float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
         float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
-        shape_w, shape_d, shape_cap, shape_of_arch,
-        split_w, split_d, split_cores, split_of_arch,
-        col["num_vc"].astype(np.float64), col["vc_width"].astype(np.float64), col["clock_hz"],
-        col["hbm_bytes_per_s"], col["link_bytes_per_s"], col["net_bytes_per_s"],
-        col["node_size"].astype(np.float64), single, intra)
+        prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
+        prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"],
+        prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
+        prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"], single, intra)
     return single, intra
 
 

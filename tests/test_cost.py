@@ -125,6 +125,19 @@ def test_output_layout():
         np.testing.assert_array_equal(i1[:, 0], intra[:, j])
 
 
+def test_memoised_inputs_follow_in_place_changes():
+    g = _graph(_gemm("a", 1, 512, 512, 512), _vector("b", 10 ** 6, 2, 10, 10, preds=["a"]))
+    rows = ArchSpace.default().configs[:64].copy()
+    first = cost.op_latencies(g, rows)
+    rows["num_tc"] *= 2
+    rows["tc_width"][5] = 3
+    after = cost.op_latencies(g, rows)
+    fresh = cost.op_latencies(g, rows.copy())
+    np.testing.assert_array_equal(after[0], fresh[0])
+    np.testing.assert_array_equal(after[1], fresh[1])
+    assert not np.array_equal(first[1], after[1])
+
+
 # --- monotonicity ---------------------------------------------------------------
 
 def _latency_pair(ops, **knobs):

@@ -1,0 +1,101 @@
+"""Benchmark of ``phaze.cost.op_latencies`` over the original study's whole space.
+
+Times the latencies of every operator of the gpt3-175b layer kinds (embedding, block,
+head; forward and backward) for tensor-parallel widths t ∈ {1, 2, 4, 8} and
+microbatches ∈ {1, 2, 4, 8} on all 29,360 architectures of ``ArchSpace.default()``,
+with the JIT cache warm (one untimed call first). Target: ≤ 5 s on a 2-core machine.
+
+Before reporting, it checks its answers: every latency finite and at least the
+roofline bound, intra-op never slower than one core, and a sample of (operator,
+architecture) pairs equal to the slow reference in ``tests/naive.py``.
+
+Usage: ``python3 bench/bench_cost.py [--repeat N] [--model NAME] [--fresh-archs]``
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from phaze import cost  # noqa: E402
+from phaze._threads import kernel_threads  # noqa: E402
+from phaze.arch import ArchSpace  # noqa: E402
+from phaze.graph import build_layers  # noqa: E402
+
+
+def _graphs(model):
+    graphs = []
+    for t in (1, 2, 4, 8):
+        for mb in (1, 2, 4, 8):
+            for layer in build_layers(model, mb, t).layers:
+                graphs.append((f"t={t} mb={mb} {layer.kind} fwd", layer.forward))
+                graphs.append((f"t={t} mb={mb} {layer.kind} bwd", layer.backward))
+    return graphs
+
+
+def _check(graphs, archs, results):
+    from naive import naive_op_latencies
+
+    rng = np.random.default_rng(0)
+    for (label, g), (single, intra) in zip(graphs, results):
+        lb_single, lb_intra = cost.roofline_bounds(g, archs)
+        assert np.all(np.isfinite(single)) and np.all(np.isfinite(intra)), label
+        assert np.all(single >= lb_single * (1 - 1e-12)), label
+        assert np.all(intra >= lb_intra * (1 - 1e-12)), label
+        assert np.all(intra <= single * (1 + 1e-12)), label
+    # the slow reference on a sample: a few graphs, a few architectures each
+    # (the reference enumerates every tile width, so it takes seconds per large GEMM)
+    for gi in rng.choice(len(graphs), size=3, replace=False):
+        label, g = graphs[gi]
+        cols = rng.choice(archs.shape[0], size=2, replace=False)
+        ref_single, ref_intra = naive_op_latencies(g, archs[cols])
+        np.testing.assert_allclose(results[gi][0][:, cols], ref_single, rtol=1e-12, err_msg=label)
+        np.testing.assert_allclose(results[gi][1][:, cols], ref_intra, rtol=1e-12, err_msg=label)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="timed repetitions (the best is reported)")
+    parser.add_argument("--model", default="gpt3-175b")
+    parser.add_argument("--fresh-archs", action="store_true",
+                        help="pass a new copy of the architectures to every call (defeats the memo of "
+                             "validated, deduplicated inputs, as if every call saw a new chunk)")
+    args = parser.parse_args(argv)
+
+    archs = ArchSpace.default().configs
+    graphs = _graphs(args.model)
+    n_ops = sum(g.n_ops for _, g in graphs)
+    cost.op_latencies(graphs[0][1], archs[:8])  # load the compiled kernel from the JIT cache
+
+    times = []
+    for _ in range(max(1, args.repeat)):
+        start = time.perf_counter()
+        if args.fresh_archs:
+            results = [cost.op_latencies(g, archs.copy()) for _, g in graphs]
+        else:
+            results = [cost.op_latencies(g, archs) for _, g in graphs]
+        times.append(time.perf_counter() - start)
+    _check(graphs, archs, results)
+
+    best = min(times)
+    pairs = n_ops * archs.shape[0]
+    print(f"model {args.model}: {len(graphs)} op graphs, {n_ops} operators x {archs.shape[0]:,} architectures "
+          f"= {pairs:,} (operator, architecture) pairs, two modes each")
+    print(f"op_latencies total: best {best:.3f} s of {len(times)} "
+          f"(all: {', '.join(f'{t:.3f}' for t in times)}); {best / pairs * 1e9:.1f} ns per pair; "
+          f"threads {kernel_threads()} of {os.cpu_count()} CPUs; "
+          f"{'a fresh copy of the architectures per call' if args.fresh_archs else 'one architecture array'}")
+    print("answers checked: finite, >= roofline, intra <= single, sample == tests/naive.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
