@@ -26,7 +26,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from phaze import cost  # noqa: E402
-from phaze._threads import kernel_threads  # noqa: E402
 from phaze.arch import ArchSpace  # noqa: E402
 from phaze.graph import build_layers  # noqa: E402
 
@@ -91,7 +90,7 @@ def main(argv=None) -> int:
           f"= {pairs:,} (operator, architecture) pairs, two modes each")
     print(f"op_latencies total: best {best:.3f} s of {len(times)} "
           f"(all: {', '.join(f'{t:.3f}' for t in times)}); {best / pairs * 1e9:.1f} ns per pair; "
-          f"threads {kernel_threads()} of {os.cpu_count()} CPUs; "
+          f"serial kernel, {os.cpu_count()} CPUs; "
           f"{'a fresh copy of the architectures per call' if args.fresh_archs else 'one architecture array'}")
     print("answers checked: finite, >= roofline, intra <= single, sample == tests/naive.py")
     return 0

@@ -7,7 +7,7 @@ same compiled and under ``NUMBA_DISABLE_JIT=1``. The model itself is documented 
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 KIND_GEMM = 0
 KIND_VECTOR = 1
@@ -113,7 +113,10 @@ def _vector_cycles(elements, cycles_per_element, lanes):
     return _cdiv(elements, lanes) * cycles_per_element
 
 
-@njit(cache=True, nogil=True, parallel=True)
+# Serial on purpose: a parallel=True/prange version over operators measured 2.5x
+# slower on the 2-core CI-like machine (bench/RESULTS.md, "Operator latencies"), and
+# the search already runs one process per core; nogil lets threads call it in parallel.
+@njit(cache=True, nogil=True)
 def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size,
                   elem_bytes, acc_bytes, single_buffer_fraction,
                   shape_w, shape_d, shape_cap, shape_of_arch,
@@ -129,7 +132,7 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
     n_archs = clock_hz.shape[0]
     n_shapes = shape_w.shape[0]
     n_splits = split_w.shape[0]
-    for i in prange(n_ops):
+    for i in range(n_ops):
         kd = kind[i]
         if kd == KIND_COLLECTIVE:
             g = float(group_size[i])

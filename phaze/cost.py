@@ -66,7 +66,6 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _config
-from ._threads import kernel_threads
 from .arch import ARCH_DTYPE
 from .arch import validate as _validate_archs
 from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
@@ -193,7 +192,6 @@ def op_latencies(op_graph: OpGraph, archs):
     single = np.empty((n_ops, n_archs), dtype=np.float64)
     intra = np.empty((n_ops, n_archs), dtype=np.float64)
     bytes_moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
-    _set_threads()
     kern._op_latencies(
         op_graph.kind.astype(np.int64), op_graph.dims, op_graph.cycles_per_element,
         op_graph.elements, bytes_moved, op_graph.comm_bytes, op_graph.group_size.astype(np.int64),
@@ -204,16 +202,6 @@ def op_latencies(op_graph: OpGraph, archs):
         prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
         prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"], single, intra)
     return single, intra
-
-
-def _set_threads():
-    """Let the kernel use the thread count of phaze's policy (never more than numba started)."""
-    try:
-        import numba
-
-        numba.set_num_threads(max(1, min(kernel_threads(), numba.config.NUMBA_NUM_THREADS)))
-    except Exception:  # pragma: no cover - no threading layer: the kernel runs serially
-        pass
 
 
 def roofline_bounds(op_graph: OpGraph, archs):
