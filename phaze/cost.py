@@ -22,8 +22,10 @@ so a pass of ``m`` rows costs ``max(m, tc_depth)`` cycles; consecutive passes pi
 so the fill and drain of the array (``tc_depth + tc_width − 1`` cycles) is paid once
 per core. *Partial edges*: a pass on an edge tile costs as much as a full one
 (``⌈K/d⌉·⌈N/w⌉`` passes per batch element). *Intra-op*: passes are dealt out evenly
-to the ``num_tc`` arrays; the rows may be cut into s = 1, 2, 4, … ≤ num_tc chunks to
-make enough passes (the best s is kept), so more arrays are never slower.
+to the ``num_tc`` arrays (⌈passes / num_tc⌉ per array); the rows may be cut into
+s = 1, 2, 4, … chunks (up to the first power of two ≥ min(num_tc, M); each chunk
+padded to ⌈M/s⌉ rows) to make enough passes, and the best s is kept. Doubling
+num_tc only adds candidates and never lengthens one, so more arrays are never slower.
 *Buffer tiling* (HBM traffic, e = ``bytes_per_element`` of the graph, fp32
 accumulators = ``_config.COST_ACCUMULATOR_BYTES``): the least traffic of three
 loop orders, each with double-buffered K-strips of depth ``min(tc_depth, K)``:
