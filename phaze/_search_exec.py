@@ -9,6 +9,7 @@ so that pruning can use the best throughput known at that moment.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -19,7 +20,19 @@ from ._threads import available_cores, pin_worker_threads
 
 
 def _init_worker() -> None:
+    """One thread per worker in every library.
+
+    A spawned worker re-imports the parent's ``__main__``, which may already have imported
+    numba; numba then holds the NUMBA_NUM_THREADS it read at import and raises at its next
+    compile if the variable changed since. ``numba.set_num_threads(1)`` (done by
+    ``pin_worker_threads``) limits it at run time, so the variable is put back.
+    """
+    numba_was_imported = "numba" in sys.modules
     pin_worker_threads()
+    if numba_was_imported:
+        from numba.core import config
+
+        os.environ["NUMBA_NUM_THREADS"] = str(config.NUMBA_NUM_THREADS)
 
 
 class ChunkFailed(RuntimeError):
@@ -32,8 +45,9 @@ def run_serial(fn, make_task, chunk_ids, on_result) -> None:
 
 
 def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None,
-                     retries=SEARCH_CHUNK_RETRIES) -> None:
-    """All local cores (or ``workers``), one thread each, chunks kept in flight 2 per worker."""
+                     retries=SEARCH_CHUNK_RETRIES, per_worker=2) -> None:
+    """All local cores (or ``workers``), one thread each, ``per_worker`` chunks in flight each
+    (1 when pruning, so each task is made with the freshest floor)."""
     workers = workers or available_cores()
     pending = list(chunk_ids)[::-1]  # pop() from the end keeps chunk order
     failures: dict = {}
@@ -45,7 +59,7 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None,
         broken = False
         try:
             while pending or in_flight:
-                while pending and len(in_flight) < 2 * workers and not broken:
+                while pending and len(in_flight) < per_worker * workers and not broken:
                     cid = pending.pop()
                     try:
                         in_flight[pool.submit(fn, make_task(cid))] = cid
@@ -87,12 +101,12 @@ def _count_failure(failures, cid, retries, why):
 
 
 def _dask_worker_setup():  # pragma: no cover - runs on Dask workers
-    pin_worker_threads()
+    _init_worker()
     return True
 
 
 def run_dask(fn, make_task, chunk_ids, on_result, *, address, retries=SEARCH_CHUNK_RETRIES,
-             connect_timeout_s=30.0) -> None:
+             connect_timeout_s=30.0, per_worker=2) -> None:
     """The same chunks on a Dask distributed cluster at ``address`` (tcp://HOST:PORT)."""
     try:
         from distributed import Client, as_completed
@@ -120,7 +134,7 @@ def run_dask(fn, make_task, chunk_ids, on_result, *, address, retries=SEARCH_CHU
             slots = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
         except Exception:  # noqa: BLE001 - older/newer scheduler_info layouts
             slots = 1
-        limit = max(2, 2 * slots)  # bounded, so tasks made later see a higher pruning floor
+        limit = max(1, per_worker * slots)  # bounded, so tasks made later see a higher pruning floor
         pending = list(chunk_ids)[::-1]
         queue = as_completed([submit(pending.pop(), 0) for _ in range(min(limit, len(pending)))],
                              with_results=False)

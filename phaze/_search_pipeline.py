@@ -167,24 +167,29 @@ def layer_lower_bounds(op_graph, single, intra, num_tc, num_vc) -> np.ndarray:
 
 
 def time_per_batch_lower_bound(total_s, max_layer_s, first_param_bytes, bandwidth,
-                               devices: int, n_layers: int, microbatches: int) -> np.ndarray:
+                               devices: int, n_layers: int, microbatches: int,
+                               stage_devices: int = 1) -> np.ndarray:
     """Valid lower bound on the placement model's time per batch, per architecture.
 
     ``total_s``: Σ over the chain of forward+backward seconds of each layer;
     ``max_layer_s``: the largest single-layer forward+backward; ``first_param_bytes``:
     parameter bytes of the chain's first layer (always in the first stage);
-    ``bandwidth`` bytes/s. For a plan with S stages and d replicas: every stage
-    load is ≥ the forward+backward sum of its layers, so max load ≥ total/S and
-    ≥ max_layer; S ≤ min(devices // d, layers); time = max_load·(⌈m/d⌉ + S − 1) +
+    ``bandwidth`` bytes/s; ``stage_devices``: devices every stage needs at least (the
+    width t when every layer of the chain is tensor-parallel, else 1). For a plan with
+    S stages and d replicas: every stage load is ≥ the forward+backward sum of its
+    layers, so max load ≥ total/S and ≥ max_layer; d·S·stage_devices ≤ devices and
+    S ≤ layers; time = max_load·(⌈m/d⌉ + S − 1) +
     4(d−1)·P_first/(bandwidth·d), and (c + S − 1)/S decreases in S. The bound is
     the minimum over d of the resulting expression.
     """
     total_s = np.asarray(total_s, dtype=np.float64)[:, None]
     max_layer_s = np.asarray(max_layer_s, dtype=np.float64)[:, None]
     bandwidth = np.asarray(bandwidth, dtype=np.float64)[:, None]
-    d = np.arange(1, min(devices, microbatches) + 1, dtype=np.float64)[None, :]
+    if stage_devices > devices:
+        return np.full(total_s.shape[0], np.inf)
+    d = np.arange(1, min(devices // stage_devices, microbatches) + 1, dtype=np.float64)[None, :]
     c = np.ceil(microbatches / d)
-    s_max = np.minimum(np.floor(devices / d), n_layers)
+    s_max = np.minimum(np.floor(devices / (d * stage_devices)), n_layers)
     pipeline = total_s * (c + s_max - 1.0) / s_max
     bound = np.maximum(pipeline, max_layer_s * c) + 4.0 * (d - 1.0) * first_param_bytes / (bandwidth * d)
     return bound.min(axis=1)
@@ -294,7 +299,9 @@ def _throughput_upper_bounds(model, mb, widths, times, archs, devices, global_ba
         max_layer = per_layer.max(axis=0)
         n_layers = int(counts.sum())
         first_param = float(mg.layers[0].param_bytes)
-        lb = time_per_batch_lower_bound(total, max_layer, first_param, bandwidth, devices, n_layers, m)
+        all_tp = all(bool(layer.tensor_parallel) for layer in mg.layers)
+        lb = time_per_batch_lower_bound(total, max_layer, first_param, bandwidth, devices, n_layers, m,
+                                        stage_devices=t if all_tp else 1)
         best_time = np.minimum(best_time, lb)
     with np.errstate(divide="ignore"):
         return np.where(best_time > 0, global_batch / best_time, np.inf)
@@ -326,6 +333,7 @@ def run_chunk(task: dict) -> dict:
 
     # Per-arch bound across all of a model's points, for arch-level pruning before scheduling.
     keep_arch = np.ones(n_archs, dtype=bool)
+    lat_cache = {}
     if prune and n_archs:
         ub = np.zeros((n_models, n_archs))
         for mi, model in enumerate(models):
@@ -333,7 +341,9 @@ def run_chunk(task: dict) -> dict:
             for mb in task["microbatch"]:
                 if not widths:
                     continue
-                lat = _latencies(model, mb, widths, archs, bounds=True)
+                # The real operator latencies (kept for the survivors): their layer bounds are
+                # as tight as the roofline's and the kernel is faster than the numpy roofline.
+                lat_cache[mi, mb] = lat = _latencies(model, mb, widths, archs)
                 lower = _layer_times(model, mb, widths, lat, archs, gap, lower_only=True)
                 ub[mi] = np.maximum(ub[mi], _throughput_upper_bounds(
                     model, mb, widths, lower, archs, devices, global_batch))
@@ -359,13 +369,16 @@ def run_chunk(task: dict) -> dict:
                 m = global_batch // mb
                 times = {}
                 if widths:
-                    lat = _latencies(model, mb, widths, sub_archs)
-                    times = _layer_times(model, mb, widths, lat, sub_archs, gap)
+                    lat = lat_cache.pop((mi, mb), None)
+                    if lat is None:
+                        lat = _latencies(model, mb, widths, sub_archs)
+                        times = _layer_times(model, mb, widths, lat, sub_archs, gap)
+                    else:
+                        times = _layer_times(model, mb, widths, lat, archs, gap, cols=sub)
                 point_ub = (_throughput_upper_bounds(model, mb, widths, times, sub_archs, devices,
                                                      global_batch)
                             if (prune and n_models == 1 and widths) else None)
-                statics = {t: chain_static(model_graph(model, mb, t)) for t in widths}
-                kind_idx = {t: chain_kind_index(model_graph(model, mb, t)) for t in widths}
+                chains = _ChainArrays(model, mb, widths, times, sub.size) if widths else None
                 for hbm in task["hbm_gib"]:
                     for rc in task["recompute"]:
                         order = np.arange(sub.size)
@@ -381,9 +394,9 @@ def run_chunk(task: dict) -> dict:
                                 batch = batch[~skip]
                                 if not batch.size:
                                     continue
-                            _solve_batch(be, rows, mi, model, mb, m, hbm, rc, widths, times, statics,
-                                         kind_idx, sub_archs, arch_ids[sub], batch, devices,
-                                         global_batch, task["optimizer"], floors)
+                            _solve_batch(be, rows, mi, mb, m, hbm, rc, widths, chains, sub_archs,
+                                         arch_ids[sub], batch, devices, global_batch,
+                                         task["optimizer"], floors)
     return {"chunk_id": int(task["chunk_id"]), "columns": rows.arrays(), "pruned": pruned,
             "block_fwbw_s": block}
 
@@ -410,16 +423,37 @@ def make_problem(**fields):
     return trusted(**fields) if trusted is not None else cls(**fields)
 
 
-def _solve_batch(be, rows, mi, model, mb, m, hbm, rc, widths, times, statics, kind_idx, archs,
-                 arch_ids, batch, devices, global_batch, optimizer, floors):
-    widths_arr = np.array(widths, dtype=np.int64)
+class _ChainArrays:
+    """The chain's arrays for one (model, microbatch), stacked over widths once.
+
+    ``fw``/``bw`` (W, L, n_archs) seconds per chain position; ``ok`` (W, n_archs) where
+    every layer of that width got a schedule; static (W, L) / (W, L−1) byte arrays.
+    """
+
+    def __init__(self, model, mb, widths, times, n_archs):
+        self.widths = np.array(widths, dtype=np.int64)
+        kind_idx = [chain_kind_index(model_graph(model, mb, t)) for t in widths]
+        self.fw = np.stack([times[t][0][k] for t, k in zip(widths, kind_idx)])
+        self.bw = np.stack([times[t][1][k] for t, k in zip(widths, kind_idx)])
+        self.ok = np.isfinite(self.fw).all(axis=1) & np.isfinite(self.bw).all(axis=1)
+        statics = [chain_static(model_graph(model, mb, t)) for t in widths]
+        self.P, self.A, self.T, self.E = (np.stack([st[i] for st in statics]) for i in range(4))
+        self.layer_ids = np.arange(self.fw.shape[1], dtype=np.int64)
+
+    def rows(self, sel):
+        if sel is None:
+            return self.P, self.A, self.T, self.E
+        return self.P[sel], self.A[sel], self.T[sel], self.E[sel]
+
+
+def _solve_batch(be, rows, mi, mb, m, hbm, rc, widths, chains, archs, arch_ids, batch, devices,
+                 global_batch, optimizer, floors):
     problems, where = [], []
+    net = archs["net_gb_per_s"]
     for a in batch:
         a = int(a)
         hbm_a = float(archs["hbm_gib"][a]) if hbm is None else float(hbm)
-        ok_w = [t for t in widths if np.all(np.isfinite(times[t][0][:, a]))
-                and np.all(np.isfinite(times[t][1][:, a]))]
-        if not ok_w:
+        if chains is None or not chains.ok[:, a].any():
             reason = ("no valid tensor-parallel width" if not widths
                       else "no layer schedule found for any width")
             rows.add(model=mi, arch_id=arch_ids[a], microbatch=mb, hbm_gib=hbm_a, recompute=rc,
@@ -427,18 +461,18 @@ def _solve_batch(be, rows, mi, model, mb, m, hbm, rc, widths, times, statics, ki
                      data_parallel=0, pipeline_parallel=0, devices_used=0, stage_layers="",
                      reason=reason)
             continue
-        sel = [widths.index(t) for t in ok_w]
-        fw = np.stack([times[t][0][kind_idx[t], a] for t in ok_w])
-        bw = np.stack([times[t][1][kind_idx[t], a] for t in ok_w])
-        P = np.stack([statics[t][0] for t in ok_w])
-        A = np.stack([statics[t][1] for t in ok_w])
-        T = np.stack([statics[t][2] for t in ok_w])
-        E = np.stack([statics[t][3] for t in ok_w])
+        if chains.ok[:, a].all():
+            sel = None
+            fw, bw, w = chains.fw[:, :, a], chains.bw[:, :, a], chains.widths
+        else:
+            sel = np.flatnonzero(chains.ok[:, a])
+            fw, bw, w = chains.fw[sel, :, a], chains.bw[sel, :, a], chains.widths[sel]
+        P, A, T, E = chains.rows(sel)
         problems.append(make_problem(
-            widths=widths_arr[sel], forward_s=fw, backward_s=bw, param_bytes=P, activation_bytes=A,
+            widths=w, forward_s=fw, backward_s=bw, param_bytes=P, activation_bytes=A,
             tensor_parallel=T, edge_bytes=E, devices=devices, memory_bytes=hbm_a * 2.0 ** 30,
-            bandwidth=float(archs["net_gb_per_s"][a]) * 1e9, microbatches=m, recompute=bool(rc),
-            optimizer=optimizer, layer_ids=np.arange(fw.shape[1], dtype=np.int64)))
+            bandwidth=float(net[a]) * 1e9, microbatches=m, recompute=bool(rc),
+            optimizer=optimizer, layer_ids=chains.layer_ids))
         where.append((a, hbm_a))
     if not problems:
         return

@@ -467,9 +467,11 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         if executor == "serial" or (executor == "process" and len(todo) <= 1 and workers is None):
             ex.run_serial(pipe.run_chunk, make_task, todo, on_result)
         elif executor == "process":
-            ex.run_process_pool(pipe.run_chunk, make_task, todo, on_result, workers=workers)
+            ex.run_process_pool(pipe.run_chunk, make_task, todo, on_result, workers=workers,
+                                per_worker=1 if prune else 2)
         else:
-            ex.run_dask(pipe.run_chunk, make_task, todo, on_result, address=address)
+            ex.run_dask(pipe.run_chunk, make_task, todo, on_result, address=address,
+                        per_worker=1 if prune else 2)
     finally:
         prog.close()
     sweep_s = time.perf_counter() - wall0

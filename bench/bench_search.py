@@ -1,0 +1,129 @@
+"""Benchmark of phaze.search (not a test): exhaustive and pruned sweeps, then the study's models.
+
+    python3 bench/bench_search.py sweep  [--model gpt3-175b] [--every K] [--workers N] [--mode both]
+    python3 bench/bench_search.py models [--every K] [--workers N]
+
+``sweep`` runs the exhaustive search (and/or ``--prune``) over the default space
+× microbatch {1,2,4,8} × HBM {32,64,80} GiB × recomputation {off,on} and prints
+points/s; with ``--mode both`` it checks that pruning reaches the identical best
+point. Every run re-evaluates its best point through ``evaluate_point`` and
+checks the throughput. ``models`` runs the original study's model set (pruned
+search) and prints, per model, the best architecture, strategy, throughput and
+the gains over the three baselines, as a Markdown table for bench/RESULTS.md.
+"""
+import argparse
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from phaze import arch, search  # noqa: E402
+
+STUDY_MODELS = ("bert-large", "gpt2-xl", "opt-350m", "llama2-7b", "megatron-gpt2-54",
+                "megatron-gpt2-72", "gpt3-175b")
+
+
+def _space(every):
+    rows = arch.ArchSpace.default().configs
+    return rows if every == 1 else rows[::every]
+
+
+def _check_best(result, rows, devices, global_batch):
+    """Re-evaluate the best plan with evaluate_point: the same samples/s, or fail loudly."""
+    b = result.best
+    if not b.get("feasible"):
+        return
+    sizes = [int(x) for x in b["stage_layers"].split(",")]
+    row = rows[b["arch_id"]:b["arch_id"] + 1]
+    r = search.evaluate_point(b["model"], row, b["tensor_parallel"], len(sizes), b["data_parallel"],
+                              b["microbatch"], b["recompute"], devices=devices,
+                              global_batch=global_batch, hbm_gib=b["hbm_gib"], stages=sizes)
+    if not (r["feasible"] and abs(r["samples_per_s"] - b["samples_per_s"]) <= 1e-9 * b["samples_per_s"]):
+        raise SystemExit(f"CHECK FAILED: best point re-evaluates to {r['samples_per_s']} samples/s, "
+                         f"search said {b['samples_per_s']}")
+
+
+def _run(model, devices, every, prune, workers, baselines):
+    t0 = time.perf_counter()
+    rows = _space(every)
+    r = search.search(model, devices=devices, space=rows, prune=prune, workers=workers,
+                      progress=sys.stderr.isatty(), baselines=baselines)
+    wall = time.perf_counter() - t0
+    _check_best(r, rows, devices, 4096)
+    return r, wall
+
+
+def _describe(r):
+    b = r.best
+    return (f"arch {b['arch_id']} ({b['num_tc']} TC {b['tc_width']}x{b['tc_depth']}, {b['num_vc']} VC "
+            f"x{b['vc_width']}, {b['buffer_mib']:g} MiB, {b['area_mm2']:.1f} mm2), "
+            f"t={b['tensor_parallel']} p={b['pipeline_parallel']} d={b['data_parallel']} "
+            f"mb={b['microbatch']} HBM={b['hbm_gib']:g} recompute={'on' if b['recompute'] else 'off'}, "
+            f"{b['samples_per_s']:.3f} samples/s")
+
+
+def cmd_sweep(args):
+    print(f"machine: {platform.node()} {os.cpu_count()} cores (shared with other work while measured)")
+    results = {}
+    modes = {"exhaustive": [False], "prune": [True], "both": [False, True]}[args.mode]
+    for prune in modes:
+        r, wall = _run(args.model, args.devices, args.every, prune, args.workers, baselines=False)
+        m = r.metadata
+        name = "prune" if prune else "exhaustive"
+        results[name] = r
+        print(f"{name}: {args.model} on {args.devices} devices, {m['points_total']:,} points "
+              f"({m['points_evaluated']:,} evaluated, {m['points_pruned']:,} pruned) in {wall:.1f} s "
+              f"= {m['points_total'] / wall:,.0f} points/s; best {_describe(r)}")
+    if len(results) == 2:
+        a, b = results["exhaustive"].best, results["prune"].best
+        same = (a["arch_id"], a["samples_per_s"]) == (b["arch_id"], b["samples_per_s"])
+        print(f"pruned best identical to exhaustive best: {same}")
+        if not same:
+            raise SystemExit("CHECK FAILED: pruning changed the best point")
+
+
+def cmd_models(args):
+    print(f"machine: {platform.node()} {os.cpu_count()} cores (shared with other work while measured)")
+    print("| model | best architecture (TC, VC, buffer, area) | t/p/d, microbatch, HBM, recompute | "
+          "samples/s | tokens/s | gain vs tpuv4 searched | vs tpuv4 fixed | vs block-optimal | time |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        r, wall = _run(name, args.devices, args.every, True, args.workers, baselines=True)
+        b = r.best
+        gains = []
+        for key in search.BASELINE_NAMES:
+            g = r.baselines[key]["models"][name]
+            gains.append(f"{g['gain']:.2f}x ({g['samples_per_s']:.1f}/s)" if g.get("gain")
+                         else f"n/a ({g.get('reason', 'infeasible')})")
+        if not b.get("feasible"):
+            print(f"| {name} | infeasible: {b.get('reason')} | | | | | | | {wall:.0f} s |")
+            continue
+        print(f"| {name} | {b['num_tc']}×{b['tc_width']}x{b['tc_depth']} TC, {b['num_vc']}×{b['vc_width']} VC, "
+              f"{b['buffer_mib']:g} MiB, {b['area_mm2']:.1f} mm² | {b['tensor_parallel']}/"
+              f"{b['pipeline_parallel']}/{b['data_parallel']}, mb {b['microbatch']}, {b['hbm_gib']:g} GiB, "
+              f"{'on' if b['recompute'] else 'off'} | {b['samples_per_s']:.2f} | {b['tokens_per_s']:,.0f} | "
+              f"{gains[0]} | {gains[1]} | {gains[2]} | {wall:.0f} s |", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("sweep")
+    p.add_argument("--model", default="gpt3-175b")
+    p.add_argument("--mode", choices=("exhaustive", "prune", "both"), default="both")
+    p.set_defaults(func=cmd_sweep)
+    q = sub.add_parser("models")
+    q.add_argument("--models", default=",".join(STUDY_MODELS))
+    q.set_defaults(func=cmd_models)
+    for x in (p, q):
+        x.add_argument("--devices", type=int, default=1024)
+        x.add_argument("--every", type=int, default=1, help="keep every K-th architecture")
+        x.add_argument("--workers", type=int, default=None)
+    args = ap.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
