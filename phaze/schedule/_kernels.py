@@ -312,12 +312,14 @@ def _segment_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
 # ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed_modes,
-         ntc, nvc, starts, modes, finish, pt, ptc, pvc, plk, waiting, done):
+         ntc, nvc, starts, modes, finish, pt, ptc, pvc, plk, waiting, done, select=0):
     """Serial schedule generation: repeatedly take the ready operator of highest ``prio``
     and start it as early as precedence and capacity allow.
 
     ``rule`` 0: try both modes, keep the earlier finish (ties: one core);
-    ``rule`` 1: use ``fixed_modes``. Returns the makespan."""
+    ``rule`` 1: use ``fixed_modes``. ``select`` 0: highest ``prio`` first; 1: the ready
+    operator whose predecessors finish first (ties: highest ``prio``), which fills idle
+    time (e.g. while a collective runs) with whatever is ready. Returns the makespan."""
     m = kind.shape[0]
     pt[0] = 0.0
     ptc[0] = 0
@@ -330,9 +332,19 @@ def _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed
     makespan = 0.0
     for _step in range(m):
         j = -1
+        best_est = 0.0
         for i in range(m):
             if not done[i] and waiting[i] == 0:
-                if j < 0 or prio[i] > prio[j]:
+                if select == 1:
+                    ei = 0.0
+                    for e in range(pred_ptr[i], pred_ptr[i + 1]):
+                        f = finish[pred_idx[e]]
+                        if f > ei:
+                            ei = f
+                    if j < 0 or ei < best_est or (ei == best_est and prio[i] > prio[j]):
+                        j = i
+                        best_est = ei
+                elif j < 0 or prio[i] > prio[j]:
                     j = i
         est = 0.0
         for e in range(pred_ptr[j], pred_ptr[j + 1]):
@@ -395,14 +407,35 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
     dmin = _fastest(kind, ds, da)
     prio_min = _tails(dmin, succ_ptr, succ_idx)
     best = np.inf
-    # pass list: (priority from fastest durations | from one-core durations) x
+    # pass list: (priority from fastest durations | from one-core durations |
+    #            ready-first with fastest-duration priority | link-first) x
     #            (earliest finish | all fastest | all intra-op | all one-core)
-    for p in range(2):
-        if p == 0:
-            prio = prio_min
-        else:
+    #            link-first: collectives weigh more than all compute together, so the
+    #            operators feeding a collective go first and compute overlaps the link
+    link_first = np.empty(m)
+    heavy = 1.0
+    for i in range(m):
+        heavy += dmin[i]
+    for i in range(m):
+        link_first[i] = dmin[i] + heavy if kind[i] == KIND_COLLECTIVE else dmin[i]
+    prio_link = _tails(link_first, succ_ptr, succ_idx)
+    has_link = False
+    for i in range(m):
+        if kind[i] == KIND_COLLECTIVE:
+            has_link = True
+    for p in range(4):
+        select = 1 if p == 2 else 0
+        if p == 1:
             prio = _tails(ds, succ_ptr, succ_idx)
+        elif p == 3:
+            if not has_link:
+                break
+            prio = prio_link
+        else:
+            prio = prio_min
         for r in range(4):
+            if p >= 2 and r >= 2:
+                break
             if r == 0:
                 rule = 0
             else:
@@ -417,7 +450,7 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
                     else:
                         fixed[i] = 0
             ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed,
-                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done, select)
             if ms < best:
                 best = ms
                 starts[:] = s_tmp
