@@ -89,8 +89,12 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None,
                         pending.append(cid)
                     in_flight.clear()
                     break
-        finally:
-            pool.shutdown(wait=not broken, cancel_futures=True)
+        except BaseException:
+            # Ctrl-C or a chunk that failed for good: do not wait for chunks still running
+            # (finished ones are already written).
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=not broken, cancel_futures=True)
 
 
 def _count_failure(failures, cid, retries, why):

@@ -14,9 +14,9 @@ point of the space, so it never changes the best answer:
 
 * time per batch ≥ max over plans of the placement model's lower bound derived
   in :func:`time_per_batch_lower_bound` from per-layer forward+backward times;
-* per-layer times are bounded below without scheduling by
-  :func:`_layer_lower_bounds` (critical path and per-resource work), so whole
-  architectures can be skipped before ``schedule_many`` runs.
+* per-layer times are bounded below from the operator latencies alone by
+  :func:`layer_lower_bounds` (critical path and per-resource work), so whole
+  architectures can be skipped before ``schedule_many`` and the placement run.
 """
 from __future__ import annotations
 

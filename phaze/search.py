@@ -432,8 +432,9 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         _update_floors(tab, model_list, floors, incumbents)
 
     progress = sys.stderr.isatty() if progress is None else bool(progress)
-    prog = _Progress(total_points, progress)
-    prog.done = (len(chunk_ids) - len(todo)) * 0  # resumed chunks are not re-counted in the rate
+    prog = _Progress(sum(
+        (min(n_archs, (c + 1) * chunk_archs) - c * chunk_archs) * points_per_arch for c in todo),
+        progress)
     n_evaluated = sum(len(t["arch_id"]) for t in tables)
 
     def make_task(cid):

@@ -244,3 +244,10 @@ def test_cli_bad_input_is_one_line(argv, needle, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err
+
+
+def test_progress_on_stderr(rows, capsys):
+    search.search(TINY, space=rows[:2], executor="serial", progress=True, baselines=False,
+                  chunk_archs=1, **SMALL)
+    err = capsys.readouterr().err
+    assert "points/s" in err and "best" in err and err.endswith("\n")
