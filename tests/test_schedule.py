@@ -252,3 +252,18 @@ def test_runs_without_jit():
                          env={**os.environ, "PYTHONPATH": REPO, "NUMBA_DISABLE_JIT": "1"}, timeout=300)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == pytest.approx(5.5)
+
+
+@given(instances(max_ops=9))
+def test_bounds_below_exact_optimum_on_larger_graphs(inst):
+    # the exact optimum here comes from branch and bound (checked against the
+    # exhaustive reference on the smaller graphs above)
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    exact = S.schedule_layer(g, single, intra, num_tc, num_vc, gap=0.0, time_limit=0.0)
+    _valid(g, single, intra, num_tc, num_vc, exact)
+    if exact.status == "optimal":
+        tol = 1e-9 * max(exact.makespan, UNIT)
+        assert S.lower_bound(g, single, intra, num_tc, num_vc) <= exact.makespan + tol
+        listed = S.list_schedule(g, single, intra, num_tc, num_vc)
+        assert listed.makespan >= exact.makespan - tol

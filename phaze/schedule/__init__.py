@@ -89,7 +89,7 @@ class Schedule:
 class _Prepared:
     """Operators reordered into segments with local CSR predecessor/successor lists."""
 
-    __slots__ = ("perm", "seg_ptr", "seg_wtc", "seg_wvc", "opinfo", "pred_ptr", "pred_idx", "succ_ptr", "succ_idx", "kind",
+    __slots__ = ("perm", "seg_ptr", "seg_wtc", "seg_wvc", "opinfo", "reach", "pred_ptr", "pred_idx", "succ_ptr", "succ_idx", "kind",
                  "need_tc", "need_vc", "local_preds")
 
 
@@ -168,6 +168,13 @@ def _prepare(g: OpGraph, split: bool = True) -> _Prepared:
             opinfo[seg_ptr[s] + q, 2] = int(g.kind[i] == KIND_COLLECTIVE
                                             and not any(compute[o] for o in free))
     prep.opinfo = opinfo
+    # reach[q, r]: the operator at position q precedes the one at r (same segment)
+    reach = np.zeros((n, n), dtype=np.uint8)
+    for s in range(len(seg_ptr) - 1):
+        for q in range(seg_ptr[s], seg_ptr[s + 1]):
+            for r in range(seg_ptr[s], seg_ptr[s + 1]):
+                reach[q, r] = anc[order[r], order[q]]
+    prep.reach = reach
     prep.seg_wvc = np.array(wvc, dtype=np.int64)
     _PREP_CACHE[key] = prep
     while len(_PREP_CACHE) > 256:
@@ -257,9 +264,13 @@ def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
     total = 0.0
     for s in range(len(prep.seg_ptr) - 1):
         b, e = prep.seg_ptr[s], prep.seg_ptr[s + 1]
-        total += _K._segment_bound(prep.kind[b:e], dsq[b:e], daq[b:e], prep.pred_ptr[b:e + 1],
-                                   prep.pred_idx, prep.succ_ptr[b:e + 1], prep.succ_idx, ntc, nvc,
-                                   prep.seg_wtc[s], prep.seg_wvc[s], prep.opinfo[b:e])
+        quick = _K._segment_bound(prep.kind[b:e], dsq[b:e], daq[b:e], prep.succ_ptr[b:e + 1],
+                                  prep.succ_idx, ntc, nvc, prep.seg_wtc[s], prep.seg_wvc[s])
+        strong = _K._strong_bound(prep.kind[b:e], dsq[b:e], daq[b:e], prep.pred_ptr[b:e + 1],
+                                  prep.pred_idx, prep.succ_ptr[b:e + 1], prep.succ_idx,
+                                  prep.reach[b:e, b:e], ntc, nvc, prep.seg_wtc[s], prep.seg_wvc[s],
+                                  prep.opinfo[b:e])
+        total += max(quick, strong)
     return float(total)
 
 
@@ -367,7 +378,7 @@ def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
     modes_q = np.empty(n, np.int8)
     seg_ub = np.empty(nseg)
     seg_lb = np.empty(nseg)
-    ms, lb, optimal = _K._solve(prep.kind, dsq, daq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo,
+    ms, lb, optimal = _K._solve(prep.kind, dsq, daq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach,
                                 prep.pred_ptr, prep.pred_idx,
                                 prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT,
                                 starts_q, modes_q, seg_ub, seg_lb)
@@ -467,7 +478,7 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=None):
     previous = numba.get_num_threads()
     numba.set_num_threads(max(1, threads))
     try:
-        _K._solve_many(prep.kind, sq, iq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.pred_ptr,
+        _K._solve_many(prep.kind, sq, iq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach, prep.pred_ptr,
                        prep.pred_idx, prep.succ_ptr,
                        prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT, makespan, lb, status)
     finally:

@@ -268,10 +268,9 @@ _LAM_GRID = np.linspace(0.0, 1.0, 11)
 
 
 @njit(cache=True, nogil=True)
-def _segment_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
-                   width_tc, width_vc, opinfo):
-    """Lower bound on one segment's makespan: critical path, chip energy (plain and with
-    a weighted-up chain), link work.
+def _segment_bound(kind, ds, da, succ_ptr, succ_idx, ntc, nvc, width_tc, width_vc):
+    """Quick lower bound on one segment's makespan: critical path at the faster modes,
+    link work, chip energy.
 
     ``width_tc``/``width_vc``: the most operators using a TC / a VC that the DAG lets run
     at once (widest antichain). Operators running at one instant are pairwise unordered,
@@ -293,17 +292,124 @@ def _segment_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
     e = _energy_bound(kind, ds, da, cap_tc, cap_vc)
     if e > lb:
         lb = e
+    return lb
+
+
+@njit(cache=True, nogil=True)
+def _energies(kind, ds, da, lam, cap_tc, cap_vc, out):
+    """Per-operator chip energy min_mode(weight x duration) (see ``_energy``)."""
+    wt = lam / cap_tc if cap_tc > 0 else 0.0
+    wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+    for i in range(kind.shape[0]):
+        k = kind[i]
+        if k == KIND_COLLECTIVE:
+            out[i] = 0.0
+            continue
+        if k == KIND_GEMM:
+            w = wt
+        elif k == KIND_VECTOR:
+            w = wv
+        else:
+            w = wt + wv
+        e = w * ds[i]
+        out[i] = da[i] if da[i] < e else e
+
+
+@njit(cache=True, nogil=True)
+def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, ntc, nvc,
+                  width_tc, width_vc, opinfo):
+    """Stronger (costlier) lower bound on one segment's makespan, the max of
+
+    * chain-weighted energy (``_chain_energy``) over a grid of lam;
+    * for every operator i: H(i) + i at its faster mode + T(i), where H(i) bounds i's
+      start: the critical path to i, the energy of i's ancestors (they all finish before
+      i starts), and for each collective c before i, H(c) + c + the energy of the
+      operators between c and i (they start after c ends and end before i starts);
+      T(i) likewise bounds the time after i ends. Every lam gives a valid energy, so
+      each term takes the best lam.
+
+    ``reach[i, j]`` is nonzero when i precedes j (local indices)."""
+    m = kind.shape[0]
+    cap_tc = width_tc if width_tc < ntc else ntc
+    cap_vc = width_vc if width_vc < nvc else nvc
+    lb = 0.0
     if cap_tc == 0 or cap_vc == 0:
-        lo = 1.0 if cap_vc == 0 else 0.0
-        e = _chain_energy(kind, ds, da, pred_ptr, pred_idx, lo, ntc, nvc, cap_tc, cap_vc, opinfo)
+        n_lam = 1
+    else:
+        n_lam = _LAM_GRID.shape[0]
+    ener = np.empty((n_lam, m))
+    for q in range(n_lam):
+        if n_lam == 1:
+            lam = 1.0 if cap_vc == 0 else 0.0
+        else:
+            lam = _LAM_GRID[q]
+        e = _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_vc, opinfo)
         if e > lb:
             lb = e
-    else:
-        for q in range(_LAM_GRID.shape[0]):
-            e = _chain_energy(kind, ds, da, pred_ptr, pred_idx, _LAM_GRID[q], ntc, nvc,
-                              cap_tc, cap_vc, opinfo)
-            if e > lb:
-                lb = e
+        _energies(kind, ds, da, lam, cap_tc, cap_vc, ener[q])
+    dmin = _fastest(kind, ds, da)
+    tail_cp = _tails(dmin, succ_ptr, succ_idx)
+    head = np.zeros(m)
+    tail = np.zeros(m)
+    acc = np.empty(n_lam)
+    for i in range(m):  # topological
+        h = 0.0
+        for e in range(pred_ptr[i], pred_ptr[i + 1]):
+            p = pred_idx[e]
+            v = head[p] + dmin[p]
+            if v > h:
+                h = v
+        for q in range(n_lam):
+            acc[q] = 0.0
+        for j in range(m):
+            if reach[j, i]:
+                for q in range(n_lam):
+                    acc[q] += ener[q, j]
+        for q in range(n_lam):
+            if acc[q] > h:
+                h = acc[q]
+        for c in range(i):
+            if kind[c] != KIND_COLLECTIVE or not reach[c, i]:
+                continue
+            for q in range(n_lam):
+                acc[q] = 0.0
+            for j in range(c + 1, i):
+                if reach[c, j] and reach[j, i]:
+                    for q in range(n_lam):
+                        acc[q] += ener[q, j]
+            for q in range(n_lam):
+                v = head[c] + dmin[c] + acc[q]
+                if v > h:
+                    h = v
+        head[i] = h
+    for i in range(m - 1, -1, -1):
+        t = tail_cp[i] - dmin[i]
+        for q in range(n_lam):
+            acc[q] = 0.0
+        for j in range(m):
+            if reach[i, j]:
+                for q in range(n_lam):
+                    acc[q] += ener[q, j]
+        for q in range(n_lam):
+            if acc[q] > t:
+                t = acc[q]
+        for c in range(i + 1, m):
+            if kind[c] != KIND_COLLECTIVE or not reach[i, c]:
+                continue
+            for q in range(n_lam):
+                acc[q] = 0.0
+            for j in range(i + 1, c):
+                if reach[i, j] and reach[j, c]:
+                    for q in range(n_lam):
+                        acc[q] += ener[q, j]
+            for q in range(n_lam):
+                v = tail[c] + dmin[c] + acc[q]
+                if v > t:
+                    t = v
+        tail[i] = t
+        v = head[i] + dmin[i] + t
+        if v > lb:
+            lb = v
     return lb
 
 
@@ -387,11 +493,13 @@ def _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed
 
 @njit(cache=True, nogil=True)
 def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
-                   target, starts, modes):
-    """Best of several list-scheduling passes (priority rules x mode rules).
+                   target, starts, modes, max_passes=1000):
+    """Best of several list-scheduling passes (priority rules x mode rules), then
+    forward-backward improvement of the best.
 
-    Stops early once the makespan is <= ``target`` (already certified). Writes the
-    best schedule into ``starts``/``modes`` and returns its makespan."""
+    Stops early once the makespan is <= ``target`` (already certified) or after
+    ``max_passes`` passes. Writes the best schedule into ``starts``/``modes`` and
+    returns its makespan."""
     m = kind.shape[0]
     cap = 2 * m + 2
     pt = np.empty(cap)
@@ -423,6 +531,7 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
     for i in range(m):
         if kind[i] == KIND_COLLECTIVE:
             has_link = True
+    passes = 0
     for p in range(4):
         select = 1 if p == 2 else 0
         if p == 1:
@@ -455,7 +564,8 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
                 best = ms
                 starts[:] = s_tmp
                 modes[:] = m_tmp
-            if best <= target:
+            passes += 1
+            if best <= target or passes >= max_passes:
                 return best
     # Forward-backward improvement: right-justify the best schedule (schedule the reversed
     # graph, latest finish first), then left-justify it again (earliest start first),
@@ -619,7 +729,7 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
 # one layer on one chip: segments, bounds, heuristics, exact small segments
 # ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
+def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
            nvc, gap, exact_max, node_limit, starts, modes, seg_ub, seg_lb):
     """Schedule one graph (operators in segment order) on one chip.
 
@@ -631,13 +741,24 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, pred_ptr, pred_idx, 
     for s in range(nseg):
         b = seg_ptr[s]
         e = seg_ptr[s + 1]
-        lb = _segment_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
-                            succ_ptr[b:e + 1], succ_idx, ntc, nvc, seg_wtc[s], seg_wvc[s],
-                            opinfo[b:e])
-        target = lb * (1.0 + _REL_EQ)
+        lb = _segment_bound(kind[b:e], ds[b:e], da[b:e], succ_ptr[b:e + 1], succ_idx, ntc, nvc,
+                            seg_wtc[s], seg_wvc[s])
+        # a part within the gap on its own keeps the whole within the gap
+        target = lb * (1.0 + _REL_EQ) / (1.0 - gap)
         ub = _list_schedule(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
                             succ_ptr[b:e + 1], succ_idx, ntc, nvc, target,
-                            starts[b:e], modes[b:e])
+                            starts[b:e], modes[b:e], 2)
+        if ub > target:
+            strong = _strong_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
+                                   succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
+                                   seg_wtc[s], seg_wvc[s], opinfo[b:e])
+            if strong > lb:
+                lb = strong
+                target = lb * (1.0 + _REL_EQ) / (1.0 - gap)
+            if ub > target:
+                ub = _list_schedule(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
+                                    succ_ptr[b:e + 1], succ_idx, ntc, nvc, target,
+                                    starts[b:e], modes[b:e])
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
@@ -694,7 +815,7 @@ def _status(makespan, lower_bound, optimal, gap):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _solve_many(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, pred_ptr, pred_idx, succ_ptr,
+def _solve_many(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, ntc, nvc, gap, exact_max, node_limit, makespan, lower_bound, status):
     """``_solve`` for every architecture (columns of ``single``/``intra``, already in
     segment order). Architectures lacking cores of a needed type are infeasible."""
@@ -723,7 +844,7 @@ def _solve_many(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, pred_ptr
         modes = np.empty(n, np.int8)
         seg_ub = np.empty(nseg)
         seg_lb = np.empty(nseg)
-        ms, lb, opt = _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, pred_ptr, pred_idx,
+        ms, lb, opt = _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx,
                              succ_ptr, succ_idx, ntc[a], nvc[a], gap, exact_max, node_limit,
                              starts, modes, seg_ub, seg_lb)
         makespan[a] = ms
