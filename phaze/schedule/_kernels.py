@@ -594,6 +594,37 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
                     return best
         if not improved:
             break
+    if not has_link:
+        return best
+    # Fill the link's idle-compute holes: move each operator that now starts after a
+    # collective ends to just behind that collective in the list (modes kept), and keep
+    # the move if the makespan drops. Finds "run this weight gradient during the
+    # all-reduce and let the chain wait a little" which no priority rule expresses.
+    for _round in range(2):
+        improved = False
+        for c in range(m):
+            if kind[c] != KIND_COLLECTIVE:
+                continue
+            c_end = starts[c] + ds[c]
+            for j in range(m):
+                if kind[j] == KIND_COLLECTIVE or starts[j] < c_end:
+                    continue
+                for i in range(m):
+                    fwd_prio[i] = -starts[i]
+                    fixed[i] = modes[i]
+                fwd_prio[j] = -starts[c] - 0.5 * ds[c]
+                ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
+                          ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+                if ms < best:
+                    best = ms
+                    starts[:] = s_tmp
+                    modes[:] = m_tmp
+                    improved = True
+                    if best <= target:
+                        return best
+                    c_end = starts[c] + ds[c]
+        if not improved:
+            break
     return best
 
 
