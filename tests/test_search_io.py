@@ -251,3 +251,16 @@ def test_progress_on_stderr(rows, capsys):
                   chunk_archs=1, **SMALL)
     err = capsys.readouterr().err
     assert "points/s" in err and "best" in err and err.endswith("\n")
+
+
+def test_cli_search_hf_config_and_several_models(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+                               "vocab_size": 512, "n_positions": 64}))
+    rc = cli.main(["search", "--hf-config", str(cfg), "--model", "opt-350m", "--devices", "8",
+                   "--global-batch", "16", "--microbatch", "1", "--hbm-gib", "32",
+                   "--recompute", "off", "--tp", "1", "--space-every", "6000", "--serial",
+                   "--no-baselines", "--no-progress"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "normalised score" in text and "opt-350m" in text
