@@ -410,7 +410,62 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
         v = head[i] + dmin[i] + t
         if v > lb:
             lb = v
+    if cap_vc == 1:
+        v = _bottleneck_bound(kind, ds, da, reach, dmin, True)
+        if v > lb:
+            lb = v
+    if cap_tc == 1:
+        v = _bottleneck_bound(kind, ds, da, reach, dmin, False)
+        if v > lb:
+            lb = v
     return lb
+
+
+@njit(cache=True, nogil=True)
+def _bottleneck_bound(kind, ds, da, reach, dmin, vector_side):
+    """Bound for a core type of which at most one operator runs at a time (one core, or
+    its users pairwise ordered): its users run one after another for B >= sum of their
+    faster durations. Outside that busy time lie every intra-op operator of the other
+    type (disjoint from everything) and, for a one-core operator j of the other type,
+    at least r_j = s_j - (one-core time of the busy-type users unordered with j), the
+    most it can overlap. So makespan >= B + min over R of (R + sum of a_j with r_j > R)
+    (the one-core operators share R, the others go intra-op)."""
+    m = kind.shape[0]
+    busy = 0.0
+    r = np.zeros(m)
+    other = np.zeros(m, np.bool_)
+    for i in range(m):
+        k = kind[i]
+        if k == KIND_COLLECTIVE:
+            continue
+        uses_busy = (k == KIND_FUSED) or (k == KIND_VECTOR if vector_side else k == KIND_GEMM)
+        if uses_busy:
+            busy += dmin[i]
+        else:
+            other[i] = True
+    for j in range(m):
+        if not other[j]:
+            continue
+        ov = 0.0
+        for v in range(m):
+            if v == j or other[v] or kind[v] == KIND_COLLECTIVE:
+                continue
+            if not reach[v, j] and not reach[j, v]:
+                ov += ds[v]
+        rj = ds[j] - ov
+        r[j] = rj if rj > 0.0 else 0.0
+    best = np.inf
+    for q in range(-1, m):
+        if q >= 0 and not other[q]:
+            continue
+        big_r = 0.0 if q < 0 else r[q]
+        val = big_r
+        for j in range(m):
+            if other[j] and r[j] > big_r:
+                val += da[j]
+        if val < best:
+            best = val
+    return busy + best
 
 
 # ---------------------------------------------------------------------------
