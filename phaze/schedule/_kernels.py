@@ -572,7 +572,8 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
     best = np.inf
     # pass list: (priority from fastest durations | from one-core durations |
     #            ready-first with fastest-duration priority | link-first) x
-    #            (earliest finish | all fastest | all intra-op | all one-core)
+    #            (earliest finish | all fastest | all intra-op | all one-core |
+    #             one-core where intra-op scales near-perfectly)
     #            link-first: collectives weigh more than all compute together, so the
     #            operators feeding a collective go first and compute overlaps the link
     link_first = np.empty(m)
@@ -597,22 +598,28 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
             prio = prio_link
         else:
             prio = prio_min
-        for r in range(4):
-            if p >= 2 and r >= 2:
-                break
+        for r in range(5):
+            if p >= 2 and r >= 2 and r != 4:
+                continue
             if r == 0:
                 rule = 0
             else:
                 rule = 1
                 for i in range(m):
-                    if kind[i] == KIND_COLLECTIVE:
+                    k = kind[i]
+                    if k == KIND_COLLECTIVE:
                         fixed[i] = 0
                     elif r == 1:
                         fixed[i] = 1 if da[i] < ds[i] else 0
                     elif r == 2:
                         fixed[i] = 1
-                    else:
+                    elif r == 3:
                         fixed[i] = 0
+                    else:
+                        # one core wherever intra-op would gain no more than the cores it
+                        # takes (near-perfect scaling): those leave the other cores free
+                        n_cores = ntc if k == KIND_GEMM else (nvc if k == KIND_VECTOR else ntc + nvc)
+                        fixed[i] = 0 if ds[i] <= 1.05 * n_cores * da[i] else 1
             ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed,
                       ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done, select)
             if ms < best:
