@@ -75,6 +75,16 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _column_text(col) -> list:
+    """A column as CSV field strings (column-wise: much faster than per-value dispatch)."""
+    col = np.asarray(col)
+    if col.dtype == np.bool_:
+        return ["true" if v else "false" for v in col.tolist()]
+    if col.dtype.kind == "f":
+        return [repr(v) for v in col.tolist()]  # shortest round-trip text; inf/nan as such
+    return [str(v) for v in col.tolist()]
+
+
 def table_csv(table: dict, *, header: bool, extra: dict = None) -> str:
     """CSV text of ``table`` (optionally with constant ``extra`` columns appended)."""
     buf = io.StringIO()
@@ -83,22 +93,10 @@ def table_csv(table: dict, *, header: bool, extra: dict = None) -> str:
     if header:
         w.writerow(names)
     n = len(table["arch_id"])
-    cols = [table[name] for name in COLUMN_NAMES]
-    tail = [_fmt(v) for v in (extra or {}).values()]
-    for i in range(n):
-        w.writerow([_fmt(c[i]) for c in cols] + tail)
+    cols = [_column_text(table[name]) for name in COLUMN_NAMES]
+    cols += [[_fmt(v)] * n for v in (extra or {}).values()]
+    w.writerows(zip(*cols))
     return buf.getvalue()
-
-
-def _parse(name, text):
-    dt = _DTYPES.get(name)
-    if dt is np.bool_:
-        return text.strip().lower() in ("true", "1")
-    if dt is np.int64:
-        return int(text)
-    if dt is np.float64:
-        return float(text)
-    return text
 
 
 def read_rows_csv(path) -> tuple[dict, np.ndarray]:
@@ -122,16 +120,25 @@ def read_rows_csv(path) -> tuple[dict, np.ndarray]:
     if missing:
         raise ValueError(f"{path}: not a phaze search result (missing columns {', '.join(missing)})")
     pos = {name: header.index(name) for name in header}
-    cols = {name: [] for name in COLUMN_NAMES}
-    chunks = []
-    for row in reader:
-        if len(row) != len(header):
-            continue
-        for name in COLUMN_NAMES:
-            cols[name].append(_parse(name, row[pos[name]]))
-        chunks.append(int(row[pos["chunk"]]) if "chunk" in pos else -1)
-    table = {name: np.array(cols[name], dtype=_DTYPES[name]) for name in COLUMN_NAMES}
-    return table, np.array(chunks, dtype=np.int64)
+    rows = [row for row in reader if len(row) == len(header)]
+    columns = list(zip(*rows)) if rows else [()] * len(header)
+    table = {name: _parse_column(name, columns[pos[name]]) for name in COLUMN_NAMES}
+    chunks = (np.array(columns[pos["chunk"]], dtype=np.int64) if "chunk" in pos and rows
+              else np.full(len(rows), -1, dtype=np.int64))
+    return table, chunks
+
+
+def _parse_column(name, texts) -> np.ndarray:
+    dt = _DTYPES[name]
+    if not texts:
+        return np.array([], dtype=dt)
+    if dt is np.bool_:
+        return np.char.lower(np.array(texts, dtype=str)) == "true"
+    if dt is np.int64:
+        return np.array(texts, dtype=str).astype(np.int64)
+    if dt is np.float64:
+        return np.array(texts, dtype=str).astype(np.float64)
+    return np.array(texts, dtype=object)
 
 
 def take(table: dict, index) -> dict:
@@ -219,9 +226,9 @@ class Journal:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(list(COLUMN_NAMES) + ["chunk"])
-        cols = [table[name] for name in COLUMN_NAMES]
-        for i in range(len(chunk_ids)):
-            w.writerow([_fmt(c[i]) for c in cols] + [str(int(chunk_ids[i]))])
+        cols = [_column_text(table[name]) for name in COLUMN_NAMES]
+        cols.append([str(int(c)) for c in chunk_ids])
+        w.writerows(zip(*cols))
         data = buf.getvalue().encode()
         if str(self.rows_path).lower().endswith(".gz"):
             data = gzip.compress(data, mtime=0)
