@@ -336,8 +336,8 @@ def clear_memo() -> None:
     _MEMO.clear()
 
 
-def schedule_layer(op_graph, single, intra, num_tc, num_vc, *, gap=None, method="auto",
-                   time_limit=None) -> Schedule:
+def schedule_layer(op_graph, single, intra, num_tc, num_vc, *, gap=_config.SCHEDULE_GAP,
+                   method="auto", time_limit=_config.SCHEDULE_TIME_LIMIT_S) -> Schedule:
     """Schedule one layer's operator DAG on one chip (latencies in seconds, per operator).
 
     ``method``: "auto" (cut-operator split, list schedules, exact branch and bound on small
@@ -442,7 +442,7 @@ def _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit, starts_q, mode
     return ms, lb, optimal, status
 
 
-def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=None):
+def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=_config.SCHEDULE_GAP):
     """Schedule one graph on many architectures (compiled, parallel over architectures).
 
     ``single``/``intra``: float64 (n_ops, n_archs) seconds; ``num_tc``/``num_vc``: int

@@ -656,6 +656,27 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
                     return best
         if not improved:
             break
+    # Mode flips: switch one operator's mode, keep the order, keep the change if it helps.
+    for _round in range(1):
+        improved = False
+        for j in range(m):
+            if kind[j] == KIND_COLLECTIVE:
+                continue
+            for i in range(m):
+                fwd_prio[i] = -starts[i]
+                fixed[i] = modes[i]
+            fixed[j] = 1 - modes[j]
+            ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
+                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+            if ms < best:
+                best = ms
+                starts[:] = s_tmp
+                modes[:] = m_tmp
+                improved = True
+                if best <= target:
+                    return best
+        if not improved:
+            break
     if not has_link:
         return best
     # Fill the link's idle-compute holes: move each operator that now starts after a
