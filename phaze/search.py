@@ -257,9 +257,12 @@ def _per_arch(table, model_names) -> dict:
 
 
 def _row_dict(table, i) -> dict:
-    return {name: io_.json_safe(np.asarray(table[name])[i].item()
-                                if hasattr(np.asarray(table[name])[i], "item")
-                                else np.asarray(table[name])[i]) for name in io_.COLUMN_NAMES}
+    """Row ``i`` of a table as a dict of plain Python values."""
+    out = {}
+    for name in io_.COLUMN_NAMES:
+        v = np.asarray(table[name])[i]
+        out[name] = v.item() if isinstance(v, np.generic) else v
+    return out
 
 
 def _best_row_of(table, model_name, arch_id=None):
@@ -329,14 +332,14 @@ class _Progress:
 # ==========================================================================
 # The search
 # ==========================================================================
-def _expand(columns, archs, arch_ids_base, models) -> dict:
+def _expand(columns, archs, models) -> dict:
     """Chunk columns (model index, arch index) → full table rows with names and knobs."""
     n = len(columns["arch_id"])
     aid = columns["arch_id"]
     table = {}
     table["model"] = np.array([models[i].name for i in columns["model"]], dtype=object)
     table["arch_id"] = aid.astype(np.int64)
-    rows = archs[aid - arch_ids_base] if n else archs[:0]
+    rows = archs[aid] if n else archs[:0]
     for f in _ARCH_FIELDS:
         table[f] = rows[f].astype(io_._DTYPES[f])
     for name in ("microbatch", "hbm_gib", "recompute", "feasible", "time_per_batch_s",
@@ -449,7 +452,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     def on_result(res):
         nonlocal n_evaluated
         cid = res["chunk_id"]
-        tab = _expand(res["columns"], archs, 0, model_list)
+        tab = _expand(res["columns"], archs, model_list)
         facts = {"pruned": int(res["pruned"]), "evaluated": len(tab["arch_id"])}
         if res.get("block_fwbw_s") is not None:
             facts["block"] = _chunk_block_argmin(res["block_fwbw_s"], archs, cid * chunk_archs)
@@ -563,7 +566,7 @@ def _single_arch_best(model, row, widths, devices, global_batch, microbatch, hbm
             "optimizer": optimizer, "gap": gap, "prune": False}
     res = pipe.run_chunk(task)
     cols = res["columns"]
-    tab = _expand({**cols, "arch_id": np.zeros_like(cols["arch_id"])}, row, 0, [model])
+    tab = _expand({**cols, "arch_id": np.zeros_like(cols["arch_id"])}, row, [model])
     tab["arch_id"][:] = -1
     return _best_row_of(tab, model.name)
 
