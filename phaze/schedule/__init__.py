@@ -472,17 +472,21 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=_config.SCHEDU
     makespan = np.empty(n_archs)
     lb = np.empty(n_archs)
     status = np.empty(n_archs, np.int8)
-    import numba
+    args = (prep.kind, sq, iq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach,
+            prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX,
+            _NODE_LIMIT, makespan, lb, status)
+    # The kernel releases the GIL: disjoint architecture ranges run on threads.
+    threads = max(1, min(kernel_threads(), n_archs // 64 or 1))
+    if threads == 1:
+        _K._solve_range(*args, 0, n_archs)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
 
-    threads = min(kernel_threads(), numba.config.NUMBA_NUM_THREADS)
-    previous = numba.get_num_threads()
-    numba.set_num_threads(max(1, threads))
-    try:
-        _K._solve_many(prep.kind, sq, iq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach, prep.pred_ptr,
-                       prep.pred_idx, prep.succ_ptr,
-                       prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT, makespan, lb, status)
-    finally:
-        numba.set_num_threads(previous)
+        # interleaved small chunks balance the load (hard architectures cluster)
+        chunk = max(16, n_archs // (threads * 16))
+        bounds = [(a, min(a + chunk, n_archs)) for a in range(0, n_archs, chunk)]
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(lambda ab: _K._solve_range(*args, ab[0], ab[1]), bounds))
     return makespan, lb, status
 
 

@@ -22,7 +22,7 @@ shared index arrays (so a segment is just a slice of the pointer arrays).
 Every function here runs (slowly) under ``NUMBA_DISABLE_JIT=1``.
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 KIND_GEMM = 0
 KIND_VECTOR = 1
@@ -928,13 +928,14 @@ def _status(makespan, lower_bound, optimal, gap):
     return STATUS_LIMIT
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _solve_many(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx, succ_ptr,
-                succ_idx, ntc, nvc, gap, exact_max, node_limit, makespan, lower_bound, status):
-    """``_solve`` for every architecture (columns of ``single``/``intra``, already in
-    segment order). Architectures lacking cores of a needed type are infeasible."""
+@njit(cache=True, nogil=True)
+def _solve_range(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr,
+                 pred_idx, succ_ptr, succ_idx, ntc, nvc, gap, exact_max, node_limit, makespan,
+                 lower_bound, status, first, stop):
+    """``_solve`` for architectures ``first`` .. ``stop - 1`` (columns of ``single``/``intra``,
+    rows already in segment order). Architectures lacking cores of a needed type are
+    infeasible. Releases the GIL: the caller runs disjoint ranges on threads."""
     n = kind.shape[0]
-    n_archs = single.shape[1]
     need_tc = False
     need_vc = False
     for i in range(n):
@@ -943,24 +944,24 @@ def _solve_many(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, p
         if kind[i] == KIND_VECTOR or kind[i] == KIND_FUSED:
             need_vc = True
     nseg = seg_ptr.shape[0] - 1
-    for a in prange(n_archs):
+    ds = np.empty(n)
+    da = np.empty(n)
+    starts = np.empty(n)
+    modes = np.empty(n, np.int8)
+    seg_ub = np.empty(nseg)
+    seg_lb = np.empty(nseg)
+    for a in range(first, stop):
         if (need_tc and ntc[a] < 1) or (need_vc and nvc[a] < 1):
             makespan[a] = np.inf
             lower_bound[a] = np.inf
             status[a] = STATUS_INFEASIBLE
             continue
-        ds = np.empty(n)
-        da = np.empty(n)
         for i in range(n):
             ds[i] = single[i, a]
             da[i] = single[i, a] if kind[i] == KIND_COLLECTIVE else intra[i, a]
-        starts = np.empty(n)
-        modes = np.empty(n, np.int8)
-        seg_ub = np.empty(nseg)
-        seg_lb = np.empty(nseg)
-        ms, lb, opt = _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx,
-                             succ_ptr, succ_idx, ntc[a], nvc[a], gap, exact_max, node_limit,
-                             starts, modes, seg_ub, seg_lb)
+        ms, lb, opt = _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr,
+                             pred_idx, succ_ptr, succ_idx, ntc[a], nvc[a], gap, exact_max,
+                             node_limit, starts, modes, seg_ub, seg_lb)
         makespan[a] = ms
         lower_bound[a] = lb
         status[a] = _status(ms, lb, opt, gap)
