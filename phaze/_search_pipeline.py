@@ -274,12 +274,7 @@ def _layer_times(model, mb, widths, lat, archs, gap, cols=None, lower_only=False
                 else:
                     makespan, _lb, status = be.schedule_many(g, single, intra, num_tc, num_vc, gap=gap)
                     ms = np.array(makespan, dtype=np.float64)
-                    st = np.asarray(status)
-                    if st.dtype.kind in "iu":  # codes: 0 optimal, 1 certified, 2 limit, 3 infeasible
-                        ok = st <= 2
-                    else:
-                        ok = np.isin(st.astype(str), ("optimal", "certified", "limit"))
-                    ms[~ok | ~np.isfinite(ms)] = np.inf
+                    ms[~_schedule_ok(status) | ~np.isfinite(ms)] = np.inf
                     dest[k] = ms
         out[t] = (fw, bw)
     return out
@@ -353,10 +348,7 @@ def run_chunk(task: dict) -> dict:
     if task.get("want_block"):
         block = np.full((n_models, n_archs), np.inf)
         for mi, model in enumerate(models):
-            mg = model_graph(model, 1, 1)
-            k = [layer.kind for layer in mg.layers].index("block")
-            t1 = _layer_times(model, 1, [1], _latencies(model, 1, [1], archs), archs, gap)[1]
-            block[mi] = t1[0][k] + t1[1][k]
+            block[mi] = block_fwbw_seconds(model, archs, gap)
 
     n_points_arch = len(task["microbatch"]) * len(task["hbm_gib"]) * len(task["recompute"])
     pruned += int((~keep_arch).sum()) * n_points_arch * n_models
@@ -399,6 +391,31 @@ def run_chunk(task: dict) -> dict:
                                          task["optimizer"], floors)
     return {"chunk_id": int(task["chunk_id"]), "columns": rows.arrays(), "pruned": pruned,
             "block_fwbw_s": block}
+
+
+def block_fwbw_seconds(model, archs, gap) -> np.ndarray:
+    """Forward + backward makespan of one transformer block at t = 1, microbatch 1, per
+    architecture (what baseline (c), a placement-blind accelerator search, minimises)."""
+    be = backend()
+    mg = model_graph(model, 1, 1)
+    block = mg.layers[[layer.kind for layer in mg.layers].index("block")]
+    total = np.zeros(len(archs))
+    for g in (block.forward, block.backward):
+        single, intra = be.op_latencies(g, archs)
+        makespan, _lb, status = be.schedule_many(g, single, intra, archs["num_tc"].astype(np.int64),
+                                                 archs["num_vc"].astype(np.int64), gap=gap)
+        ms = np.array(makespan, dtype=np.float64)
+        ms[~_schedule_ok(status) | ~np.isfinite(ms)] = np.inf
+        total += ms
+    return total
+
+
+def _schedule_ok(status) -> np.ndarray:
+    """Statuses whose makespan is a valid schedule."""
+    st = np.asarray(status)
+    if st.dtype.kind in "iu":  # codes: 0 optimal, 1 certified, 2 limit, 3 infeasible
+        return st <= 2
+    return np.isin(st.astype(str), ("optimal", "certified", "limit"))
 
 
 def _survivors(ub, floors, incumbents) -> np.ndarray:
