@@ -285,7 +285,7 @@ def list_schedule(op_graph, single, intra, num_tc, num_vc, *, gap=None) -> Sched
     starts_q = np.empty(n)
     modes_q = np.empty(n, np.int8)
     ms = _K._list_schedule(prep.kind, ds[prep.perm], da[prep.perm], prep.pred_ptr, prep.pred_idx,
-                           prep.succ_ptr, prep.succ_idx, ntc, nvc, 0.0, starts_q, modes_q)
+                           prep.succ_ptr, prep.succ_idx, prep.reach, ntc, nvc, 0.0, starts_q, modes_q)
     lb = min(lower_bound(op_graph, ds, da, ntc, nvc), ms)
     starts = np.empty(n)
     modes = np.empty(n, np.int8)

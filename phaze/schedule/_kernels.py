@@ -547,7 +547,7 @@ def _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed
 
 
 @njit(cache=True, nogil=True)
-def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
+def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, ntc, nvc,
                    target, starts, modes, max_passes=1000):
     """Best of several list-scheduling passes (priority rules x mode rules), then
     forward-backward improvement of the best.
@@ -690,8 +690,8 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nv
                 continue
             c_end = starts[c] + ds[c]
             for j in range(m):
-                if kind[j] == KIND_COLLECTIVE or starts[j] < c_end:
-                    continue
+                if kind[j] == KIND_COLLECTIVE or starts[j] < c_end or reach[c, j] or reach[j, c]:
+                    continue  # only operators unordered with the collective can overlap it
                 for i in range(m):
                     fwd_prio[i] = -starts[i]
                     fixed[i] = modes[i]
@@ -860,7 +860,7 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
         # a part within the gap on its own keeps the whole within the gap
         target = lb * (1.0 + _REL_EQ) / (1.0 - gap)
         ub = _list_schedule(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
-                            succ_ptr[b:e + 1], succ_idx, ntc, nvc, target,
+                            succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc, target,
                             starts[b:e], modes[b:e], 2)
         if ub > target:
             strong = _strong_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
@@ -871,8 +871,8 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                 target = lb * (1.0 + _REL_EQ) / (1.0 - gap)
             if ub > target:
                 ub = _list_schedule(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
-                                    succ_ptr[b:e + 1], succ_idx, ntc, nvc, target,
-                                    starts[b:e], modes[b:e])
+                                    succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
+                                    target, starts[b:e], modes[b:e])
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
