@@ -223,7 +223,7 @@ def main():
     if 2 in parts:
         part_answers(graphs, archs, 50 if args.quick else 300)
     if 3 in parts:
-        part_timing(graphs, archs, 300 if args.quick else 3000, 5 if args.quick else 40,
+        part_timing(graphs, archs, 300 if args.quick else 3000, 5 if args.quick else 20,
                     1.0 if args.quick else 10.0)
     if 4 in parts:
         part_sweep(quick=args.quick)

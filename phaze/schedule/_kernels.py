@@ -682,7 +682,8 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
     # Fill the link's idle-compute holes: move each operator that now starts after a
     # collective ends to just behind that collective in the list (modes kept), and keep
     # the move if the makespan drops. Finds "run this weight gradient during the
-    # all-reduce and let the chain wait a little" which no priority rule expresses.
+    # all-reduce and let the chain wait a little" which no priority rule expresses; for
+    # the collective's descendants it reorders what follows the collective.
     for _round in range(2):
         improved = False
         for c in range(m):
@@ -690,8 +691,8 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
                 continue
             c_end = starts[c] + ds[c]
             for j in range(m):
-                if kind[j] == KIND_COLLECTIVE or starts[j] < c_end or reach[c, j] or reach[j, c]:
-                    continue  # only operators unordered with the collective can overlap it
+                if kind[j] == KIND_COLLECTIVE or starts[j] < c_end or reach[j, c]:
+                    continue  # (an ancestor of the collective cannot start after it)
                 for i in range(m):
                     fwd_prio[i] = -starts[i]
                     fixed[i] = modes[i]
