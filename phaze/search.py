@@ -501,7 +501,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
             "address": address, "workers": workers},
         "wall_time_s": wall_s, "sweep_time_s": sweep_s,
         "points_total": total_points, "points_evaluated": n_evaluated, "points_pruned": n_pruned,
-        "points_per_s": total_points / sweep_s if sweep_s > 0 else None,
+        # Rate of this run: points of the chunks it evaluated (resumed ones excluded).
+        "points_per_s": prog.total / sweep_s if sweep_s > 0 and prog.total else None,
         "skipped_tensor_parallel": {m: {str(t): r for t, r in s.items()} for m, s in skipped.items()},
         "resumed_chunks": len(chunk_ids) - len(todo),
     }
@@ -877,7 +878,8 @@ def format_summary(summary: dict, model_names) -> str:
                      f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>5g} "
                      f"{'on' if r['recompute'] else 'off':>3} {r['samples_per_s']:>11,.1f} "
                      f"{r['tokens_per_s']:>13,.0f} {gains[0]:>9} {gains[1]:>9} {gains[2]:>9}")
-    lines.append("baselines:")
+    if base:
+        lines.append("baselines:")
     for key in BASELINE_NAMES:
         for name in model_names:
             r = base.get(key, {}).get("models", {}).get(name)
