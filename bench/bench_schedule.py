@@ -117,7 +117,9 @@ def part_answers(graphs, archs, n_pairs, seed=1):
         assert ms[0] == res.makespan and lb[0] == res.lower_bound, (label, a)
         listed = S.list_schedule(g, single[:, 0], intra[:, 0], ntc, nvc)
         assert S.check_schedule(g, single[:, 0], intra[:, 0], ntc, nvc, listed) == []
-        assert res.makespan <= listed.makespan * (1 + 1e-12)
+        # auto stops improving once certified, so it may trail the full list schedule
+        # (which runs every pass) by less than the gap
+        assert res.makespan <= listed.makespan * (1 + 1e-12) or res.gap <= 0.01, (label, a)
         checked += 1
     print(f"[answers] {checked} sampled schedules pass check_schedule and agree with schedule_many")
 
