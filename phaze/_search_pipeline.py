@@ -198,7 +198,7 @@ def time_per_batch_lower_bound(total_s, max_layer_s, first_param_bytes, bandwidt
 # --------------------------------------------------------------------------
 # Plans → table columns
 # --------------------------------------------------------------------------
-def stage_summary(placement, layer_names_count: int) -> tuple[int, int, str]:
+def stage_summary(placement) -> tuple[int, int, str]:
     """(stages, devices used by one replica, layers per stage as 'a,b,c')."""
     stages = list(placement.stages or [])
     if not stages:
@@ -497,7 +497,7 @@ def _solve_batch(be, rows, mi, mb, m, hbm, rc, widths, chains, archs, arch_ids, 
         feasible = bool(plan.feasible) and math.isfinite(float(plan.time_per_batch))
         tpb = float(plan.time_per_batch) if feasible else math.inf
         sps = global_batch / tpb if feasible and tpb > 0 else 0.0
-        stages, dev, sizes = stage_summary(plan, 0) if feasible else (0, 0, "")
+        stages, dev, sizes = stage_summary(plan) if feasible else (0, 0, "")
         d = int(plan.data_parallel) if feasible else 0
         rows.add(model=mi, arch_id=arch_ids[a], microbatch=mb, hbm_gib=hbm_a, recompute=bool(rc),
                  feasible=feasible, time_per_batch_s=tpb, samples_per_s=sps,

@@ -14,6 +14,7 @@ and says where the time goes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import sys
 import time
@@ -417,7 +418,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         "global_batch": global_batch, "microbatch": microbatch, "hbm_gib": hbm,
         "recompute": recompute, "tensor_parallel": widths_all, "optimizer": optimizer,
         "prune": bool(prune), "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
-        "space_hash": io_.inputs_hash({"rows": archs.tobytes().hex()}), "version": __version__,
+        "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
+        "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
     }
     for d in inputs["models"]:
         d.pop("_params", None)
