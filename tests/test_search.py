@@ -90,7 +90,9 @@ def test_time_lower_bound_is_valid(devices, microbatches, n_layers, data):
     plan = placement.solve(prob)
     bound = min(pipe.time_per_batch_lower_bound(
         [float((fw[w] + bw[w]).sum())], [float((fw[w] + bw[w]).max())], float(P[w, 0]),
-        [prob.bandwidth], devices, n_layers, microbatches)[0] for w in range(2))
+        [prob.bandwidth], devices, n_layers, microbatches,
+        stage_devices=int(widths[w]))[0]  # every layer tensor-parallel: stages need t devices
+        for w in range(2))
     assert plan.feasible
     assert bound <= plan.time_per_batch * (1 + 1e-12)
 
