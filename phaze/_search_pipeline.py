@@ -303,7 +303,7 @@ def _throughput_upper_bounds(model, mb, widths, times, archs, devices, global_ba
 
 
 def run_chunk(task: dict) -> dict:
-    """Evaluate every point of one chunk; returns {"chunk_id", "columns", "block_t1_mb1_s", ...}.
+    """Evaluate every point of one chunk; returns {"chunk_id", "columns", "pruned", "block_fwbw_s"}.
 
     ``task`` keys: chunk_id, archs (structured rows), arch_ids, models (list of
     ModelSpec), widths (per model: list of valid t), devices, global_batch,
