@@ -569,11 +569,23 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
     fixed = np.empty(m, np.int8)
     dmin = _fastest(kind, ds, da)
     prio_min = _tails(dmin, succ_ptr, succ_idx)
+    head_min = np.zeros(m)
+    cp_min = 0.0
+    for i in range(m):  # local order is topological
+        h = 0.0
+        for e in range(pred_ptr[i], pred_ptr[i + 1]):
+            v = head_min[pred_idx[e]] + dmin[pred_idx[e]]
+            if v > h:
+                h = v
+        head_min[i] = h
+        if h + prio_min[i] > cp_min:
+            cp_min = h + prio_min[i]
     best = np.inf
     # pass list: (priority from fastest durations | from one-core durations |
     #            ready-first with fastest-duration priority | link-first) x
     #            (earliest finish | all fastest | all intra-op | all one-core |
-    #             one-core where intra-op scales near-perfectly)
+    #             one-core where intra-op scales near-perfectly |
+    #             critical path at the faster mode, everything else one-core)
     #            link-first: collectives weigh more than all compute together, so the
     #            operators feeding a collective go first and compute overlaps the link
     link_first = np.empty(m)
@@ -598,8 +610,8 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
             prio = prio_link
         else:
             prio = prio_min
-        for r in range(5):
-            if p >= 2 and r >= 2 and r != 4:
+        for r in range(6):
+            if p >= 2 and r >= 2 and r < 4:
                 continue
             if r == 0:
                 rule = 0
@@ -615,6 +627,13 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
                         fixed[i] = 1
                     elif r == 3:
                         fixed[i] = 0
+                    elif r == 5:
+                        # critical operators at their faster mode, the rest (weight
+                        # gradients and other side branches) on one core, in parallel
+                        if head_min[i] + prio_min[i] >= cp_min * (1.0 - 1e-9) and da[i] < ds[i]:
+                            fixed[i] = 1
+                        else:
+                            fixed[i] = 0
                     else:
                         # one core wherever intra-op would gain no more than the cores it
                         # takes (near-perfect scaling): those leave the other cores free
