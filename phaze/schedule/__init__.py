@@ -28,6 +28,7 @@ only), "error" (the solver failed; the list schedule is returned).
 from __future__ import annotations
 
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -94,10 +95,20 @@ class _Prepared:
 
 
 _PREP_CACHE: "OrderedDict[tuple, _Prepared]" = OrderedDict()
+# OpGraph is immutable (read-only arrays), so its content hash is computed once per object.
+_HASHES: "weakref.WeakKeyDictionary[OpGraph, str]" = weakref.WeakKeyDictionary()
+
+
+def _graph_hash(g: OpGraph) -> str:
+    h = _HASHES.get(g)
+    if h is None:
+        h = g.content_hash()
+        _HASHES[g] = h
+    return h
 
 
 def _prepare(g: OpGraph, split: bool = True) -> _Prepared:
-    key = (g.content_hash(), split)
+    key = (_graph_hash(g), split)
     hit = _PREP_CACHE.get(key)
     if hit is not None:
         return hit
@@ -350,7 +361,7 @@ def schedule_layer(op_graph, single, intra, num_tc, num_vc, *, gap=_config.SCHED
         "time_limit", time_limit)
     method = one_of("method", method, ("auto", "list", "milp"))
     ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
-    key = (op_graph.content_hash(), ds.tobytes(), da.tobytes(), ntc, nvc, gap, method, time_limit)
+    key = (_graph_hash(op_graph), ds.tobytes(), da.tobytes(), ntc, nvc, gap, method, time_limit)
     hit = _MEMO.get(key)
     if hit is not None:
         _MEMO.move_to_end(key)
