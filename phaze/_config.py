@@ -11,6 +11,15 @@ SCHEDULE_GAP = 0.01
 SCHEDULE_TIME_LIMIT_S = 10.0
 #: Entries kept in the schedule memo (content hash → Schedule) before the oldest are dropped.
 SCHEDULE_MEMO_SIZE = 200_000
+#: Operator graphs whose preparation (cut operators, antichain widths, reachability; about
+#: 1–2 ms for a transformer block) is kept; a sweep touches about a thousand distinct graphs.
+SCHEDULE_PREP_CACHE_SIZE = 4096
+#: Largest part between cut operators (operators) solved exactly by branch and bound;
+#: transformer forward parts have at most 7, the exhaustive search grows factorially.
+SCHEDULE_EXACT_MAX_OPS = 10
+#: Branch-and-bound nodes per part before giving up on proving it optimal (bounds the
+#: worst case of one call to a few milliseconds).
+SCHEDULE_BNB_NODE_LIMIT = 200_000
 
 # --- phaze.graph ----------------------------------------------------------
 #: Bytes per tensor element (bf16/fp16 training) unless the caller says otherwise.

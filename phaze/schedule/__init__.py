@@ -51,9 +51,9 @@ STATUS_NAMES = ("optimal", "certified", "limit", "infeasible", "error")
 STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
 
 #: Largest part (operators) solved exactly by branch and bound; larger parts go to the MILP.
-_EXACT_MAX = 10
+_EXACT_MAX = _config.SCHEDULE_EXACT_MAX_OPS
 #: Search nodes allowed per branch and bound before giving up on proving that part.
-_NODE_LIMIT = 200_000
+_NODE_LIMIT = _config.SCHEDULE_BNB_NODE_LIMIT
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,7 +188,7 @@ def _prepare(g: OpGraph, split: bool = True) -> _Prepared:
     prep.reach = reach
     prep.seg_wvc = np.array(wvc, dtype=np.int64)
     _PREP_CACHE[key] = prep
-    while len(_PREP_CACHE) > 256:
+    while len(_PREP_CACHE) > _config.SCHEDULE_PREP_CACHE_SIZE:
         _PREP_CACHE.popitem(last=False)
     return prep
 
