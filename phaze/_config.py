@@ -18,7 +18,7 @@ SCHEDULE_PREP_CACHE_SIZE = 4096
 #: transformer forward parts have at most 7, the exhaustive search grows factorially.
 SCHEDULE_EXACT_MAX_OPS = 10
 #: Branch-and-bound nodes per part before giving up on proving it optimal (bounds the
-#: worst case of one call to a few milliseconds).
+#: time one hard part can take; the part keeps its list schedule and proven bound).
 SCHEDULE_BNB_NODE_LIMIT = 200_000
 
 # --- phaze.graph ----------------------------------------------------------
