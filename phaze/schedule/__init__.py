@@ -265,10 +265,22 @@ def _freeze(starts, modes):
 # public functions
 # ---------------------------------------------------------------------------
 def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
-    """A proven lower bound on the makespan (seconds): per part between cut operators,
-    the max of the critical path at each operator's faster mode, the chip-energy bound
-    (which includes the per-type work bounds Σ min(single, n·intra)/n) and the link's
-    work; summed over the parts."""
+    """A proven lower bound on the makespan (seconds), summed over the parts between cut
+    operators; per part the max of
+
+    * the critical path with every operator at its faster mode;
+    * the link's work (collectives one at a time);
+    * chip energy: each operator's least (share of the chip × duration), a one-core
+      operator weighing lam/min(num_tc, widest TC antichain) per TC and
+      (1 − lam)/min(num_vc, widest VC antichain) per VC, an intra-op one 1; lam = 1 and
+      lam = 0 give (at least) the per-type work bounds Σ min(single, n·intra)/n;
+    * the same energy with one chain of operators weighted up to what the operators
+      unordered with them leave free;
+    * for each operator, bounds on the time before it (ancestors' energy, recursively
+      through collectives) plus its own duration plus the time after it;
+    * with a single busy VC (or TC): the busy type's total time plus what the other
+      type's operators cannot overlap.
+    """
     ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
     prep = _prepare(op_graph)
     dsq, daq = ds[prep.perm], da[prep.perm]
