@@ -148,7 +148,19 @@ def solve(kind, ds, da, preds, ntc, nvc, inc_starts, inc_modes, lower, gap, time
         integ.append(integer)
         return len(lo) - 1
 
-    S = [col(0.0, 1.0) for _ in range(m)]
+    # start windows from the critical path (faster modes): head_i <= S_i <= 1 - tail_i,
+    # which tightens every big-M row
+    dmin = np.where(can_intra, np.minimum(s, a), s)
+    head = np.zeros(m)
+    for j in range(m):
+        for p in preds[j]:
+            head[j] = max(head[j], head[p] + dmin[p])
+    tail = dmin.copy()
+    for i in range(m - 1, -1, -1):
+        for j in range(i + 1, m):
+            if i in preds[j]:
+                tail[i] = max(tail[i], dmin[i] + tail[j])
+    S = [col(min(head[i], 1.0), max(min(head[i], 1.0), 1.0 - tail[i])) for i in range(m)]
     X = [col(0.0, 1.0 if can_intra[i] else 0.0, integer=True) for i in range(m)]
     Cmax = col(max(0.0, lower / scale * (1 - 1e-9)), 1.0, 1.0)
     Z = []  # per assignment type: dict op -> list of columns
