@@ -6,6 +6,7 @@ input are printed as one line on stderr with exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -135,6 +136,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"phaze {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`phaze models | head`): stop quietly, as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover
