@@ -9,7 +9,6 @@ so that pruning can use the best throughput known at that moment.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -20,19 +19,8 @@ from ._threads import available_cores, pin_worker_threads
 
 
 def _init_worker() -> None:
-    """One thread per worker in every library.
-
-    A spawned worker re-imports the parent's ``__main__``, which may already have imported
-    numba; numba then holds the NUMBA_NUM_THREADS it read at import and raises at its next
-    compile if the variable changed since. ``numba.set_num_threads(1)`` (done by
-    ``pin_worker_threads``) limits it at run time, so the variable is put back.
-    """
-    numba_was_imported = "numba" in sys.modules
+    """One thread per worker in every library (see ``phaze._threads.pin_worker_threads``)."""
     pin_worker_threads()
-    if numba_was_imported:
-        from numba.core import config
-
-        os.environ["NUMBA_NUM_THREADS"] = str(config.NUMBA_NUM_THREADS)
 
 
 class ChunkFailed(RuntimeError):

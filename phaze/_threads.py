@@ -6,6 +6,7 @@ oversubscribes the cores, so a worker process pins every library to one thread,
 while a plain interactive call may use all cores.
 """
 import os
+import sys
 
 _THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
@@ -39,13 +40,20 @@ def kernel_threads() -> int:
 
 
 def pin_worker_threads() -> None:
-    """Make this process single-threaded in every library (call first thing in a pool worker)."""
-    os.environ["PHAZE_NUM_THREADS"] = "1"
-    for var in _THREAD_ENV_VARS:
-        os.environ[var] = "1"
-    try:  # numba may already be imported; its thread count can still be lowered.
-        import numba
+    """Make this process single-threaded in every library (call first thing in a pool worker).
 
-        numba.set_num_threads(1)
-    except Exception:  # pragma: no cover - numba threading layer unavailable
-        pass
+    numba reads ``NUMBA_NUM_THREADS`` once, at import, and raises at its next compile if
+    the variable changed afterwards; so the variable is only set while numba is not yet
+    imported, and an already imported numba is limited at run time instead.
+    """
+    os.environ["PHAZE_NUM_THREADS"] = "1"
+    numba_imported = "numba" in sys.modules
+    for var in _THREAD_ENV_VARS:
+        if var == "NUMBA_NUM_THREADS" and numba_imported:
+            continue
+        os.environ[var] = "1"
+    if numba_imported:
+        try:
+            sys.modules["numba"].set_num_threads(1)
+        except Exception:  # pragma: no cover - numba threading layer unavailable
+            pass
