@@ -267,3 +267,73 @@ def test_bounds_below_exact_optimum_on_larger_graphs(inst):
         assert S.lower_bound(g, single, intra, num_tc, num_vc) <= exact.makespan + tol
         listed = S.list_schedule(g, single, intra, num_tc, num_vc)
         assert listed.makespan >= exact.makespan - tol
+
+
+@st.composite
+def spine_instances(draw, max_ops=7):
+    """Backward-block shapes: a spine (chain) of operators of any kind, collectives
+    included, with sinks (nothing waits on them) hanging off spine operators; few cores."""
+    n_spine = draw(st.integers(1, max_ops - 1))
+    n_sink = draw(st.integers(0, max_ops - n_spine))
+    kinds = draw(st.lists(st.integers(0, 3), min_size=n_spine, max_size=n_spine))
+    preds = [[j - 1] if j else [] for j in range(n_spine)]
+    for _ in range(n_sink):
+        kinds.append(draw(st.integers(0, 2)))
+        preds.append([draw(st.integers(0, n_spine - 1))])
+    n = len(kinds)
+    single = np.array(draw(st.lists(st.integers(0, 12), min_size=n, max_size=n)), float)
+    intra = np.array(draw(st.lists(st.integers(0, 12), min_size=n, max_size=n)), float)
+    num_tc = draw(st.integers(1, 2))
+    num_vc = draw(st.integers(1, 2))
+    return kinds, preds, single * UNIT, intra * UNIT, num_tc, num_vc
+
+
+def _spine_window_bounds(g, single, intra, num_tc, num_vc):
+    """The chain-and-windows bound on its own, for both core types, computed on the whole
+    graph (unsplit) in the order the kernels use."""
+    from phaze.schedule import _kernels as K
+
+    prep = S._prepare(g, split=False)
+    kind = prep.kind
+    ds = np.ascontiguousarray(single[prep.perm])
+    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    dmin = K._fastest(kind, ds, da)
+    users_vc = [i for i in range(len(kind)) if kind[i] in (1, 2)]
+    users_tc = [i for i in range(len(kind)) if kind[i] in (0, 2)]
+
+    def ordered(users):
+        return all(prep.reach[a, b] or prep.reach[b, a] for a in users for b in users if a < b)
+
+    out = []
+    for vector_side, users, cores in ((True, users_vc, num_vc), (False, users_tc, num_tc)):
+        one = cores == 1 or ordered(users)
+        out.append(K._spine_window_bound(kind, ds, da, prep.reach, dmin, num_tc, num_vc,
+                                         vector_side, one))
+    return out
+
+
+@given(spine_instances())
+def test_spine_and_sink_shapes_against_exhaustive_reference(inst):
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    opt = _optimum(*inst)
+    tol = 1e-9 * max(opt, UNIT)
+    for bound in _spine_window_bounds(g, single, intra, num_tc, num_vc):
+        assert bound <= opt + tol
+    assert S.lower_bound(g, single, intra, num_tc, num_vc) <= opt + tol
+    listed = S.list_schedule(g, single, intra, num_tc, num_vc)
+    _valid(g, single, intra, num_tc, num_vc, listed)
+    assert listed.makespan >= opt - tol
+    auto = S.schedule_layer(g, single, intra, num_tc, num_vc, gap=0.01, time_limit=0.0)
+    _valid(g, single, intra, num_tc, num_vc, auto)
+    assert auto.makespan <= opt / (1 - 0.01) + tol
+    assert auto.lower_bound <= opt + tol
+
+
+@given(instances(max_ops=7))
+def test_spine_window_bound_on_random_dags(inst):
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    opt = _optimum(*inst)
+    for bound in _spine_window_bounds(g, single, intra, num_tc, num_vc):
+        assert bound <= opt + 1e-9 * max(opt, UNIT)

@@ -410,12 +410,133 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
         v = head[i] + dmin[i] + t
         if v > lb:
             lb = v
+    for side in range(2):
+        v = _spine_window_bound(kind, ds, da, reach, dmin, ntc, nvc, side == 0, cap_vc == 1 if side == 0 else cap_tc == 1)
+        if v > lb:
+            lb = v
     if cap_vc == 1:
         v = _bottleneck_bound(kind, ds, da, reach, dmin, True)
         if v > lb:
             lb = v
     if cap_tc == 1:
         v = _bottleneck_bound(kind, ds, da, reach, dmin, False)
+        if v > lb:
+            lb = v
+    return lb
+
+
+@njit(cache=True, nogil=True)
+def _spine_window_bound(kind, ds, da, reach, dmin, ntc, nvc, vector_side, one_at_a_time):
+    """Chain-and-windows bound. Take the heaviest chain v_1 < ... < v_k of the operators
+    using one core type (vector cores when ``vector_side``, else tensor cores), by fastest
+    duration. The chain's operators run one after another; between the end of v_g and the
+    start of v_{g+1} lies a window holding every operator that follows v_g and precedes
+    v_{g+1} (and before v_1 / after v_k the windows of v_1's ancestors / v_k's
+    descendants). Chain operators and windows are disjoint in time, so the makespan is at
+    least the chain's fastest durations plus, per window, a bound on its members alone:
+    the max of their critical path, their TC work sum min(s/num_tc, a), VC work
+    sum min(s/num_vc, a) and link work.
+
+    When ``one_at_a_time`` (one core of that type, or its users pairwise ordered) the
+    type's total busy time B plus the windows, less what the off-chain users of the type
+    could fill inside the windows (their longest durations), is a bound too: the type's
+    cores idle in a window whenever no off-chain user runs there."""
+    m = kind.shape[0]
+    uses = np.zeros(m, np.bool_)
+    busy = 0.0
+    for i in range(m):
+        k = kind[i]
+        if k == KIND_FUSED or (k == KIND_VECTOR if vector_side else k == KIND_GEMM):
+            uses[i] = True
+            busy += dmin[i]
+    # heaviest chain of users (local order is topological; reach is transitive)
+    weight = np.zeros(m)
+    prev = np.full(m, -1, np.int64)
+    last = -1
+    for i in range(m):
+        if not uses[i]:
+            continue
+        w = 0.0
+        for j in range(i):
+            if uses[j] and reach[j, i] and weight[j] > w:
+                w = weight[j]
+                prev[i] = j
+        weight[i] = w + dmin[i]
+        if last < 0 or weight[i] > weight[last]:
+            last = i
+    if last < 0:
+        return 0.0
+    on_chain = np.zeros(m, np.bool_)
+    k_len = 0
+    i = last
+    while i >= 0:
+        on_chain[i] = True
+        k_len += 1
+        i = prev[i]
+    chain = np.empty(k_len, np.int64)
+    pos = 0
+    for i in range(m):
+        if on_chain[i]:
+            chain[pos] = i
+            pos += 1
+    chain_time = weight[last]
+    # window of each off-chain operator: g when it follows chain[g-1] and precedes chain[g]
+    window = np.full(m, -1, np.int64)
+    fill = 0.0
+    for i in range(m):
+        if on_chain[i]:
+            continue
+        after = 0  # number of chain operators that precede i
+        for g in range(k_len):
+            if reach[chain[g], i]:
+                after = g + 1
+        before = k_len  # index of the first chain operator that i precedes
+        for g in range(k_len - 1, -1, -1):
+            if reach[i, chain[g]]:
+                before = g
+        if before == after:
+            window[i] = after
+        if uses[i]:
+            fill += ds[i] if ds[i] > da[i] else da[i]
+    head = np.zeros(m)
+    cp = np.zeros(k_len + 1)
+    e_tc = np.zeros(k_len + 1)
+    e_vc = np.zeros(k_len + 1)
+    e_lk = np.zeros(k_len + 1)
+    for i in range(m):
+        g = window[i]
+        if g < 0:
+            continue
+        h = 0.0
+        for j in range(i):
+            if window[j] == g and reach[j, i] and head[j] + dmin[j] > h:
+                h = head[j] + dmin[j]
+        head[i] = h
+        if h + dmin[i] > cp[g]:
+            cp[g] = h + dmin[i]
+        k = kind[i]
+        if k == KIND_COLLECTIVE:
+            e_lk[g] += ds[i]
+            continue
+        if k == KIND_GEMM or k == KIND_FUSED:
+            x = ds[i] / ntc
+            e_tc[g] += x if x < da[i] else da[i]
+        if k == KIND_VECTOR or k == KIND_FUSED:
+            x = ds[i] / nvc
+            e_vc[g] += x if x < da[i] else da[i]
+    windows = 0.0
+    for g in range(k_len + 1):
+        v = cp[g]
+        if e_tc[g] > v:
+            v = e_tc[g]
+        if e_vc[g] > v:
+            v = e_vc[g]
+        if e_lk[g] > v:
+            v = e_lk[g]
+        windows += v
+    lb = chain_time + windows
+    if one_at_a_time:
+        v = busy + windows - fill
         if v > lb:
             lb = v
     return lb
@@ -648,74 +769,48 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
             passes += 1
             if best <= target or passes >= max_passes:
                 return best
-    # Forward-backward improvement: right-justify the best schedule (schedule the reversed
-    # graph, latest finish first), then left-justify it again (earliest start first),
-    # once with its modes kept and once choosing modes afresh; repeat while it helps.
     rev_prio = np.empty(m)
     fwd_prio = np.empty(m)
-    for _round in range(4):
-        improved = False
-        for r in range(2):
-            for i in range(m):
-                dur = da[i] if modes[i] == 1 else ds[i]
-                rev_prio[i] = starts[i] + dur
-                fixed[i] = modes[i]
-            back = _sgs(kind, ds, da, succ_ptr, succ_idx, pred_ptr, pred_idx, rev_prio, 1, fixed,
-                        ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
-            for i in range(m):
-                fwd_prio[i] = -(back - fin[i])  # start in forward time; earlier first
-            ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, r, fixed,
-                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
-            if ms < best:
-                best = ms
-                starts[:] = s_tmp
-                modes[:] = m_tmp
-                improved = True
-                if best <= target:
-                    return best
-        if not improved:
-            break
-    # Mode flips: switch one operator's mode, keep the order, keep the change if it helps.
-    for _round in range(1):
-        improved = False
-        for j in range(m):
-            if kind[j] == KIND_COLLECTIVE:
-                continue
-            for i in range(m):
-                fwd_prio[i] = -starts[i]
-                fixed[i] = modes[i]
-            fixed[j] = 1 - modes[j]
-            ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
-                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
-            if ms < best:
-                best = ms
-                starts[:] = s_tmp
-                modes[:] = m_tmp
-                improved = True
-                if best <= target:
-                    return best
-        if not improved:
-            break
-    if not has_link:
-        return best
-    # Fill the link's idle-compute holes: move each operator that now starts after a
-    # collective ends to just behind that collective in the list (modes kept), and keep
-    # the move if the makespan drops. Finds "run this weight gradient during the
-    # all-reduce and let the chain wait a little" which no priority rule expresses; for
-    # the collective's descendants it reorders what follows the collective.
-    for _round in range(2):
-        improved = False
-        for c in range(m):
-            if kind[c] != KIND_COLLECTIVE:
-                continue
-            c_end = starts[c] + ds[c]
+    # The improvement stages below feed each other (a group move opens a hole that a
+    # forward-backward pass or a hole fill then uses), so they repeat while any helps.
+    for _outer in range(3):
+        any_improved = False
+        # Forward-backward improvement: right-justify the best schedule (schedule the reversed
+        # graph, latest finish first), then left-justify it again (earliest start first),
+        # once with its modes kept and once choosing modes afresh; repeat while it helps.
+        for _round in range(4):
+            improved = False
+            for r in range(2):
+                for i in range(m):
+                    dur = da[i] if modes[i] == 1 else ds[i]
+                    rev_prio[i] = starts[i] + dur
+                    fixed[i] = modes[i]
+                back = _sgs(kind, ds, da, succ_ptr, succ_idx, pred_ptr, pred_idx, rev_prio, 1, fixed,
+                            ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+                for i in range(m):
+                    fwd_prio[i] = -(back - fin[i])  # start in forward time; earlier first
+                ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, r, fixed,
+                          ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+                if ms < best:
+                    best = ms
+                    starts[:] = s_tmp
+                    modes[:] = m_tmp
+                    improved = True
+                    any_improved = True
+                    if best <= target:
+                        return best
+            if not improved:
+                break
+        # Mode flips: switch one operator's mode, keep the order, keep the change if it helps.
+        for _round in range(1):
+            improved = False
             for j in range(m):
-                if kind[j] == KIND_COLLECTIVE or starts[j] < c_end or reach[j, c]:
-                    continue  # (an ancestor of the collective cannot start after it)
+                if kind[j] == KIND_COLLECTIVE:
+                    continue
                 for i in range(m):
                     fwd_prio[i] = -starts[i]
                     fixed[i] = modes[i]
-                fwd_prio[j] = -starts[c] - 0.5 * ds[c]
+                fixed[j] = 1 - modes[j]
                 ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
                           ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
                 if ms < best:
@@ -723,10 +818,80 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
                     starts[:] = s_tmp
                     modes[:] = m_tmp
                     improved = True
+                    any_improved = True
                     if best <= target:
                         return best
+            if not improved:
+                break
+        # Group mode moves: put an operator and every operator unordered with it (its
+        # parallel group: Q/K/V, gate/up, dX/dW pairs, weight-gradient sinks) in one mode at
+        # once. Flipping a single operator of a wide group rarely helps (its partners still
+        # hold the cores); flipping the group together swaps "each intra-op, one after the
+        # other" for "all on one core each, side by side" and back.
+        for _round in range(2):
+            improved = False
+            for j in range(m):
+                if kind[j] == KIND_COLLECTIVE:
+                    continue
+                for group_mode in range(2):
+                    changed = False
+                    for i in range(m):
+                        fwd_prio[i] = -starts[i]
+                        fixed[i] = modes[i]
+                    for i in range(m):
+                        if kind[i] == KIND_COLLECTIVE or (i != j and (reach[i, j] or reach[j, i])):
+                            continue
+                        new_mode = 1 if (group_mode == 1 and da[i] < ds[i]) else 0
+                        if new_mode != fixed[i]:
+                            fixed[i] = new_mode
+                            changed = True
+                    if not changed:
+                        continue
+                    ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
+                              ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+                    if ms < best:
+                        best = ms
+                        starts[:] = s_tmp
+                        modes[:] = m_tmp
+                        improved = True
+                        any_improved = True
+                        if best <= target:
+                            return best
+            if not improved:
+                break
+        if has_link:
+            # Fill the link's idle-compute holes: move each operator that now starts after a
+            # collective ends to just behind that collective in the list (modes kept), and keep
+            # the move if the makespan drops. Finds "run this weight gradient during the
+            # all-reduce and let the chain wait a little" which no priority rule expresses; for
+            # the collective's descendants it reorders what follows the collective.
+            for _round in range(2):
+                improved = False
+                for c in range(m):
+                    if kind[c] != KIND_COLLECTIVE:
+                        continue
                     c_end = starts[c] + ds[c]
-        if not improved:
+                    for j in range(m):
+                        if kind[j] == KIND_COLLECTIVE or starts[j] < c_end or reach[j, c]:
+                            continue  # (an ancestor of the collective cannot start after it)
+                        for i in range(m):
+                            fwd_prio[i] = -starts[i]
+                            fixed[i] = modes[i]
+                        fwd_prio[j] = -starts[c] - 0.5 * ds[c]
+                        ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
+                                  ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+                        if ms < best:
+                            best = ms
+                            starts[:] = s_tmp
+                            modes[:] = m_tmp
+                            improved = True
+                            any_improved = True
+                            if best <= target:
+                                return best
+                            c_end = starts[c] + ds[c]
+                if not improved:
+                    break
+        if not any_improved:
             break
     return best
 
