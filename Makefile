@@ -1,4 +1,7 @@
 PYTHON ?= python3
+# Extras installed by `make dev`/`make test` (CI uses EXTRAS=all so the Dask, plot and
+# Parquet tests run too; without them those tests skip with a message).
+EXTRAS ?= test
 
 .PHONY: build dev test bench clean
 
@@ -8,7 +11,7 @@ build:
 
 # Editable install with the test dependencies.
 dev:
-	$(PYTHON) -m pip install -e '.[test]'
+	$(PYTHON) -m pip install -e '.[$(EXTRAS)]'
 
 # What CI and the README run: install, then the whole suite.
 test: dev
