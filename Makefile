@@ -21,7 +21,8 @@ bench: build
 	$(PYTHON) bench/bench_cost.py
 	$(PYTHON) bench/bench_placement.py
 	$(PYTHON) bench/bench_schedule.py
-	$(PYTHON) bench/bench_search.py
+	$(PYTHON) bench/bench_search.py sweep --mode both
+	$(PYTHON) bench/bench_search.py models
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
