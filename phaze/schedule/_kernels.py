@@ -410,6 +410,9 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
         v = head[i] + dmin[i] + t
         if v > lb:
             lb = v
+    v = _path_window_bound(kind, ds, reach, dmin, ener)
+    if v > lb:
+        lb = v
     for side in range(2):
         v = _spine_window_bound(kind, ds, da, reach, dmin, ntc, nvc, side == 0, cap_vc == 1 if side == 0 else cap_tc == 1)
         if v > lb:
@@ -422,6 +425,70 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
         v = _bottleneck_bound(kind, ds, da, reach, dmin, False)
         if v > lb:
             lb = v
+    return lb
+
+
+@njit(cache=True, nogil=True)
+def _path_window_bound(kind, ds, reach, dmin, ener):
+    """Longest path with energy windows: for any chain i_1 < ... < i_k of operators, the
+    makespan is at least the chain's fastest durations plus, for each window between
+    consecutive chain operators (and before i_1 / after i_k), the most of its members'
+    chip energy (any row of ``ener``, one per lam) and link work: the members all run
+    after the earlier chain operator ends and before the later one starts. The chain
+    maximising that sum is found by dynamic programming over the (transitive) ``reach``.
+    With empty windows this is the critical path; with one chain operator, energy."""
+    m = kind.shape[0]
+    n_lam = ener.shape[0]
+    acc = np.empty(n_lam + 1)
+    best = np.zeros(m)
+    lb = 0.0
+    for i in range(m):  # topological
+        # window before i as the first chain operator: all its ancestors
+        for q in range(n_lam + 1):
+            acc[q] = 0.0
+        for k in range(i):
+            if reach[k, i]:
+                for q in range(n_lam):
+                    acc[q] += ener[q, k]
+                if kind[k] == KIND_COLLECTIVE:
+                    acc[n_lam] += ds[k]
+        h = 0.0
+        for q in range(n_lam + 1):
+            if acc[q] > h:
+                h = acc[q]
+        for j in range(i):
+            if not reach[j, i]:
+                continue
+            for q in range(n_lam + 1):
+                acc[q] = 0.0
+            for k in range(j + 1, i):
+                if reach[j, k] and reach[k, i]:
+                    for q in range(n_lam):
+                        acc[q] += ener[q, k]
+                    if kind[k] == KIND_COLLECTIVE:
+                        acc[n_lam] += ds[k]
+            w = 0.0
+            for q in range(n_lam + 1):
+                if acc[q] > w:
+                    w = acc[q]
+            if best[j] + w > h:
+                h = best[j] + w
+        best[i] = h + dmin[i]
+        # window after i as the last chain operator: all its descendants
+        for q in range(n_lam + 1):
+            acc[q] = 0.0
+        for k in range(i + 1, m):
+            if reach[i, k]:
+                for q in range(n_lam):
+                    acc[q] += ener[q, k]
+                if kind[k] == KIND_COLLECTIVE:
+                    acc[n_lam] += ds[k]
+        t = 0.0
+        for q in range(n_lam + 1):
+            if acc[q] > t:
+                t = acc[q]
+        if best[i] + t > lb:
+            lb = best[i] + t
     return lb
 
 
