@@ -279,7 +279,11 @@ def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
     * for each operator, bounds on the time before it (ancestors' energy, recursively
       through collectives) plus its own duration plus the time after it;
     * with a single busy VC (or TC): the busy type's total time plus what the other
-      type's operators cannot overlap.
+      type's operators cannot overlap;
+    * any chain of operators' fastest durations plus, for each window between
+      consecutive chain operators, its members' energy or link work (the best chain by
+      dynamic programming), and the same over the heaviest chain of VC (or TC) users
+      with windows bounded by critical path, per-type work and link work.
     """
     ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
     prep = _prepare(op_graph)

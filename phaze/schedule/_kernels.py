@@ -326,7 +326,9 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
       i starts), and for each collective c before i, H(c) + c + the energy of the
       operators between c and i (they start after c ends and end before i starts);
       T(i) likewise bounds the time after i ends. Every lam gives a valid energy, so
-      each term takes the best lam.
+      each term takes the best lam;
+    * the longest path with energy windows (``_path_window_bound``) and the
+      chain-and-windows bounds of the vector and tensor cores (``_spine_window_bound``).
 
     ``reach[i, j]`` is nonzero when i precedes j (local indices)."""
     m = kind.shape[0]
@@ -410,11 +412,13 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
         v = head[i] + dmin[i] + t
         if v > lb:
             lb = v
-    v = _path_window_bound(kind, ds, reach, dmin, ener)
+    # (every third lam: the windows' energies cost O(m^3) per lam)
+    v = _path_window_bound(kind, ds, reach, dmin, ener[::5])
     if v > lb:
         lb = v
     for side in range(2):
-        v = _spine_window_bound(kind, ds, da, reach, dmin, ntc, nvc, side == 0, cap_vc == 1 if side == 0 else cap_tc == 1)
+        v = _spine_window_bound(kind, ds, da, reach, dmin, ntc, nvc, side == 0,
+                                cap_vc == 1 if side == 0 else cap_tc == 1)
         if v > lb:
             lb = v
     if cap_vc == 1:
@@ -836,48 +840,74 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
             passes += 1
             if best <= target or passes >= max_passes:
                 return best
+    # Forward-backward improvement: right-justify the best schedule (schedule the reversed
+    # graph, latest finish first), then left-justify it again (earliest start first),
+    # once with its modes kept and once choosing modes afresh; repeat while it helps.
     rev_prio = np.empty(m)
     fwd_prio = np.empty(m)
-    # The improvement stages below feed each other (a group move opens a hole that a
-    # forward-backward pass or a hole fill then uses), so they repeat while any helps.
-    for _outer in range(3):
-        any_improved = False
-        # Forward-backward improvement: right-justify the best schedule (schedule the reversed
-        # graph, latest finish first), then left-justify it again (earliest start first),
-        # once with its modes kept and once choosing modes afresh; repeat while it helps.
-        for _round in range(4):
-            improved = False
-            for r in range(2):
-                for i in range(m):
-                    dur = da[i] if modes[i] == 1 else ds[i]
-                    rev_prio[i] = starts[i] + dur
-                    fixed[i] = modes[i]
-                back = _sgs(kind, ds, da, succ_ptr, succ_idx, pred_ptr, pred_idx, rev_prio, 1, fixed,
-                            ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
-                for i in range(m):
-                    fwd_prio[i] = -(back - fin[i])  # start in forward time; earlier first
-                ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, r, fixed,
-                          ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
-                if ms < best:
-                    best = ms
-                    starts[:] = s_tmp
-                    modes[:] = m_tmp
-                    improved = True
-                    any_improved = True
-                    if best <= target:
-                        return best
-            if not improved:
-                break
-        # Mode flips: switch one operator's mode, keep the order, keep the change if it helps.
-        for _round in range(1):
-            improved = False
+    for _round in range(4):
+        improved = False
+        for r in range(2):
+            for i in range(m):
+                dur = da[i] if modes[i] == 1 else ds[i]
+                rev_prio[i] = starts[i] + dur
+                fixed[i] = modes[i]
+            back = _sgs(kind, ds, da, succ_ptr, succ_idx, pred_ptr, pred_idx, rev_prio, 1, fixed,
+                        ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+            for i in range(m):
+                fwd_prio[i] = -(back - fin[i])  # start in forward time; earlier first
+            ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, r, fixed,
+                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+            if ms < best:
+                best = ms
+                starts[:] = s_tmp
+                modes[:] = m_tmp
+                improved = True
+                if best <= target:
+                    return best
+        if not improved:
+            break
+    # Mode flips: switch one operator's mode, keep the order, keep the change if it helps.
+    for _round in range(1):
+        improved = False
+        for j in range(m):
+            if kind[j] == KIND_COLLECTIVE:
+                continue
+            for i in range(m):
+                fwd_prio[i] = -starts[i]
+                fixed[i] = modes[i]
+            fixed[j] = 1 - modes[j]
+            ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
+                      ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
+            if ms < best:
+                best = ms
+                starts[:] = s_tmp
+                modes[:] = m_tmp
+                improved = True
+                if best <= target:
+                    return best
+        if not improved:
+            break
+    if not has_link:
+        return best
+    # Fill the link's idle-compute holes: move each operator that now starts after a
+    # collective ends to just behind that collective in the list (modes kept), and keep
+    # the move if the makespan drops. Finds "run this weight gradient during the
+    # all-reduce and let the chain wait a little" which no priority rule expresses; for
+    # the collective's descendants it reorders what follows the collective.
+    for _round in range(2):
+        improved = False
+        for c in range(m):
+            if kind[c] != KIND_COLLECTIVE:
+                continue
+            c_end = starts[c] + ds[c]
             for j in range(m):
-                if kind[j] == KIND_COLLECTIVE:
-                    continue
+                if kind[j] == KIND_COLLECTIVE or starts[j] < c_end or reach[j, c]:
+                    continue  # (an ancestor of the collective cannot start after it)
                 for i in range(m):
                     fwd_prio[i] = -starts[i]
                     fixed[i] = modes[i]
-                fixed[j] = 1 - modes[j]
+                fwd_prio[j] = -starts[c] - 0.5 * ds[c]
                 ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
                           ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
                 if ms < best:
@@ -885,80 +915,10 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
                     starts[:] = s_tmp
                     modes[:] = m_tmp
                     improved = True
-                    any_improved = True
                     if best <= target:
                         return best
-            if not improved:
-                break
-        # Group mode moves: put an operator and every operator unordered with it (its
-        # parallel group: Q/K/V, gate/up, dX/dW pairs, weight-gradient sinks) in one mode at
-        # once. Flipping a single operator of a wide group rarely helps (its partners still
-        # hold the cores); flipping the group together swaps "each intra-op, one after the
-        # other" for "all on one core each, side by side" and back.
-        for _round in range(2):
-            improved = False
-            for j in range(m):
-                if kind[j] == KIND_COLLECTIVE:
-                    continue
-                for group_mode in range(2):
-                    changed = False
-                    for i in range(m):
-                        fwd_prio[i] = -starts[i]
-                        fixed[i] = modes[i]
-                    for i in range(m):
-                        if kind[i] == KIND_COLLECTIVE or (i != j and (reach[i, j] or reach[j, i])):
-                            continue
-                        new_mode = 1 if (group_mode == 1 and da[i] < ds[i]) else 0
-                        if new_mode != fixed[i]:
-                            fixed[i] = new_mode
-                            changed = True
-                    if not changed:
-                        continue
-                    ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
-                              ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
-                    if ms < best:
-                        best = ms
-                        starts[:] = s_tmp
-                        modes[:] = m_tmp
-                        improved = True
-                        any_improved = True
-                        if best <= target:
-                            return best
-            if not improved:
-                break
-        if has_link:
-            # Fill the link's idle-compute holes: move each operator that now starts after a
-            # collective ends to just behind that collective in the list (modes kept), and keep
-            # the move if the makespan drops. Finds "run this weight gradient during the
-            # all-reduce and let the chain wait a little" which no priority rule expresses; for
-            # the collective's descendants it reorders what follows the collective.
-            for _round in range(2):
-                improved = False
-                for c in range(m):
-                    if kind[c] != KIND_COLLECTIVE:
-                        continue
                     c_end = starts[c] + ds[c]
-                    for j in range(m):
-                        if kind[j] == KIND_COLLECTIVE or starts[j] < c_end or reach[j, c]:
-                            continue  # (an ancestor of the collective cannot start after it)
-                        for i in range(m):
-                            fwd_prio[i] = -starts[i]
-                            fixed[i] = modes[i]
-                        fwd_prio[j] = -starts[c] - 0.5 * ds[c]
-                        ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, fwd_prio, 1, fixed,
-                                  ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done)
-                        if ms < best:
-                            best = ms
-                            starts[:] = s_tmp
-                            modes[:] = m_tmp
-                            improved = True
-                            any_improved = True
-                            if best <= target:
-                                return best
-                            c_end = starts[c] + ds[c]
-                if not improved:
-                    break
-        if not any_improved:
+        if not improved:
             break
     return best
 
