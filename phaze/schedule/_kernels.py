@@ -433,6 +433,58 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
 
 
 @njit(cache=True, nogil=True)
+def _forced_modes(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ub, ds_out, da_out):
+    """Exclude modes that cannot appear in any schedule shorter than ``ub``.
+
+    An operator whose critical path (every other operator at its faster mode) through it
+    at one mode is already >= ``ub`` runs in its other mode in every schedule shorter
+    than ``ub``. Such a mode's duration is replaced by ``4 ub`` in ``ds_out``/``da_out``
+    (a schedule using it is >= ``ub`` in either instance), so any valid bound LB' of the
+    modified instance gives min(ub, LB') as a valid bound of the original: if the
+    optimum is below ``ub`` its schedule is also a schedule of the modified instance.
+    Repeated while exclusions lengthen the paths. Returns the number of modes excluded,
+    or -1 when some operator has both modes excluded (then no schedule is shorter than
+    ``ub``)."""
+    m = kind.shape[0]
+    big = 4.0 * ub
+    for i in range(m):
+        ds_out[i] = ds[i]
+        da_out[i] = da[i]
+    head = np.zeros(m)
+    excluded = 0
+    for _round in range(3):
+        dmin = _fastest(kind, ds_out, da_out)
+        tail = _tails(dmin, succ_ptr, succ_idx)
+        for i in range(m):
+            h = 0.0
+            for e in range(pred_ptr[i], pred_ptr[i + 1]):
+                v = head[pred_idx[e]] + dmin[pred_idx[e]]
+                if v > h:
+                    h = v
+            head[i] = h
+        changed = False
+        for i in range(m):
+            if kind[i] == KIND_COLLECTIVE:
+                continue
+            rest = head[i] + tail[i] - dmin[i]
+            single_out = rest + ds_out[i] >= ub
+            intra_out = rest + da_out[i] >= ub
+            if single_out and intra_out:
+                return -1
+            if single_out and ds_out[i] < big:
+                ds_out[i] = big
+                excluded += 1
+                changed = True
+            if intra_out and da_out[i] < big:
+                da_out[i] = big
+                excluded += 1
+                changed = True
+        if not changed:
+            break
+    return excluded
+
+
+@njit(cache=True, nogil=True)
 def _path_window_bound(kind, ds, reach, dmin, ener):
     """Longest path with energy windows: for any chain i_1 < ... < i_k of operators, the
     makespan is at least the chain's fastest durations plus, for each window between
@@ -1085,6 +1137,22 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                 ub = _list_schedule(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
                                     succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
                                     target, starts[b:e], modes[b:e])
+            if ub > target:
+                # modes that cannot appear in a schedule shorter than ub are excluded
+                ds_f = np.empty(e - b)
+                da_f = np.empty(e - b)
+                n_out = _forced_modes(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
+                                      succ_ptr[b:e + 1], succ_idx, ub, ds_f, da_f)
+                if n_out < 0:
+                    lb = ub
+                elif n_out > 0:
+                    forced = _strong_bound(kind[b:e], ds_f, da_f, pred_ptr[b:e + 1], pred_idx,
+                                           succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc,
+                                           nvc, seg_wtc[s], seg_wvc[s], opinfo[b:e])
+                    if forced > ub:
+                        forced = ub
+                    if forced > lb:
+                        lb = forced
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
