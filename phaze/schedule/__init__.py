@@ -296,7 +296,7 @@ def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
         strong = _K._strong_bound(prep.kind[b:e], dsq[b:e], daq[b:e], prep.pred_ptr[b:e + 1],
                                   prep.pred_idx, prep.succ_ptr[b:e + 1], prep.succ_idx,
                                   prep.reach[b:e, b:e], ntc, nvc, prep.seg_wtc[s], prep.seg_wvc[s],
-                                  prep.opinfo[b:e])
+                                  prep.opinfo[b:e], np.empty(e - b), np.empty(e - b))
         total += max(quick, strong)
     return float(total)
 

@@ -317,7 +317,7 @@ def _energies(kind, ds, da, lam, cap_tc, cap_vc, out):
 
 @njit(cache=True, nogil=True)
 def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, ntc, nvc,
-                  width_tc, width_vc, opinfo):
+                  width_tc, width_vc, opinfo, head, tail):
     """Stronger (costlier) lower bound on one segment's makespan, the max of
 
     * chain-weighted energy (``_chain_energy``) over a grid of lam;
@@ -330,7 +330,9 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
     * the longest path with energy windows (``_path_window_bound``) and the
       chain-and-windows bounds of the vector and tensor cores (``_spine_window_bound``).
 
-    ``reach[i, j]`` is nonzero when i precedes j (local indices)."""
+    ``reach[i, j]`` is nonzero when i precedes j (local indices). ``head``/``tail``
+    (length m) receive H(i) and T(i): in every schedule operator i starts no earlier
+    than H(i) and ends at least T(i) before the makespan, whatever i's own mode."""
     m = kind.shape[0]
     cap_tc = width_tc if width_tc < ntc else ntc
     cap_vc = width_vc if width_vc < nvc else nvc
@@ -351,8 +353,8 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
         _energies(kind, ds, da, lam, cap_tc, cap_vc, ener[q])
     dmin = _fastest(kind, ds, da)
     tail_cp = _tails(dmin, succ_ptr, succ_idx)
-    head = np.zeros(m)
-    tail = np.zeros(m)
+    head[:] = 0.0
+    tail[:] = 0.0
     acc = np.empty(n_lam)
     for i in range(m):  # topological
         h = 0.0
@@ -433,55 +435,63 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
 
 
 @njit(cache=True, nogil=True)
-def _forced_modes(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ub, ds_out, da_out):
+def _forced_modes(kind, head, tail, ub, ds_f, da_f):
     """Exclude modes that cannot appear in any schedule shorter than ``ub``.
 
-    An operator whose critical path (every other operator at its faster mode) through it
-    at one mode is already >= ``ub`` runs in its other mode in every schedule shorter
-    than ``ub``. Such a mode's duration is replaced by ``4 ub`` in ``ds_out``/``da_out``
-    (a schedule using it is >= ``ub`` in either instance), so any valid bound LB' of the
-    modified instance gives min(ub, LB') as a valid bound of the original: if the
-    optimum is below ``ub`` its schedule is also a schedule of the modified instance.
-    Repeated while exclusions lengthen the paths. Returns the number of modes excluded,
-    or -1 when some operator has both modes excluded (then no schedule is shorter than
-    ``ub``)."""
-    m = kind.shape[0]
+    ``head[i]``/``tail[i]`` bound, in every schedule of the instance (``ds_f``, ``da_f``),
+    when operator i starts and how long after its end the makespan is (``_strong_bound``).
+    If head + duration + tail >= ``ub`` at one mode, every schedule shorter than ``ub``
+    runs i in its other mode; that mode's duration is raised to ``4 ub`` in place (a
+    schedule using it is >= ``ub`` before and after), so the instances' schedules shorter
+    than ``ub`` are the same. Returns the number of modes newly excluded, or -1 when
+    some operator has both modes excluded (then no schedule is shorter than ``ub``)."""
     big = 4.0 * ub
-    for i in range(m):
-        ds_out[i] = ds[i]
-        da_out[i] = da[i]
-    head = np.zeros(m)
     excluded = 0
-    for _round in range(3):
-        dmin = _fastest(kind, ds_out, da_out)
-        tail = _tails(dmin, succ_ptr, succ_idx)
-        for i in range(m):
-            h = 0.0
-            for e in range(pred_ptr[i], pred_ptr[i + 1]):
-                v = head[pred_idx[e]] + dmin[pred_idx[e]]
-                if v > h:
-                    h = v
-            head[i] = h
-        changed = False
-        for i in range(m):
-            if kind[i] == KIND_COLLECTIVE:
-                continue
-            rest = head[i] + tail[i] - dmin[i]
-            single_out = rest + ds_out[i] >= ub
-            intra_out = rest + da_out[i] >= ub
-            if single_out and intra_out:
-                return -1
-            if single_out and ds_out[i] < big:
-                ds_out[i] = big
-                excluded += 1
-                changed = True
-            if intra_out and da_out[i] < big:
-                da_out[i] = big
-                excluded += 1
-                changed = True
-        if not changed:
-            break
+    for i in range(kind.shape[0]):
+        if kind[i] == KIND_COLLECTIVE:
+            continue
+        rest = head[i] + tail[i]
+        single_out = rest + ds_f[i] >= ub
+        intra_out = rest + da_f[i] >= ub
+        if single_out and intra_out:
+            return -1
+        if single_out and ds_f[i] < big:
+            ds_f[i] = big
+            excluded += 1
+        if intra_out and da_f[i] < big:
+            da_f[i] = big
+            excluded += 1
     return excluded
+
+
+@njit(cache=True, nogil=True)
+def _forced_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, ntc, nvc,
+                  width_tc, width_vc, opinfo, ub, lb, target, head, tail):
+    """Raise the lower bound ``lb`` by excluding modes that cannot beat ``ub``.
+
+    ``head``/``tail`` come from ``_strong_bound`` on (``ds``, ``da``). Alternates
+    ``_forced_modes`` and ``_strong_bound`` on the restricted instance. Valid for any
+    ``ub``: if the optimum is below ``ub`` its schedule is a schedule of every restricted
+    instance, so the optimum is >= min(ub, bound of the restricted instance). Stops once
+    ``lb`` reaches ``target`` or nothing new is excluded. Returns the new bound (<= ub
+    unless ``lb`` already was above)."""
+    ds_f = ds.copy()
+    da_f = da.copy()
+    for _round in range(3):
+        n_out = _forced_modes(kind, head, tail, ub, ds_f, da_f)
+        if n_out < 0:
+            return ub if ub > lb else lb
+        if n_out == 0:
+            break
+        forced = _strong_bound(kind, ds_f, da_f, pred_ptr, pred_idx, succ_ptr, succ_idx, reach,
+                               ntc, nvc, width_tc, width_vc, opinfo, head, tail)
+        if forced > ub:
+            forced = ub
+        if forced > lb:
+            lb = forced
+        if lb >= target:
+            break
+    return lb
 
 
 @njit(cache=True, nogil=True)
@@ -1127,9 +1137,11 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                             succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc, target,
                             starts[b:e], modes[b:e], 2)
         if ub > target:
+            head = np.empty(e - b)
+            tail = np.empty(e - b)
             strong = _strong_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
                                    succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
-                                   seg_wtc[s], seg_wvc[s], opinfo[b:e])
+                                   seg_wtc[s], seg_wvc[s], opinfo[b:e], head, tail)
             if strong > lb:
                 lb = strong
                 target = lb * (1.0 + _REL_EQ) / (1.0 - gap)
@@ -1139,20 +1151,10 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                                     target, starts[b:e], modes[b:e])
             if ub > target:
                 # modes that cannot appear in a schedule shorter than ub are excluded
-                ds_f = np.empty(e - b)
-                da_f = np.empty(e - b)
-                n_out = _forced_modes(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
-                                      succ_ptr[b:e + 1], succ_idx, ub, ds_f, da_f)
-                if n_out < 0:
-                    lb = ub
-                elif n_out > 0:
-                    forced = _strong_bound(kind[b:e], ds_f, da_f, pred_ptr[b:e + 1], pred_idx,
-                                           succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc,
-                                           nvc, seg_wtc[s], seg_wvc[s], opinfo[b:e])
-                    if forced > ub:
-                        forced = ub
-                    if forced > lb:
-                        lb = forced
+                lb = _forced_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
+                                   succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
+                                   seg_wtc[s], seg_wvc[s], opinfo[b:e], ub, lb,
+                                   ub * (1.0 - gap), head, tail)
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
