@@ -358,3 +358,14 @@ def _forced_mode_bound(g, single, intra, num_tc, num_vc, ub):
                                    prep.succ_idx, prep.reach, num_tc, num_vc, prep.seg_wtc[0],
                                    prep.seg_wvc[0], prep.opinfo, ub, 0.0, 2.0 * ub,
                                    head, tail))
+
+
+@given(st.one_of(spine_instances(), instances(max_ops=7)), st.integers(50, 150))
+def test_forced_mode_bound_below_exhaustive_optimum(inst, ub_percent):
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    opt = _optimum(*inst)
+    tol = 1e-9 * max(opt, UNIT)
+    listed = S.list_schedule(g, single, intra, num_tc, num_vc).makespan
+    for ub in (listed, opt, opt * ub_percent / 100.0):
+        assert _forced_mode_bound(g, single, intra, num_tc, num_vc, ub) <= opt + tol
