@@ -474,17 +474,48 @@ def _forced_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
     ``ub``: if the optimum is below ``ub`` its schedule is a schedule of every restricted
     instance, so the optimum is >= min(ub, bound of the restricted instance). Stops once
     ``lb`` reaches ``target`` or nothing new is excluded. Returns the new bound (<= ub
-    unless ``lb`` already was above)."""
+    unless ``lb`` already was above).
+
+    An operator whose one-core mode is excluded never runs beside another, so the widths
+    of one-core users (``width_tc``/``width_vc``, ``opinfo``'s first two columns) are
+    capped by the number of operators of the type that may still run on one core (at
+    least 1: any width >= the true one is valid)."""
+    m = kind.shape[0]
     ds_f = ds.copy()
     da_f = da.copy()
+    info = opinfo.copy()
+    big = 4.0 * ub
     for _round in range(3):
         n_out = _forced_modes(kind, head, tail, ub, ds_f, da_f)
         if n_out < 0:
             return ub if ub > lb else lb
         if n_out == 0:
             break
+        n_tc = 0
+        n_vc = 0
+        for i in range(m):
+            if kind[i] == KIND_COLLECTIVE or ds_f[i] >= big:
+                continue
+            if kind[i] == KIND_GEMM or kind[i] == KIND_FUSED:
+                n_tc += 1
+            if kind[i] == KIND_VECTOR or kind[i] == KIND_FUSED:
+                n_vc += 1
+        for i in range(m):
+            one_core = kind[i] != KIND_COLLECTIVE and ds_f[i] < big
+            own_tc = 1 if one_core and (kind[i] == KIND_GEMM or kind[i] == KIND_FUSED) else 0
+            own_vc = 1 if one_core and (kind[i] == KIND_VECTOR or kind[i] == KIND_FUSED) else 0
+            if info[i, 0] > n_tc - own_tc:
+                info[i, 0] = n_tc - own_tc
+            if info[i, 1] > n_vc - own_vc:
+                info[i, 1] = n_vc - own_vc
+        w_tc = width_tc if width_tc < n_tc else n_tc
+        w_vc = width_vc if width_vc < n_vc else n_vc
+        if w_tc < 1:
+            w_tc = 1
+        if w_vc < 1:
+            w_vc = 1
         forced = _strong_bound(kind, ds_f, da_f, pred_ptr, pred_idx, succ_ptr, succ_idx, reach,
-                               ntc, nvc, width_tc, width_vc, opinfo, head, tail)
+                               ntc, nvc, w_tc, w_vc, info, head, tail)
         if forced > ub:
             forced = ub
         if forced > lb:
