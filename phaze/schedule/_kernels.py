@@ -1181,11 +1181,16 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                                     succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
                                     target, starts[b:e], modes[b:e])
             if ub > target:
-                # modes that cannot appear in a schedule shorter than ub are excluded
+                # Exclude the modes that cannot appear in a schedule shorter than
+                # ub_cert = ub (1 - gap): proving no schedule beats ub_cert certifies ub,
+                # and the lower ub_cert excludes more modes than ub would.
+                ub_cert = ub * (1.0 - gap) * (1.0 + 4.0 * _REL_EQ)
+                if ub_cert > ub:
+                    ub_cert = ub
                 lb = _forced_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
                                    succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
-                                   seg_wtc[s], seg_wvc[s], opinfo[b:e], ub, lb,
-                                   ub * (1.0 - gap), head, tail)
+                                   seg_wtc[s], seg_wvc[s], opinfo[b:e], ub_cert, lb, ub_cert,
+                                   head, tail)
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
