@@ -339,9 +339,11 @@ def test_spine_window_bound_on_random_dags(inst):
         assert bound <= opt + 1e-9 * max(opt, UNIT)
 
 
-def _forced_mode_bound(g, single, intra, num_tc, num_vc, ub):
+def _forced_mode_bound(g, single, intra, num_tc, num_vc, ub, ub_low=None):
     """min(ub, strong bound with the modes that cannot beat ``ub`` excluded), on the whole
-    graph (unsplit) in the order the kernels use: valid for ANY ub, achieved or not."""
+    graph (unsplit) in the order the kernels use: valid for ANY ub, achieved or not.
+    With ``ub_low``, then again against ``ub_low`` from the ub-restricted instance's
+    head/tail bounds (as ``_solve`` chains them)."""
     from phaze.schedule import _kernels as K
 
     prep = S._prepare(g, split=False)
@@ -354,10 +356,12 @@ def _forced_mode_bound(g, single, intra, num_tc, num_vc, ub):
                     prep.reach, num_tc, num_vc, prep.seg_wtc[0], prep.seg_wvc[0], prep.opinfo,
                     head, tail)
     # lb 0 and a target above ub: the forced bound alone, every round run
-    return min(ub, K._forced_bound(kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr,
-                                   prep.succ_idx, prep.reach, num_tc, num_vc, prep.seg_wtc[0],
-                                   prep.seg_wvc[0], prep.opinfo, ub, 0.0, 2.0 * ub,
-                                   head, tail))
+    args = (kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, prep.reach,
+            num_tc, num_vc, prep.seg_wtc[0], prep.seg_wvc[0], prep.opinfo)
+    bound = min(ub, K._forced_bound(*args, ub, 0.0, 2.0 * ub, head, tail))
+    if ub_low is None:
+        return bound
+    return min(ub_low, K._forced_bound(*args, ub_low, 0.0, 2.0 * ub_low, head, tail))
 
 
 @given(st.one_of(spine_instances(), instances(max_ops=7)), st.integers(50, 150))
@@ -369,3 +373,4 @@ def test_forced_mode_bound_below_exhaustive_optimum(inst, ub_percent):
     listed = S.list_schedule(g, single, intra, num_tc, num_vc).makespan
     for ub in (listed, opt, opt * ub_percent / 100.0):
         assert _forced_mode_bound(g, single, intra, num_tc, num_vc, ub) <= opt + tol
+        assert _forced_mode_bound(g, single, intra, num_tc, num_vc, ub, ub * 0.9) <= opt + tol

@@ -1181,16 +1181,23 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                                     succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
                                     target, starts[b:e], modes[b:e])
             if ub > target:
-                # Exclude the modes that cannot appear in a schedule shorter than
-                # ub_cert = ub (1 - gap): proving no schedule beats ub_cert certifies ub,
-                # and the lower ub_cert excludes more modes than ub would.
+                # Exclude the modes that cannot appear in a schedule shorter than ub
+                # (may prove ub optimal), then shorter than ub_cert = ub (1 - gap):
+                # proving no schedule beats ub_cert certifies ub, and the lower ub_cert
+                # excludes more modes. head/tail of the ub-restricted instance stay
+                # valid for every schedule shorter than ub_cert <= ub.
                 ub_cert = ub * (1.0 - gap) * (1.0 + 4.0 * _REL_EQ)
                 if ub_cert > ub:
                     ub_cert = ub
                 lb = _forced_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
                                    succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
-                                   seg_wtc[s], seg_wvc[s], opinfo[b:e], ub_cert, lb, ub_cert,
+                                   seg_wtc[s], seg_wvc[s], opinfo[b:e], ub, lb, ub_cert,
                                    head, tail)
+                if lb < ub_cert:
+                    lb = _forced_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
+                                   succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
+                                       seg_wtc[s], seg_wvc[s], opinfo[b:e], ub_cert, lb,
+                                       ub_cert, head, tail)
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
