@@ -18,7 +18,12 @@ splits the graph at *cut operators* (operators every other operator precedes or
 follows: the makespan is then the sum of the parts' makespans), list-schedules
 each part, solves small parts exactly by branch and bound and hands only parts
 still outside the gap to the MILP; :func:`schedule_many` runs the same compiled
-pipeline (without the MILP) over many architectures at once.
+pipeline (without the MILP) over many architectures at once. A part still outside
+the gap after its list schedule (makespan ub) gets a further bound: modes that cannot
+appear in any schedule shorter than ub, then shorter than ub (1 - gap), are excluded
+(the operator's start and finish bounds plus that mode's duration already reach it)
+and the strong bound is recomputed on the restricted instance (``_forced_bound``);
+:func:`lower_bound` itself, which has no incumbent, does not include it.
 
 Status strings: "optimal" (proved), "certified" (gap <= requested gap), "limit"
 (no proof within the gap in the time allowed; valid schedule, gap reported),
