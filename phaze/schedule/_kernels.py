@@ -983,8 +983,8 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
             break
     if not has_link:
         return best
-    # Fill the link's idle-compute holes: move each operator that now starts after a
-    # collective ends to just behind that collective in the list (modes kept), and keep
+    # Fill the link's idle-compute holes: move each operator that now starts outside a
+    # collective's run to just behind that collective in the list (modes kept), and keep
     # the move if the makespan drops. Finds "run this weight gradient during the
     # all-reduce and let the chain wait a little" which no priority rule expresses; for
     # the collective's descendants it reorders what follows the collective.
@@ -995,8 +995,12 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
                 continue
             c_end = starts[c] + ds[c]
             for j in range(m):
-                if kind[j] == KIND_COLLECTIVE or starts[j] < c_end or reach[j, c]:
-                    continue  # (an ancestor of the collective cannot start after it)
+                # also operators that start before the collective (a weight gradient
+                # run ahead of it, leaving the chip idle during it); not those already
+                # in its hole, nor its ancestors (which cannot follow it)
+                if (kind[j] == KIND_COLLECTIVE or (starts[j] >= starts[c] and starts[j] < c_end)
+                        or reach[j, c]):
+                    continue
                 for i in range(m):
                     fwd_prio[i] = -starts[i]
                     fixed[i] = modes[i]
