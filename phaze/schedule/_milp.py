@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 from . import _kernels as K
+from . import _widest_antichain  # the package is fully imported before this module
 
 _BANNER_SILENCED = False
 
@@ -66,25 +67,6 @@ def _reach(m, preds):
             reach[:, j] |= reach[:, p]
             reach[p, j] = True
     return reach
-
-
-def _widest_antichain(users, reach):
-    """Size of the largest set of pairwise unordered operators among ``users`` (Dilworth:
-    |users| minus a maximum matching in the comparability bipartite graph)."""
-    users = list(users)
-    match_of = {}
-
-    def augment(u, seen):
-        for v in users:
-            if reach[u, v] and v not in seen:
-                seen.add(v)
-                if v not in match_of or augment(match_of[v], seen):
-                    match_of[v] = u
-                    return True
-        return False
-
-    matched = sum(1 for u in users if augment(u, set()))
-    return len(users) - matched
 
 
 def _core_assignment(users, starts, finish, n_cores):
@@ -135,7 +117,8 @@ def solve(kind, ds, da, preds, ntc, nvc, inc_starts, inc_modes, lower, gap, time
     assign = []  # (type mask, cores)
     for mask, cap in ((uses_tc, ntc), (uses_vc, nvc)):
         users = np.flatnonzero(mask)
-        if users.size > cap and _widest_antichain(users, reach) > cap:
+        # _widest_antichain takes anc[j, i] = i precedes j, the transpose of reach.
+        if users.size > cap and _widest_antichain(users, reach.T) > cap:
             assign.append((mask, int(cap)))
 
     # --- columns ---------------------------------------------------------
