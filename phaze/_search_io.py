@@ -146,12 +146,7 @@ def take(table: dict, index) -> dict:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _atomic_write_bytes(path, text.encode())
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -343,6 +343,16 @@ def _hf_model_type(cfg) -> str:
     return mt.lower()
 
 
+def _gelu_or_relu(cfg, key) -> str:
+    """'gelu' or 'relu' for the activation named by ``cfg[key]``, else ValueError naming the key."""
+    act = cfg[key]
+    if act in _GELU_NAMES:
+        return "gelu"
+    if act == "relu":
+        return "relu"
+    raise ValueError(f"config key '{key}' must be a GELU variant or relu, got {act!r}")
+
+
 def _load_hf(path_or_dict) -> dict:
     if isinstance(path_or_dict, dict):
         return dict(path_or_dict)
@@ -389,14 +399,7 @@ def from_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> Mo
     if mt == "gpt2":
         hidden = _hf_int(cfg, "n_embd")
         ffn = _hf_int(cfg, "n_inner", allow_none=True) or 4 * hidden
-        act = cfg["activation_function"]
-        if act in _GELU_NAMES:
-            activation = "gelu"
-        elif act == "relu":
-            activation = "relu"
-        else:
-            raise ValueError(f"config key 'activation_function' must be a GELU variant or relu, "
-                             f"got {act!r}")
+        activation = _gelu_or_relu(cfg, "activation_function")
         heads = _hf_int(cfg, "n_head")
         positions = _hf_int(cfg, "n_positions")
         spec = dict(n_layers=_hf_int(cfg, "n_layer"), hidden=hidden, heads=heads, kv_heads=heads,
@@ -453,13 +456,7 @@ def from_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> Mo
                     max_positions=positions + 2,
                     final_norm=_hf_bool(cfg, "do_layer_norm_before"))
     else:  # bert
-        act = cfg["hidden_act"]
-        if act in _GELU_NAMES:
-            activation = "gelu"
-        elif act == "relu":
-            activation = "relu"
-        else:
-            raise ValueError(f"config key 'hidden_act' must be a GELU variant or relu, got {act!r}")
+        activation = _gelu_or_relu(cfg, "hidden_act")
         if cfg["position_embedding_type"] != "absolute":
             raise ValueError(f"config key 'position_embedding_type' must be 'absolute', "
                              f"got {cfg['position_embedding_type']!r}")
