@@ -20,6 +20,13 @@ SCHEDULE_EXACT_MAX_OPS = 10
 #: Branch-and-bound nodes per part before giving up on proving it optimal (bounds the
 #: time one hard part can take; the part keeps its list schedule and proven bound).
 SCHEDULE_BNB_NODE_LIMIT = 200_000
+#: Passes of single-operator mode flips (per start) in the local search that parts still
+#: outside the gap get after their list schedules (each pass: one parallel schedule
+#: generation per operator, a few microseconds each).
+SCHEDULE_MODE_SEARCH_ROUNDS = 5
+#: Most partial fillings the collectives'-hole bound keeps per dynamic-programming step;
+#: an operator that would need more is relaxed (the bound stays valid, only weaker).
+SCHEDULE_HOLE_STATES = 64
 
 # --- phaze.graph ----------------------------------------------------------
 #: Bytes per tensor element (bf16/fp16 training) unless the caller says otherwise.

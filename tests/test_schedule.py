@@ -374,3 +374,48 @@ def test_forced_mode_bound_below_exhaustive_optimum(inst, ub_percent):
     for ub in (listed, opt, opt * ub_percent / 100.0):
         assert _forced_mode_bound(g, single, intra, num_tc, num_vc, ub) <= opt + tol
         assert _forced_mode_bound(g, single, intra, num_tc, num_vc, ub, ub * 0.9) <= opt + tol
+
+
+def _hole_bounds(g, single, intra, num_tc, num_vc):
+    """The hole-assignment bound on its own at every lam of the grid, whole graph (unsplit)."""
+    from phaze.schedule import _kernels as K
+
+    prep = S._prepare(g, split=False)
+    kind = prep.kind
+    ds = np.ascontiguousarray(single[prep.perm])
+    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    cap_tc = min(num_tc, int(prep.seg_wtc[0]))
+    cap_vc = min(num_vc, int(prep.seg_wvc[0]))
+    return [K._hole_bound(kind, ds, da, prep.reach, np.array([lam]), cap_tc, cap_vc)
+            for lam in K._LAM_GRID]
+
+
+@st.composite
+def hole_instances(draw, max_ops=7):
+    """Spines rich in short collectives (adjacent ones too) with weight-gradient-like sinks:
+    long on one core, cheap intra-op (the shapes where the hole bound takes operators
+    whole)."""
+    n_spine = draw(st.integers(2, 5))
+    n_sink = draw(st.integers(1, max_ops - n_spine))
+    kinds = draw(st.lists(st.sampled_from([0, 1, 3, 3]), min_size=n_spine, max_size=n_spine))
+    preds = [[j - 1] if j else [] for j in range(n_spine)]
+    for _ in range(n_sink):
+        kinds.append(draw(st.sampled_from([0, 0, 2])))
+        preds.append([draw(st.integers(0, n_spine - 1))])
+    n = len(kinds)
+    single = np.array([draw(st.integers(1, 4)) if k == 3 else draw(st.integers(0, 12))
+                       for k in kinds], float)
+    intra = np.array([min(single[i], draw(st.integers(0, 6))) if i >= n_spine
+                      else draw(st.integers(0, 12)) for i in range(n)], float)
+    num_tc = draw(st.integers(1, 3))
+    num_vc = draw(st.integers(1, 2))
+    return kinds, preds, single * UNIT, intra * UNIT, num_tc, num_vc
+
+
+@given(st.one_of(hole_instances(), spine_instances(), instances(max_ops=7)))
+def test_hole_bound_below_exhaustive_optimum(inst):
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    opt = _optimum(*inst)
+    for bound in _hole_bounds(g, single, intra, num_tc, num_vc):
+        assert bound <= opt + 1e-9 * max(opt, UNIT)

@@ -24,6 +24,8 @@ Every function here runs (slowly) under ``NUMBA_DISABLE_JIT=1``.
 import numpy as np
 from numba import njit
 
+from .. import _config
+
 KIND_GEMM = 0
 KIND_VECTOR = 1
 KIND_FUSED = 2
@@ -263,6 +265,9 @@ def _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_v
     return total + best_path
 
 
+#: Passes of single-operator mode flips per start in ``_mode_search``.
+_MODE_SEARCH_ROUNDS = _config.SCHEDULE_MODE_SEARCH_ROUNDS
+
 #: lam values tried by the chain-weighted energy bound (it is not concave in lam).
 _LAM_GRID = np.linspace(0.0, 1.0, 11)
 
@@ -328,7 +333,8 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
       T(i) likewise bounds the time after i ends. Every lam gives a valid energy, so
       each term takes the best lam;
     * the longest path with energy windows (``_path_window_bound``) and the
-      chain-and-windows bounds of the vector and tensor cores (``_spine_window_bound``).
+      chain-and-windows bounds of the vector and tensor cores (``_spine_window_bound``);
+    * chip energy plus the collectives' holes filled by whole operators (``_hole_bound``).
 
     ``reach[i, j]`` is nonzero when i precedes j (local indices). ``head``/``tail``
     (length m) receive H(i) and T(i): in every schedule operator i starts no earlier
@@ -431,6 +437,12 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
         v = _bottleneck_bound(kind, ds, da, reach, dmin, False)
         if v > lb:
             lb = v
+    if n_lam == 1:
+        v = _hole_bound(kind, ds, da, reach, np.full(1, 1.0 if cap_vc == 0 else 0.0), cap_tc, cap_vc)
+    else:
+        v = _hole_bound(kind, ds, da, reach, _LAM_GRID, cap_tc, cap_vc)
+    if v > lb:
+        lb = v
     return lb
 
 
@@ -753,6 +765,181 @@ def _bottleneck_bound(kind, ds, da, reach, dmin, vector_side):
     return busy + best
 
 
+#: Most partial fillings kept by the hole bound's dynamic program; an operator that
+#: would exceed it is relaxed to the divisible class (still a valid bound).
+_HOLE_STATES = _config.SCHEDULE_HOLE_STATES
+
+
+@njit(cache=True, nogil=True)
+def _hole_bound(kind, ds, da, reach, lams, cap_tc, cap_vc):
+    """Chip energy plus the collectives' idle holes, with whole operators in the holes;
+    the best over the energy weights ``lams``.
+
+    The collectives run one at a time on the link, so their runs (holes) are disjoint and
+    the makespan is at least sum_k d_k + (energy run outside the holes). With the
+    energies of ``_energy`` (the running weight never exceeds 1), an operator i at its
+    actual mode spends E_i >= e_i (its least energy), and inside hole k it can spend
+    f_ik <= d_k (summed over operators), only if it is unordered with that collective.
+    So makespan >= sum_i e_i + sum_k d_k - max(sum_ik f_ik - sum_i (E_i - e_i)).
+
+    The maximum is bounded with operators in two classes. *Whole*: intra-op is the
+    least-energy mode, one core could not gain anything (its extra energy is at least
+    what it could put in the holes), and every two holes it may meet are separated by a
+    compute operator that must run between them, which an intra-op operator spanning
+    both would overlap: it fills min(a_i, d_k) of one hole at most. *Divisible* (all
+    others): at most max(w_i min(s_i, d_k), min(a_i, d_k)) in hole k and e_i in all. The
+    whole operators' fillings are enumerated exactly (Pareto-optimal fillings per hole,
+    each capped at the hole), the divisible ones relaxed. A filling that would need more
+    than ``_HOLE_STATES`` states relaxes the operator to divisible instead."""
+    m = kind.shape[0]
+    n_holes = 0
+    for i in range(m):
+        if kind[i] == KIND_COLLECTIVE:
+            n_holes += 1
+    if n_holes == 0:
+        return 0.0
+    hole = np.empty(n_holes, np.int64)
+    dh = np.empty(n_holes)
+    total_d = 0.0
+    q = 0
+    for i in range(m):
+        if kind[i] == KIND_COLLECTIVE:
+            hole[q] = i
+            dh[q] = ds[i]
+            total_d += ds[i]
+            q += 1
+    # holes k, l separated: a compute operator of positive duration lies between them
+    sep = np.zeros((n_holes, n_holes), np.bool_)
+    for k in range(n_holes):
+        for l in range(n_holes):
+            a = hole[k]
+            b = hole[l]
+            if k == l or not reach[a, b]:
+                continue
+            for j in range(m):
+                if (kind[j] != KIND_COLLECTIVE and reach[a, j] and reach[j, b]
+                        and ds[j] > 0.0 and da[j] > 0.0):
+                    sep[k, l] = True
+                    sep[l, k] = True
+                    break
+    # elig[i, k]: operator i is unordered with collective k; spans: i may meet two
+    # holes that are not separated (then never whole)
+    elig = np.zeros((m, n_holes), np.bool_)
+    spans = np.zeros(m, np.bool_)
+    n_elig = np.zeros(m, np.int64)
+    for i in range(m):
+        if kind[i] == KIND_COLLECTIVE:
+            continue
+        for k in range(n_holes):
+            c = hole[k]
+            if not reach[i, c] and not reach[c, i]:
+                elig[i, k] = True
+                n_elig[i] += 1
+        for k in range(n_holes):
+            for l in range(k + 1, n_holes):
+                if elig[i, k] and elig[i, l] and not sep[k, l]:
+                    spans[i] = True
+    states = np.zeros((_HOLE_STATES, n_holes))
+    cand = np.empty((_HOLE_STATES * (n_holes + 1), n_holes))
+    keep = np.empty(_HOLE_STATES * (n_holes + 1), np.bool_)
+    div_cap = np.empty(n_holes)
+    best = 0.0
+    for q in range(lams.shape[0]):
+        lam = lams[q]
+        wt = lam / cap_tc if cap_tc > 0 else 0.0
+        wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+        total_e = 0.0
+        div_total = 0.0
+        for k in range(n_holes):
+            div_cap[k] = 0.0
+            states[0, k] = 0.0
+        n_states = 1
+        for i in range(m):
+            k_i = kind[i]
+            if k_i == KIND_COLLECTIVE:
+                continue
+            w = 0.0
+            if k_i == KIND_GEMM or k_i == KIND_FUSED:
+                w += wt
+            if k_i == KIND_VECTOR or k_i == KIND_FUSED:
+                w += wv
+            e = w * ds[i]
+            if da[i] < e:
+                e = da[i]
+            total_e += e
+            if e <= 0.0 or n_elig[i] == 0:
+                continue
+            whole = e == da[i] and not spans[i]
+            if whole:
+                one_core_fill = 0.0
+                for k in range(n_holes):
+                    if elig[i, k]:
+                        one_core_fill += w * (ds[i] if ds[i] < dh[k] else dh[k])
+                whole = one_core_fill <= w * ds[i] - e
+            if whole:
+                # the Pareto set of fillings, extended by i in each hole it may meet
+                n_cand = 0
+                for s in range(n_states):
+                    for k in range(n_holes + 1):
+                        if k < n_holes and not elig[i, k]:
+                            continue
+                        for l in range(n_holes):
+                            cand[n_cand, l] = states[s, l]
+                        if k < n_holes:
+                            v = cand[n_cand, k] + (da[i] if da[i] < dh[k] else dh[k])
+                            cand[n_cand, k] = v if v < dh[k] else dh[k]
+                        n_cand += 1
+                n_new = 0
+                for x in range(n_cand):
+                    keep[x] = True
+                    for y in range(n_cand):
+                        if y == x:
+                            continue
+                        ge = True
+                        gt = False
+                        for l in range(n_holes):
+                            if cand[y, l] < cand[x, l]:
+                                ge = False
+                                break
+                            if cand[y, l] > cand[x, l]:
+                                gt = True
+                        if ge and (gt or y < x):
+                            keep[x] = False
+                            break
+                    if keep[x]:
+                        n_new += 1
+                if n_new <= _HOLE_STATES:
+                    n_states = 0
+                    for x in range(n_cand):
+                        if keep[x]:
+                            for l in range(n_holes):
+                                states[n_states, l] = cand[x, l]
+                            n_states += 1
+                    continue
+            # divisible (or too many fillings)
+            div_total += e
+            for k in range(n_holes):
+                if elig[i, k]:
+                    f1 = w * (ds[i] if ds[i] < dh[k] else dh[k])
+                    f2 = da[i] if da[i] < dh[k] else dh[k]
+                    div_cap[k] += f1 if f1 > f2 else f2
+        gain = 0.0
+        for s in range(n_states):
+            g1 = 0.0
+            g2 = div_total
+            for k in range(n_holes):
+                v = states[s, k] + div_cap[k]
+                g1 += v if v < dh[k] else dh[k]
+                g2 += states[s, k]
+            g = g1 if g1 < g2 else g2
+            if g > gain:
+                gain = g
+        v = total_e + total_d - gain
+        if v > best:
+            best = v
+    return best
+
+
 # ---------------------------------------------------------------------------
 # serial schedule generation (list scheduling)
 # ---------------------------------------------------------------------------
@@ -1021,6 +1208,150 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
 
 
 # ---------------------------------------------------------------------------
+# parallel schedule generation and a mode search over it (parts still open)
+# ---------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _psgs(kind, ds, da, pred_ptr, succ_ptr, succ_idx, prio, fixed, ntc, nvc, starts, modes,
+          finish, waiting, state):
+    """Parallel (time-incremental) schedule generation with the modes ``fixed``: at each
+    decision time start every ready operator that fits, highest ``prio`` first, then
+    advance to the next finish. An intra-op operator that does not fit yet keeps the
+    compute operators of lower priority from starting at that time (it starts as soon
+    as the running ones end). Unlike ``_sgs`` it never leaves a core idle that a ready
+    operator could use, so weight gradients fill the time a one-core vector operator of
+    the chain leaves free. Returns the makespan (``inf`` only if nothing could start,
+    which capacities >= 1 rule out)."""
+    m = kind.shape[0]
+    for i in range(m):
+        waiting[i] = pred_ptr[i + 1] - pred_ptr[i]
+        state[i] = 0  # 0 waiting, 1 running, 2 finished
+    free_tc = ntc
+    free_vc = nvc
+    free_lk = 1
+    n_fin = 0
+    t = 0.0
+    makespan = 0.0
+    order = np.argsort(-prio)  # highest priority first
+    while n_fin < m:
+        # one pass in priority order: starting an operator readies no other
+        blocked = False
+        for q in range(m):
+            j = order[q]
+            if state[j] != 0 or waiting[j] != 0:
+                continue
+            k = kind[j]
+            mode = 0 if k == KIND_COLLECTIVE else fixed[j]
+            dtc, dvc, dlk = _demand(k, mode, ntc, nvc)
+            fits = dtc <= free_tc and dvc <= free_vc and dlk <= free_lk
+            if fits and blocked and k != KIND_COLLECTIVE:
+                fits = False
+            if fits:
+                starts[j] = t
+                modes[j] = mode
+                finish[j] = t + (da[j] if mode == 1 else ds[j])
+                state[j] = 1
+                free_tc -= dtc
+                free_vc -= dvc
+                free_lk -= dlk
+            elif mode == 1 and k != KIND_COLLECTIVE:
+                blocked = True
+        nt = np.inf
+        for i in range(m):
+            if state[i] == 1 and finish[i] < nt:
+                nt = finish[i]
+        if nt == np.inf:
+            return np.inf
+        t = nt
+        for i in range(m):
+            if state[i] == 1 and finish[i] <= t:
+                state[i] = 2
+                n_fin += 1
+                dtc, dvc, dlk = _demand(kind[i], modes[i], ntc, nvc)
+                free_tc += dtc
+                free_vc += dvc
+                free_lk += dlk
+                if finish[i] > makespan:
+                    makespan = finish[i]
+                for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                    waiting[succ_idx[e]] -= 1
+    return makespan
+
+
+@njit(cache=True, nogil=True)
+def _mode_tails(ds, da, md, succ_ptr, succ_idx, out):
+    """Longest path from each operator to the end at the durations of the modes ``md``."""
+    for i in range(ds.shape[0] - 1, -1, -1):
+        best = 0.0
+        for e in range(succ_ptr[i], succ_ptr[i + 1]):
+            v = out[succ_idx[e]]
+            if v > best:
+                best = v
+        out[i] = (da[i] if md[i] == 1 else ds[i]) + best
+
+
+@njit(cache=True, nogil=True)
+def _mode_search(kind, ds, da, pred_ptr, succ_ptr, succ_idx, ntc, nvc, best, target,
+                 starts, modes):
+    """Local search over the mode vector, each vector decoded by ``_psgs`` with
+    critical-path priorities at that vector's durations: from the best schedule's modes
+    and from "one core wherever intra-op scales no better than the cores it takes",
+    flip one operator's mode at a time and keep every flip that shortens the schedule,
+    for at most ``_MODE_SEARCH_ROUNDS`` passes. ``best`` is the makespan of (``starts``,
+    ``modes``), which are overwritten by any shorter schedule. Returns the makespan;
+    stops once it is <= ``target``."""
+    m = kind.shape[0]
+    fin = np.empty(m)
+    waiting = np.empty(m, np.int64)
+    state = np.empty(m, np.int64)
+    st = np.empty(m)
+    mo = np.empty(m, np.int8)
+    prio = np.empty(m)
+    md = np.empty(m, np.int8)
+    for start in range(2):
+        for i in range(m):
+            k = kind[i]
+            if k == KIND_COLLECTIVE:
+                md[i] = 0
+            elif start == 0:
+                md[i] = modes[i]
+            else:
+                n_cores = ntc if k == KIND_GEMM else (nvc if k == KIND_VECTOR else ntc + nvc)
+                md[i] = 0 if ds[i] <= 1.05 * n_cores * da[i] else 1
+        _mode_tails(ds, da, md, succ_ptr, succ_idx, prio)
+        cur = _psgs(kind, ds, da, pred_ptr, succ_ptr, succ_idx, prio, md, ntc, nvc, st, mo,
+                    fin, waiting, state)
+        if cur < best:
+            best = cur
+            starts[:] = st
+            modes[:] = mo
+            if best <= target:
+                return best
+        for _round in range(_MODE_SEARCH_ROUNDS):
+            improved = False
+            for j in range(m):
+                if kind[j] == KIND_COLLECTIVE:
+                    continue
+                md[j] = 1 - md[j]
+                _mode_tails(ds, da, md, succ_ptr, succ_idx, prio)
+                v = _psgs(kind, ds, da, pred_ptr, succ_ptr, succ_idx, prio, md, ntc, nvc, st, mo,
+                          fin, waiting, state)
+                if v < cur * (1.0 - _REL_EQ):
+                    cur = v
+                    improved = True
+                    if v < best:
+                        best = v
+                        starts[:] = st
+                        modes[:] = mo
+                        if best <= target:
+                            return best
+                else:
+                    md[j] = 1 - md[j]
+            if not improved:
+                break
+    return best
+
+
+# ---------------------------------------------------------------------------
 # exact branch and bound over serial schedule generation (small segments)
 # ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
@@ -1199,9 +1530,28 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                                    head, tail)
                 if lb < ub_cert:
                     lb = _forced_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
-                                   succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
+                                       succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
                                        seg_wtc[s], seg_wvc[s], opinfo[b:e], ub_cert, lb,
                                        ub_cert, head, tail)
+                if lb < ub_cert:
+                    # still open: search the modes (parallel generation), and if that
+                    # shortens the schedule, exclude modes against the new ub (head and
+                    # tail hold for every schedule shorter than the old ub_cert)
+                    target = lb * (1.0 + _REL_EQ) / (1.0 - gap)
+                    better = _mode_search(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1],
+                                          succ_ptr[b:e + 1], succ_idx, ntc, nvc, ub, target,
+                                          starts[b:e], modes[b:e])
+                    if better < ub:
+                        ub = better
+                        cert = ub * (1.0 - gap) * (1.0 + 4.0 * _REL_EQ)
+                        if cert > ub:
+                            cert = ub
+                        if lb < cert and cert < ub_cert:
+                            lb = _forced_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1],
+                                               pred_idx, succ_ptr[b:e + 1], succ_idx,
+                                               reach[b:e, b:e], ntc, nvc, seg_wtc[s],
+                                               seg_wvc[s], opinfo[b:e], cert, lb, cert,
+                                               head, tail)
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
