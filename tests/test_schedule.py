@@ -419,3 +419,38 @@ def test_hole_bound_below_exhaustive_optimum(inst):
     opt = _optimum(*inst)
     for bound in _hole_bounds(g, single, intra, num_tc, num_vc):
         assert bound <= opt + 1e-9 * max(opt, UNIT)
+
+
+@given(st.one_of(instances(max_ops=7), spine_instances()), st.randoms(use_true_random=False))
+def test_parallel_generation_and_mode_search_give_valid_schedules(inst, rnd):
+    """The parallel schedule generation (any mode vector, any priorities) and the mode
+    search over it always return valid schedules no shorter than the optimum."""
+    from phaze.schedule import _kernels as K
+
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    opt = _optimum(*inst)
+    prep = S._prepare(g, split=False)
+    kind = prep.kind
+    m = len(kind)
+    ds = np.ascontiguousarray(single[prep.perm])
+    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    fixed = np.array([rnd.randint(0, 1) for _ in range(m)], np.int8)
+    prio = np.array([rnd.random() for _ in range(m)])
+    starts_q, modes_q = np.empty(m), np.empty(m, np.int8)
+    ms = K._psgs(kind, ds, da, prep.pred_ptr, prep.succ_ptr, prep.succ_idx, prio, fixed, num_tc,
+                 num_vc, starts_q, modes_q, np.empty(m), np.empty(m, np.int64), np.empty(m, np.int64))
+    tol = 1e-9 * max(opt, UNIT)
+
+    def check(makespan):
+        assert makespan >= opt - tol
+        starts = np.empty(m)
+        modes = np.empty(m, np.int8)
+        starts[prep.perm] = starts_q
+        modes[prep.perm] = modes_q
+        _valid(g, single, intra, num_tc, num_vc, S.Schedule(float(makespan), 0.0, starts, modes, "limit"))
+
+    check(ms)
+    # the search starts from (and may overwrite) that schedule
+    check(K._mode_search(kind, ds, da, prep.pred_ptr, prep.succ_ptr, prep.succ_idx, num_tc, num_vc,
+                         ms, 0.0, starts_q, modes_q, 3))

@@ -22,7 +22,9 @@ pipeline (without the MILP) over many architectures at once. A part still outsid
 the gap after its list schedule (makespan ub) gets a further bound: modes that cannot
 appear in any schedule shorter than ub, then shorter than ub (1 - gap), are excluded
 (the operator's start and finish bounds plus that mode's duration already reach it)
-and the strong bound is recomputed on the restricted instance (``_forced_bound``);
+and the strong bound is recomputed on the restricted instance (``_forced_bound``); a
+part still open after that gets a local search over its mode vector, each vector
+decoded by parallel (time-incremental) schedule generation (``_mode_search``);
 :func:`lower_bound` itself, which has no incumbent, does not include it.
 
 Status strings: "optimal" (proved), "certified" (gap <= requested gap), "limit"
@@ -59,6 +61,8 @@ STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
 _EXACT_MAX = _config.SCHEDULE_EXACT_MAX_OPS
 #: Search nodes allowed per branch and bound before giving up on proving that part.
 _NODE_LIMIT = _config.SCHEDULE_BNB_NODE_LIMIT
+#: Passes of mode flips per start of the mode search on parts still open.
+_MODE_ROUNDS = _config.SCHEDULE_MODE_SEARCH_ROUNDS
 
 
 @dataclass(frozen=True, eq=False)
@@ -288,7 +292,10 @@ def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
     * any chain of operators' fastest durations plus, for each window between
       consecutive chain operators, its members' energy or link work (the best chain by
       dynamic programming), and the same over the heaviest chain of VC (or TC) users
-      with windows bounded by critical path, per-type work and link work.
+      with windows bounded by critical path, per-type work and link work;
+    * the collectives' runs plus the energy run outside them, where an operator that
+      can only usefully run intra-op fills at most one collective's run (whole), the
+      best filling found exactly by dynamic programming.
     """
     ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
     prep = _prepare(op_graph)
@@ -413,7 +420,7 @@ def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
     ms, lb, optimal = _K._solve(prep.kind, dsq, daq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach,
                                 prep.pred_ptr, prep.pred_idx,
                                 prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT,
-                                starts_q, modes_q, seg_ub, seg_lb)
+                                _MODE_ROUNDS, starts_q, modes_q, seg_ub, seg_lb)
     status = None
     if ms - lb > gap * ms and time_limit > 0:
         ms, lb, optimal, status = _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit,
@@ -506,7 +513,7 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=_config.SCHEDU
     status = np.empty(n_archs, np.int8)
     args = (prep.kind, sq, iq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach,
             prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX,
-            _NODE_LIMIT, makespan, lb, status)
+            _NODE_LIMIT, _MODE_ROUNDS, makespan, lb, status)
     # The kernel releases the GIL: disjoint architecture ranges run on threads.
     threads = max(1, min(kernel_threads(), n_archs // 64 or 1))
     if threads == 1:

@@ -24,8 +24,6 @@ Every function here runs (slowly) under ``NUMBA_DISABLE_JIT=1``.
 import numpy as np
 from numba import njit
 
-from .. import _config
-
 KIND_GEMM = 0
 KIND_VECTOR = 1
 KIND_FUSED = 2
@@ -264,9 +262,6 @@ def _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_v
             best_path = path[i]
     return total + best_path
 
-
-#: Passes of single-operator mode flips per start in ``_mode_search``.
-_MODE_SEARCH_ROUNDS = _config.SCHEDULE_MODE_SEARCH_ROUNDS
 
 #: lam values tried by the chain-weighted energy bound (it is not concave in lam).
 _LAM_GRID = np.linspace(0.0, 1.0, 11)
@@ -766,8 +761,10 @@ def _bottleneck_bound(kind, ds, da, reach, dmin, vector_side):
 
 
 #: Most partial fillings kept by the hole bound's dynamic program; an operator that
-#: would exceed it is relaxed to the divisible class (still a valid bound).
-_HOLE_STATES = _config.SCHEDULE_HOLE_STATES
+#: would exceed it is relaxed to the divisible class (still a valid bound, only weaker).
+#: A compile-time constant of the kernel (numba's cache would not see a change made to
+#: it from another module), so it lives here rather than in ``_config``.
+_HOLE_STATES = 64
 
 
 @njit(cache=True, nogil=True)
@@ -1291,12 +1288,12 @@ def _mode_tails(ds, da, md, succ_ptr, succ_idx, out):
 
 @njit(cache=True, nogil=True)
 def _mode_search(kind, ds, da, pred_ptr, succ_ptr, succ_idx, ntc, nvc, best, target,
-                 starts, modes):
+                 starts, modes, rounds):
     """Local search over the mode vector, each vector decoded by ``_psgs`` with
     critical-path priorities at that vector's durations: from the best schedule's modes
     and from "one core wherever intra-op scales no better than the cores it takes",
     flip one operator's mode at a time and keep every flip that shortens the schedule,
-    for at most ``_MODE_SEARCH_ROUNDS`` passes. ``best`` is the makespan of (``starts``,
+    for at most ``rounds`` passes. ``best`` is the makespan of (``starts``,
     ``modes``), which are overwritten by any shorter schedule. Returns the makespan;
     stops once it is <= ``target``."""
     m = kind.shape[0]
@@ -1326,7 +1323,7 @@ def _mode_search(kind, ds, da, pred_ptr, succ_ptr, succ_idx, ntc, nvc, best, tar
             modes[:] = mo
             if best <= target:
                 return best
-        for _round in range(_MODE_SEARCH_ROUNDS):
+        for _round in range(rounds):
             improved = False
             for j in range(m):
                 if kind[j] == KIND_COLLECTIVE:
@@ -1484,7 +1481,7 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
 # ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
-           nvc, gap, exact_max, node_limit, starts, modes, seg_ub, seg_lb):
+           nvc, gap, exact_max, node_limit, mode_rounds, starts, modes, seg_ub, seg_lb):
     """Schedule one graph (operators in segment order) on one chip.
 
     Returns (makespan, lower_bound, optimal). ``starts`` are absolute times; each
@@ -1540,7 +1537,7 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                     target = lb * (1.0 + _REL_EQ) / (1.0 - gap)
                     better = _mode_search(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1],
                                           succ_ptr[b:e + 1], succ_idx, ntc, nvc, ub, target,
-                                          starts[b:e], modes[b:e])
+                                          starts[b:e], modes[b:e], mode_rounds)
                     if better < ub:
                         ub = better
                         cert = ub * (1.0 - gap) * (1.0 + 4.0 * _REL_EQ)
@@ -1609,8 +1606,8 @@ def _status(makespan, lower_bound, optimal, gap):
 
 @njit(cache=True, nogil=True)
 def _solve_range(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr,
-                 pred_idx, succ_ptr, succ_idx, ntc, nvc, gap, exact_max, node_limit, makespan,
-                 lower_bound, status, first, stop):
+                 pred_idx, succ_ptr, succ_idx, ntc, nvc, gap, exact_max, node_limit, mode_rounds,
+                 makespan, lower_bound, status, first, stop):
     """``_solve`` for architectures ``first`` .. ``stop - 1`` (columns of ``single``/``intra``,
     rows already in segment order). Architectures lacking cores of a needed type are
     infeasible. Releases the GIL: the caller runs disjoint ranges on threads."""
@@ -1640,7 +1637,7 @@ def _solve_range(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, 
             da[i] = single[i, a] if kind[i] == KIND_COLLECTIVE else intra[i, a]
         ms, lb, opt = _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr,
                              pred_idx, succ_ptr, succ_idx, ntc[a], nvc[a], gap, exact_max,
-                             node_limit, starts, modes, seg_ub, seg_lb)
+                             node_limit, mode_rounds, starts, modes, seg_ub, seg_lb)
         makespan[a] = ms
         lower_bound[a] = lb
         status[a] = _status(ms, lb, opt, gap)
