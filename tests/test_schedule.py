@@ -454,3 +454,32 @@ def test_parallel_generation_and_mode_search_give_valid_schedules(inst, rnd):
     # the search starts from (and may overwrite) that schedule
     check(K._mode_search(kind, ds, da, prep.pred_ptr, prep.succ_ptr, prep.succ_idx, num_tc, num_vc,
                          ms, 0.0, starts_q, modes_q, 3))
+
+
+@given(st.one_of(spine_instances(), instances(max_ops=7), hole_instances()), st.integers(50, 150))
+def test_energetic_reasoning_never_rules_out_an_achievable_makespan(inst, ub_percent):
+    """``_energetic_infeasible`` at any makespan the optimum achieves is False, with heads
+    and tails of the whole instance and with those of an instance restricted against a
+    ub above that makespan (as ``_solve`` uses them)."""
+    from phaze.schedule import _kernels as K
+
+    kinds, preds, single, intra, num_tc, num_vc = inst
+    g = _graph(kinds, preds)
+    opt = _optimum(*inst)
+    prep = S._prepare(g, split=False)
+    kind = prep.kind
+    ds = np.ascontiguousarray(single[prep.perm])
+    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    cap_tc = min(num_tc, int(prep.seg_wtc[0]))
+    cap_vc = min(num_vc, int(prep.seg_wvc[0]))
+    m = len(kind)
+    head, tail = np.empty(m), np.empty(m)
+    args = (kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, prep.reach,
+            num_tc, num_vc, prep.seg_wtc[0], prep.seg_wvc[0], prep.opinfo)
+    K._strong_bound(*args, head, tail)
+    for makespan in (opt, opt * (1 + 1e-9), opt * ub_percent / 100.0 + opt):
+        assert not K._energetic_infeasible(kind, ds, da, head, tail, makespan, cap_tc, cap_vc)
+    # restricted against ub > opt: heads and tails hold for every makespan below ub
+    ub = opt * (1.0 + ub_percent / 100.0) + UNIT
+    K._forced_bound(*args, ub, 0.0, 2.0 * ub, head, tail)
+    assert not K._energetic_infeasible(kind, ds, da, head, tail, opt, cap_tc, cap_vc)

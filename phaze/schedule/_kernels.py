@@ -937,6 +937,81 @@ def _hole_bound(kind, ds, da, reach, lams, cap_tc, cap_vc):
     return best
 
 
+@njit(cache=True, nogil=True)
+def _least_overlap(p, est, lft, t1, t2):
+    """Least time a run of length ``p`` placed anywhere within [est, lft] spends in [t1, t2]."""
+    if p <= 0.0:
+        return 0.0
+    v = t2 - t1
+    if p < v:
+        v = p
+    left = est + p - t1      # placed as early as possible
+    if left < v:
+        v = left
+    right = t2 - (lft - p)   # placed as late as possible
+    if right < v:
+        v = right
+    return v if v > 0.0 else 0.0
+
+
+@njit(cache=True, nogil=True)
+def _energetic_infeasible(kind, ds, da, head, tail, makespan, cap_tc, cap_vc):
+    """True when no schedule has a makespan <= ``makespan`` (energetic reasoning).
+
+    In such a schedule operator i runs within [head[i], makespan - tail[i]] (``head`` and
+    ``tail`` as from ``_strong_bound``, or from a restricted instance when ``makespan`` is
+    below the ub it was restricted against). For every interval [t1, t2] with t1 a head
+    and t2 an end limit, each operator spends at least its least overlap with the
+    interval (over its modes that fit its window, weighted as in ``_energy``), and the
+    chip holds at most weight 1 (the link at most one collective) at a time; more than
+    t2 - t1 of either, or an operator with no mode fitting its window, is a
+    contradiction. Tried at lam 0 and 1 (vector cores' and tensor cores' work; lam 1/2
+    and 1/4, 3/4 added nothing on sampled open cases). ``makespan`` is first
+    raised by a relative ``_REL_EQ`` so that the rounding in the heads' and tails' sums
+    never rules out the makespan itself (the claim only gets weaker)."""
+    m = kind.shape[0]
+    makespan = makespan * (1.0 + _REL_EQ)
+    for q in range(2):
+        lam = 1.0 * q
+        wt = lam / cap_tc if cap_tc > 0 else 0.0
+        wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+        for x in range(m):
+            t1 = head[x]
+            for y in range(m):
+                t2 = makespan - tail[y]
+                if t2 <= t1:
+                    continue
+                chip = 0.0
+                link = 0.0
+                for i in range(m):
+                    k = kind[i]
+                    lft = makespan - tail[i]
+                    if k == KIND_COLLECTIVE:
+                        if head[i] + ds[i] > lft:
+                            return True
+                        link += _least_overlap(ds[i], head[i], lft, t1, t2)
+                        continue
+                    w = 0.0
+                    if k == KIND_GEMM or k == KIND_FUSED:
+                        w += wt
+                    if k == KIND_VECTOR or k == KIND_FUSED:
+                        w += wv
+                    least = np.inf
+                    if head[i] + ds[i] <= lft:
+                        least = w * _least_overlap(ds[i], head[i], lft, t1, t2)
+                    if head[i] + da[i] <= lft:
+                        v = _least_overlap(da[i], head[i], lft, t1, t2)
+                        if v < least:
+                            least = v
+                    if least == np.inf:
+                        return True
+                    chip += least
+                span = (t2 - t1) * (1.0 + _REL_EQ)
+                if chip > span or link > span:
+                    return True
+    return False
+
+
 # ---------------------------------------------------------------------------
 # serial schedule generation (list scheduling)
 # ---------------------------------------------------------------------------
@@ -1549,6 +1624,13 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                                                reach[b:e, b:e], ntc, nvc, seg_wtc[s],
                                                seg_wvc[s], opinfo[b:e], cert, lb, cert,
                                                head, tail)
+                    # energetic reasoning against just above ub (1 - gap): no schedule
+                    # that short certifies ub (head and tail hold below the old ub_cert)
+                    cert = ub * (1.0 - gap) * (1.0 + 2.0 * _REL_EQ)
+                    if lb < cert and cert < ub_cert and _energetic_infeasible(
+                            kind[b:e], ds[b:e], da[b:e], head, tail, cert,
+                            min(ntc, seg_wtc[s]), min(nvc, seg_wvc[s])):
+                        lb = cert
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
