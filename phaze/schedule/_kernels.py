@@ -765,6 +765,10 @@ def _bottleneck_bound(kind, ds, da, reach, dmin, vector_side):
 #: A compile-time constant of the kernel (numba's cache would not see a change made to
 #: it from another module), so it lives here rather than in ``_config``.
 _HOLE_STATES = 64
+#: More collectives than this in a part: every operator is relaxed to divisible (the
+#: fillings' dynamic program is over one dimension per collective; transformer parts
+#: have at most two).
+_HOLE_EXACT_MAX = 6
 
 
 @njit(cache=True, nogil=True)
@@ -786,8 +790,10 @@ def _hole_bound(kind, ds, da, reach, lams, cap_tc, cap_vc):
     both would overlap: it fills min(a_i, d_k) of one hole at most. *Divisible* (all
     others): at most max(w_i min(s_i, d_k), min(a_i, d_k)) in hole k and e_i in all. The
     whole operators' fillings are enumerated exactly (Pareto-optimal fillings per hole,
-    each capped at the hole), the divisible ones relaxed. A filling that would need more
-    than ``_HOLE_STATES`` states relaxes the operator to divisible instead."""
+    each capped at the hole), the divisible ones relaxed. An operator whose fillings would
+    need more than ``_HOLE_STATES`` states (or more than 4 x that many candidates), and
+    every operator of a part with more than ``_HOLE_EXACT_MAX`` collectives, is relaxed
+    to divisible instead (valid, only weaker)."""
     m = kind.shape[0]
     n_holes = 0
     for i in range(m):
@@ -837,8 +843,8 @@ def _hole_bound(kind, ds, da, reach, lams, cap_tc, cap_vc):
                 if elig[i, k] and elig[i, l] and not sep[k, l]:
                     spans[i] = True
     states = np.zeros((_HOLE_STATES, n_holes))
-    cand = np.empty((_HOLE_STATES * (n_holes + 1), n_holes))
-    keep = np.empty(_HOLE_STATES * (n_holes + 1), np.bool_)
+    cand = np.empty((4 * _HOLE_STATES, n_holes))
+    keep = np.empty(4 * _HOLE_STATES, np.bool_)
     div_cap = np.empty(n_holes)
     best = 0.0
     for q in range(lams.shape[0]):
@@ -866,7 +872,10 @@ def _hole_bound(kind, ds, da, reach, lams, cap_tc, cap_vc):
             total_e += e
             if e <= 0.0 or n_elig[i] == 0:
                 continue
-            whole = e == da[i] and not spans[i]
+            whole = e == da[i] and not spans[i] and n_holes <= _HOLE_EXACT_MAX
+            # (bounded work: at most 4 x _HOLE_STATES candidate fillings per operator)
+            if whole and n_states * (n_elig[i] + 1) > 4 * _HOLE_STATES:
+                whole = False
             if whole:
                 one_core_fill = 0.0
                 for k in range(n_holes):
@@ -1247,6 +1256,10 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
     # the move if the makespan drops. Finds "run this weight gradient during the
     # all-reduce and let the chain wait a little" which no priority rule expresses; for
     # the collective's descendants it reorders what follows the collective.
+    # At most 8 decodes per operator in all (2 rounds x collectives x operators would be
+    # quadratic in decodes on graphs with many collectives; a transformer layer has two
+    # collectives per part and never reaches the cap).
+    budget = 8 * m
     for _round in range(2):
         improved = False
         for c in range(m):
@@ -1260,6 +1273,9 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
                 if (kind[j] == KIND_COLLECTIVE or (starts[j] >= starts[c] and starts[j] < c_end)
                         or reach[j, c]):
                     continue
+                if budget == 0:
+                    return best
+                budget -= 1
                 for i in range(m):
                     fwd_prio[i] = -starts[i]
                     fixed[i] = modes[i]
