@@ -76,32 +76,33 @@ def _resolve_models(models) -> list:
     return out
 
 
-def _int_tuple(name, values) -> tuple:
-    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+def _as_list(values, scalar_types, not_a_list, empty):
+    """``values`` as a non-empty list (a lone scalar of ``scalar_types`` becomes a list of
+    one); ``not_a_list`` / ``empty``: the ValueError messages otherwise."""
+    if isinstance(values, scalar_types) and not isinstance(values, bool):
         values = (values,)
     try:
         values = list(values)
     except TypeError:
-        raise ValueError(f"{name} must be a positive integer or a list of them, got {values!r}") \
-            from None
+        raise ValueError(not_a_list) from None
     if not values:
-        raise ValueError(f"{name} must list at least one value")
-    out = tuple(sorted({positive_int(name, v) for v in values}))
-    return out
+        raise ValueError(empty)
+    return values
+
+
+def _int_tuple(name, values) -> tuple:
+    values = _as_list(values, (int, np.integer),
+                      f"{name} must be a positive integer or a list of them, got {values!r}",
+                      f"{name} must list at least one value")
+    return tuple(sorted({positive_int(name, v) for v in values}))
 
 
 def _resolve_hbm(hbm_gib) -> tuple:
     if hbm_gib is None:
         return (None,)
-    if isinstance(hbm_gib, (int, float, np.number)) and not isinstance(hbm_gib, bool):
-        hbm_gib = (hbm_gib,)
-    try:
-        values = list(hbm_gib)
-    except TypeError:
-        raise ValueError(f"hbm_gib must be a number of GiB or a list of them, got {hbm_gib!r}") \
-            from None
-    if not values:
-        raise ValueError("hbm_gib must list at least one capacity (or be None for each row's own)")
+    values = _as_list(hbm_gib, (int, float, np.number),
+                      f"hbm_gib must be a number of GiB or a list of them, got {hbm_gib!r}",
+                      "hbm_gib must list at least one capacity (or be None for each row's own)")
     return tuple(sorted({positive_float("hbm_gib", v) for v in values}))
 
 

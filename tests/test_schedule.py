@@ -288,15 +288,22 @@ def spine_instances(draw, max_ops=7):
     return kinds, preds, single * UNIT, intra * UNIT, num_tc, num_vc
 
 
+def _kernel_inputs(g, single, intra):
+    """The whole graph (unsplit) as the kernels see it: (prep, kind, ds, da) in local
+    topological order, a collective's intra latency set to its single one."""
+    prep = S._prepare(g, split=False)
+    kind = prep.kind
+    ds = np.ascontiguousarray(single[prep.perm])
+    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    return prep, kind, ds, da
+
+
 def _spine_window_bounds(g, single, intra, num_tc, num_vc):
     """The chain-and-windows bound on its own, for both core types, computed on the whole
     graph (unsplit) in the order the kernels use."""
     from phaze.schedule import _kernels as K
 
-    prep = S._prepare(g, split=False)
-    kind = prep.kind
-    ds = np.ascontiguousarray(single[prep.perm])
-    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    prep, kind, ds, da = _kernel_inputs(g, single, intra)
     dmin = K._fastest(kind, ds, da)
     users_vc = [i for i in range(len(kind)) if kind[i] in (1, 2)]
     users_tc = [i for i in range(len(kind)) if kind[i] in (0, 2)]
@@ -346,10 +353,7 @@ def _forced_mode_bound(g, single, intra, num_tc, num_vc, ub, ub_low=None):
     head/tail bounds (as ``_solve`` chains them)."""
     from phaze.schedule import _kernels as K
 
-    prep = S._prepare(g, split=False)
-    kind = prep.kind
-    ds = np.ascontiguousarray(single[prep.perm])
-    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    prep, kind, ds, da = _kernel_inputs(g, single, intra)
     head = np.empty(len(kind))
     tail = np.empty(len(kind))
     K._strong_bound(kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx,
@@ -380,10 +384,7 @@ def _hole_bounds(g, single, intra, num_tc, num_vc):
     """The hole-assignment bound on its own at every lam of the grid, whole graph (unsplit)."""
     from phaze.schedule import _kernels as K
 
-    prep = S._prepare(g, split=False)
-    kind = prep.kind
-    ds = np.ascontiguousarray(single[prep.perm])
-    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    prep, kind, ds, da = _kernel_inputs(g, single, intra)
     cap_tc = min(num_tc, int(prep.seg_wtc[0]))
     cap_vc = min(num_vc, int(prep.seg_wvc[0]))
     return [K._hole_bound(kind, ds, da, prep.reach, np.array([lam]), cap_tc, cap_vc)
@@ -430,11 +431,8 @@ def test_parallel_generation_and_mode_search_give_valid_schedules(inst, rnd):
     kinds, preds, single, intra, num_tc, num_vc = inst
     g = _graph(kinds, preds)
     opt = _optimum(*inst)
-    prep = S._prepare(g, split=False)
-    kind = prep.kind
+    prep, kind, ds, da = _kernel_inputs(g, single, intra)
     m = len(kind)
-    ds = np.ascontiguousarray(single[prep.perm])
-    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
     fixed = np.array([rnd.randint(0, 1) for _ in range(m)], np.int8)
     prio = np.array([rnd.random() for _ in range(m)])
     starts_q, modes_q = np.empty(m), np.empty(m, np.int8)
@@ -466,10 +464,7 @@ def test_energetic_reasoning_never_rules_out_an_achievable_makespan(inst, ub_per
     kinds, preds, single, intra, num_tc, num_vc = inst
     g = _graph(kinds, preds)
     opt = _optimum(*inst)
-    prep = S._prepare(g, split=False)
-    kind = prep.kind
-    ds = np.ascontiguousarray(single[prep.perm])
-    da = np.ascontiguousarray(np.where(kind == 3, ds, intra[prep.perm]))
+    prep, kind, ds, da = _kernel_inputs(g, single, intra)
     cap_tc = min(num_tc, int(prep.seg_wtc[0]))
     cap_vc = min(num_vc, int(prep.seg_wvc[0]))
     m = len(kind)

@@ -146,25 +146,39 @@ def _tails(dmin, succ_ptr, succ_idx):
 
 
 @njit(cache=True, nogil=True)
+def _weights(lam, cap_tc, cap_vc):
+    """Energy weights (per TC, per VC) of one-core operators: lam/cap_tc and
+    (1 - lam)/cap_vc, 0 for a type with no cores."""
+    wt = lam / cap_tc if cap_tc > 0 else 0.0
+    wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+    return wt, wv
+
+
+@njit(cache=True, nogil=True)
+def _core_weight(k, wt, wv):
+    """Energy weight of a one-core compute operator of kind ``k`` (0 for a collective)."""
+    if k == KIND_GEMM:
+        return wt
+    if k == KIND_VECTOR:
+        return wv
+    if k == KIND_FUSED:
+        return wt + wv
+    return 0.0
+
+
+@njit(cache=True, nogil=True)
 def _energy(kind, ds, da, lam, ntc, nvc):
     """Chip energy sum_i min_mode(weight x duration) with weight lam/ntc per TC, (1-lam)/nvc per VC.
 
     At any instant the running operators' weights sum to at most 1 (an intra-op one
     holds every core: weight 1), so the makespan is at least this sum."""
-    wt = lam / ntc if ntc > 0 else 0.0
-    wv = (1.0 - lam) / nvc if nvc > 0 else 0.0
+    wt, wv = _weights(lam, ntc, nvc)
     total = 0.0
     for i in range(kind.shape[0]):
         k = kind[i]
         if k == KIND_COLLECTIVE:
             continue
-        if k == KIND_GEMM:
-            w = wt
-        elif k == KIND_VECTOR:
-            w = wv
-        else:
-            w = wt + wv
-        e = w * ds[i]
+        e = _core_weight(k, wt, wv) * ds[i]
         if da[i] < e:
             e = da[i]
         total += e
@@ -217,8 +231,7 @@ def _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_v
     The running weight never exceeds 1, so the makespan is at least the total energy.
     The chain maximising the extra energy is a longest path (node weights >= 0)."""
     m = kind.shape[0]
-    wt = lam / cap_tc if cap_tc > 0 else 0.0
-    wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+    wt, wv = _weights(lam, cap_tc, cap_vc)
     total = 0.0
     best_path = 0.0
     path = np.empty(m)
@@ -298,21 +311,51 @@ def _segment_bound(kind, ds, da, succ_ptr, succ_idx, ntc, nvc, width_tc, width_v
 @njit(cache=True, nogil=True)
 def _energies(kind, ds, da, lam, cap_tc, cap_vc, out):
     """Per-operator chip energy min_mode(weight x duration) (see ``_energy``)."""
-    wt = lam / cap_tc if cap_tc > 0 else 0.0
-    wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+    wt, wv = _weights(lam, cap_tc, cap_vc)
     for i in range(kind.shape[0]):
         k = kind[i]
         if k == KIND_COLLECTIVE:
             out[i] = 0.0
             continue
-        if k == KIND_GEMM:
-            w = wt
-        elif k == KIND_VECTOR:
-            w = wv
-        else:
-            w = wt + wv
-        e = w * ds[i]
+        e = _core_weight(k, wt, wv) * ds[i]
         out[i] = da[i] if da[i] < e else e
+
+
+@njit(cache=True, nogil=True)
+def _side_bound(kind, dmin, ener, reach, i, start, side, forward, acc):
+    """H(i) (``forward``) or T(i) of ``_strong_bound``: at least ``start`` (the critical
+    path before / after i), the energy (each row of ``ener`` one lam) of the operators
+    on that side of i, and for each collective c on that side, its own bound ``side[c]``
+    plus its duration plus the energy of the operators between c and i. ``side`` must
+    hold the bounds of the operators on that side already; ``acc`` is scratch (n_lam)."""
+    m = kind.shape[0]
+    n_lam = ener.shape[0]
+    h = start
+    for q in range(n_lam):
+        acc[q] = 0.0
+    for j in range(m):
+        if (reach[j, i] if forward else reach[i, j]):
+            for q in range(n_lam):
+                acc[q] += ener[q, j]
+    for q in range(n_lam):
+        if acc[q] > h:
+            h = acc[q]
+    for c in range(m):
+        if kind[c] != KIND_COLLECTIVE or not (reach[c, i] if forward else reach[i, c]):
+            continue
+        for q in range(n_lam):
+            acc[q] = 0.0
+        lo = c + 1 if forward else i + 1
+        hi = i if forward else c
+        for j in range(lo, hi):
+            if (reach[c, j] and reach[j, i]) if forward else (reach[i, j] and reach[j, c]):
+                for q in range(n_lam):
+                    acc[q] += ener[q, j]
+        for q in range(n_lam):
+            v = side[c] + dmin[c] + acc[q]
+            if v > h:
+                h = v
+    return h
 
 
 @njit(cache=True, nogil=True)
@@ -339,15 +382,13 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
     cap_vc = width_vc if width_vc < nvc else nvc
     lb = 0.0
     if cap_tc == 0 or cap_vc == 0:
-        n_lam = 1
+        lams = np.full(1, 1.0 if cap_vc == 0 else 0.0)  # only one type's weight matters
     else:
-        n_lam = _LAM_GRID.shape[0]
+        lams = _LAM_GRID
+    n_lam = lams.shape[0]
     ener = np.empty((n_lam, m))
     for q in range(n_lam):
-        if n_lam == 1:
-            lam = 1.0 if cap_vc == 0 else 0.0
-        else:
-            lam = _LAM_GRID[q]
+        lam = lams[q]
         e = _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_vc, opinfo)
         if e > lb:
             lb = e
@@ -364,55 +405,10 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
             v = head[p] + dmin[p]
             if v > h:
                 h = v
-        for q in range(n_lam):
-            acc[q] = 0.0
-        for j in range(m):
-            if reach[j, i]:
-                for q in range(n_lam):
-                    acc[q] += ener[q, j]
-        for q in range(n_lam):
-            if acc[q] > h:
-                h = acc[q]
-        for c in range(i):
-            if kind[c] != KIND_COLLECTIVE or not reach[c, i]:
-                continue
-            for q in range(n_lam):
-                acc[q] = 0.0
-            for j in range(c + 1, i):
-                if reach[c, j] and reach[j, i]:
-                    for q in range(n_lam):
-                        acc[q] += ener[q, j]
-            for q in range(n_lam):
-                v = head[c] + dmin[c] + acc[q]
-                if v > h:
-                    h = v
-        head[i] = h
+        head[i] = _side_bound(kind, dmin, ener, reach, i, h, head, True, acc)
     for i in range(m - 1, -1, -1):
-        t = tail_cp[i] - dmin[i]
-        for q in range(n_lam):
-            acc[q] = 0.0
-        for j in range(m):
-            if reach[i, j]:
-                for q in range(n_lam):
-                    acc[q] += ener[q, j]
-        for q in range(n_lam):
-            if acc[q] > t:
-                t = acc[q]
-        for c in range(i + 1, m):
-            if kind[c] != KIND_COLLECTIVE or not reach[i, c]:
-                continue
-            for q in range(n_lam):
-                acc[q] = 0.0
-            for j in range(i + 1, c):
-                if reach[i, j] and reach[j, c]:
-                    for q in range(n_lam):
-                        acc[q] += ener[q, j]
-            for q in range(n_lam):
-                v = tail[c] + dmin[c] + acc[q]
-                if v > t:
-                    t = v
-        tail[i] = t
-        v = head[i] + dmin[i] + t
+        tail[i] = _side_bound(kind, dmin, ener, reach, i, tail_cp[i] - dmin[i], tail, False, acc)
+        v = head[i] + dmin[i] + tail[i]
         if v > lb:
             lb = v
     # (every third lam: the windows' energies cost O(m^3) per lam)
@@ -432,10 +428,7 @@ def _strong_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, n
         v = _bottleneck_bound(kind, ds, da, reach, dmin, False)
         if v > lb:
             lb = v
-    if n_lam == 1:
-        v = _hole_bound(kind, ds, da, reach, np.full(1, 1.0 if cap_vc == 0 else 0.0), cap_tc, cap_vc)
-    else:
-        v = _hole_bound(kind, ds, da, reach, _LAM_GRID, cap_tc, cap_vc)
+    v = _hole_bound(kind, ds, da, reach, lams, cap_tc, cap_vc)
     if v > lb:
         lb = v
     return lb
@@ -846,11 +839,12 @@ def _hole_bound(kind, ds, da, reach, lams, cap_tc, cap_vc):
     cand = np.empty((4 * _HOLE_STATES, n_holes))
     keep = np.empty(4 * _HOLE_STATES, np.bool_)
     div_cap = np.empty(n_holes)
+    ener = np.empty(m)
     best = 0.0
     for q in range(lams.shape[0]):
         lam = lams[q]
-        wt = lam / cap_tc if cap_tc > 0 else 0.0
-        wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+        wt, wv = _weights(lam, cap_tc, cap_vc)
+        _energies(kind, ds, da, lam, cap_tc, cap_vc, ener)
         total_e = 0.0
         div_total = 0.0
         for k in range(n_holes):
@@ -858,17 +852,10 @@ def _hole_bound(kind, ds, da, reach, lams, cap_tc, cap_vc):
             states[0, k] = 0.0
         n_states = 1
         for i in range(m):
-            k_i = kind[i]
-            if k_i == KIND_COLLECTIVE:
+            if kind[i] == KIND_COLLECTIVE:
                 continue
-            w = 0.0
-            if k_i == KIND_GEMM or k_i == KIND_FUSED:
-                w += wt
-            if k_i == KIND_VECTOR or k_i == KIND_FUSED:
-                w += wv
-            e = w * ds[i]
-            if da[i] < e:
-                e = da[i]
+            w = _core_weight(kind[i], wt, wv)
+            e = ener[i]
             total_e += e
             if e <= 0.0 or n_elig[i] == 0:
                 continue
@@ -981,9 +968,7 @@ def _energetic_infeasible(kind, ds, da, head, tail, makespan, cap_tc, cap_vc):
     m = kind.shape[0]
     makespan = makespan * (1.0 + _REL_EQ)
     for q in range(2):
-        lam = 1.0 * q
-        wt = lam / cap_tc if cap_tc > 0 else 0.0
-        wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
+        wt, wv = _weights(1.0 * q, cap_tc, cap_vc)
         for x in range(m):
             t1 = head[x]
             for y in range(m):
@@ -1000,14 +985,9 @@ def _energetic_infeasible(kind, ds, da, head, tail, makespan, cap_tc, cap_vc):
                             return True
                         link += _least_overlap(ds[i], head[i], lft, t1, t2)
                         continue
-                    w = 0.0
-                    if k == KIND_GEMM or k == KIND_FUSED:
-                        w += wt
-                    if k == KIND_VECTOR or k == KIND_FUSED:
-                        w += wv
                     least = np.inf
                     if head[i] + ds[i] <= lft:
-                        least = w * _least_overlap(ds[i], head[i], lft, t1, t2)
+                        least = _core_weight(k, wt, wv) * _least_overlap(ds[i], head[i], lft, t1, t2)
                     if head[i] + da[i] <= lft:
                         v = _least_overlap(da[i], head[i], lft, t1, t2)
                         if v < least:
@@ -1024,6 +1004,17 @@ def _energetic_infeasible(kind, ds, da, head, tail, makespan, cap_tc, cap_vc):
 # ---------------------------------------------------------------------------
 # serial schedule generation (list scheduling)
 # ---------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _scaling_mode(k, s, a, ntc, nvc):
+    """Mode 0 (one core) wherever intra-op would gain no more than the cores it takes
+    (near-perfect scaling, within 5 %): such an operator leaves the other cores free;
+    else 1 (collectives 0)."""
+    if k == KIND_COLLECTIVE:
+        return 0
+    n_cores = ntc if k == KIND_GEMM else (nvc if k == KIND_VECTOR else ntc + nvc)
+    return 0 if s <= 1.05 * n_cores * a else 1
+
+
 @njit(cache=True, nogil=True)
 def _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed_modes,
          ntc, nvc, starts, modes, finish, pt, ptc, pvc, plk, waiting, done, select=0):
@@ -1188,10 +1179,7 @@ def _list_schedule(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, reach, 
                         else:
                             fixed[i] = 0
                     else:
-                        # one core wherever intra-op would gain no more than the cores it
-                        # takes (near-perfect scaling): those leave the other cores free
-                        n_cores = ntc if k == KIND_GEMM else (nvc if k == KIND_VECTOR else ntc + nvc)
-                        fixed[i] = 0 if ds[i] <= 1.05 * n_cores * da[i] else 1
+                        fixed[i] = _scaling_mode(k, ds[i], da[i], ntc, nvc)
             ms = _sgs(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, rule, fixed,
                       ntc, nvc, s_tmp, m_tmp, fin, pt, ptc, pvc, plk, waiting, done, select)
             if ms < best:
@@ -1366,15 +1354,12 @@ def _psgs(kind, ds, da, pred_ptr, succ_ptr, succ_idx, prio, fixed, ntc, nvc, sta
 
 
 @njit(cache=True, nogil=True)
-def _mode_tails(ds, da, md, succ_ptr, succ_idx, out):
-    """Longest path from each operator to the end at the durations of the modes ``md``."""
-    for i in range(ds.shape[0] - 1, -1, -1):
-        best = 0.0
-        for e in range(succ_ptr[i], succ_ptr[i + 1]):
-            v = out[succ_idx[e]]
-            if v > best:
-                best = v
-        out[i] = (da[i] if md[i] == 1 else ds[i]) + best
+def _mode_priority(ds, da, md, succ_ptr, succ_idx, dur):
+    """Critical-path priorities (``_tails``) at the durations of the modes ``md``
+    (``dur``: scratch, receives those durations)."""
+    for i in range(ds.shape[0]):
+        dur[i] = da[i] if md[i] == 1 else ds[i]
+    return _tails(dur, succ_ptr, succ_idx)
 
 
 @njit(cache=True, nogil=True)
@@ -1393,7 +1378,7 @@ def _mode_search(kind, ds, da, pred_ptr, succ_ptr, succ_idx, ntc, nvc, best, tar
     state = np.empty(m, np.int64)
     st = np.empty(m)
     mo = np.empty(m, np.int8)
-    prio = np.empty(m)
+    dur = np.empty(m)
     md = np.empty(m, np.int8)
     for start in range(2):
         for i in range(m):
@@ -1403,9 +1388,8 @@ def _mode_search(kind, ds, da, pred_ptr, succ_ptr, succ_idx, ntc, nvc, best, tar
             elif start == 0:
                 md[i] = modes[i]
             else:
-                n_cores = ntc if k == KIND_GEMM else (nvc if k == KIND_VECTOR else ntc + nvc)
-                md[i] = 0 if ds[i] <= 1.05 * n_cores * da[i] else 1
-        _mode_tails(ds, da, md, succ_ptr, succ_idx, prio)
+                md[i] = _scaling_mode(k, ds[i], da[i], ntc, nvc)
+        prio = _mode_priority(ds, da, md, succ_ptr, succ_idx, dur)
         cur = _psgs(kind, ds, da, pred_ptr, succ_ptr, succ_idx, prio, md, ntc, nvc, st, mo,
                     fin, waiting, state)
         if cur < best:
@@ -1420,7 +1404,7 @@ def _mode_search(kind, ds, da, pred_ptr, succ_ptr, succ_idx, ntc, nvc, best, tar
                 if kind[j] == KIND_COLLECTIVE:
                     continue
                 md[j] = 1 - md[j]
-                _mode_tails(ds, da, md, succ_ptr, succ_idx, prio)
+                prio = _mode_priority(ds, da, md, succ_ptr, succ_idx, dur)
                 v = _psgs(kind, ds, da, pred_ptr, succ_ptr, succ_idx, prio, md, ntc, nvc, st, mo,
                           fin, waiting, state)
                 if v < cur * (1.0 - _REL_EQ):
@@ -1571,6 +1555,14 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
 # one layer on one chip: segments, bounds, heuristics, exact small segments
 # ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
+def _cert_level(ub, gap, slack):
+    """Just above ub (1 - gap), by ``slack`` x ``_REL_EQ`` (never above ub): a bound that
+    reaches it certifies ub, and proving no schedule is that short reaches it."""
+    v = ub * (1.0 - gap) * (1.0 + slack * _REL_EQ)
+    return v if v < ub else ub
+
+
+@njit(cache=True, nogil=True)
 def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
            nvc, gap, exact_max, node_limit, mode_rounds, starts, modes, seg_ub, seg_lb):
     """Schedule one graph (operators in segment order) on one chip.
@@ -1609,9 +1601,7 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                 # proving no schedule beats ub_cert certifies ub, and the lower ub_cert
                 # excludes more modes. head/tail of the ub-restricted instance stay
                 # valid for every schedule shorter than ub_cert <= ub.
-                ub_cert = ub * (1.0 - gap) * (1.0 + 4.0 * _REL_EQ)
-                if ub_cert > ub:
-                    ub_cert = ub
+                ub_cert = _cert_level(ub, gap, 4.0)
                 lb = _forced_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
                                    succ_ptr[b:e + 1], succ_idx, reach[b:e, b:e], ntc, nvc,
                                    seg_wtc[s], seg_wvc[s], opinfo[b:e], ub, lb, ub_cert,
@@ -1631,9 +1621,7 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                                           starts[b:e], modes[b:e], mode_rounds)
                     if better < ub:
                         ub = better
-                        cert = ub * (1.0 - gap) * (1.0 + 4.0 * _REL_EQ)
-                        if cert > ub:
-                            cert = ub
+                        cert = _cert_level(ub, gap, 4.0)
                         if lb < cert and cert < ub_cert:
                             lb = _forced_bound(kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1],
                                                pred_idx, succ_ptr[b:e + 1], succ_idx,
@@ -1642,7 +1630,7 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                                                head, tail)
                     # energetic reasoning against just above ub (1 - gap): no schedule
                     # that short certifies ub (head and tail hold below the old ub_cert)
-                    cert = ub * (1.0 - gap) * (1.0 + 2.0 * _REL_EQ)
+                    cert = _cert_level(ub, gap, 2.0)
                     if lb < cert and cert < ub_cert and _energetic_infeasible(
                             kind[b:e], ds[b:e], da[b:e], head, tail, cert,
                             min(ntc, seg_wtc[s]), min(nvc, seg_wvc[s])):
