@@ -25,6 +25,13 @@ SCHEDULE_BNB_NODE_LIMIT = 200_000
 #: generation per operator, a few microseconds each).
 #: (2 certified as many of 4,000 sampled backward-block schedules as 5; 1 lost 3, 0 lost 35.)
 SCHEDULE_MODE_SEARCH_ROUNDS = 2
+#: Branch-and-bound placements tried on a part still outside the gap after every bound
+#: and heuristic (the last resort of ``schedule_many`` and of ``schedule_layer`` before
+#: the MILP; well under a microsecond each). The search looks only for schedules shorter
+#: than (1 - gap) x the best one, so it certifies a part when it runs out of nodes to try.
+#: (300 sampled backward blocks left open by everything else: 2,000 certify 72, 20,000
+#: 161, 200,000 262; 20,000 keeps the gpt3-175b sweep of bench_schedule.py under 60 s.)
+SCHEDULE_OPEN_PART_NODES = 20_000
 
 # --- phaze.graph ----------------------------------------------------------
 #: Bytes per tensor element (bf16/fp16 training) unless the caller says otherwise.

@@ -24,8 +24,14 @@ appear in any schedule shorter than ub, then shorter than ub (1 - gap), are excl
 (the operator's start and finish bounds plus that mode's duration already reach it)
 and the strong bound is recomputed on the restricted instance (``_forced_bound``); a
 part still open after that gets a local search over its mode vector, each vector
-decoded by parallel (time-incremental) schedule generation (``_mode_search``);
-:func:`lower_bound` itself, which has no incumbent, does not include it.
+decoded by parallel (time-incremental) schedule generation (``_mode_search``),
+energetic reasoning just above ub (1 - gap), and last a bounded branch and bound
+that looks only for schedules shorter than ub (1 - gap) (``_branch_and_bound``:
+node energies with the modes still able to beat that, cutset dominance, twin
+operators placed in index order; ``_config.SCHEDULE_OPEN_PART_NODES`` placements);
+:func:`lower_bound` itself, which has no incumbent, does not include them.
+:func:`schedule_many` solves each distinct (latencies, core counts) column once:
+architectures that differ only in knobs the latencies do not see share a solve.
 
 Status strings: "optimal" (proved), "certified" (gap <= requested gap), "limit"
 (no proof within the gap in the time allowed; valid schedule, gap reported),
@@ -63,6 +69,8 @@ _EXACT_MAX = _config.SCHEDULE_EXACT_MAX_OPS
 _NODE_LIMIT = _config.SCHEDULE_BNB_NODE_LIMIT
 #: Passes of mode flips per start of the mode search on parts still open.
 _MODE_ROUNDS = _config.SCHEDULE_MODE_SEARCH_ROUNDS
+#: Branch-and-bound placements on a part still open after every bound and heuristic.
+_OPEN_NODES = _config.SCHEDULE_OPEN_PART_NODES
 
 
 @dataclass(frozen=True, eq=False)
@@ -420,7 +428,7 @@ def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
     ms, lb, optimal = _K._solve(prep.kind, dsq, daq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach,
                                 prep.pred_ptr, prep.pred_idx,
                                 prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT,
-                                _MODE_ROUNDS, starts_q, modes_q, seg_ub, seg_lb)
+                                _MODE_ROUNDS, _OPEN_NODES, starts_q, modes_q, seg_ub, seg_lb)
     status = None
     if ms - lb > gap * ms and time_limit > 0:
         ms, lb, optimal, status = _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit,
@@ -506,27 +514,51 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=_config.SCHEDU
     if ntc.shape != (n_archs,) or nvc.shape != (n_archs,):
         raise ValueError(f"num_tc and num_vc must have shape ({n_archs},) (one per architecture)")
     prep = _prepare(op_graph)
-    sq = np.ascontiguousarray(single[prep.perm])
-    iq = np.ascontiguousarray(intra[prep.perm])
-    makespan = np.empty(n_archs)
-    lb = np.empty(n_archs)
-    status = np.empty(n_archs, np.int8)
+    # Architectures that differ only in knobs the latencies do not see (HBM capacity,
+    # area, network) are the same scheduling instance: solve each distinct one once.
+    first, inverse = _distinct_instances(single, intra, ntc, nvc)
+    sq = np.ascontiguousarray(single[prep.perm][:, first])
+    iq = np.ascontiguousarray(intra[prep.perm][:, first])
+    ntc_u = np.ascontiguousarray(ntc[first])
+    nvc_u = np.ascontiguousarray(nvc[first])
+    n_distinct = first.shape[0]
+    makespan = np.empty(n_distinct)
+    lb = np.empty(n_distinct)
+    status = np.empty(n_distinct, np.int8)
     args = (prep.kind, sq, iq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach,
-            prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX,
-            _NODE_LIMIT, _MODE_ROUNDS, makespan, lb, status)
+            prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, ntc_u, nvc_u, gap, _EXACT_MAX,
+            _NODE_LIMIT, _MODE_ROUNDS, _OPEN_NODES, makespan, lb, status)
     # The kernel releases the GIL: disjoint architecture ranges run on threads.
-    threads = max(1, min(kernel_threads(), n_archs // 64 or 1))
+    threads = max(1, min(kernel_threads(), n_distinct // 64 or 1))
     if threads == 1:
-        _K._solve_range(*args, 0, n_archs)
+        _K._solve_range(*args, 0, n_distinct)
     else:
         from concurrent.futures import ThreadPoolExecutor
 
         # interleaved small chunks balance the load (hard architectures cluster)
-        chunk = max(16, n_archs // (threads * 16))
-        bounds = [(a, min(a + chunk, n_archs)) for a in range(0, n_archs, chunk)]
+        chunk = max(16, n_distinct // (threads * 16))
+        bounds = [(a, min(a + chunk, n_distinct)) for a in range(0, n_distinct, chunk)]
         with ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(lambda ab: _K._solve_range(*args, ab[0], ab[1]), bounds))
-    return makespan, lb, status
+    return makespan[inverse], lb[inverse], status[inverse]
+
+
+def _distinct_instances(single, intra, ntc, nvc):
+    """Columns of (``single``, ``intra``, ``ntc``, ``nvc``) that are bit-for-bit equal
+    describe the same scheduling instance. Returns ``(first, inverse)``: the index of one
+    representative per distinct instance, and for every architecture the position of its
+    representative in ``first``."""
+    n_ops, n_archs = single.shape
+    if n_archs < 2:
+        return np.arange(n_archs), np.arange(n_archs)
+    rows = np.empty((n_archs, 2 * n_ops + 2))
+    rows[:, :n_ops] = single.T
+    rows[:, n_ops:2 * n_ops] = intra.T
+    rows[:, -2] = ntc
+    rows[:, -1] = nvc
+    rows = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 def check_schedule(op_graph, single, intra, num_tc, num_vc, schedule) -> list:

@@ -1424,135 +1424,7 @@ def _mode_search(kind, ds, da, pred_ptr, succ_ptr, succ_idx, ntc, nvc, best, tar
 
 
 # ---------------------------------------------------------------------------
-# exact branch and bound over serial schedule generation (small segments)
-# ---------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
-                      upper, starts, modes, node_limit):
-    """Exact minimum makespan by depth-first search over every precedence-feasible
-    operator order and every mode, each operator started as early as possible (serial
-    schedule generation). The active schedules this enumerates contain an optimal one.
-
-    ``upper`` is a known makespan (the search only looks for strictly better ones);
-    improvements are written to ``starts``/``modes``. Returns (best, exhausted):
-    exhausted is False when ``node_limit`` nodes were visited first (then ``best``
-    is still a valid makespan but not proved optimal)."""
-    m = kind.shape[0]
-    cap = 2 * m + 2
-    pt = np.empty((m + 1, cap))
-    ptc = np.empty((m + 1, cap), np.int64)
-    pvc = np.empty((m + 1, cap), np.int64)
-    plk = np.empty((m + 1, cap), np.int64)
-    npc = np.empty(m + 1, np.int64)
-    choice = np.zeros(m + 1, np.int64)    # next (op * 2 + mode) to try at each depth
-    placed = np.empty(m + 1, np.int64)    # op placed at each depth
-    cmax = np.zeros(m + 1)                # makespan of the partial schedule at each depth
-    waiting = np.empty(m, np.int64)
-    done = np.zeros(m, np.bool_)
-    st = np.empty(m)
-    md = np.empty(m, np.int8)
-    fin = np.empty(m)
-    rel = np.empty(m)
-    dmin = _fastest(kind, ds, da)
-    tail = _tails(dmin, succ_ptr, succ_idx)
-    for i in range(m):
-        waiting[i] = pred_ptr[i + 1] - pred_ptr[i]
-    pt[0, 0] = 0.0
-    ptc[0, 0] = 0
-    pvc[0, 0] = 0
-    plk[0, 0] = 0
-    npc[0] = 1
-    best = upper
-    nodes = 0
-    depth = 0
-    while depth >= 0:
-        if depth == m:
-            if cmax[m] < best:
-                best = cmax[m]
-                starts[:] = st
-                modes[:] = md
-            depth -= 1
-            if depth >= 0:
-                i = placed[depth]
-                done[i] = False
-                for e in range(succ_ptr[i], succ_ptr[i + 1]):
-                    waiting[succ_idx[e]] += 1
-            continue
-        c = choice[depth]
-        if c >= 2 * m or nodes >= node_limit:
-            if nodes >= node_limit and c < 2 * m:
-                # abandon the search: unwind the partial state (not needed further)
-                return best, False
-            choice[depth] = 0
-            depth -= 1
-            if depth >= 0:
-                i = placed[depth]
-                done[i] = False
-                for e in range(succ_ptr[i], succ_ptr[i + 1]):
-                    waiting[succ_idx[e]] += 1
-            continue
-        choice[depth] = c + 1
-        i = c // 2
-        mode = c % 2
-        if done[i] or waiting[i] != 0:
-            continue
-        k = kind[i]
-        if mode == 1 and (k == KIND_COLLECTIVE or da[i] >= ds[i]):
-            continue  # collectives have one mode; a slower intra-op mode is dominated
-        nodes += 1
-        est = 0.0
-        for e in range(pred_ptr[i], pred_ptr[i + 1]):
-            f = fin[pred_idx[e]]
-            if f > est:
-                est = f
-        dtc, dvc, dlk = _demand(k, mode, ntc, nvc)
-        dur = ds[i] if mode == 0 else da[i]
-        npieces = npc[depth]
-        t = _earliest(pt[depth], ptc[depth], pvc[depth], plk[depth], npieces, est, dur,
-                      dtc, dvc, dlk, ntc, nvc)
-        f = t + dur
-        cm = cmax[depth] if cmax[depth] > f else f
-        if cm >= best:
-            continue
-        # bound: every unscheduled operator after its predecessors, then its tail
-        st[i] = t
-        fin[i] = f
-        done[i] = True
-        bound = cm
-        for j in range(m):  # local order is topological
-            if done[j]:
-                continue
-            r = 0.0
-            for e in range(pred_ptr[j], pred_ptr[j + 1]):
-                p = pred_idx[e]
-                v = fin[p] if done[p] else rel[p] + dmin[p]
-                if v > r:
-                    r = v
-            rel[j] = r
-            if r + tail[j] > bound:
-                bound = r + tail[j]
-        if bound >= best:
-            done[i] = False
-            continue
-        md[i] = mode
-        placed[depth] = i
-        cmax[depth + 1] = cm
-        d1 = depth + 1
-        for q in range(npieces):
-            pt[d1, q] = pt[depth, q]
-            ptc[d1, q] = ptc[depth, q]
-            pvc[d1, q] = pvc[depth, q]
-            plk[d1, q] = plk[depth, q]
-        npc[d1] = _insert(pt[d1], ptc[d1], pvc[d1], plk[d1], npieces, t, dur, dtc, dvc, dlk)
-        for e in range(succ_ptr[i], succ_ptr[i + 1]):
-            waiting[succ_idx[e]] -= 1
-        choice[d1] = 0
-        depth = d1
-    return best, True
-
-
-# ---------------------------------------------------------------------------
-# one layer on one chip: segments, bounds, heuristics, exact small segments
+# exact branch and bound over serial schedule generation
 # ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def _cert_level(ub, gap, slack):
@@ -1562,9 +1434,315 @@ def _cert_level(ub, gap, slack):
     return v if v < ub else ub
 
 
+#: lam of the energy bound at each node: tensor cores only, vector cores only, both
+_BNB_LAMS = np.array([1.0, 0.0, 0.5])
+#: dominance table: buckets x ways (entries replaced round robin within a bucket)
+_BNB_TABLE_WAYS = 4
+
+
+@njit(cache=True, nogil=True)
+def _mask_bucket(mask, n_buckets):
+    """Bucket of a placed-set bit mask (>= 0): its bits folded, so that sets differing in
+    late operators spread too."""
+    return (mask ^ (mask >> 13) ^ (mask >> 29) ^ (mask >> 47)) % n_buckets
+
+
+@njit(cache=True, nogil=True)
+def _same_successors(succ_ptr, succ_idx, i, j):
+    """Operators i and j have the same set of successors."""
+    if succ_ptr[i + 1] - succ_ptr[i] != succ_ptr[j + 1] - succ_ptr[j]:
+        return False
+    for e in range(succ_ptr[i], succ_ptr[i + 1]):
+        found = False
+        for f in range(succ_ptr[j], succ_ptr[j + 1]):
+            if succ_idx[f] == succ_idx[e]:
+                found = True
+                break
+        if not found:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
+                      head_in, tail_in, ub, thr, gap, node_limit, starts, modes):
+    """Depth-first search for a schedule shorter than ``thr`` (<= ``ub``, the makespan
+    of ``starts``/``modes``).
+
+    Branching: the next operator and its mode, started at the earliest time its
+    predecessors, the cores and the link allow, but never before the operator placed
+    last. Ordering any schedule's operators by start time and placing them this way
+    gives a schedule at least as short, so the tree holds an optimal one. Each
+    schedule found (shorter than the current ``ub``) is written to ``starts``/``modes``
+    and lowers ``thr`` to just above ``ub (1 - gap)`` (``gap = 0``: ``thr = ub``,
+    a search for the optimum).
+
+    Pruning, every rule valid for any schedule shorter than ``thr``:
+
+    * ``head_in``/``tail_in`` (and the critical path): an operator starts no earlier
+      than its head and ends at least its tail before the makespan;
+    * energy after the last start: the operators not placed yet and the parts of the
+      placed ones after it (weights of ``_weights`` for each lam of ``_BNB_LAMS``;
+      the link's own work for collectives);
+    * cutset dominance: a node whose placed set equals that of a fully searched node
+      whose last start was no later and whose operators all end no later (where they
+      end after this node's last start) holding no more cores, is no better: any
+      completion of it is a completion of the other.
+
+    ``head_in``/``tail_in`` must hold for every schedule shorter than the initial
+    ``thr``. Returns ``(ub, thr, exhausted)``; exhausted: every schedule is at least
+    ``thr`` long (then ``thr`` is a lower bound), False when ``node_limit`` placements
+    were tried first."""
+    m = kind.shape[0]
+    n_lam = _BNB_LAMS.shape[0]
+    # critical-path heads/tails at the faster allowed mode, raised to the given ones
+    dmin = _fastest(kind, ds, da)
+    head = np.empty(m)
+    for i in range(m):
+        h = head_in[i]
+        for e in range(pred_ptr[i], pred_ptr[i + 1]):
+            p = pred_idx[e]
+            if head[p] + dmin[p] > h:
+                h = head[p] + dmin[p]
+        head[i] = h
+    tail = _tails(dmin, succ_ptr, succ_idx)
+    for i in range(m):
+        tail[i] -= dmin[i]
+        if tail_in[i] > tail[i]:
+            tail[i] = tail_in[i]
+    allow = np.zeros((m, 2), np.bool_)
+    wts = np.empty((n_lam, 2))
+    for q in range(n_lam):
+        wts[q, 0], wts[q, 1] = _weights(_BNB_LAMS[q], ntc, nvc)
+    link_work = 0.0
+    for i in range(m):
+        k = kind[i]
+        allow[i, 0] = head[i] + ds[i] + tail[i] < thr
+        # a slower intra-op mode is dominated: one core for less time fits wherever it does
+        allow[i, 1] = k != KIND_COLLECTIVE and da[i] < ds[i] and head[i] + da[i] + tail[i] < thr
+        if not allow[i, 0] and not allow[i, 1]:
+            return ub, thr, True
+        if k == KIND_COLLECTIVE:
+            link_work += ds[i]
+    # twin[i]: the nearest lower-index operator with i's kind, durations and successors
+    # (-1 if none): the two can trade places once both may start
+    twin = np.full(m, -1, np.int64)
+    for i in range(m):
+        for j in range(i - 1, -1, -1):
+            if (kind[j] == kind[i] and ds[j] == ds[i] and da[j] == da[i]
+                    and _same_successors(succ_ptr, succ_idx, i, j)):
+                twin[i] = j
+                break
+    # per depth: resource profile, last start, makespan so far, placed set, work left
+    cap = 2 * m + 2
+    pt = np.empty((m + 1, cap))
+    ptc = np.empty((m + 1, cap), np.int64)
+    pvc = np.empty((m + 1, cap), np.int64)
+    plk = np.empty((m + 1, cap), np.int64)
+    npc = np.empty(m + 1, np.int64)
+    last = np.zeros(m + 1)
+    cmax = np.zeros(m + 1)
+    mask = np.zeros(m + 1, np.int64)
+    rem_link = np.zeros(m + 1)
+    left = np.empty(n_lam)
+    choice = np.zeros(m + 1, np.int64)    # next (op * 2 + mode) to try at each depth
+    placed = np.empty(m + 1, np.int64)    # op placed at each depth
+    rem_link[0] = link_work
+    waiting = np.empty(m, np.int64)
+    for i in range(m):
+        waiting[i] = pred_ptr[i + 1] - pred_ptr[i]
+    done = np.zeros(m, np.bool_)
+    st = np.empty(m)
+    md = np.zeros(m, np.int8)
+    fin = np.empty(m)
+    rel = np.empty(m)
+    dnode = np.empty(m)
+    # dominance table (only for masks that fit one int64)
+    use_table = m < 63
+    n_buckets = 1
+    while n_buckets * _BNB_TABLE_WAYS * 4 < node_limit and n_buckets < 4096:
+        n_buckets *= 2
+    tkey = np.full((n_buckets, _BNB_TABLE_WAYS), -1, np.int64)
+    tlast = np.empty((n_buckets, _BNB_TABLE_WAYS))
+    tfin = np.empty((n_buckets, _BNB_TABLE_WAYS, m))
+    tmode = np.empty((n_buckets, _BNB_TABLE_WAYS, m), np.int8)
+    tnext = np.zeros(n_buckets, np.int64)
+    pt[0, 0] = 0.0
+    ptc[0, 0] = 0
+    pvc[0, 0] = 0
+    plk[0, 0] = 0
+    npc[0] = 1
+    nodes = 0
+    depth = 0
+    while depth >= 0:
+        if depth == m:
+            if cmax[m] < ub:
+                ub = cmax[m]
+                starts[:] = st
+                modes[:] = md
+                v = _cert_level(ub, gap, 2.0)
+                if v < thr:
+                    thr = v
+            depth -= 1
+            i = placed[depth]
+            done[i] = False
+            for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                waiting[succ_idx[e]] += 1
+            continue
+        c = choice[depth]
+        if c >= 2 * m:
+            # every child searched: remember the node for the dominance test
+            if use_table and depth > 0:
+                h = _mask_bucket(mask[depth], n_buckets)
+                w = tnext[h]
+                tnext[h] = (w + 1) % _BNB_TABLE_WAYS
+                tkey[h, w] = mask[depth]
+                tlast[h, w] = last[depth]
+                for p in range(m):
+                    tfin[h, w, p] = fin[p]
+                    tmode[h, w, p] = md[p]
+            choice[depth] = 0
+            depth -= 1
+            if depth >= 0:
+                i = placed[depth]
+                done[i] = False
+                for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                    waiting[succ_idx[e]] += 1
+            continue
+        if nodes >= node_limit:
+            return ub, thr, False
+        choice[depth] = c + 1
+        i = c // 2
+        mode = c % 2
+        if done[i] or waiting[i] != 0 or not allow[i, mode]:
+            continue
+        nodes += 1
+        k = kind[i]
+        t0 = head[i] if head[i] > last[depth] else last[depth]
+        for e in range(pred_ptr[i], pred_ptr[i + 1]):
+            f = fin[pred_idx[e]]
+            if f > t0:
+                t0 = f
+        dtc, dvc, dlk = _demand(k, mode, ntc, nvc)
+        dur = ds[i] if mode == 0 else da[i]
+        npieces = npc[depth]
+        t = _earliest(pt[depth], ptc[depth], pvc[depth], plk[depth], npieces, t0, dur,
+                      dtc, dvc, dlk, ntc, nvc)
+        f = t + dur
+        cm = cmax[depth] if cmax[depth] > f else f
+        if f + tail[i] >= thr or cm >= thr:
+            continue
+        # a twin (same kind, durations and successors; lower index) not placed yet whose
+        # predecessors have ended by t could take this slot instead: swapping the two
+        # changes no successor's release and no core's use
+        j = twin[i]
+        swapped = False
+        while j >= 0 and not swapped:
+            if not done[j] and waiting[j] == 0:
+                swapped = True
+                for e in range(pred_ptr[j], pred_ptr[j + 1]):
+                    if fin[pred_idx[e]] > t:
+                        swapped = False
+                        break
+            j = twin[j]
+        if swapped:
+            continue
+        d1 = depth + 1
+        for q in range(npieces):
+            pt[d1, q] = pt[depth, q]
+            ptc[d1, q] = ptc[depth, q]
+            pvc[d1, q] = pvc[depth, q]
+            plk[d1, q] = plk[depth, q]
+        np1 = _insert(pt[d1], ptc[d1], pvc[d1], plk[d1], npieces, t, dur, dtc, dvc, dlk)
+        # the placed operators' work after t (each lam's weights; the link's)
+        for q in range(n_lam):
+            left[q] = 0.0
+        left_link = rem_link[depth] - (ds[i] if k == KIND_COLLECTIVE else 0.0)
+        rem_link[d1] = left_link
+        for p in range(np1 - 1):
+            hi = pt[d1, p + 1]
+            if hi > t:
+                span = hi - (pt[d1, p] if pt[d1, p] > t else t)
+                for q in range(n_lam):
+                    left[q] += (wts[q, 0] * ptc[d1, p] + wts[q, 1] * pvc[d1, p]) * span
+                left_link += plk[d1, p] * span
+        if t + left_link >= thr:
+            continue
+        # what is left: nothing starts before t; each operator keeps the modes that can
+        # still end by thr - tail from its release (the shortest one raises the release
+        # of its successors, the cheapest one adds to the energy)
+        st[i] = t
+        fin[i] = f
+        md[i] = mode
+        done[i] = True
+        pruned = False
+        for j in range(m):  # local order is topological
+            if done[j]:
+                continue
+            r = head[j] if head[j] > t else t
+            for e in range(pred_ptr[j], pred_ptr[j + 1]):
+                p = pred_idx[e]
+                v = fin[p] if done[p] else rel[p] + dnode[p]
+                if v > r:
+                    r = v
+            rel[j] = r
+            one = allow[j, 0] and r + ds[j] + tail[j] < thr
+            whole = allow[j, 1] and r + da[j] + tail[j] < thr
+            if not one and not whole:
+                pruned = True
+                break
+            dnode[j] = ds[j] if one else da[j]
+            if whole and da[j] < dnode[j]:
+                dnode[j] = da[j]
+            for q in range(n_lam):
+                e = _core_weight(kind[j], wts[q, 0], wts[q, 1]) * ds[j] if one else np.inf
+                if whole and da[j] < e:
+                    e = da[j]
+                left[q] += e
+        if not pruned:
+            for q in range(n_lam):
+                if t + left[q] >= thr:
+                    pruned = True
+                    break
+        if pruned:
+            done[i] = False
+            continue
+        key = mask[depth] | (np.int64(1) << i)
+        if use_table:
+            h = _mask_bucket(key, n_buckets)
+            dominated = False
+            for w in range(_BNB_TABLE_WAYS):
+                if tkey[h, w] != key or tlast[h, w] > t:
+                    continue
+                dominated = True
+                for p in range(m):
+                    if done[p] and tfin[h, w, p] > t and (tfin[h, w, p] > fin[p]
+                                                          or tmode[h, w, p] > md[p]):
+                        dominated = False
+                        break
+                if dominated:
+                    break
+            if dominated:
+                done[i] = False
+                continue
+        placed[depth] = i
+        mask[d1] = key
+        last[d1] = t
+        cmax[d1] = cm
+        npc[d1] = np1
+        for e in range(succ_ptr[i], succ_ptr[i + 1]):
+            waiting[succ_idx[e]] -= 1
+        choice[d1] = 0
+        depth = d1
+    return ub, thr, True
+
+
+# ---------------------------------------------------------------------------
+# one layer on one chip: segments, bounds, heuristics, exact small segments
+# ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
-           nvc, gap, exact_max, node_limit, mode_rounds, starts, modes, seg_ub, seg_lb):
+           nvc, gap, exact_max, node_limit, mode_rounds, open_nodes, starts, modes, seg_ub, seg_lb):
     """Schedule one graph (operators in segment order) on one chip.
 
     Returns (makespan, lower_bound, optimal). ``starts`` are absolute times; each
@@ -1635,6 +1813,15 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                             kind[b:e], ds[b:e], da[b:e], head, tail, cert,
                             min(ntc, seg_wtc[s]), min(nvc, seg_wvc[s])):
                         lb = cert
+                    if lb < cert and cert < ub_cert and open_nodes > 0:
+                        # last resort: a bounded exact search below just above
+                        # ub (1 - gap) (finds shorter schedules on the way)
+                        ub, proven, exhausted = _branch_and_bound(
+                            kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
+                            succ_ptr[b:e + 1], succ_idx, ntc, nvc, head, tail, ub, cert, gap,
+                            open_nodes, starts[b:e], modes[b:e])
+                        if exhausted and proven > lb:
+                            lb = proven
         if lb > ub:
             lb = ub  # float rounding only: ub is achieved, so the true bound is <= ub
         seg_lb[s] = lb
@@ -1657,13 +1844,15 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
             break
         b = seg_ptr[pick]
         e = seg_ptr[pick + 1]
-        best, exhausted = _branch_and_bound(
+        no_bound = np.zeros(e - b)
+        best, proven, exhausted = _branch_and_bound(
             kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx, succ_ptr[b:e + 1], succ_idx,
-            ntc, nvc, seg_ub[pick], starts[b:e], modes[b:e], node_limit)
+            ntc, nvc, no_bound, no_bound, seg_ub[pick], seg_ub[pick], 0.0, node_limit,
+            starts[b:e], modes[b:e])
         total_ub += best - seg_ub[pick]
         seg_ub[pick] = best
         tried[pick] = True
-        if exhausted:
+        if exhausted:  # proven == best: nothing shorter exists
             total_lb += best - seg_lb[pick]
             seg_lb[pick] = best
     optimal = True
@@ -1693,7 +1882,7 @@ def _status(makespan, lower_bound, optimal, gap):
 @njit(cache=True, nogil=True)
 def _solve_range(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr,
                  pred_idx, succ_ptr, succ_idx, ntc, nvc, gap, exact_max, node_limit, mode_rounds,
-                 makespan, lower_bound, status, first, stop):
+                 open_nodes, makespan, lower_bound, status, first, stop):
     """``_solve`` for architectures ``first`` .. ``stop - 1`` (columns of ``single``/``intra``,
     rows already in segment order). Architectures lacking cores of a needed type are
     infeasible. Releases the GIL: the caller runs disjoint ranges on threads."""
@@ -1723,7 +1912,7 @@ def _solve_range(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, 
             da[i] = single[i, a] if kind[i] == KIND_COLLECTIVE else intra[i, a]
         ms, lb, opt = _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr,
                              pred_idx, succ_ptr, succ_idx, ntc[a], nvc[a], gap, exact_max,
-                             node_limit, mode_rounds, starts, modes, seg_ub, seg_lb)
+                             node_limit, mode_rounds, open_nodes, starts, modes, seg_ub, seg_lb)
         makespan[a] = ms
         lower_bound[a] = lb
         status[a] = _status(ms, lb, opt, gap)
