@@ -1448,10 +1448,8 @@ def _mask_bucket(mask, n_buckets):
 
 
 @njit(cache=True, nogil=True)
-def _same_successors(succ_ptr, succ_idx, i, j):
-    """Operators i and j have the same set of successors."""
-    if succ_ptr[i + 1] - succ_ptr[i] != succ_ptr[j + 1] - succ_ptr[j]:
-        return False
+def _successors_within(succ_ptr, succ_idx, i, j):
+    """Every successor of operator i is a successor of operator j."""
     for e in range(succ_ptr[i], succ_ptr[i + 1]):
         found = False
         for f in range(succ_ptr[j], succ_ptr[j + 1]):
@@ -1524,15 +1522,23 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
             return ub, thr, True
         if k == KIND_COLLECTIVE:
             link_work += ds[i]
-    # twin[i]: the nearest lower-index operator with i's kind, durations and successors
-    # (-1 if none): the two can trade places once both may start
-    twin = np.full(m, -1, np.int64)
+    # stand-ins: operator j may trade places with i (j takes i's slot, i j's later one)
+    # when both have the same kind and durations and every successor of i also waits
+    # for j: i's successors then wait for j's old end, as before, and j ends no later
+    # than it did (its slot starts no earlier; a one-core slot of i and an intra-op one
+    # of j cannot overlap, and a slower intra-op mode is never tried). Equal successor
+    # sets go by index, so that only one of the two gives way.
+    n_sub = 0
+    sub_ptr = np.zeros(m + 1, np.int64)
+    sub_idx = np.empty(m * m, np.int64)
     for i in range(m):
-        for j in range(i - 1, -1, -1):
-            if (kind[j] == kind[i] and ds[j] == ds[i] and da[j] == da[i]
-                    and _same_successors(succ_ptr, succ_idx, i, j)):
-                twin[i] = j
-                break
+        for j in range(m):
+            if (j != i and kind[j] == kind[i] and ds[j] == ds[i] and da[j] == da[i]
+                    and _successors_within(succ_ptr, succ_idx, i, j)
+                    and not (j > i and _successors_within(succ_ptr, succ_idx, j, i))):
+                sub_idx[n_sub] = j
+                n_sub += 1
+        sub_ptr[i + 1] = n_sub
     # per depth: resource profile, last start, makespan so far, placed set, work left
     cap = 2 * m + 2
     pt = np.empty((m + 1, cap))
@@ -1632,19 +1638,20 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
         cm = cmax[depth] if cmax[depth] > f else f
         if f + tail[i] >= thr or cm >= thr:
             continue
-        # a twin (same kind, durations and successors; lower index) not placed yet whose
-        # predecessors have ended by t could take this slot instead: swapping the two
-        # changes no successor's release and no core's use
-        j = twin[i]
+        # a stand-in not placed yet whose predecessors have ended by t could take this
+        # slot instead (and i its later one): such schedules are searched through it
         swapped = False
-        while j >= 0 and not swapped:
-            if not done[j] and waiting[j] == 0:
-                swapped = True
-                for e in range(pred_ptr[j], pred_ptr[j + 1]):
-                    if fin[pred_idx[e]] > t:
-                        swapped = False
-                        break
-            j = twin[j]
+        for x in range(sub_ptr[i], sub_ptr[i + 1]):
+            j = sub_idx[x]
+            if done[j] or waiting[j] != 0:
+                continue
+            swapped = True
+            for e in range(pred_ptr[j], pred_ptr[j + 1]):
+                if fin[pred_idx[e]] > t:
+                    swapped = False
+                    break
+            if swapped:
+                break
         if swapped:
             continue
         d1 = depth + 1
