@@ -499,8 +499,9 @@ def test_energetic_reasoning_never_rules_out_an_achievable_makespan(inst, ub_per
 
 @st.composite
 def twin_instances(draw, max_ops=7):
-    """Operators with twins (same kind, latencies and successors): copies of a few
-    operators hanging off a short chain, some feeding one common successor."""
+    """Operators with twins (same kind and latencies): copies of a few operators
+    hanging off a short chain, some of each group feeding one common successor (so
+    that one copy's successors may include another's)."""
     n_chain = draw(st.integers(1, 3))
     kinds = draw(st.lists(st.integers(0, 3), min_size=n_chain, max_size=n_chain))
     preds = [[j - 1] if j else [] for j in range(n_chain)]
@@ -516,9 +517,9 @@ def twin_instances(draw, max_ops=7):
             preds.append([draw(st.integers(0, n_chain - 1))])
             single.append(s)
             intra.append(a)
-        if len(kinds) < max_ops and draw(st.booleans()):  # a join: the copies share it
+        if len(kinds) < max_ops and draw(st.booleans()):  # a join after some of the copies
             kinds.append(draw(st.integers(0, 2)))
-            preds.append(group)
+            preds.append(sorted(draw(st.sets(st.sampled_from(group), min_size=1))))
             single.append(draw(st.integers(0, 12)))
             intra.append(draw(st.integers(0, 12)))
         if not draw(st.booleans()):
