@@ -1436,7 +1436,9 @@ def _cert_level(ub, gap, slack):
 
 #: lam of the energy bound at each node: tensor cores only, vector cores only, both
 _BNB_LAMS = np.array([1.0, 0.0, 0.5])
-#: dominance table: buckets x ways (entries replaced round robin within a bucket)
+#: dominance table: buckets x ways (entries replaced round robin within a bucket), about
+#: one entry per placement allowed (a quarter of that certified 147 of 300 sampled open
+#: parts with 50,000 placements, one per placement 175, in less time)
 _BNB_TABLE_WAYS = 4
 
 
@@ -1566,7 +1568,7 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
     # dominance table (only for masks that fit one int64)
     use_table = m < 63
     n_buckets = 1
-    while n_buckets * _BNB_TABLE_WAYS * 4 < node_limit and n_buckets < 4096:
+    while n_buckets * _BNB_TABLE_WAYS < node_limit and n_buckets < 65536:
         n_buckets *= 2
     tkey = np.full((n_buckets, _BNB_TABLE_WAYS), -1, np.int64)
     tlast = np.empty((n_buckets, _BNB_TABLE_WAYS))
