@@ -1568,7 +1568,7 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
     # dominance table (only for masks that fit one int64)
     use_table = m < 63
     n_buckets = 1
-    while n_buckets * _BNB_TABLE_WAYS < node_limit and n_buckets < 65536:
+    while use_table and n_buckets * _BNB_TABLE_WAYS < node_limit and n_buckets < 65536:
         n_buckets *= 2
     tkey = np.full((n_buckets, _BNB_TABLE_WAYS), -1, np.int64)
     tlast = np.empty((n_buckets, _BNB_TABLE_WAYS))
