@@ -1621,7 +1621,7 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
             return ub, thr, False
         choice[depth] = c + 1
         i = c // 2
-        mode = c % 2
+        mode = 1 - c % 2  # intra-op first: on parts left open it finds short schedules sooner
         if done[i] or waiting[i] != 0 or not allow[i, mode]:
             continue
         nodes += 1
