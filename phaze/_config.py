@@ -30,8 +30,8 @@ SCHEDULE_MODE_SEARCH_ROUNDS = 2
 #: the MILP; well under a microsecond each). The search looks only for schedules shorter
 #: than (1 - gap) x the best one, so it certifies a part when it runs out of nodes to try.
 #: Parts it cannot finish cost the whole budget: the gpt3-175b sweep of bench_schedule.py
-#: took 41.4 s with 30,000 (99.78 % certified), 49.0 s with 40,000 (99.82 %), 51.0 s with
-#: 50,000 (99.84 %); its target is 60 s on two cores.
+#: took 42.8 s with 20,000 (99.80 % certified) and 48.2 s with 30,000 (99.87 %); its
+#: target is 60 s on two cores.
 SCHEDULE_OPEN_PART_NODES = 30_000
 
 # --- phaze.graph ----------------------------------------------------------
