@@ -42,6 +42,12 @@ def _optimum(kinds, preds, single, intra, num_tc, num_vc):
     return ms
 
 
+def _assert_below(bounds, opt):
+    """Every bound is at most the optimum (up to float rounding)."""
+    for bound in bounds:
+        assert bound <= opt + 1e-9 * max(opt, UNIT)
+
+
 def _valid(g, single, intra, num_tc, num_vc, sched):
     errors = S.check_schedule(g, single, intra, num_tc, num_vc, sched)
     assert errors == [], errors
@@ -305,6 +311,13 @@ def spine_instances(draw, max_ops=7):
     return kinds, preds, single * UNIT, intra * UNIT, num_tc, num_vc
 
 
+def _bound_args(prep, kind, ds, da, num_tc, num_vc):
+    """The leading arguments of ``_strong_bound`` / ``_forced_bound`` for the whole graph
+    as one part (``_kernel_inputs``)."""
+    return (kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, prep.reach,
+            num_tc, num_vc, prep.seg_wtc[0], prep.seg_wvc[0], prep.opinfo)
+
+
 def _kernel_inputs(g, single, intra):
     """The whole graph (unsplit) as the kernels see it: (prep, kind, ds, da) in local
     topological order, a collective's intra latency set to its single one."""
@@ -359,8 +372,7 @@ def test_spine_window_bound_on_random_dags(inst):
     kinds, preds, single, intra, num_tc, num_vc = inst
     g = _graph(kinds, preds)
     opt = _optimum(*inst)
-    for bound in _spine_window_bounds(g, single, intra, num_tc, num_vc):
-        assert bound <= opt + 1e-9 * max(opt, UNIT)
+    _assert_below(_spine_window_bounds(g, single, intra, num_tc, num_vc), opt)
 
 
 def _forced_mode_bound(g, single, intra, num_tc, num_vc, ub, ub_low=None):
@@ -373,12 +385,9 @@ def _forced_mode_bound(g, single, intra, num_tc, num_vc, ub, ub_low=None):
     prep, kind, ds, da = _kernel_inputs(g, single, intra)
     head = np.empty(len(kind))
     tail = np.empty(len(kind))
-    K._strong_bound(kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx,
-                    prep.reach, num_tc, num_vc, prep.seg_wtc[0], prep.seg_wvc[0], prep.opinfo,
-                    head, tail)
+    args = _bound_args(prep, kind, ds, da, num_tc, num_vc)
+    K._strong_bound(*args, head, tail)
     # lb 0 and a target above ub: the forced bound alone, every round run
-    args = (kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, prep.reach,
-            num_tc, num_vc, prep.seg_wtc[0], prep.seg_wvc[0], prep.opinfo)
     bound = min(ub, K._forced_bound(*args, ub, 0.0, 2.0 * ub, head, tail))
     if ub_low is None:
         return bound
@@ -435,8 +444,7 @@ def test_hole_bound_below_exhaustive_optimum(inst):
     kinds, preds, single, intra, num_tc, num_vc = inst
     g = _graph(kinds, preds)
     opt = _optimum(*inst)
-    for bound in _hole_bounds(g, single, intra, num_tc, num_vc):
-        assert bound <= opt + 1e-9 * max(opt, UNIT)
+    _assert_below(_hole_bounds(g, single, intra, num_tc, num_vc), opt)
 
 
 @given(st.one_of(instances(max_ops=7), spine_instances()), st.randoms(use_true_random=False))
@@ -486,8 +494,7 @@ def test_energetic_reasoning_never_rules_out_an_achievable_makespan(inst, ub_per
     cap_vc = min(num_vc, int(prep.seg_wvc[0]))
     m = len(kind)
     head, tail = np.empty(m), np.empty(m)
-    args = (kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, prep.reach,
-            num_tc, num_vc, prep.seg_wtc[0], prep.seg_wvc[0], prep.opinfo)
+    args = _bound_args(prep, kind, ds, da, num_tc, num_vc)
     K._strong_bound(*args, head, tail)
     for makespan in (opt, opt * (1 + 1e-9), opt * ub_percent / 100.0 + opt):
         assert not K._energetic_infeasible(kind, ds, da, head, tail, makespan, cap_tc, cap_vc)
@@ -556,8 +563,7 @@ def test_branch_and_bound_against_exhaustive_reference(inst, ub_percent, gap):
     tol = 1e-9 * max(opt, UNIT)
     zero = np.zeros(m)
     head, tail = np.empty(m), np.empty(m)
-    args = (kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, prep.reach,
-            num_tc, num_vc, prep.seg_wtc[0], prep.seg_wvc[0], prep.opinfo)
+    args = _bound_args(prep, kind, ds, da, num_tc, num_vc)
     ub_r = opt * (1.0 + ub_percent / 100.0) + UNIT
     K._strong_bound(*args, head, tail)
     K._forced_bound(*args, ub_r, 0.0, 2.0 * ub_r, head, tail)

@@ -27,8 +27,8 @@ part still open after that gets a local search over its mode vector, each vector
 decoded by parallel (time-incremental) schedule generation (``_mode_search``),
 energetic reasoning just above ub (1 - gap), and last a bounded branch and bound
 that looks only for schedules shorter than ub (1 - gap) (``_branch_and_bound``:
-node energies with the modes still able to beat that, cutset dominance, twin
-operators placed in index order; ``_config.SCHEDULE_OPEN_PART_NODES`` placements);
+node energies with the modes still able to beat that, cutset dominance, stand-ins
+for identical operators; ``_config.SCHEDULE_OPEN_PART_NODES`` placements);
 :func:`lower_bound` itself, which has no incumbent, does not include them.
 :func:`schedule_many` solves each distinct (latencies, core counts) column once:
 architectures that differ only in knobs the latencies do not see share a solve.
@@ -517,8 +517,9 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=_config.SCHEDU
     # Architectures that differ only in knobs the latencies do not see (HBM capacity,
     # area, network) are the same scheduling instance: solve each distinct one once.
     first, inverse = _distinct_instances(single, intra, ntc, nvc)
-    sq = np.ascontiguousarray(single[prep.perm][:, first])
-    iq = np.ascontiguousarray(intra[prep.perm][:, first])
+    rows_cols = np.ix_(prep.perm, first)  # one gather: operators in segment order, distinct columns
+    sq = np.ascontiguousarray(single[rows_cols])
+    iq = np.ascontiguousarray(intra[rows_cols])
     ntc_u = np.ascontiguousarray(ntc[first])
     nvc_u = np.ascontiguousarray(nvc[first])
     n_distinct = first.shape[0]

@@ -1483,10 +1483,15 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
     Pruning, every rule valid for any schedule shorter than ``thr``:
 
     * ``head_in``/``tail_in`` (and the critical path): an operator starts no earlier
-      than its head and ends at least its tail before the makespan;
+      than its head and ends at least its tail before the makespan; at each node an
+      unplaced operator keeps only the modes that can still end by then from its
+      release (nothing starts before the last start), which raises its successors'
+      releases and its energy;
     * energy after the last start: the operators not placed yet and the parts of the
       placed ones after it (weights of ``_weights`` for each lam of ``_BNB_LAMS``;
       the link's own work for collectives);
+    * stand-ins: an operator is not placed where an identical one (see below) could
+      take its slot;
     * cutset dominance: a node whose placed set equals that of a fully searched node
       whose last start was no later and whose operators all end no later (where they
       end after this node's last start) holding no more cores, is no better: any
@@ -1498,7 +1503,7 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
     were tried first."""
     m = kind.shape[0]
     n_lam = _BNB_LAMS.shape[0]
-    # critical-path heads/tails at the faster allowed mode, raised to the given ones
+    # critical-path heads/tails at the faster mode, raised to the given ones
     dmin = _fastest(kind, ds, da)
     head = np.empty(m)
     for i in range(m):
