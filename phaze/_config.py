@@ -27,12 +27,15 @@ SCHEDULE_BNB_NODE_LIMIT = 200_000
 SCHEDULE_MODE_SEARCH_ROUNDS = 2
 #: Branch-and-bound placements tried on a part still outside the gap after every bound
 #: and heuristic (the last resort of ``schedule_many`` and of ``schedule_layer`` before
-#: the MILP; well under a microsecond each). The search looks only for schedules shorter
+#: the MILP; about half a microsecond each). The search looks only for schedules shorter
 #: than (1 - gap) x the best one, so it certifies a part when it runs out of nodes to try.
-#: Parts it cannot finish cost the whole budget: the gpt3-175b sweep of bench_schedule.py
-#: took 42.8 s with 20,000 (99.80 % certified) and 48.2 s with 30,000 (99.87 %); its
-#: target is 60 s on two cores.
-SCHEDULE_OPEN_PART_NODES = 30_000
+#: Only parts it cannot finish cost the whole budget: in bench_schedule.py every part
+#: finished with this many (the longest needed about 0.7 s); 300,000 left 5 of 2,521,260
+#: sampled schedules outside 1 % and 30,000 left 6,272.
+SCHEDULE_OPEN_PART_NODES = 3_000_000
+#: Work chunks per thread in ``schedule_many`` (threads take the next chunk when done: a
+#: few hard architectures in one chunk then hold up no other thread).
+SCHEDULE_CHUNKS_PER_THREAD = 16
 
 # --- phaze.graph ----------------------------------------------------------
 #: Bytes per tensor element (bf16/fp16 training) unless the caller says otherwise.

@@ -40,6 +40,7 @@ only), "error" (the solver failed; the list schedule is returned).
 """
 from __future__ import annotations
 
+import queue
 import time
 import weakref
 from collections import OrderedDict
@@ -71,6 +72,7 @@ _NODE_LIMIT = _config.SCHEDULE_BNB_NODE_LIMIT
 _MODE_ROUNDS = _config.SCHEDULE_MODE_SEARCH_ROUNDS
 #: Branch-and-bound placements on a part still open after every bound and heuristic.
 _OPEN_NODES = _config.SCHEDULE_OPEN_PART_NODES
+_CHUNKS_PER_THREAD = _config.SCHEDULE_CHUNKS_PER_THREAD
 
 
 @dataclass(frozen=True, eq=False)
@@ -428,7 +430,8 @@ def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
     ms, lb, optimal = _K._solve(prep.kind, dsq, daq, prep.seg_ptr, prep.seg_wtc, prep.seg_wvc, prep.opinfo, prep.reach,
                                 prep.pred_ptr, prep.pred_idx,
                                 prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT,
-                                _MODE_ROUNDS, _OPEN_NODES, starts_q, modes_q, seg_ub, seg_lb)
+                                _MODE_ROUNDS, _OPEN_NODES, starts_q, modes_q, seg_ub, seg_lb,
+                                _K._bnb_table(n, 0))  # a table only if a search needs one
     status = None
     if ms - lb > gap * ms and time_limit > 0:
         ms, lb, optimal, status = _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit,
@@ -532,15 +535,27 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=_config.SCHEDU
     # The kernel releases the GIL: disjoint architecture ranges run on threads.
     threads = max(1, min(kernel_threads(), n_distinct // 64 or 1))
     if threads == 1:
-        _K._solve_range(*args, 0, n_distinct)
+        _K._solve_range(*args, 0, n_distinct, _K._bnb_table(n, _K._BNB_TABLE_MAX_BUCKETS))
     else:
         from concurrent.futures import ThreadPoolExecutor
 
+        # one branch-and-bound table per thread, handed from chunk to chunk
+        tables = queue.SimpleQueue()
+        for _ in range(threads):
+            tables.put(_K._bnb_table(n, _K._BNB_TABLE_MAX_BUCKETS))
+
+        def run(ab):
+            table = tables.get()
+            try:
+                _K._solve_range(*args, ab[0], ab[1], table)
+            finally:
+                tables.put(table)
+
         # interleaved small chunks balance the load (hard architectures cluster)
-        chunk = max(16, n_distinct // (threads * 16))
+        chunk = max(16, n_distinct // (threads * _CHUNKS_PER_THREAD))
         bounds = [(a, min(a + chunk, n_distinct)) for a in range(0, n_distinct, chunk)]
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            list(pool.map(lambda ab: _K._solve_range(*args, ab[0], ab[1]), bounds))
+            list(pool.map(run, bounds))
     return makespan[inverse], lb[inverse], status[inverse]
 
 

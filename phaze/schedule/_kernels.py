@@ -1443,6 +1443,14 @@ _BNB_LAMS = np.array([1.0, 0.0, 0.5])
 #: 16 ways certified 160 of 300 sampled open parts with 20,000 placements, 4 ways 112
 #: (32 ways 165)
 _BNB_TABLE_WAYS = 16
+#: buckets of the table at the start of a search: it grows four-fold each time the
+#: placements tried outnumber its entries, up to the largest size (starting at 64
+#: buckets lost entries to full buckets early on: the gpt3-175b sweep of
+#: bench_schedule.py took 59.6 s against 44.9 s with 2,048 and 30,000 placements)
+_BNB_TABLE_MIN_BUCKETS = 2048
+#: (about 135 MB per thread for a 26-operator part when a search fills it; the pages are
+#: touched only as the table grows)
+_BNB_TABLE_MAX_BUCKETS = 32768
 
 
 @njit(cache=True, nogil=True)
@@ -1450,6 +1458,101 @@ def _mask_bucket(mask, n_buckets):
     """Bucket of a placed-set bit mask (>= 0): its bits folded, so that sets differing in
     late operators spread too."""
     return (mask ^ (mask >> 13) ^ (mask >> 29) ^ (mask >> 47)) % n_buckets
+
+
+@njit(cache=True, nogil=True)
+def _grow_table(tkey, tlast, tcmax, tfin, tmode, tnext, n_buckets, factor):
+    """Spread the dominance table's entries over ``factor`` x ``n_buckets`` buckets (at
+    most all the rows; in place, rows past ``n_buckets`` are unused so far; powers of
+    two). Returns the new bucket count."""
+    grown = min(n_buckets * factor, tkey.shape[0])
+    tkey[n_buckets:grown] = -1
+    tnext[n_buckets:grown] = 0
+    ways = tkey.shape[1]
+    m = tfin.shape[2]  # (a table for more operators than the part: the extra columns ride along)
+    keys = np.empty(ways, np.int64)
+    lasts = np.empty(ways)
+    cmaxes = np.empty(ways)
+    fins = np.empty((ways, m))
+    mds = np.empty((ways, m), np.int8)
+    for h in range(n_buckets):
+        # an old bucket's entries go only to buckets h, h + n_buckets, ...
+        for w in range(ways):
+            keys[w] = tkey[h, w]
+            lasts[w] = tlast[h, w]
+            cmaxes[w] = tcmax[h, w]
+            fins[w, :] = tfin[h, w, :]
+            mds[w, :] = tmode[h, w, :]
+            tkey[h, w] = -1
+        tnext[h] = 0
+        for w in range(ways):
+            if keys[w] < 0:
+                continue
+            g = _mask_bucket(keys[w], grown)
+            x = tnext[g]
+            tnext[g] = (x + 1) % ways
+            tkey[g, x] = keys[w]
+            tlast[g, x] = lasts[w]
+            tcmax[g, x] = cmaxes[w]
+            tfin[g, x, :] = fins[w, :]
+            tmode[g, x, :] = mds[w, :]
+    return grown
+
+
+@njit(cache=True, nogil=True)
+def _dominated(efin, emode, kind, done, fin, md, t, pred_ptr, pred_idx, ntc, nvc):
+    """Whether a fully searched node E (same placed set, last start and makespan so far
+    no later; its operators' ends ``efin`` and modes ``emode``) leaves every completion
+    of the current node (last start ``t``, ends ``fin``, modes ``md``) open to it:
+    every operator not placed may start as early after E's predecessors as after
+    ours, and from t on E holds no more tensor cores, vector cores or link at any
+    moment (both hold less and less after t: nothing placed starts later)."""
+    m = kind.shape[0]
+    simple = True  # each operator still running after t ends no later, holding no more
+    for p in range(m):
+        if done[p] and efin[p] > t and (efin[p] > fin[p] or emode[p] > md[p]):
+            simple = False
+            break
+    if simple:
+        return True
+    for j in range(m):
+        if done[j]:
+            continue
+        re = t
+        rc = t
+        for e in range(pred_ptr[j], pred_ptr[j + 1]):
+            p = pred_idx[e]
+            if done[p]:
+                if efin[p] > re:
+                    re = efin[p]
+                if fin[p] > rc:
+                    rc = fin[p]
+        if re > rc:
+            return False
+    # holdings are step functions falling at the ends: compare them at t and just
+    # after each of our ends (ours is flat in between, E's only falls)
+    for x in range(-1, m):
+        if x >= 0 and not (done[x] and fin[x] > t):
+            continue
+        tau = t if x < 0 else fin[x]
+        etc = evc = elk = 0
+        ctc = cvc = clk = 0
+        for p in range(m):
+            if not done[p]:
+                continue
+            if efin[p] > tau:
+                a, b, c = _demand(kind[p], emode[p], ntc, nvc)
+                etc += a
+                evc += b
+                elk += c
+            if fin[p] > tau:
+                a, b, c = _demand(kind[p], md[p], ntc, nvc)
+                ctc += a
+                cvc += b
+                clk += c
+        if etc > ctc or evc > cvc or elk > clk:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -1467,8 +1570,34 @@ def _successors_within(succ_ptr, succ_idx, i, j):
 
 
 @njit(cache=True, nogil=True)
+def _bnb_table(n_ops, n_buckets):
+    """Scratch for the branch and bound's dominance table, for parts of up to ``n_ops``
+    operators, with ``n_buckets`` rows (``_BNB_TABLE_MAX_BUCKETS``: its largest size; the
+    search touches only the rows it uses, so one table serves every search of a thread;
+    0: an empty stand-in that ``_solve`` replaces when a search is needed)."""
+    n_max = n_buckets
+    width = min(n_ops, 62)  # placed sets are int64 bit masks
+    return (np.empty((n_max, _BNB_TABLE_WAYS), np.int64), np.empty((n_max, _BNB_TABLE_WAYS)),
+            np.empty((n_max, _BNB_TABLE_WAYS)), np.empty((n_max, _BNB_TABLE_WAYS, width)),
+            np.empty((n_max, _BNB_TABLE_WAYS, width), np.int8), np.empty(n_max, np.int64))
+
+
+@njit(cache=True, nogil=True)
 def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
-                      head_in, tail_in, ub, thr, gap, node_limit, starts, modes):
+                      head_in, tail_in, ub, thr, gap, node_limit, starts, modes,
+                      width_tc=-1, width_vc=-1):
+    """``_bnb_search`` with a table of its own (widths: the core counts when omitted)."""
+    tkey, tlast, tcmax, tfin, tmode, tnext = _bnb_table(kind.shape[0], _BNB_TABLE_MAX_BUCKETS)
+    return _bnb_search(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
+                       ntc if width_tc < 0 else width_tc, nvc if width_vc < 0 else width_vc,
+                       head_in, tail_in, ub, thr, gap, node_limit, starts, modes,
+                       tkey, tlast, tcmax, tfin, tmode, tnext)
+
+
+@njit(cache=True, nogil=True)
+def _bnb_search(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
+                width_tc, width_vc, head_in, tail_in, ub, thr, gap, node_limit, starts, modes,
+                tkey, tlast, tcmax, tfin, tmode, tnext):
     """Depth-first search for a schedule shorter than ``thr`` (<= ``ub``, the makespan
     of ``starts``/``modes``).
 
@@ -1489,18 +1618,25 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
       releases and its energy;
     * energy after the last start: the operators not placed yet and the parts of the
       placed ones after it (weights of ``_weights`` for each lam of ``_BNB_LAMS``;
-      the link's own work for collectives);
+      the link's own work for collectives). One-core operators running at once are
+      pairwise unordered, so at most ``width_tc`` (``width_vc``: the widest antichain
+      of tensor-core, vector-core users) and, after the last start, at most one per
+      chain of a chain cover that still has an operator not placed or running: the
+      weights count that many cores, not the chip's (an intra-op piece weighs 1);
     * stand-ins: an operator is not placed where an identical one (see below) could
       take its slot;
     * cutset dominance: a node whose placed set equals that of a fully searched node
-      whose last start was no later and whose operators all end no later (where they
-      end after this node's last start) holding no more cores, is no better: any
-      completion of it is a completion of the other.
+      (last start and makespan so far no later) is no better when, from this node's
+      last start on, the other holds no more cores or link at any moment and lets
+      every operator not placed start no later (``_dominated``): any completion of
+      this node is a completion of the other. The table of searched nodes starts at
+      ``_BNB_TABLE_MIN_BUCKETS`` buckets and grows with the search.
 
     ``head_in``/``tail_in`` must hold for every schedule shorter than the initial
-    ``thr``. Returns ``(ub, thr, exhausted)``; exhausted: every schedule is at least
-    ``thr`` long (then ``thr`` is a lower bound), False when ``node_limit`` placements
-    were tried first."""
+    ``thr``. ``tkey`` .. ``tnext``: scratch from ``_bnb_table`` (contents ignored).
+    Returns ``(ub, thr, exhausted)``; exhausted: every schedule is at least ``thr``
+    long (then ``thr`` is a lower bound), False when ``node_limit`` placements were
+    tried first."""
     m = kind.shape[0]
     n_lam = _BNB_LAMS.shape[0]
     # critical-path heads/tails at the faster mode, raised to the given ones
@@ -1519,9 +1655,42 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
         if tail_in[i] > tail[i]:
             tail[i] = tail_in[i]
     allow = np.zeros((m, 2), np.bool_)
+    # at most width_tc one-core operators on tensor cores run at once (they are pairwise
+    # unordered), so that many cores, not num_tc, is what one-core work can fill
+    cap_tc = min(ntc, width_tc)
+    cap_vc = min(nvc, width_vc)
     wts = np.empty((n_lam, 2))
     for q in range(n_lam):
-        wts[q, 0], wts[q, 1] = _weights(_BNB_LAMS[q], ntc, nvc)
+        wts[q, 0], wts[q, 1] = _weights(_BNB_LAMS[q], cap_tc, cap_vc)
+    # ... and, after t, at most one per chain of a chain cover that still has an operator
+    # not placed or running: chains of tensor-core users (column 0) and of vector-core
+    # users (column 1), greedy in topological order (any cover is valid, fewer is better)
+    chain = np.full((m, 2), -1, np.int64)
+    n_chains = np.zeros(2, np.int64)
+    if m <= 62:
+        desc = np.zeros(m, np.int64)  # descendants as bit masks
+        for i in range(m - 1, -1, -1):
+            for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                x = succ_idx[e]
+                desc[i] |= desc[x] | (np.int64(1) << x)
+        chain_end = np.empty((m, 2), np.int64)
+        for i in range(m):
+            for r in range(2):
+                if kind[i] == KIND_COLLECTIVE or (r == 0 and kind[i] == KIND_VECTOR) or (
+                        r == 1 and kind[i] == KIND_GEMM):
+                    continue
+                best = -1
+                for c in range(n_chains[r]):
+                    end = chain_end[c, r]
+                    if desc[end] >> i & 1 and (best < 0 or end > chain_end[best, r]):
+                        best = c
+                if best < 0:
+                    best = n_chains[r]
+                    n_chains[r] += 1
+                chain[i, r] = best
+                chain_end[best, r] = i
+    chain_seen = np.full((m, 2), -1, np.int64)
+    wnode = np.empty((n_lam, 2))
     link_work = 0.0
     for i in range(m):
         k = kind[i]
@@ -1573,16 +1742,15 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
     fin = np.empty(m)
     rel = np.empty(m)
     dnode = np.empty(m)
-    # dominance table (only for masks that fit one int64)
-    use_table = m < 63
-    n_buckets = 1
-    while use_table and n_buckets * _BNB_TABLE_WAYS < node_limit and n_buckets < 65536:
-        n_buckets *= 2
-    tkey = np.full((n_buckets, _BNB_TABLE_WAYS), -1, np.int64)
-    tlast = np.empty((n_buckets, _BNB_TABLE_WAYS))
-    tfin = np.empty((n_buckets, _BNB_TABLE_WAYS, m))
-    tmode = np.empty((n_buckets, _BNB_TABLE_WAYS, m), np.int8)
-    tnext = np.zeros(n_buckets, np.int64)
+    # dominance table (only for masks that fit one int64); it starts small and grows
+    # with the search (up to about one entry per placement allowed), so that the many
+    # short searches do not pay for the table of the few long ones
+    use_table = m <= tfin.shape[2]
+    n_buckets = _BNB_TABLE_MIN_BUCKETS
+    if use_table:
+        tkey[:n_buckets] = -1
+        tnext[:n_buckets] = 0
+    grow_at = n_buckets * _BNB_TABLE_WAYS
     pt[0, 0] = 0.0
     ptc[0, 0] = 0
     pvc[0, 0] = 0
@@ -1614,6 +1782,7 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
                 tnext[h] = (w + 1) % _BNB_TABLE_WAYS
                 tkey[h, w] = mask[depth]
                 tlast[h, w] = last[depth]
+                tcmax[h, w] = cmax[depth]
                 for p in range(m):
                     tfin[h, w, p] = fin[p]
                     tmode[h, w, p] = md[p]
@@ -1627,6 +1796,10 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
             continue
         if nodes >= node_limit:
             return ub, thr, False
+        if use_table and nodes >= grow_at and n_buckets < _BNB_TABLE_MAX_BUCKETS:
+            # more placements than entries: four times the buckets, old entries kept
+            n_buckets = _grow_table(tkey, tlast, tcmax, tfin, tmode, tnext, n_buckets, 4)
+            grow_at = n_buckets * _BNB_TABLE_WAYS
         choice[depth] = c + 1
         i = c // 2
         mode = 1 - c % 2  # intra-op first: on parts left open it finds short schedules sooner
@@ -1671,6 +1844,28 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
             pvc[d1, q] = pvc[depth, q]
             plk[d1, q] = plk[depth, q]
         np1 = _insert(pt[d1], ptc[d1], pvc[d1], plk[d1], npieces, t, dur, dtc, dvc, dlk)
+        # chains still active after t: the cores one-core work can fill from t on
+        act_tc = 0
+        act_vc = 0
+        for p in range(m):
+            if done[p] and fin[p] <= t:
+                continue
+            c = chain[p, 0]
+            if c >= 0 and chain_seen[c, 0] != nodes:
+                chain_seen[c, 0] = nodes
+                act_tc += 1
+            c = chain[p, 1]
+            if c >= 0 and chain_seen[c, 1] != nodes:
+                chain_seen[c, 1] = nodes
+                act_vc += 1
+        if m <= 62 and (act_tc < cap_tc or act_vc < cap_vc):
+            for q in range(n_lam):
+                wnode[q, 0], wnode[q, 1] = _weights(_BNB_LAMS[q], min(cap_tc, act_tc),
+                                                    min(cap_vc, act_vc))
+        else:
+            for q in range(n_lam):
+                wnode[q, 0] = wts[q, 0]
+                wnode[q, 1] = wts[q, 1]
         # the placed operators' work after t (each lam's weights; the link's)
         for q in range(n_lam):
             left[q] = 0.0
@@ -1681,7 +1876,8 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
             if hi > t:
                 span = hi - (pt[d1, p] if pt[d1, p] > t else t)
                 for q in range(n_lam):
-                    left[q] += (wts[q, 0] * ptc[d1, p] + wts[q, 1] * pvc[d1, p]) * span
+                    # an intra-op piece holds the whole chip: weight 1, not more
+                    left[q] += min(1.0, wnode[q, 0] * ptc[d1, p] + wnode[q, 1] * pvc[d1, p]) * span
                 left_link += plk[d1, p] * span
         if t + left_link >= thr:
             continue
@@ -1712,7 +1908,7 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
             if whole and da[j] < dnode[j]:
                 dnode[j] = da[j]
             for q in range(n_lam):
-                e = _core_weight(kind[j], wts[q, 0], wts[q, 1]) * ds[j] if one else np.inf
+                e = _core_weight(kind[j], wnode[q, 0], wnode[q, 1]) * ds[j] if one else np.inf
                 if whole and da[j] < e:
                     e = da[j]
                 left[q] += e
@@ -1729,14 +1925,10 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
             h = _mask_bucket(key, n_buckets)
             dominated = False
             for w in range(_BNB_TABLE_WAYS):
-                if tkey[h, w] != key or tlast[h, w] > t:
+                if tkey[h, w] != key or tlast[h, w] > t or tcmax[h, w] > cm:
                     continue
-                dominated = True
-                for p in range(m):
-                    if done[p] and tfin[h, w, p] > t and (tfin[h, w, p] > fin[p]
-                                                          or tmode[h, w, p] > md[p]):
-                        dominated = False
-                        break
+                dominated = _dominated(tfin[h, w], tmode[h, w], kind, done, fin, md, t,
+                                       pred_ptr, pred_idx, ntc, nvc)
                 if dominated:
                     break
             if dominated:
@@ -1759,11 +1951,14 @@ def _branch_and_bound(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
 # ---------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc,
-           nvc, gap, exact_max, node_limit, mode_rounds, open_nodes, starts, modes, seg_ub, seg_lb):
+           nvc, gap, exact_max, node_limit, mode_rounds, open_nodes, starts, modes, seg_ub, seg_lb,
+           table):
     """Schedule one graph (operators in segment order) on one chip.
 
     Returns (makespan, lower_bound, optimal). ``starts`` are absolute times; each
-    segment starts when the previous one ends."""
+    segment starts when the previous one ends. ``table``: ``_bnb_table(len(kind), ...)``
+    (allocated here at full size on the first search if it has no rows)."""
+    tkey, tlast, tcmax, tfin, tmode, tnext = table
     nseg = seg_ptr.shape[0] - 1
     total_lb = 0.0
     total_ub = 0.0
@@ -1833,10 +2028,14 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
                     if lb < cert and cert < ub_cert and open_nodes > 0:
                         # last resort: a bounded exact search below just above
                         # ub (1 - gap) (finds shorter schedules on the way)
-                        ub, proven, exhausted = _branch_and_bound(
+                        if tkey.shape[0] == 0:
+                            tkey, tlast, tcmax, tfin, tmode, tnext = _bnb_table(
+                                kind.shape[0], _BNB_TABLE_MAX_BUCKETS)
+                        ub, proven, exhausted = _bnb_search(
                             kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx,
-                            succ_ptr[b:e + 1], succ_idx, ntc, nvc, head, tail, ub, cert, gap,
-                            open_nodes, starts[b:e], modes[b:e])
+                            succ_ptr[b:e + 1], succ_idx, ntc, nvc, seg_wtc[s], seg_wvc[s],
+                            head, tail, ub, cert, gap,
+                            open_nodes, starts[b:e], modes[b:e], tkey, tlast, tcmax, tfin, tmode, tnext)
                         if exhausted and proven > lb:
                             lb = proven
         if lb > ub:
@@ -1862,10 +2061,14 @@ def _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr, pre
         b = seg_ptr[pick]
         e = seg_ptr[pick + 1]
         no_bound = np.zeros(e - b)
-        best, proven, exhausted = _branch_and_bound(
+        if tkey.shape[0] == 0:
+            tkey, tlast, tcmax, tfin, tmode, tnext = _bnb_table(kind.shape[0],
+                                                                _BNB_TABLE_MAX_BUCKETS)
+        best, proven, exhausted = _bnb_search(
             kind[b:e], ds[b:e], da[b:e], pred_ptr[b:e + 1], pred_idx, succ_ptr[b:e + 1], succ_idx,
-            ntc, nvc, no_bound, no_bound, seg_ub[pick], seg_ub[pick], 0.0, node_limit,
-            starts[b:e], modes[b:e])
+            ntc, nvc, seg_wtc[pick], seg_wvc[pick], no_bound, no_bound, seg_ub[pick],
+            seg_ub[pick], 0.0, node_limit,
+            starts[b:e], modes[b:e], tkey, tlast, tcmax, tfin, tmode, tnext)
         total_ub += best - seg_ub[pick]
         seg_ub[pick] = best
         tried[pick] = True
@@ -1899,10 +2102,12 @@ def _status(makespan, lower_bound, optimal, gap):
 @njit(cache=True, nogil=True)
 def _solve_range(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr,
                  pred_idx, succ_ptr, succ_idx, ntc, nvc, gap, exact_max, node_limit, mode_rounds,
-                 open_nodes, makespan, lower_bound, status, first, stop):
+                 open_nodes, makespan, lower_bound, status, first, stop, table):
     """``_solve`` for architectures ``first`` .. ``stop - 1`` (columns of ``single``/``intra``,
     rows already in segment order). Architectures lacking cores of a needed type are
-    infeasible. Releases the GIL: the caller runs disjoint ranges on threads."""
+    infeasible. ``table``: ``_bnb_table(len(kind), _BNB_TABLE_MAX_BUCKETS)``, one per thread (reused: the pages
+    it touches are faulted in once). Releases the GIL: the caller runs disjoint ranges on
+    threads."""
     n = kind.shape[0]
     need_tc = False
     need_vc = False
@@ -1929,7 +2134,8 @@ def _solve_range(kind, single, intra, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, 
             da[i] = single[i, a] if kind[i] == KIND_COLLECTIVE else intra[i, a]
         ms, lb, opt = _solve(kind, ds, da, seg_ptr, seg_wtc, seg_wvc, opinfo, reach, pred_ptr,
                              pred_idx, succ_ptr, succ_idx, ntc[a], nvc[a], gap, exact_max,
-                             node_limit, mode_rounds, open_nodes, starts, modes, seg_ub, seg_lb)
+                             node_limit, mode_rounds, open_nodes, starts, modes, seg_ub, seg_lb,
+                             table)
         makespan[a] = ms
         lower_bound[a] = lb
         status[a] = _status(ms, lb, opt, gap)
