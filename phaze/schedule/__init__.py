@@ -27,8 +27,10 @@ part still open after that gets a local search over its mode vector, each vector
 decoded by parallel (time-incremental) schedule generation (``_mode_search``),
 energetic reasoning just above ub (1 - gap), and last a bounded branch and bound
 that looks only for schedules shorter than ub (1 - gap) (``_branch_and_bound``:
-node energies with the modes still able to beat that, cutset dominance, stand-ins
-for identical operators; ``_config.SCHEDULE_OPEN_PART_NODES`` placements);
+node energies with the modes still able to beat that and one-core work counted
+against the antichain width and the chains still active, cutset dominance on the
+cores held and the releases, stand-ins for identical operators;
+``_config.SCHEDULE_OPEN_PART_NODES`` placements);
 :func:`lower_bound` itself, which has no incumbent, does not include them.
 :func:`schedule_many` solves each distinct (latencies, core counts) column once:
 architectures that differ only in knobs the latencies do not see share a solve.
