@@ -74,7 +74,13 @@ _NODE_LIMIT = _config.SCHEDULE_BNB_NODE_LIMIT
 _MODE_ROUNDS = _config.SCHEDULE_MODE_SEARCH_ROUNDS
 #: Branch-and-bound placements on a part still open after every bound and heuristic.
 _OPEN_NODES = _config.SCHEDULE_OPEN_PART_NODES
+#: Work chunks per thread in ``schedule_many``.
 _CHUNKS_PER_THREAD = _config.SCHEDULE_CHUNKS_PER_THREAD
+#: An empty branch-and-bound table: ``_solve`` allocates a real one only when a search
+#: runs (most ``schedule_layer`` calls need none).
+_NO_TABLE = (np.empty((0, _K._BNB_TABLE_WAYS), np.int64), np.empty((0, _K._BNB_TABLE_WAYS)),
+             np.empty((0, _K._BNB_TABLE_WAYS)), np.empty((0, _K._BNB_TABLE_WAYS, 0)),
+             np.empty((0, _K._BNB_TABLE_WAYS, 0), np.int8), np.empty(0, np.int64))
 
 
 @dataclass(frozen=True, eq=False)
@@ -433,7 +439,7 @@ def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
                                 prep.pred_ptr, prep.pred_idx,
                                 prep.succ_ptr, prep.succ_idx, ntc, nvc, gap, _EXACT_MAX, _NODE_LIMIT,
                                 _MODE_ROUNDS, _OPEN_NODES, starts_q, modes_q, seg_ub, seg_lb,
-                                _K._bnb_table(n, 0))  # a table only if a search needs one
+                                _NO_TABLE)
     status = None
     if ms - lb > gap * ms and time_limit > 0:
         ms, lb, optimal, status = _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit,
