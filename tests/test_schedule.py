@@ -612,15 +612,11 @@ def test_dominance_table_keeps_its_entries_when_it_grows(keys, n_fill):
     tkey[:n_buckets] = -1
     tnext[:n_buckets] = 0
     per_bucket = {}
-    for key in keys:  # insert as the search does: round robin within a bucket
+    for key in keys:  # insert as the search does
         h = K._mask_bucket(key, n_buckets)
-        w = tnext[h]
-        tnext[h] = (w + 1) % K._BNB_TABLE_WAYS
-        tkey[h, w] = key
-        tlast[h, w] = key * 0.5
-        tcmax[h, w] = key * 2.0
-        tfin[h, w] = key + np.arange(n_ops)
-        tmode[h, w] = (key + np.arange(n_ops)) % 2
+        K._table_put(tkey, tlast, tcmax, tfin, tmode, tnext, h, key, key * 0.5, key * 2.0,
+                     key + np.arange(n_ops, dtype=float),
+                     ((key + np.arange(n_ops)) % 2).astype(np.int8), n_ops)
         per_bucket.setdefault(h, []).append(key)
     kept = {k for h, ks in per_bucket.items() for k in ks[-K._BNB_TABLE_WAYS:]}
     grown = n_buckets

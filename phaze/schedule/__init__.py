@@ -580,7 +580,7 @@ def _distinct_instances(single, intra, ntc, nvc):
     rows[:, n_ops:2 * n_ops] = intra.T
     rows[:, -2] = ntc
     rows[:, -1] = nvc
-    rows = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()
+    rows = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()  # one key per row
     _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
 

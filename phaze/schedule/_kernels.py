@@ -1437,8 +1437,9 @@ def _cert_level(ub, gap, slack):
 #: lam of the energy bound at each node: tensor cores only, vector cores only, both
 _BNB_LAMS = np.array([1.0, 0.0, 0.5])
 #: dominance table: buckets x ways (entries replaced round robin within a bucket), about
-#: one entry per placement allowed (a quarter of that certified 147 of 300 sampled open
-#: parts with 50,000 placements, one per placement 175, in less time). A placed set is
+#: one entry per placement tried, up to its largest size (a quarter of that certified 147
+#: of 300 sampled open parts with 50,000 placements, one per placement 175, in less
+#: time). A placed set is
 #: often reached by many partial schedules, all in its bucket: with the same entries,
 #: 16 ways certified 160 of 300 sampled open parts with 20,000 placements, 4 ways 112
 #: (32 ways 165)
@@ -1448,8 +1449,8 @@ _BNB_TABLE_WAYS = 16
 #: buckets lost entries to full buckets early on: the gpt3-175b sweep of
 #: bench_schedule.py took 59.6 s against 44.9 s with 2,048 and 30,000 placements)
 _BNB_TABLE_MIN_BUCKETS = 2048
-#: (about 135 MB per thread for a 26-operator part when a search fills it; the pages are
-#: touched only as the table grows)
+#: largest size: about 135 MB per thread for a 26-operator part when a search fills it
+#: (the pages are touched only as the table grows)
 _BNB_TABLE_MAX_BUCKETS = 32768
 
 
@@ -1486,17 +1487,25 @@ def _grow_table(tkey, tlast, tcmax, tfin, tmode, tnext, n_buckets, factor):
             tkey[h, w] = -1
         tnext[h] = 0
         for w in range(ways):
-            if keys[w] < 0:
-                continue
-            g = _mask_bucket(keys[w], grown)
-            x = tnext[g]
-            tnext[g] = (x + 1) % ways
-            tkey[g, x] = keys[w]
-            tlast[g, x] = lasts[w]
-            tcmax[g, x] = cmaxes[w]
-            tfin[g, x, :] = fins[w, :]
-            tmode[g, x, :] = mds[w, :]
+            if keys[w] >= 0:
+                _table_put(tkey, tlast, tcmax, tfin, tmode, tnext, _mask_bucket(keys[w], grown),
+                           keys[w], lasts[w], cmaxes[w], fins[w], mds[w], m)
     return grown
+
+
+@njit(cache=True, nogil=True)
+def _table_put(tkey, tlast, tcmax, tfin, tmode, tnext, h, key, last, cmax, fin, md, m):
+    """Store a searched node in bucket ``h`` of the dominance table, over its oldest
+    entry (round robin): placed set ``key``, last start, makespan so far, and the ends
+    and modes of operators 0 .. m - 1."""
+    w = tnext[h]
+    tnext[h] = (w + 1) % tkey.shape[1]
+    tkey[h, w] = key
+    tlast[h, w] = last
+    tcmax[h, w] = cmax
+    for p in range(m):
+        tfin[h, w, p] = fin[p]
+        tmode[h, w, p] = md[p]
 
 
 @njit(cache=True, nogil=True)
@@ -1777,15 +1786,9 @@ def _bnb_search(kind, ds, da, pred_ptr, pred_idx, succ_ptr, succ_idx, ntc, nvc,
         if c >= 2 * m:
             # every child searched: remember the node for the dominance test
             if use_table and depth > 0:
-                h = _mask_bucket(mask[depth], n_buckets)
-                w = tnext[h]
-                tnext[h] = (w + 1) % _BNB_TABLE_WAYS
-                tkey[h, w] = mask[depth]
-                tlast[h, w] = last[depth]
-                tcmax[h, w] = cmax[depth]
-                for p in range(m):
-                    tfin[h, w, p] = fin[p]
-                    tmode[h, w, p] = md[p]
+                _table_put(tkey, tlast, tcmax, tfin, tmode, tnext,
+                           _mask_bucket(mask[depth], n_buckets), mask[depth], last[depth],
+                           cmax[depth], fin, md, m)
             choice[depth] = 0
             depth -= 1
             if depth >= 0:
