@@ -24,7 +24,7 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
-from numba import njit
+from .schedule import layer_lower_bounds
 
 #: Order of the layer kinds in a ModelGraph chain (embedding, block × n_layers, head).
 LAYER_KINDS = ("embedding", "block", "head")
@@ -100,70 +100,6 @@ def chain_static(mg):
     T = np.array([bool(mg.layers[k].tensor_parallel) for k in idx])
     E = np.array([float(mg.layers[k].boundary_bytes) for k in idx[:-1]])
     return P, A, T, E
-
-
-# --------------------------------------------------------------------------
-# Bounds
-# --------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def _layer_lower_bounds_kernel(kind, pred_ptr, pred_idx, order, single, intra, num_tc, num_vc):
-    """Lower bound on a layer's makespan per architecture, from operator latencies.
-
-    Valid for the schedule model of DESIGN §2.5: every operator takes at least
-    min(single, intra) and waits for its predecessors (critical path); tensor-core
-    busy time is single (one core) or num_tc·intra (all cores), so the makespan is at
-    least the total of the cheaper of the two over num_tc (same for vector cores);
-    collectives share one link, one at a time.
-    """
-    n_ops, n_archs = single.shape
-    out = np.zeros(n_archs)
-    finish = np.zeros(n_ops)
-    for a in range(n_archs):
-        tc_work = 0.0
-        vc_work = 0.0
-        link = 0.0
-        for j in range(n_ops):
-            i = order[j]
-            start = 0.0
-            for p in range(pred_ptr[i], pred_ptr[i + 1]):
-                f = finish[pred_idx[p]]
-                if f > start:
-                    start = f
-            dur = min(single[i, a], intra[i, a])
-            finish[i] = start + dur
-            k = kind[i]
-            if k == 0 or k == 2:
-                tc_work += min(single[i, a], num_tc[a] * intra[i, a])
-            if k == 1 or k == 2:
-                vc_work += min(single[i, a], num_vc[a] * intra[i, a])
-            if k == 3:
-                link += dur
-        cp = 0.0
-        for i in range(n_ops):
-            if finish[i] > cp:
-                cp = finish[i]
-        best = cp
-        if tc_work / num_tc[a] > best:
-            best = tc_work / num_tc[a]
-        if vc_work / num_vc[a] > best:
-            best = vc_work / num_vc[a]
-        if link > best:
-            best = link
-        out[a] = best
-    return out
-
-
-def layer_lower_bounds(op_graph, single, intra, num_tc, num_vc) -> np.ndarray:
-    """Seconds per architecture no schedule of ``op_graph`` can beat (see kernel docstring)."""
-    return _layer_lower_bounds_kernel(
-        np.ascontiguousarray(op_graph.kind, dtype=np.int64),
-        np.ascontiguousarray(op_graph.pred_ptr, dtype=np.int64),
-        np.ascontiguousarray(op_graph.pred_idx, dtype=np.int64),
-        np.ascontiguousarray(op_graph.order, dtype=np.int64),
-        np.ascontiguousarray(single, dtype=np.float64),
-        np.ascontiguousarray(intra, dtype=np.float64),
-        np.ascontiguousarray(num_tc, dtype=np.float64),
-        np.ascontiguousarray(num_vc, dtype=np.float64))
 
 
 def time_per_batch_lower_bound(total_s, max_layer_s, first_param_bytes, bandwidth,

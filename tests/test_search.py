@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import naive
 from phaze import _search_pipeline as pipe
-from phaze import arch, models, placement, search
+from phaze import arch, models, placement, schedule, search
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
@@ -109,9 +109,9 @@ def test_layer_bound_below_schedules():
                 single, intra = cost.op_latencies(g, rows)
                 makespan, _, _ = schedule.schedule_many(g, single, intra, rows["num_tc"],
                                                         rows["num_vc"])
-                lb = pipe.layer_lower_bounds(g, single, intra, rows["num_tc"], rows["num_vc"])
+                lb = schedule.layer_lower_bounds(g, single, intra, rows["num_tc"], rows["num_vc"])
                 rs, ri = cost.roofline_bounds(g, rows)
-                lb_roof = pipe.layer_lower_bounds(g, rs, ri, rows["num_tc"], rows["num_vc"])
+                lb_roof = schedule.layer_lower_bounds(g, rs, ri, rows["num_tc"], rows["num_vc"])
                 ok = np.isfinite(makespan)
                 assert np.all(lb[ok] <= makespan[ok] * (1 + 1e-9))
                 assert np.all(lb_roof[ok] <= lb[ok] * (1 + 1e-9))
@@ -126,7 +126,7 @@ def test_layer_bound_kernel_runs_without_jit():
     args = (g.kind.astype(np.int64), g.pred_ptr.astype(np.int64), g.pred_idx.astype(np.int64),
             g.order.astype(np.int64), single, intra, rows["num_tc"].astype(np.float64),
             rows["num_vc"].astype(np.float64))
-    kernel = pipe._layer_lower_bounds_kernel
+    kernel = schedule._K._layer_lower_bounds_kernel
     # Under NUMBA_DISABLE_JIT=1 the kernel is the plain function (no .py_func).
     np.testing.assert_allclose(getattr(kernel, "py_func", kernel)(*args), kernel(*args))
 

@@ -331,6 +331,23 @@ def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
     return float(total)
 
 
+def layer_lower_bounds(op_graph, single, intra, num_tc, num_vc) -> np.ndarray:
+    """Seconds per architecture that no schedule of ``op_graph`` can beat, from the
+    latencies alone (critical path of the faster modes; tensor-core, vector-core and link
+    work over their capacities). Cheaper than :func:`schedule_many`; the search prunes
+    with it. ``single``/``intra`` are (n_ops, n_archs) seconds, ``num_tc``/``num_vc`` per
+    architecture."""
+    return _K._layer_lower_bounds_kernel(
+        np.ascontiguousarray(op_graph.kind, dtype=np.int64),
+        np.ascontiguousarray(op_graph.pred_ptr, dtype=np.int64),
+        np.ascontiguousarray(op_graph.pred_idx, dtype=np.int64),
+        np.ascontiguousarray(op_graph.order, dtype=np.int64),
+        np.ascontiguousarray(single, dtype=np.float64),
+        np.ascontiguousarray(intra, dtype=np.float64),
+        np.ascontiguousarray(num_tc, dtype=np.float64),
+        np.ascontiguousarray(num_vc, dtype=np.float64))
+
+
 def list_schedule(op_graph, single, intra, num_tc, num_vc, *, gap=None) -> Schedule:
     """List schedule of the whole graph: operators by critical-path priority, started as
     early as capacity allows, both modes tried (earliest finish) plus fixed-mode passes;
