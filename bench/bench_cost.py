@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
 sys.path.insert(0, str(REPO / "tests"))
 
 from phaze import cost  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
 
 from phaze import placement as pl  # noqa: E402
 from phaze._native import _placement as kernel  # noqa: E402

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
 
 from phaze import cost, graph, models  # noqa: E402
 from phaze import schedule as S  # noqa: E402

@@ -17,7 +17,7 @@ import platform
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
 
 from phaze import arch, search  # noqa: E402
 
