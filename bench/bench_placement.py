@@ -15,7 +15,6 @@ plan must re-evaluate (phaze.placement.evaluate) to its reported time.  Then:
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
