@@ -120,10 +120,12 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     for m in model_list:
         widths[m.name], skipped[m.name] = valid_widths(m, widths_all)
 
+    settings = SearchSettings(
+        models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
+        devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,
+        recompute=recompute, optimizer=optimizer, gap=gap, prune=bool(prune))
     n_archs = archs.shape[0]
-    chunk_ids = list(range((n_archs + chunk_archs - 1) // chunk_archs))
-    points_per_arch = len(model_list) * len(microbatch) * len(hbm) * len(recompute)
-    total_points = n_archs * points_per_arch
+    # What must match for --resume (also recorded in the metadata).
     inputs = {
         "models": [dataclasses.asdict(m) for m in model_list], "devices": devices,
         "global_batch": global_batch, "microbatch": microbatch, "hbm_gib": hbm,
@@ -132,90 +134,53 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
     }
-    digest = _files.inputs_hash(inputs)
-    settings = SearchSettings(
-        models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
-        devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,
-        recompute=recompute, optimizer=optimizer, gap=gap, prune=bool(prune))
-
-    journal = _files.Journal(out, digest, resume=resume) if out is not None else None
-    tables = [journal.previous] if journal is not None else []
-    chunk_facts = dict(journal.chunks) if journal is not None else {}
-    todo = [c for c in chunk_ids if c not in chunk_facts]
-
-    # Pruning floors: the best throughput an evaluated point of the space reached, per model.
-    floors = [0.0] * len(model_list)
-    incumbents: list = []
-    for tab in tables:
-        update_floors(tab, model_list, floors, incumbents)
-
-    progress = sys.stderr.isatty() if progress is None else bool(progress)
-    prog = _Progress(sum(
-        (min(n_archs, (c + 1) * chunk_archs) - c * chunk_archs) * points_per_arch for c in todo),
-        progress)
-    n_evaluated = sum(len(t["arch_id"]) for t in tables)
-
-    def make_task(cid):
-        lo, hi = cid * chunk_archs, min(n_archs, (cid + 1) * chunk_archs)
-        return ChunkTask(settings=settings, chunk_id=cid, archs=archs[lo:hi],
-                         arch_ids=np.arange(lo, hi), floors=tuple(floors),
-                         incumbents=tuple(tuple(v.tolist()) for v in incumbents),
-                         want_block=bool(baselines))
-
-    def on_result(res):
-        nonlocal n_evaluated
-        cid = res.chunk_id
-        tab = expand(res.columns, archs, model_list)
-        facts = {"pruned": int(res.pruned), "evaluated": len(tab["arch_id"])}
-        if res.block_fwbw_s is not None:
-            facts["block"] = chunk_block_argmin(res.block_fwbw_s, archs, cid * chunk_archs)
-        if journal is not None:
-            journal.append(cid, tab, facts)
-        chunk_facts[cid] = facts
-        tables.append(tab)
-        n_evaluated += len(tab["arch_id"])
-        update_floors(tab, model_list, floors, incumbents)
-        lo, hi = cid * chunk_archs, min(n_archs, (cid + 1) * chunk_archs)
-        prog.update((hi - lo) * points_per_arch, max(floors) if len(floors) == 1 else 0.0)
-
+    journal = (_files.Journal(out, _files.inputs_hash(inputs), resume=resume)
+               if out is not None else None)
+    sweep = _Sweep(settings, archs, chunk_archs, journal, want_block=bool(baselines),
+                   progress=sys.stderr.isatty() if progress is None else bool(progress))
     # _chunk.run_chunk is looked up here, not bound at import: tests substitute it.
+    per_worker = 1 if prune else 2  # pruning: each task made with the freshest floor
     try:
-        if executor == "serial" or (executor == "process" and len(todo) <= 1 and workers is None):
-            _executors.run_serial(_chunk.run_chunk, make_task, todo, on_result)
+        if executor == "serial" or (executor == "process" and len(sweep.todo) <= 1
+                                    and workers is None):
+            _executors.run_serial(_chunk.run_chunk, sweep.make_task, sweep.todo, sweep.on_result)
         elif executor == "process":
-            _executors.run_process_pool(_chunk.run_chunk, make_task, todo, on_result,
-                                        workers=workers, per_worker=1 if prune else 2)
+            _executors.run_process_pool(_chunk.run_chunk, sweep.make_task, sweep.todo,
+                                        sweep.on_result, workers=workers, per_worker=per_worker)
         else:
-            _executors.run_dask(_chunk.run_chunk, make_task, todo, on_result, address=address,
-                                per_worker=1 if prune else 2)
+            _executors.run_dask(_chunk.run_chunk, sweep.make_task, sweep.todo, sweep.on_result,
+                                address=address, per_worker=per_worker)
     finally:
-        prog.close()
+        sweep.progress.close()
     sweep_s = time.perf_counter() - wall0
 
-    table = concat_tables(tables)
+    # Rows in a fixed order (chunks finish in any order): model, arch id, knobs.
+    model_names = [m.name for m in model_list]
+    table = concat_tables(sweep.tables)
     order = np.lexsort((table["recompute"], table["hbm_gib"], table["microbatch"], table["arch_id"],
-                        np.array([[m.name for m in model_list].index(str(x)) for x in table["model"]],
+                        np.array([model_names.index(str(x)) for x in table["model"]],
                                  dtype=np.int64)))
     table = take(table, order)
-    model_names = [m.name for m in model_list]
     best = choose_best(table, model_names)
 
     base = {}
     if baselines:
-        base = run_baselines(settings, best, chunk_facts, archs)
+        base = run_baselines(settings, best, sweep.chunk_facts, archs)
     wall_s = time.perf_counter() - wall0
-    n_pruned = sum(int(f.get("pruned", 0)) for f in chunk_facts.values())
+    n_pruned = sum(int(f.get("pruned", 0)) for f in sweep.chunk_facts.values())
     metadata = {
         "phaze_version": __version__,
         "inputs": {k: v for k, v in inputs.items() if k not in ("models",)} | {
             "models": model_names, "space_rows": n_archs, "executor": executor,
             "address": address, "workers": workers},
         "wall_time_s": wall_s, "sweep_time_s": sweep_s,
-        "points_total": total_points, "points_evaluated": n_evaluated, "points_pruned": n_pruned,
+        "points_total": n_archs * settings.points_per_arch, "points_evaluated": sweep.n_evaluated,
+        "points_pruned": n_pruned,
         # Rate of this run: points of the chunks it evaluated (resumed ones excluded).
-        "points_per_s": prog.total / sweep_s if sweep_s > 0 and prog.total else None,
+        "points_per_s": (sweep.progress.total / sweep_s if sweep_s > 0 and sweep.progress.total
+                         else None),
         "skipped_tensor_parallel": {m: {str(t): r for t, r in s.items()} for m, s in skipped.items()},
-        "resumed_chunks": len(chunk_ids) - len(todo),
+        "resumed_chunks": sweep.n_chunks - len(sweep.todo),
     }
     result = SearchResult(table=table, best=best, baselines=base, metadata=metadata,
                           models=model_names)
@@ -227,6 +192,64 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         elif journal.format == ".parquet":
             _files.save_parquet(journal.path, table, summary)
     return result
+
+
+class _Sweep:
+    """One sweep while its chunks run: the rows so far, per-chunk facts, the pruning state,
+    the journal and the progress line.
+
+    Chunk ``cid`` holds the space's rows ``cid·chunk_archs`` up to the next multiple (the
+    last chunk may be shorter). Chunks already in the journal (``--resume``) are not run
+    again: their rows and facts are taken from it.
+    """
+
+    def __init__(self, settings, archs, chunk_archs, journal, *, want_block, progress):
+        self.settings, self.archs, self.chunk_archs = settings, archs, chunk_archs
+        self.journal, self.want_block = journal, want_block
+        self.models = list(settings.models)
+        self.n_chunks = (archs.shape[0] + chunk_archs - 1) // chunk_archs
+        self.tables = [journal.previous] if journal is not None else []
+        self.chunk_facts = dict(journal.chunks) if journal is not None else {}
+        self.todo = [c for c in range(self.n_chunks) if c not in self.chunk_facts]
+        # Pruning floors: the best throughput an evaluated point of the space reached, per model.
+        self.floors = [0.0] * len(self.models)
+        self.incumbents: list = []
+        for tab in self.tables:
+            update_floors(tab, self.models, self.floors, self.incumbents)
+        self.n_evaluated = sum(len(t["arch_id"]) for t in self.tables)
+        self.progress = _Progress(
+            sum(self.rows_of(c).size for c in self.todo) * settings.points_per_arch, progress)
+
+    def rows_of(self, cid) -> np.ndarray:
+        """Arch ids (rows of the space) of chunk ``cid``."""
+        lo = cid * self.chunk_archs
+        return np.arange(lo, min(self.archs.shape[0], lo + self.chunk_archs))
+
+    def make_task(self, cid) -> ChunkTask:
+        """Chunk ``cid``'s task, with the pruning state known now (called at dispatch)."""
+        ids = self.rows_of(cid)
+        return ChunkTask(settings=self.settings, chunk_id=cid,
+                         archs=self.archs[ids[0]:ids[-1] + 1] if ids.size else self.archs[:0],
+                         arch_ids=ids, floors=tuple(self.floors),
+                         incumbents=tuple(tuple(v.tolist()) for v in self.incumbents),
+                         want_block=self.want_block)
+
+    def on_result(self, res) -> None:
+        """Keep a finished chunk: journal it, raise the floors, advance the progress line."""
+        cid = res.chunk_id
+        tab = expand(res.columns, self.archs, self.models)
+        facts = {"pruned": int(res.pruned), "evaluated": len(tab["arch_id"])}
+        if res.block_fwbw_s is not None:
+            facts["block"] = chunk_block_argmin(res.block_fwbw_s, self.archs,
+                                                cid * self.chunk_archs)
+        if self.journal is not None:
+            self.journal.append(cid, tab, facts)
+        self.chunk_facts[cid] = facts
+        self.tables.append(tab)
+        self.n_evaluated += len(tab["arch_id"])
+        update_floors(tab, self.models, self.floors, self.incumbents)
+        self.progress.update(self.rows_of(cid).size * self.settings.points_per_arch,
+                             max(self.floors) if len(self.floors) == 1 else 0.0)
 
 
 def update_floors(tab, model_list, floors, incumbents) -> None:
