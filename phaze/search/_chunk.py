@@ -21,6 +21,7 @@ point of the space, so it never changes the best answer:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -300,7 +301,7 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
                                 batch = batch[~skip]
                                 if not batch.size:
                                     continue
-                            _solve_batch(rows, cfg, mi, mb, hbm, rc, chains, sub_archs,
+                            _solve_batch(rows, cfg, _Knobs(mi, mb, hbm, rc), chains, sub_archs,
                                          arch_ids[sub], batch, floors)
     return ChunkResult(chunk_id=int(task.chunk_id), columns=rows.arrays(), pruned=pruned,
                        block_fwbw_s=block)
@@ -330,9 +331,25 @@ class ChainArrays:
         return self.P[sel], self.A[sel], self.T[sel], self.E[sel]
 
 
-def _solve_batch(rows, cfg, mi, mb, hbm, rc, chains, archs, arch_ids, batch, floors):
-    """Solve the placement of architectures ``batch`` (indices into ``archs``) for one
-    (model ``mi``, microbatch, HBM, recompute) and add their rows; raises ``floors[mi]``."""
+@dataclasses.dataclass(frozen=True)
+class _Knobs:
+    """One training-knob combination of a chunk: model (index into the settings' models),
+    microbatch (samples), HBM (GiB per chip; None: each row's own), recomputation."""
+
+    model_index: int
+    microbatch: int
+    hbm_gib: float
+    recompute: bool
+
+
+def _solve_batch(rows, cfg, knobs, chains, archs, arch_ids, batch, floors):
+    """Solve the placement of architectures ``batch`` (indices into ``archs``, ids
+    ``arch_ids``) at one knob combination, add their rows and raise the model's floor.
+
+    ``chains``: the :class:`ChainArrays` of (model, microbatch), None when the model has
+    no valid width; ``floors``: per model, the best samples/s reached so far.
+    """
+    mi, mb, hbm, rc = knobs.model_index, knobs.microbatch, knobs.hbm_gib, knobs.recompute
     m = cfg.global_batch // mb
     problems, where = [], []
     net = archs["net_gb_per_s"]
