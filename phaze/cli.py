@@ -135,6 +135,7 @@ def _models_from_args(args):
 
 
 def _cmd_search(args) -> int:
+    """``phaze search``: run the sweep, print its summary (and where the rows went)."""
     from . import arch, search
 
     model_list = _models_from_args(args)
@@ -179,6 +180,7 @@ def _add_evaluate_arguments(p) -> None:
 
 
 def _cmd_evaluate(args) -> int:
+    """``phaze evaluate``: one architecture and strategy, where the time and memory go."""
     from . import models, search
 
     if bool(args.model) == bool(args.hf_config):
@@ -219,6 +221,7 @@ def _add_plot_arguments(p) -> None:
 
 
 def _cmd_plot(args) -> int:
+    """``phaze plot``: throughput (or normalised score) vs area of a result file."""
     from . import search
 
     result = search.load_result(args.file)
@@ -271,6 +274,7 @@ def _plot_result(result, out_path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``phaze`` argument parser: one sub-command per job, each with its handler."""
     from . import __version__
 
     parser = argparse.ArgumentParser(
@@ -305,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run ``phaze`` with ``argv`` (default: the command line); returns the exit status
+    (0 done, 2 bad input, 130 interrupted, 141 output pipe closed)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

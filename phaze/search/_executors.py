@@ -95,6 +95,7 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retri
 
 
 def _count_failure(failures, cid, retries, why):
+    """Count a failure of chunk ``cid``; ChunkFailed once it failed more than ``retries`` times."""
     failures[cid] = failures.get(cid, 0) + 1
     if failures[cid] > retries:
         raise ChunkFailed(f"chunk {cid} failed {failures[cid]} times; last: {why}")

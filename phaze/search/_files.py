@@ -46,6 +46,7 @@ def inputs_hash(inputs: dict) -> str:
 
 
 def _fmt(value) -> str:
+    """One value as CSV text (booleans true/false, floats shortest round-trip, inf, nan)."""
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, (float, np.floating)):
@@ -107,6 +108,7 @@ def read_rows_csv(path) -> tuple[dict, np.ndarray]:
 
 
 def _parse_column(name, texts) -> np.ndarray:
+    """CSV field strings of column ``name`` → a numpy column of its dtype."""
     dt = COLUMN_DTYPES[name]
     if not texts:
         return np.array([], dtype=dt)
@@ -124,6 +126,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write, flush to disk, then rename over ``path``: readers see the old or the new file."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -210,12 +213,14 @@ class Journal:
 
 
 def save_json(path, summary: dict, top_rows: dict) -> None:
+    """A .json result: the summary (metadata, best, baselines, Pareto front) and the top rows."""
     doc = dict(summary)
     doc["top_rows"] = [dict(zip(top_rows, vals)) for vals in zip(*top_rows.values())]
     _atomic_write_text(Path(path), json.dumps(json_safe(doc), indent=1))
 
 
 def save_parquet(path, table: dict, summary: dict) -> None:
+    """A .parquet result: every row, the summary as JSON in the schema metadata (key 'phaze')."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -233,6 +238,7 @@ def save_parquet(path, table: dict, summary: dict) -> None:
 
 
 def save_csv(path, table: dict) -> None:
+    """A .csv / .csv.gz result: every row, with a header (no chunk column)."""
     data = table_csv(table, header=True).encode()
     if str(path).lower().endswith(".gz"):
         data = gzip.compress(data, mtime=0)
@@ -277,6 +283,7 @@ def load_table(path) -> tuple[dict, dict]:
 
 
 def _none_inf(v, dt):
+    """JSON null back to inf in a float column (json_safe wrote inf as null)."""
     if v is None and dt is np.float64:
         return math.inf
     return v
