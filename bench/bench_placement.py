@@ -15,7 +15,6 @@ plan must re-evaluate (phaze.placement.evaluate) to its reported time.  Then:
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -55,7 +54,7 @@ def _variants(problem, count):
     rng = np.random.default_rng(0)
     out = []
     for _ in range(count):
-        out.append(pl.PlacementProblem._from_trusted_arrays(
+        out.append(pl.PlacementProblem.from_trusted_arrays(
             problem.widths, problem.forward_s, problem.backward_s, problem.param_bytes,
             problem.activation_bytes, problem.tensor_parallel, problem.edge_bytes,
             problem.devices, problem.memory_bytes * rng.uniform(0.05, 2.0), problem.bandwidth,

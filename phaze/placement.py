@@ -1,4 +1,4 @@
-"""Data × pipeline × tensor-parallel placement of a layer chain (DESIGN §2.6).
+"""Data × pipeline × tensor-parallel placement of a layer chain (docs/design.md §2.6).
 
 The model is the original study's, stated exactly in
 ``../shared/golden/placement/README.md``: a plan picks a tensor-parallel width
@@ -10,8 +10,12 @@ stages; it is scored by
 seconds, where m is the number of microbatches per batch and P_first the
 parameter bytes of the first stage. :func:`solve` finds the optimum exactly with
 the compiled kernel ``phaze._native._placement`` (Cython, GIL released, OpenMP
-over problems in :func:`solve_many`); :func:`evaluate` re-scores any plan from
-the rules, independently of the kernel.
+over problems in :func:`solve_many`). :func:`breakdown` costs any given plan
+from the rules, independently of the kernel (per stage: compute, communication,
+memory; per batch: steady state, pipeline bubble, gradient sync) and
+:func:`evaluate` returns its time per batch. :func:`time_per_batch_lower_bound`
+is the one lower bound on the optimum (vectorised over instances, for a
+search's pruning); :func:`lower_bound_time` applies it to one problem.
 
 Conventions:
 
@@ -36,8 +40,8 @@ from . import _validate
 from ._native import _placement as _kernel
 from ._threads import kernel_threads
 
-__all__ = ["PlacementProblem", "Placement", "load_phaze_json", "solve", "solve_many", "evaluate",
-           "lower_bound_time"]
+__all__ = ["PlacementProblem", "Placement", "StageCost", "PlanBreakdown", "load_phaze_json", "solve",
+           "solve_many", "evaluate", "breakdown", "lower_bound_time", "time_per_batch_lower_bound"]
 
 _OPTIMIZERS = ("sgd", "adam")
 
@@ -65,7 +69,7 @@ class PlacementProblem:
 
     The constructor validates and converts everything (ValueError naming the
     field); the search, which builds many problems from arrays it already
-    trusts, may use :meth:`_from_trusted_arrays` instead.
+    trusts, may use :meth:`from_trusted_arrays` instead.
     """
 
     widths: np.ndarray
@@ -156,7 +160,7 @@ class PlacementProblem:
             getattr(self, name).setflags(write=False)
 
     @classmethod
-    def _from_trusted_arrays(cls, widths, forward_s, backward_s, param_bytes, activation_bytes,
+    def from_trusted_arrays(cls, widths, forward_s, backward_s, param_bytes, activation_bytes,
                              tensor_parallel, edge_bytes, devices, memory_bytes, bandwidth,
                              microbatches, recompute=False, optimizer="sgd", layer_ids=None):
         """Build without validation, for callers that construct many problems from checked arrays.
@@ -510,7 +514,7 @@ def _pack(problems):
             tp[n, :k] = p.tensor_parallel
             if n_layers > 1:
                 eb[n, :k] = p.edge_bytes
-    # Cheap guard for problems built with _from_trusted_arrays: the kernel reads
+    # Cheap guard for problems built with from_trusted_arrays: the kernel reads
     # raw pointers, so the packed shapes must agree exactly.
     if (any(a.shape != (P, W, n_layers) for a in stacks) or tp.shape != (P, W, n_layers)
             or eb.shape != (P, W, E) or widths.shape != (P, W)):
@@ -567,57 +571,78 @@ def solve(problem: PlacementProblem) -> Placement:
 
 
 # ---------------------------------------------------------------------------
-# Independent evaluation of a plan
+# The cost of a given plan, by the rules (independent of the DP kernel)
 # ---------------------------------------------------------------------------
 
-def _stage_walk(problem, w, first, last, position):
-    """(load seconds, memory bytes) of layers first..last at ``position`` (1 = last stage), by the rules."""
-    fw, bw = problem.forward_s[w], problem.backward_s[w]
-    L = problem.n_layers
-    wait_in = problem.edge_bytes[w, first - 1] / problem.bandwidth if first > 0 else 0.0
-    wait_out = problem.edge_bytes[w, last] / problem.bandwidth if last < L - 1 else 0.0
-    clock = wait_in                      # forward walk, first layer waits for its input
-    for i in range(first, last + 1):
-        clock += fw[i]
-    forward = clock
-    clock = wait_out                     # backward walk in reverse
-    for i in range(last, first - 1, -1):
-        clock += bw[i]
-    backward = clock
-    if problem.recompute and position > 1:
-        replay = 0.0                     # recomputed forward, no input wait
-        for i in range(first, last + 1):
-            replay += fw[i]
-        clock = max(replay, wait_out)
-        for i in range(last, first - 1, -1):
-            clock += bw[i]
-        load = forward + clock
-    else:
-        load = forward + backward
-    params = acts = 0.0                  # summed in chain order (limits can sit exactly on a sum)
-    for i in range(first, last + 1):
-        params += float(problem.param_bytes[w, i])
-        acts += float(problem.activation_bytes[w, i])
-    const = (3.0 if problem.optimizer == "adam" else 2.0) * params + acts  # 2P (+P for Adam) + A
-    if problem.recompute:
-        stash = problem.edge_bytes[w, first - 1] if first > 0 else 0.0
-    else:
-        stash = acts
-    return load, const + (position - 1) * stash
+@dataclass(frozen=True)
+class StageCost:
+    """Cost of one pipeline stage of a plan, per microbatch (seconds) and per device (bytes).
 
-
-def evaluate(problem: PlacementProblem, placement: Placement) -> float:
-    """Time per batch (seconds) of ``placement`` under ``problem``'s rules, independent of the DP.
-
-    Returns ``math.inf`` for an infeasible placement or a plan that breaks a
-    limit (memory at a stage's position, devices, d > min(devices, microbatches),
-    more stages than min(devices, layers), a width above the device count).
-    Raises ValueError for a malformed plan: a width not offered, stages that do
-    not cover the chain in order, a stage's device count that differs from the
-    rule (t if it holds a tensor-parallel layer, else 1), d < 1.
+    - ``first``, ``last``: chain positions (0-based, inclusive) of the stage's layers;
+      ``position``: counted from the end of the pipeline (the last stage is 1);
+      ``devices``: devices of one replica of the stage (t or 1).
+    - ``forward_s``: forward walk, including the wait for the incoming edge;
+      ``backward_s``: backward walk without recomputation, including the wait for the
+      outgoing edge's gradient.
+    - ``load_s``: the stage's load: forward + backward, or forward + the recomputing
+      backward walk when recomputation is on and the stage is not the last.
+    - ``compute_s``: layer time inside the load (Σ forward + Σ backward, plus Σ forward
+      again when recomputing); ``communication_s`` = ``load_s`` − ``compute_s``: the
+      edge waits the walks expose.
+    - ``memory_bytes``: 2P (+P for Adam) + A + (position − 1) · stash;
+      ``fits``: ``memory_bytes`` ≤ the problem's ``memory_bytes``.
     """
-    if not placement.feasible:
-        return math.inf
+
+    first: int
+    last: int
+    position: int
+    devices: int
+    forward_s: float
+    backward_s: float
+    load_s: float
+    compute_s: float
+    communication_s: float
+    memory_bytes: float
+    fits: bool
+
+    @property
+    def n_layers(self) -> int:
+        """Layers in the stage."""
+        return self.last - self.first + 1
+
+
+@dataclass(frozen=True)
+class PlanBreakdown:
+    """Where the time and memory of a plan go (see :func:`breakdown`).
+
+    - ``stages``: one :class:`StageCost` per stage, first stage first.
+    - ``max_load_s``: the largest stage load (seconds per microbatch);
+      ``critical_stage``: index (0-based) of the first stage with that load.
+    - Seconds per batch: ``steady_s`` = max load · ⌈m/d⌉, ``bubble_s`` = max load · (S − 1),
+      ``grad_sync_s`` = 4 (d − 1) · P_first / (bandwidth · d).
+    - ``time_per_batch``: max load · (⌈m/d⌉ + S − 1) + grad sync, evaluated in that
+      order (what :func:`evaluate` returns; it equals steady + bubble + sync up to
+      rounding), or ``math.inf`` when the plan breaks a limit.
+    - ``devices_used``: d · Σ stage devices; ``feasible``: no limit is broken;
+      ``reason``: the first broken limit in words ("" when feasible).
+    """
+
+    stages: tuple
+    tensor_parallel: int
+    data_parallel: int
+    max_load_s: float
+    critical_stage: int
+    steady_s: float
+    bubble_s: float
+    grad_sync_s: float
+    time_per_batch: float
+    devices_used: int
+    feasible: bool
+    reason: str
+
+
+def _plan_bounds(problem, placement):
+    """(width row, d, [(first, last, devices)]) of a plan, or ValueError if it is malformed."""
     t = int(placement.tensor_parallel)
     matches = np.flatnonzero(problem.widths == t)
     if matches.size == 0:
@@ -643,32 +668,170 @@ def evaluate(problem: PlacementProblem, placement: Placement) -> float:
         expect = idx[-1] + 1
     if expect != len(ids) or not bounds:
         raise ValueError("the stages must cover every layer of the chain")
-    D, S = problem.devices, len(bounds)
-    if t > D or d > min(D, problem.microbatches) or S > min(D, len(ids)):
-        return math.inf
-    if sum(a for _, _, a in bounds) > D // d:
-        return math.inf
-    max_load = 0.0
-    for s, (first, last, _) in enumerate(bounds):
-        load, memory = _stage_walk(problem, w, first, last, S - s)
-        if memory > problem.memory_bytes:
-            return math.inf
-        max_load = max(max_load, load)
-    p_first = 0.0
+    return w, d, bounds
+
+
+def _stage_cost(problem, w, first, last, position, devices) -> StageCost:
+    """Cost of layers first..last at ``position`` (1 = last stage), by the rules.
+
+    Sums run in chain order (backward walks in reverse chain order), one addition
+    at a time as the rules state them: memory limits can sit exactly on a sum,
+    and the search's results are compared bit for bit.
+    """
+    fw, bw = problem.forward_s[w], problem.backward_s[w]
+    L = problem.n_layers
+    wait_in = problem.edge_bytes[w, first - 1] / problem.bandwidth if first > 0 else 0.0
+    wait_out = problem.edge_bytes[w, last] / problem.bandwidth if last < L - 1 else 0.0
+    clock = wait_in                      # forward walk, first layer waits for its input
+    for i in range(first, last + 1):
+        clock += fw[i]
+    forward = clock
+    clock = wait_out                     # backward walk in reverse
+    for i in range(last, first - 1, -1):
+        clock += bw[i]
+    backward = clock
+    sum_fw = sum_bw = 0.0                # the layers' own time inside the load
+    for i in range(first, last + 1):
+        sum_fw += fw[i]
+    for i in range(last, first - 1, -1):
+        sum_bw += bw[i]
+    if problem.recompute and position > 1:
+        # The recomputed forward (sum_fw: no input wait) runs before the backward walk,
+        # which also cannot start before the outgoing edge's gradient arrives.
+        clock = max(sum_fw, wait_out)
+        for i in range(last, first - 1, -1):
+            clock += bw[i]
+        load = forward + clock
+        compute = 2 * sum_fw + sum_bw
+    else:
+        load = forward + backward
+        compute = sum_fw + sum_bw
+    params = acts = 0.0
+    for i in range(first, last + 1):
+        params += float(problem.param_bytes[w, i])
+        acts += float(problem.activation_bytes[w, i])
+    const = (3.0 if problem.optimizer == "adam" else 2.0) * params + acts  # 2P (+P for Adam) + A
+    if problem.recompute:  # only the stage's input is stashed per microbatch in flight
+        stash = problem.edge_bytes[w, first - 1] if first > 0 else 0.0
+    else:
+        stash = acts
+    memory = const + (position - 1) * stash
+    return StageCost(first=int(first), last=int(last), position=int(position), devices=int(devices),
+                     forward_s=float(forward), backward_s=float(backward), load_s=float(load),
+                     compute_s=float(compute), communication_s=float(load - compute),
+                     memory_bytes=float(memory), fits=bool(memory <= problem.memory_bytes))
+
+
+def breakdown(problem: PlacementProblem, placement: Placement) -> PlanBreakdown:
+    """Time and memory of ``placement`` under ``problem``'s rules, stage by stage.
+
+    The one cost model of a given plan: :func:`evaluate` returns its
+    ``time_per_batch`` and ``phaze.search.evaluate_point`` reports it. Every stage
+    is costed even when the plan breaks a limit (memory at a stage's position,
+    devices, d > min(devices, microbatches), more stages than min(devices, layers),
+    a width above the device count); then ``feasible`` is False, ``reason`` names
+    the first broken limit and ``time_per_batch`` is ``math.inf``.
+
+    Raises ValueError for an infeasible placement (it has no plan) and for a
+    malformed plan: a width not offered, stages that do not cover the chain in
+    order, a stage's device count that differs from the rule (t if it holds a
+    tensor-parallel layer, else 1), d < 1.
+    """
+    if not placement.feasible:
+        raise ValueError("an infeasible placement has no plan to break down")
+    w, d, bounds = _plan_bounds(problem, placement)
+    t = int(placement.tensor_parallel)
+    D, L, S, m = problem.devices, problem.n_layers, len(bounds), problem.microbatches
+    stages = tuple(_stage_cost(problem, w, first, last, S - s, a)
+                   for s, (first, last, a) in enumerate(bounds))
+    memory = problem.memory_bytes
+    used = d * sum(a for _, _, a in bounds)
+    reason = ""
+    for j, st in enumerate(stages):
+        if not st.fits:
+            reason = (f"stage {j + 1} needs {st.memory_bytes / 2**30:.2f} GiB of "
+                      f"{memory / 2**30:.2f} GiB HBM")
+            break
+    if not reason and used > D:  # same as Σ stage devices > ⌊D/d⌋
+        reason = f"the plan needs {used} devices, only {D} available"
+    if not reason and d > m:
+        reason = f"data_parallel {d} exceeds the {m} microbatches per batch"
+    if not reason and S > min(D, L):
+        reason = f"{S} stages exceed min(devices, layers) = {min(D, L)}"
+    if not reason and t > D:
+        reason = f"tensor_parallel {t} exceeds the {D} devices"
+    max_load, critical = 0.0, 0
+    for s, st in enumerate(stages):
+        if st.load_s > max_load:
+            critical = s
+        max_load = max(max_load, st.load_s)
+    p_first = 0.0                        # parameter bytes of the first stage, in chain order
     for i in range(bounds[0][0], bounds[0][1] + 1):
         p_first += float(problem.param_bytes[w, i])
-    return (max_load * (math.ceil(problem.microbatches / d) + S - 1)
-            + 4.0 * (d - 1) * p_first / (problem.bandwidth * d))
+    slots = math.ceil(m / d)
+    sync = 4.0 * (d - 1) * p_first / (problem.bandwidth * d)
+    time = math.inf if reason else max_load * (slots + S - 1) + sync
+    return PlanBreakdown(stages=stages, tensor_parallel=t, data_parallel=d, max_load_s=max_load,
+                         critical_stage=critical, steady_s=max_load * slots,
+                         bubble_s=max_load * (S - 1), grad_sync_s=sync, time_per_batch=time,
+                         devices_used=int(used), feasible=not reason, reason=reason)
+
+
+def evaluate(problem: PlacementProblem, placement: Placement) -> float:
+    """Time per batch (seconds) of ``placement`` under ``problem``'s rules, independent of the DP.
+
+    ``breakdown(problem, placement).time_per_batch``: ``math.inf`` for an
+    infeasible placement or a plan that breaks a limit (memory at a stage's
+    position, devices, d > min(devices, microbatches), more stages than
+    min(devices, layers), a width above the device count). Raises ValueError for a
+    malformed plan (see :func:`breakdown`).
+    """
+    if not placement.feasible:
+        return math.inf
+    return breakdown(problem, placement).time_per_batch
+
+
+# ---------------------------------------------------------------------------
+# Lower bound on the time per batch (pruning)
+# ---------------------------------------------------------------------------
+
+def time_per_batch_lower_bound(total_s, max_layer_s, first_param_bytes, bandwidth, devices: int,
+                               n_layers: int, microbatches: int, stage_devices: int = 1) -> np.ndarray:
+    """Valid lower bound on the optimal time per batch (seconds) of one width, vectorised.
+
+    Arrays run over instances of the same chain shape (a search: architectures):
+    ``total_s`` Σ over the chain of each layer's forward + backward seconds;
+    ``max_layer_s`` the largest single-layer forward + backward; ``bandwidth``
+    bytes/s. Scalars: ``first_param_bytes`` parameter bytes of the chain's first
+    layer (always in the first stage); ``devices`` D; ``n_layers`` L;
+    ``microbatches`` m; ``stage_devices`` a, the devices every stage needs at
+    least (the width t when every layer is tensor-parallel, else 1).
+
+    For a plan with S stages and d replicas: every stage load is ≥ the forward +
+    backward sum of its layers, so max load ≥ total/S and ≥ max_layer; d·S·a ≤ D
+    and S ≤ L; time = max load · (⌈m/d⌉ + S − 1) + 4 (d − 1) · P_first / (bandwidth · d),
+    and (c + S − 1)/S decreases in S. The bound is the minimum over d of
+    max(total · (c + S_max − 1)/S_max, max_layer · c) + sync. Returns an
+    array of ``len(total_s)`` (``inf`` everywhere when a > D).
+    """
+    total_s = np.asarray(total_s, dtype=np.float64)[:, None]
+    max_layer_s = np.asarray(max_layer_s, dtype=np.float64)[:, None]
+    bandwidth = np.asarray(bandwidth, dtype=np.float64)[:, None]
+    if stage_devices > devices:
+        return np.full(total_s.shape[0], np.inf)
+    d = np.arange(1, min(devices // stage_devices, microbatches) + 1, dtype=np.float64)[None, :]
+    c = np.ceil(microbatches / d)
+    s_max = np.minimum(np.floor(devices / (d * stage_devices)), n_layers)
+    pipeline = total_s * (c + s_max - 1.0) / s_max
+    bound = np.maximum(pipeline, max_layer_s * c) + 4.0 * (d - 1.0) * first_param_bytes / (bandwidth * d)
+    return bound.min(axis=1)
 
 
 def lower_bound_time(problem: PlacementProblem) -> float:
-    """A cheap lower bound (seconds) on the optimal time per batch, for a search's pruning.
+    """A cheap lower bound (seconds) on the optimal time per batch of ``problem``.
 
-    Any plan at width t with S stages and degree d has max load ≥ Σ(fw+bw)/S and
-    ≥ the largest single-layer fw+bw, and takes ⌈m/d⌉ + S − 1 microbatch slots
-    with d ≤ min(D, m) and d·S·a ≤ D (a = t when every layer is tensor-parallel
-    at t > 1, else 1); minimised over S for each usable width.  Returns
-    ``math.inf`` when no width is usable (t > D for every width).
+    The minimum over usable widths (t ≤ devices) of
+    :func:`time_per_batch_lower_bound`; ``math.inf`` when no width is usable.
     """
     D, m = problem.devices, problem.microbatches
     best = math.inf
@@ -677,8 +840,8 @@ def lower_bound_time(problem: PlacementProblem) -> float:
             continue
         per_layer = problem.forward_s[w] + problem.backward_s[w]
         a = t if (t > 1 and bool(problem.tensor_parallel[w].all())) else 1
-        stages = np.arange(1, min(D // a, problem.n_layers) + 1)
-        d = np.minimum(D // (stages * a), m)
-        load = np.maximum(per_layer.sum() / stages, per_layer.max())
-        best = min(best, float(np.min(load * (-(-m // d) + stages - 1))))
+        bound = time_per_batch_lower_bound(
+            [per_layer.sum()], [per_layer.max()], float(problem.param_bytes[w, 0]),
+            [problem.bandwidth], D, problem.n_layers, m, stage_devices=a)
+        best = min(best, float(bound[0]))
     return best

@@ -163,7 +163,7 @@ def test_solve_many_parallel_matches_serial(monkeypatch, golden):
 
 def test_trusted_constructor_gives_same_result(golden):
     problem = pl.load_phaze_json(golden / "placement_bench_gpt3_1024.json")
-    trusted = pl.PlacementProblem._from_trusted_arrays(
+    trusted = pl.PlacementProblem.from_trusted_arrays(
         problem.widths, problem.forward_s, problem.backward_s, problem.param_bytes,
         problem.activation_bytes, problem.tensor_parallel, problem.edge_bytes, problem.devices,
         problem.memory_bytes, problem.bandwidth, problem.microbatches, problem.recompute,
@@ -432,7 +432,7 @@ def test_memory_limit_exactly_at_the_chain_order_sum():
 def test_trusted_constructor_sorts_widths_and_lowercases_optimizer():
     ref = _uniform(L=3, widths=(1, 2), optimizer="adam",
                    forward_s=np.array([[1.0, 2.0, 3.0], [0.6, 1.1, 1.6]]))
-    trusted = pl.PlacementProblem._from_trusted_arrays(
+    trusted = pl.PlacementProblem.from_trusted_arrays(
         ref.widths[::-1], ref.forward_s[::-1], ref.backward_s[::-1], ref.param_bytes[::-1],
         ref.activation_bytes[::-1], ref.tensor_parallel[::-1], ref.edge_bytes[::-1], ref.devices,
         ref.memory_bytes, ref.bandwidth, ref.microbatches, ref.recompute, "Adam")
@@ -482,7 +482,7 @@ def test_solve_equals_plain_dp_on_longer_chains(problem):
 
 def test_trusted_problem_with_inconsistent_shapes_is_rejected_before_the_kernel():
     ref = _uniform(L=3)
-    bad = pl.PlacementProblem._from_trusted_arrays(
+    bad = pl.PlacementProblem.from_trusted_arrays(
         ref.widths, ref.forward_s, np.ones((2, 4)), ref.param_bytes, ref.activation_bytes,
         ref.tensor_parallel, ref.edge_bytes, ref.devices, ref.memory_bytes, ref.bandwidth,
         ref.microbatches)

@@ -1,4 +1,5 @@
 """phaze.search: the sweep against brute force, pruning, baselines, bad input, multi-model."""
+import dataclasses
 import math
 
 import numpy as np
@@ -7,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import naive
-from phaze import _search_pipeline as pipe
-from phaze import arch, models, placement, schedule, search
+from phaze import arch, graph, models, placement, search
+from phaze.search import _baselines, _chunk, _point
+from phaze.search._settings import SearchSettings
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
@@ -88,7 +90,7 @@ def test_time_lower_bound_is_valid(devices, microbatches, n_layers, data):
         memory_bytes=1e9, bandwidth=rng.uniform(10, 1000), microbatches=microbatches,
         recompute=data.draw(st.booleans()), optimizer="sgd")
     plan = placement.solve(prob)
-    bound = min(pipe.time_per_batch_lower_bound(
+    bound = min(placement.time_per_batch_lower_bound(
         [float((fw[w] + bw[w]).sum())], [float((fw[w] + bw[w]).max())], float(P[w, 0]),
         [prob.bandwidth], devices, n_layers, microbatches,
         stage_devices=int(widths[w]))[0]  # every layer tensor-parallel: stages need t devices
@@ -104,7 +106,7 @@ def test_layer_bound_below_schedules():
 
     rows = arch.ArchSpace.default().configs[::97]
     for t in (1, 2):
-        for layer in pipe.model_graph(TINY2, 2, t).layers:
+        for layer in graph.build_layers(TINY2, 2, t).layers:
             for g in (layer.forward, layer.backward):
                 single, intra = cost.op_latencies(g, rows)
                 makespan, _, _ = schedule.schedule_many(g, single, intra, rows["num_tc"],
@@ -117,18 +119,45 @@ def test_layer_bound_below_schedules():
                 assert np.all(lb_roof[ok] <= lb[ok] * (1 + 1e-9))
 
 
-def test_layer_bound_kernel_runs_without_jit():
-    g = pipe.model_graph(TINY, 1, 1).layers[1].forward
-    rows = arch.ArchSpace.default().configs[:5]
-    from phaze import cost
+#: Layer bounds of every layer graph of a small model on a few architectures, saved to OUT.
+_LAYER_BOUNDS_SCRIPT = """
+import numpy as np
+from phaze import arch, cost, graph, models, schedule
+m = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
+                     vocab=512, seq_len=64)
+rows = arch.ArchSpace.default().configs[::3001]
+out = []
+for layer in graph.build_layers(m, 1, 1).layers:
+    for g in (layer.forward, layer.backward):
+        single, intra = cost.op_latencies(g, rows)
+        out.append(schedule.layer_lower_bounds(g, single, intra, rows["num_tc"], rows["num_vc"]))
+np.save(OUT, np.stack(out))
+"""
 
-    single, intra = cost.op_latencies(g, rows)
-    args = (g.kind.astype(np.int64), g.pred_ptr.astype(np.int64), g.pred_idx.astype(np.int64),
-            g.order.astype(np.int64), single, intra, rows["num_tc"].astype(np.float64),
-            rows["num_vc"].astype(np.float64))
-    kernel = schedule._K._layer_lower_bounds_kernel
-    # Under NUMBA_DISABLE_JIT=1 the kernel is the plain function (no .py_func).
-    np.testing.assert_allclose(getattr(kernel, "py_func", kernel)(*args), kernel(*args))
+
+def test_layer_bounds_without_jit_equal_the_compiled_kernel(tmp_path):
+    """The layer bound kernel run as plain Python gives the compiled kernel's bounds.
+
+    numba reads NUMBA_DISABLE_JIT when it is imported, so the plain-Python run is a
+    subprocess with NUMBA_DISABLE_JIT=1; this process runs the compiled kernel (unless
+    the whole suite already runs without JIT).
+    """
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])))
+    plain = tmp_path / "plain.npy"
+    code = f"OUT = {str(plain)!r}\n" + _LAYER_BOUNDS_SCRIPT
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tmp_path, timeout=900)
+    compiled = tmp_path / "compiled.npy"
+    exec(compile(_LAYER_BOUNDS_SCRIPT, "<layer bounds>", "exec"), {"OUT": str(compiled)})
+    plain, compiled = np.load(plain), np.load(compiled)
+    assert plain.shape == compiled.shape and np.all(np.isfinite(compiled)) and np.all(compiled > 0)
+    np.testing.assert_allclose(plain, compiled, rtol=1e-12, atol=0.0)
 
 
 def test_invalid_widths_are_skipped_and_recorded(space):
@@ -187,7 +216,7 @@ def test_baselines_present(tiny_result):
 def test_block_optimal_baseline_is_the_fastest_block(space, tiny_result):
     from phaze import cost, schedule
 
-    mg = pipe.model_graph(TINY, 1, 1)
+    mg = graph.build_layers(TINY, 1, 1)
     block = mg.layers[[layer.kind for layer in mg.layers].index("block")]
     total = np.zeros(len(space))
     for g in (block.forward, block.backward):
@@ -200,22 +229,24 @@ def test_block_optimal_baseline_is_the_fastest_block(space, tiny_result):
 def test_fixed_strategy_baseline_on_a_zoo_model():
     """bert-large's fixed strategy (p/d/t 8/128/1) on tpuv4, evaluated as a baseline."""
     tpu = arch.presets.get("tpuv4")
-    row = search._fixed_baseline(models.get("bert-large"), tpu, 1024, 4096, (1,), (32.0,),
-                                 (False,), "sgd", 0.01)
+    bert = models.get("bert-large")
+    settings = SearchSettings(models=(bert,), widths=((1, 2, 4, 8),), devices=1024,
+                              global_batch=4096, microbatch=(1,), hbm_gib=(32.0,),
+                              recompute=(False,), optimizer="sgd", gap=0.01)
+    row = _baselines.fixed_baseline(settings, bert, tpu)
     direct = search.evaluate_point("bert-large", "tpuv4", 1, 8, 128, 1, False, devices=1024)
     assert row["feasible"] == direct["feasible"]
     if direct["feasible"]:
         assert row["samples_per_s"] == pytest.approx(direct["samples_per_s"])
         assert row["stage_layers"] == "4,3,3,3,3,3,3,4"
-    too_few = search._fixed_baseline(models.get("bert-large"), tpu, 64, 4096, (1,), (32.0,),
-                                     (False,), "sgd", 0.01)
+    too_few = _baselines.fixed_baseline(dataclasses.replace(settings, devices=64), bert, tpu)
     assert not too_few["feasible"] and "devices" in too_few["reason"]
 
 
 def test_even_stages():
-    assert search._even_stages(26, 24, 8) == [4, 3, 3, 3, 3, 3, 3, 4]
-    assert search._even_stages(98, 96, 32) == [4] + [3] * 30 + [4]
-    assert search._even_stages(14, 12, 5) == [4, 3, 2, 2, 3]
+    assert _point.even_stages(26, 24, 8) == [4, 3, 3, 3, 3, 3, 3, 4]
+    assert _point.even_stages(98, 96, 32) == [4] + [3] * 30 + [4]
+    assert _point.even_stages(14, 12, 5) == [4, 3, 2, 2, 3]
 
 
 def test_evaluate_point_breakdown_adds_up():
@@ -257,7 +288,7 @@ def test_bad_input_fails_before_any_work(kwargs, field, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("work started before the input was validated")
 
-    monkeypatch.setattr(pipe, "run_chunk", boom)
+    monkeypatch.setattr(_chunk, "run_chunk", boom)
     args = dict(models="tiny-unused", devices=4, global_batch=8, space="tpuv4",
                 executor="serial", progress=False)
     args["models"] = TINY

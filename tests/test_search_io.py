@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phaze import _search_exec as ex
-from phaze import _search_io as io_
-from phaze import _search_pipeline as pipe
 from phaze import arch, cli, models, search
+from phaze.search import _chunk
+from phaze.search import _executors as ex
+from phaze.search import _files
+from phaze.search._table import COLUMN_NAMES, take
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
@@ -31,7 +32,7 @@ def reference(rows):
 
 def _same_tables(a, b):
     assert set(a) == set(b)
-    for name in io_.COLUMN_NAMES:
+    for name in COLUMN_NAMES:
         x, y = np.asarray(a[name]), np.asarray(b[name])
         assert x.shape == y.shape, name
         if x.dtype.kind == "f":
@@ -56,8 +57,8 @@ def test_out_file_round_trip(tmp_path, rows, reference, ext):
         assert len(doc["top_rows"]) == min(len(r), 50)
         assert back.table["samples_per_s"][0] == pytest.approx(r.best["samples_per_s"])
     else:
-        _same_tables(io_.take(back.table, np.argsort(back.table["arch_id"], kind="stable")),
-                     io_.take(r.table, np.argsort(r.table["arch_id"], kind="stable")))
+        _same_tables(take(back.table, np.argsort(back.table["arch_id"], kind="stable")),
+                     take(r.table, np.argsort(r.table["arch_id"], kind="stable")))
     assert back.best["samples_per_s"] == pytest.approx(r.best["samples_per_s"])
 
 
@@ -84,7 +85,7 @@ class _Interrupt:
 
     def __init__(self, n):
         self.n, self.calls = n, 0
-        self.real = pipe.run_chunk
+        self.real = _chunk.run_chunk
 
     def __call__(self, task):
         self.calls += 1
@@ -99,17 +100,17 @@ def test_interrupt_then_resume(tmp_path, rows, reference, monkeypatch, ext):
     kw = dict(space=rows, executor="serial", progress=False, baselines=False, chunk_archs=2,
               out=out, **SMALL)
     stopper = _Interrupt(3)
-    monkeypatch.setattr(pipe, "run_chunk", stopper)
+    monkeypatch.setattr(_chunk, "run_chunk", stopper)
     with pytest.raises(KeyboardInterrupt):
         search.search(TINY, **kw)
     # What is on disk is readable and holds exactly the two finished chunks.
     rows_file = out if ext != ".json" else Path(str(out) + ".rows.csv.gz")
-    table, chunk_ids = io_.read_rows_csv(rows_file)
+    table, chunk_ids = _files.read_rows_csv(rows_file)
     assert sorted(set(chunk_ids.tolist())) == [0, 1]
     assert len(table["arch_id"]) == 4 * 8
     # Resume: nothing finished is redone, nothing is lost.
     counter = _Interrupt(10 ** 9)
-    monkeypatch.setattr(pipe, "run_chunk", counter)
+    monkeypatch.setattr(_chunk, "run_chunk", counter)
     r = search.search(TINY, resume=True, **kw)
     assert counter.calls == 1  # chunk 2 only
     assert r.metadata["resumed_chunks"] == 2
@@ -130,7 +131,7 @@ def test_resume_after_a_killed_writer(tmp_path, rows, reference):
         f.write("tiny,9,1,2")  # a process killed mid-line
     r = search.search(TINY, resume=True, **kw)
     _same_tables(r.table, reference.table)
-    table, chunk_ids = io_.read_rows_csv(out)
+    table, chunk_ids = _files.read_rows_csv(out)
     assert len(table["arch_id"]) == len(reference)
 
 

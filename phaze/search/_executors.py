@@ -1,10 +1,11 @@
 """Running the search's chunks: in this process, on a local process pool, or on Dask.
 
-Every executor runs the same picklable function on the same task dicts, so the
-results do not depend on where a chunk ran. A chunk whose worker dies (a broken
-process pool, a Dask worker lost or an exception) is submitted again, up to
-``SEARCH_CHUNK_RETRIES`` times; tasks are built at dispatch time by ``make_task``
-so that pruning can use the best throughput known at that moment.
+Every executor runs the same picklable function on the same picklable tasks
+(``ChunkTask`` in a search), so the results do not depend on where a chunk ran. A
+chunk whose worker dies (a broken process pool, a Dask worker lost or an
+exception) is submitted again, up to ``phaze._config.SEARCH_CHUNK_RETRIES`` times;
+tasks are built at dispatch time by ``make_task`` so that pruning can use the best
+throughput known at that moment. The executors look at neither tasks nor results.
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from ._config import SEARCH_CHUNK_RETRIES
-from ._threads import available_cores, pin_worker_threads
+from .. import _config
+from .._threads import available_cores, pin_worker_threads
 
 
 def _init_worker() -> None:
@@ -27,16 +28,24 @@ class ChunkFailed(RuntimeError):
     """A chunk failed more often than the retry limit allows."""
 
 
+def _retries(retries) -> int:
+    """``retries``, or the package's tunable when None (read at call time)."""
+    return _config.SEARCH_CHUNK_RETRIES if retries is None else int(retries)
+
+
 def run_serial(fn, make_task, chunk_ids, on_result) -> None:
+    """``on_result(fn(make_task(cid)))`` for each chunk id in turn, in this process."""
     for cid in chunk_ids:
         on_result(fn(make_task(cid)))
 
 
-def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None,
-                     retries=SEARCH_CHUNK_RETRIES, per_worker=2) -> None:
+def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retries=None,
+                     per_worker=2) -> None:
     """All local cores (or ``workers``), one thread each, ``per_worker`` chunks in flight each
-    (1 when pruning, so each task is made with the freshest floor)."""
+    (1 when pruning, so each task is made with the freshest floor). ``retries``: runs
+    of a failed chunk before :class:`ChunkFailed` (None: ``_config.SEARCH_CHUNK_RETRIES``)."""
     workers = workers or available_cores()
+    retries = _retries(retries)
     pending = list(chunk_ids)[::-1]  # pop() from the end keeps chunk order
     failures: dict = {}
     # spawn: a forked child would inherit OpenMP/numba thread pools of the parent, which hang.
@@ -86,6 +95,7 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None,
 
 
 def _count_failure(failures, cid, retries, why):
+    """Count a failure of chunk ``cid``; ChunkFailed once it failed more than ``retries`` times."""
     failures[cid] = failures.get(cid, 0) + 1
     if failures[cid] > retries:
         raise ChunkFailed(f"chunk {cid} failed {failures[cid]} times; last: {why}")
@@ -97,9 +107,11 @@ def _dask_worker_setup():  # pragma: no cover - runs on Dask workers
     return True
 
 
-def run_dask(fn, make_task, chunk_ids, on_result, *, address, retries=SEARCH_CHUNK_RETRIES,
+def run_dask(fn, make_task, chunk_ids, on_result, *, address, retries=None,
              connect_timeout_s=30.0, per_worker=2) -> None:
-    """The same chunks on a Dask distributed cluster at ``address`` (tcp://HOST:PORT)."""
+    """The same chunks on a Dask distributed cluster at ``address`` (tcp://HOST:PORT);
+    ``retries`` as in :func:`run_process_pool`, ``connect_timeout_s`` seconds."""
+    retries = _retries(retries)
     try:
         from distributed import Client, as_completed
     except ImportError:

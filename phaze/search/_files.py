@@ -25,18 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-#: Columns of SearchResult.table, in file order, with their numpy dtype.
-TABLE_COLUMNS = (
-    ("model", object), ("arch_id", np.int64), ("num_tc", np.int64), ("tc_width", np.int64),
-    ("tc_depth", np.int64), ("num_vc", np.int64), ("vc_width", np.int64),
-    ("buffer_mib", np.float64), ("area_mm2", np.float64), ("microbatch", np.int64),
-    ("hbm_gib", np.float64), ("recompute", np.bool_), ("feasible", np.bool_),
-    ("time_per_batch_s", np.float64), ("samples_per_s", np.float64), ("tokens_per_s", np.float64),
-    ("tensor_parallel", np.int64), ("data_parallel", np.int64), ("pipeline_parallel", np.int64),
-    ("devices_used", np.int64), ("stage_layers", object), ("reason", object),
-)
-COLUMN_NAMES = tuple(name for name, _ in TABLE_COLUMNS)
-_DTYPES = dict(TABLE_COLUMNS)
+from ._table import COLUMN_DTYPES, COLUMN_NAMES, TABLE_COLUMNS, empty_table, json_safe, take
+
 FORMATS = (".csv", ".csv.gz", ".json", ".parquet")
 
 
@@ -55,19 +45,8 @@ def inputs_hash(inputs: dict) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def empty_table() -> dict:
-    return {name: np.array([], dtype=dt) for name, dt in TABLE_COLUMNS}
-
-
-def concat_tables(tables) -> dict:
-    tables = [t for t in tables if t is not None]
-    if not tables:
-        return empty_table()
-    return {name: np.concatenate([np.asarray(t[name], dtype=dt) for t in tables])
-            for name, dt in TABLE_COLUMNS}
-
-
 def _fmt(value) -> str:
+    """One value as CSV text (booleans true/false, floats shortest round-trip, inf, nan)."""
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, (float, np.floating)):
@@ -129,7 +108,8 @@ def read_rows_csv(path) -> tuple[dict, np.ndarray]:
 
 
 def _parse_column(name, texts) -> np.ndarray:
-    dt = _DTYPES[name]
+    """CSV field strings of column ``name`` → a numpy column of its dtype."""
+    dt = COLUMN_DTYPES[name]
     if not texts:
         return np.array([], dtype=dt)
     if dt is np.bool_:
@@ -141,39 +121,18 @@ def _parse_column(name, texts) -> np.ndarray:
     return np.array(texts, dtype=object)
 
 
-def take(table: dict, index) -> dict:
-    return {name: np.asarray(col)[index] for name, col in table.items()}
-
-
 def _atomic_write_text(path: Path, text: str) -> None:
     _atomic_write_bytes(path, text.encode())
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write, flush to disk, then rename over ``path``: readers see the old or the new file."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def json_safe(obj):
-    """Plain-Python, JSON-encodable copy (numpy scalars/arrays, inf → null)."""
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return [json_safe(v) for v in obj.tolist()]
-    if isinstance(obj, (np.bool_, bool)):
-        return bool(obj)
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    return obj
 
 
 class Journal:
@@ -254,12 +213,14 @@ class Journal:
 
 
 def save_json(path, summary: dict, top_rows: dict) -> None:
+    """A .json result: the summary (metadata, best, baselines, Pareto front) and the top rows."""
     doc = dict(summary)
     doc["top_rows"] = [dict(zip(top_rows, vals)) for vals in zip(*top_rows.values())]
     _atomic_write_text(Path(path), json.dumps(json_safe(doc), indent=1))
 
 
 def save_parquet(path, table: dict, summary: dict) -> None:
+    """A .parquet result: every row, the summary as JSON in the schema metadata (key 'phaze')."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -277,6 +238,7 @@ def save_parquet(path, table: dict, summary: dict) -> None:
 
 
 def save_csv(path, table: dict) -> None:
+    """A .csv / .csv.gz result: every row, with a header (no chunk column)."""
     data = table_csv(table, header=True).encode()
     if str(path).lower().endswith(".gz"):
         data = gzip.compress(data, mtime=0)
@@ -321,6 +283,7 @@ def load_table(path) -> tuple[dict, dict]:
 
 
 def _none_inf(v, dt):
+    """JSON null back to inf in a float column (json_safe wrote inf as null)."""
     if v is None and dt is np.float64:
         return math.inf
     return v

@@ -1,0 +1,29 @@
+"""The joint sweep: accelerator architecture × training knobs × device placement
+(docs/design.md §2.7–2.8).
+
+This face only re-exports; the work lives in modules named for their job:
+
+* ``_driver``: :func:`search` — checks the input, cuts the space into chunks,
+  runs them, keeps the rows, picks the best point, runs the baselines;
+* ``_settings``: what travels to a worker (``SearchSettings``, ``ChunkTask``,
+  ``ChunkResult``);
+* ``_chunk``: one chunk's work (latencies → schedules → placement, pruning bounds);
+* ``_point``: :func:`evaluate_point`, one architecture with a given strategy;
+* ``_baselines``: the three baselines (``BASELINE_NAMES``, ``FIXED_STRATEGIES``);
+* ``_report``: :class:`SearchResult`, ranking, Pareto front, summary text,
+  :func:`load_result`;
+* ``_table``: the result table's columns and row operations;
+* ``_files``: result files and the resumable journal;
+* ``_executors``: serial, local process pool, Dask (``ChunkFailed``);
+* ``_inputs``: checking the arguments.
+"""
+from ._baselines import BASELINE_NAMES, BASELINE_TITLES, FIXED_STRATEGIES
+from ._driver import search
+from ._executors import ChunkFailed
+from ._point import evaluate_point
+from ._report import SearchResult, format_summary, load_result
+from ._table import TABLE_COLUMNS, json_safe
+
+__all__ = ["search", "evaluate_point", "SearchResult", "load_result", "format_summary",
+           "BASELINE_NAMES", "BASELINE_TITLES", "FIXED_STRATEGIES", "ChunkFailed", "TABLE_COLUMNS",
+           "json_safe"]

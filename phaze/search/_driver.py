@@ -1,0 +1,282 @@
+"""The joint sweep: accelerator architecture × training knobs × device placement
+(docs/design.md §2.7–2.8).
+
+:func:`search` evaluates every architecture of a space with every microbatch,
+HBM capacity and recomputation setting: operator latencies → layer schedules →
+the exact placement over all valid tensor-parallel widths → samples/s =
+global_batch / time per batch (tokens/s = samples/s × sequence length). The
+work is cut into chunks of architectures (``_config.SEARCH_CHUNK_ARCHS``) that
+run on a local process pool (default), in this process, or on a Dask cluster
+(``_executors``), each chunk's work in ``_chunk``; their rows are written to the
+result file one by one (``_files``, resumable), then the best point and the
+baselines are chosen (``_report``, ``_baselines``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+import time
+
+import numpy as np
+
+from .. import __version__, _config
+from .._validate import nonneg_float, one_of, positive_int
+from . import _chunk, _executors, _files
+from ._baselines import baselines as run_baselines
+from ._baselines import chunk_block_argmin
+from ._inputs import (int_tuple, resolve_hbm, resolve_models, resolve_recompute, resolve_space,
+                      valid_widths)
+from ._report import SearchResult, choose_best, per_arch
+from ._settings import ChunkTask, SearchSettings
+from ._table import concat_tables, expand, take
+
+
+class _Progress:
+    """Points done, points/s and the best samples/s so far, on one stderr line (at most
+    every 0.5 s)."""
+
+    def __init__(self, total_points, enabled):
+        self.total = total_points
+        self.enabled = enabled
+        self.start = time.perf_counter()
+        self.done = 0
+        self.last = 0.0
+
+    def update(self, points, best):
+        self.done += points
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.last < 0.5 and self.done < self.total:
+            return
+        self.last = now
+        rate = self.done / max(now - self.start, 1e-9)
+        best_txt = f"{best:,.1f} samples/s" if best > 0 else "none yet"
+        sys.stderr.write(f"\rphaze search: {self.done:,}/{self.total:,} points  "
+                         f"{rate:,.0f} points/s  best {best_txt}   ")
+        sys.stderr.flush()
+
+    def close(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm_gib=(32, 64, 80),
+           recompute=(False, True), tensor_parallel=(1, 2, 4, 8), space=None, optimizer="sgd",
+           prune=False, executor=None, progress=None, *, out=None, resume=False, workers=None,
+           address=None, gap=None, chunk_archs=None, baselines=True) -> SearchResult:
+    """Search architectures and training plans jointly for the highest training throughput.
+
+    ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
+    for all, maximising the mean of each model's throughput normalised to its best).
+    ``devices``: identical chips; ``global_batch``: samples per batch; ``microbatch``
+    (samples, each must divide global_batch), ``hbm_gib`` (GiB per chip, overriding the
+    rows' own; None keeps each row's), ``recompute`` and ``tensor_parallel`` (widths
+    t; invalid ones — not dividing heads and kv_heads — are skipped and recorded):
+    the knob grids. ``space``: an ArchSpace, structured rows or a preset name
+    (default ``ArchSpace.default()``). ``optimizer``: 'sgd' or 'adam'. ``prune``:
+    skip points whose valid throughput upper bound is below the best found (the best
+    is unchanged). ``executor``: None/'process' (local pool, ``workers`` processes,
+    default all cores), 'serial' (this process) or 'dask' (needs ``address``,
+    tcp://HOST:PORT; giving ``address`` implies it). ``progress``: print progress on
+    stderr (default: when stderr is a terminal). ``out``: result file written chunk
+    by chunk (.csv, .csv.gz, .json, .parquet); ``resume`` continues it. ``gap``:
+    accepted schedule gap (default ``_config.SCHEDULE_GAP``). ``baselines``: also
+    evaluate the three baselines of docs/design.md §2.8.
+
+    Throughput: samples/s = global_batch / time per batch (seconds), tokens/s =
+    samples/s × the model's seq_len.
+    """
+    wall0 = time.perf_counter()
+    model_list = resolve_models(models)
+    devices = positive_int("devices", devices)
+    global_batch = positive_int("global_batch", global_batch)
+    microbatch = int_tuple("microbatch", microbatch)
+    for mb in microbatch:
+        if global_batch % mb:
+            raise ValueError(f"microbatch {mb} does not divide global_batch {global_batch}")
+    hbm = resolve_hbm(hbm_gib)
+    recompute = resolve_recompute(recompute)
+    widths_all = int_tuple("tensor_parallel", tensor_parallel)
+    optimizer = one_of("optimizer", optimizer, ("sgd", "adam"))
+    gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
+    chunk_archs = positive_int("chunk_archs", chunk_archs or _config.SEARCH_CHUNK_ARCHS)
+    if address is not None and executor is None:
+        executor = "dask"
+    executor = one_of("executor", "process" if executor is None else executor,
+                      ("process", "serial", "dask"))
+    if executor == "dask" and not address:
+        raise ValueError("executor 'dask' needs address (tcp://HOST:PORT)")
+    if workers is not None:
+        workers = positive_int("workers", workers)
+    if resume and out is None:
+        raise ValueError("resume needs out (the result file to continue)")
+    if out is not None:
+        _files.file_format(out)
+    archs = resolve_space(space)
+    widths, skipped = {}, {}
+    for m in model_list:
+        widths[m.name], skipped[m.name] = valid_widths(m, widths_all)
+
+    settings = SearchSettings(
+        models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
+        devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,
+        recompute=recompute, optimizer=optimizer, gap=gap, prune=bool(prune))
+    n_archs = archs.shape[0]
+    # What must match for --resume (also recorded in the metadata).
+    inputs = {
+        "models": [dataclasses.asdict(m) for m in model_list], "devices": devices,
+        "global_batch": global_batch, "microbatch": microbatch, "hbm_gib": hbm,
+        "recompute": recompute, "tensor_parallel": widths_all, "optimizer": optimizer,
+        "prune": bool(prune), "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
+        "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
+        "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
+    }
+    journal = (_files.Journal(out, _files.inputs_hash(inputs), resume=resume)
+               if out is not None else None)
+    sweep = _Sweep(settings, archs, chunk_archs, journal, want_block=bool(baselines),
+                   progress=sys.stderr.isatty() if progress is None else bool(progress))
+    # _chunk.run_chunk is looked up here, not bound at import: tests substitute it.
+    per_worker = 1 if prune else 2  # pruning: each task made with the freshest floor
+    try:
+        if executor == "serial" or (executor == "process" and len(sweep.todo) <= 1
+                                    and workers is None):
+            _executors.run_serial(_chunk.run_chunk, sweep.make_task, sweep.todo, sweep.on_result)
+        elif executor == "process":
+            _executors.run_process_pool(_chunk.run_chunk, sweep.make_task, sweep.todo,
+                                        sweep.on_result, workers=workers, per_worker=per_worker)
+        else:
+            _executors.run_dask(_chunk.run_chunk, sweep.make_task, sweep.todo, sweep.on_result,
+                                address=address, per_worker=per_worker)
+    finally:
+        sweep.progress.close()
+    sweep_s = time.perf_counter() - wall0
+
+    # Rows in a fixed order (chunks finish in any order): model, arch id, knobs.
+    model_names = [m.name for m in model_list]
+    table = concat_tables(sweep.tables)
+    order = np.lexsort((table["recompute"], table["hbm_gib"], table["microbatch"], table["arch_id"],
+                        np.array([model_names.index(str(x)) for x in table["model"]],
+                                 dtype=np.int64)))
+    table = take(table, order)
+    best = choose_best(table, model_names)
+
+    base = {}
+    if baselines:
+        base = run_baselines(settings, best, sweep.chunk_facts, archs)
+    wall_s = time.perf_counter() - wall0
+    n_pruned = sum(int(f.get("pruned", 0)) for f in sweep.chunk_facts.values())
+    metadata = {
+        "phaze_version": __version__,
+        "inputs": {k: v for k, v in inputs.items() if k not in ("models",)} | {
+            "models": model_names, "space_rows": n_archs, "executor": executor,
+            "address": address, "workers": workers},
+        "wall_time_s": wall_s, "sweep_time_s": sweep_s,
+        "points_total": n_archs * settings.points_per_arch, "points_evaluated": sweep.n_evaluated,
+        "points_pruned": n_pruned,
+        # Rate of this run: points of the chunks it evaluated (resumed ones excluded).
+        "points_per_s": (sweep.progress.total / sweep_s if sweep_s > 0 and sweep.progress.total
+                         else None),
+        "skipped_tensor_parallel": {m: {str(t): r for t, r in s.items()} for m, s in skipped.items()},
+        "resumed_chunks": sweep.n_chunks - len(sweep.todo),
+    }
+    result = SearchResult(table=table, best=best, baselines=base, metadata=metadata,
+                          models=model_names)
+    if journal is not None:
+        summary = result.summary()
+        journal.finish(summary)
+        if journal.format == ".json":
+            _files.save_json(journal.path, summary, result.top_rows())
+        elif journal.format == ".parquet":
+            _files.save_parquet(journal.path, table, summary)
+    return result
+
+
+class _Sweep:
+    """One sweep while its chunks run: the rows so far, per-chunk facts, the pruning state,
+    the journal and the progress line.
+
+    Chunk ``cid`` holds the space's rows ``cid·chunk_archs`` up to the next multiple (the
+    last chunk may be shorter). Chunks already in the journal (``--resume``) are not run
+    again: their rows and facts are taken from it.
+    """
+
+    def __init__(self, settings, archs, chunk_archs, journal, *, want_block, progress):
+        self.settings, self.archs, self.chunk_archs = settings, archs, chunk_archs
+        self.journal, self.want_block = journal, want_block
+        self.models = list(settings.models)
+        self.n_chunks = (archs.shape[0] + chunk_archs - 1) // chunk_archs
+        self.tables = [journal.previous] if journal is not None else []
+        self.chunk_facts = dict(journal.chunks) if journal is not None else {}
+        self.todo = [c for c in range(self.n_chunks) if c not in self.chunk_facts]
+        # Pruning floors: the best throughput an evaluated point of the space reached, per model.
+        self.floors = [0.0] * len(self.models)
+        self.incumbents: list = []
+        for tab in self.tables:
+            update_floors(tab, self.models, self.floors, self.incumbents)
+        self.n_evaluated = sum(len(t["arch_id"]) for t in self.tables)
+        self.progress = _Progress(
+            sum(self.rows_of(c).size for c in self.todo) * settings.points_per_arch, progress)
+
+    def rows_of(self, cid) -> np.ndarray:
+        """Arch ids (rows of the space) of chunk ``cid``."""
+        lo = cid * self.chunk_archs
+        return np.arange(lo, min(self.archs.shape[0], lo + self.chunk_archs))
+
+    def make_task(self, cid) -> ChunkTask:
+        """Chunk ``cid``'s task, with the pruning state known now (called at dispatch)."""
+        ids = self.rows_of(cid)
+        return ChunkTask(settings=self.settings, chunk_id=cid,
+                         archs=self.archs[ids[0]:ids[-1] + 1] if ids.size else self.archs[:0],
+                         arch_ids=ids, floors=tuple(self.floors),
+                         incumbents=tuple(tuple(v.tolist()) for v in self.incumbents),
+                         want_block=self.want_block)
+
+    def on_result(self, res) -> None:
+        """Keep a finished chunk: journal it, raise the floors, advance the progress line."""
+        cid = res.chunk_id
+        tab = expand(res.columns, self.archs, self.models)
+        facts = {"pruned": int(res.pruned), "evaluated": len(tab["arch_id"])}
+        if res.block_fwbw_s is not None:
+            facts["block"] = chunk_block_argmin(res.block_fwbw_s, self.archs,
+                                                cid * self.chunk_archs)
+        if self.journal is not None:
+            self.journal.append(cid, tab, facts)
+        self.chunk_facts[cid] = facts
+        self.tables.append(tab)
+        self.n_evaluated += len(tab["arch_id"])
+        update_floors(tab, self.models, self.floors, self.incumbents)
+        self.progress.update(self.rows_of(cid).size * self.settings.points_per_arch,
+                             max(self.floors) if len(self.floors) == 1 else 0.0)
+
+
+def update_floors(tab, model_list, floors, incumbents) -> None:
+    """Raise the pruning state with a chunk's rows ``tab`` (in place).
+
+    ``floors``: per model, the best feasible samples/s reached; ``incumbents`` (several
+    models): per kept architecture, its samples/s per model — the best for each model
+    and the best normalised mean, enough to prove others cannot win.
+    """
+    if not len(tab["arch_id"]):
+        return
+    feasible_sps = np.where(tab["feasible"], tab["samples_per_s"], 0.0)
+    names = tab["model"].astype(str)
+    for mi, m in enumerate(model_list):
+        sel = names == m.name
+        if sel.any():
+            floors[mi] = max(floors[mi], float(feasible_sps[sel].max()))
+    if len(model_list) > 1:
+        cols = per_arch(tab, [m.name for m in model_list])
+        complete = cols["score"] >= 0
+        cand = [np.array([cols[f"samples_per_s[{m.name}]"][i] for m in model_list])
+                for i in np.flatnonzero(complete)]
+        pool = incumbents + cand
+        if pool:
+            # Keep the best architecture for each model plus the best in the normalised mean.
+            mat = np.array(pool)
+            keep = set(np.argmax(mat, axis=0).tolist())
+            norm = mat / np.maximum(mat.max(axis=0), 1e-300)
+            keep.add(int(np.argmax(norm.mean(axis=1))))
+            incumbents[:] = [pool[i] for i in sorted(keep)]

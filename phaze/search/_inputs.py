@@ -1,0 +1,125 @@
+"""Checking a search's input: every argument is validated before any work starts.
+
+Each function takes what a user may pass (names, scalars, sequences, arrays) and
+returns it in one canonical form, or raises ValueError with one sentence naming
+the argument and what it accepts.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._validate import positive_float, positive_int
+
+def resolve_models(models) -> list:
+    """``models`` (a zoo name, a ModelSpec or a list of them) as a list of distinct ModelSpecs."""
+    from .. import models as zoo
+
+    if isinstance(models, (str, zoo.ModelSpec)):
+        models = [models]
+    try:
+        models = list(models)
+    except TypeError:
+        raise ValueError(f"models must be a model name, a ModelSpec or a list of them, "
+                         f"got {models!r}") from None
+    if not models:
+        raise ValueError("models must name at least one model")
+    out = []
+    for m in models:
+        if isinstance(m, zoo.ModelSpec):
+            out.append(m)
+        elif isinstance(m, str):
+            try:
+                out.append(zoo.get(m))
+            except KeyError:
+                raise ValueError(f"models: unknown model {m!r}; known: {', '.join(zoo.names())}") \
+                    from None
+        else:
+            raise ValueError(f"models must contain names or ModelSpec objects, got {m!r}")
+    names = [m.name for m in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"models: each model may appear once, got {', '.join(names)}")
+    return out
+
+
+def _as_list(values, scalar_types, not_a_list, empty):
+    """``values`` as a non-empty list (a lone scalar of ``scalar_types`` becomes a list of
+    one); ``not_a_list`` / ``empty``: the ValueError messages otherwise."""
+    if isinstance(values, scalar_types) and not isinstance(values, bool):
+        values = (values,)
+    try:
+        values = list(values)
+    except TypeError:
+        raise ValueError(not_a_list) from None
+    if not values:
+        raise ValueError(empty)
+    return values
+
+
+def int_tuple(name, values) -> tuple:
+    """A positive integer or a list of them as a sorted tuple of distinct values."""
+    values = _as_list(values, (int, np.integer),
+                      f"{name} must be a positive integer or a list of them, got {values!r}",
+                      f"{name} must list at least one value")
+    return tuple(sorted({positive_int(name, v) for v in values}))
+
+
+def resolve_hbm(hbm_gib) -> tuple:
+    """HBM capacities (GiB) as a sorted tuple; None → ``(None,)`` (each row's own)."""
+    if hbm_gib is None:
+        return (None,)
+    values = _as_list(hbm_gib, (int, float, np.number),
+                      f"hbm_gib must be a number of GiB or a list of them, got {hbm_gib!r}",
+                      "hbm_gib must list at least one capacity (or be None for each row's own)")
+    return tuple(sorted({positive_float("hbm_gib", v) for v in values}))
+
+
+def resolve_recompute(recompute) -> tuple:
+    """A boolean or a list of them as a sorted tuple of distinct booleans."""
+    if isinstance(recompute, (bool, np.bool_)):
+        recompute = (recompute,)
+    values = list(recompute)
+    if not values or any(not isinstance(v, (bool, np.bool_)) for v in values):
+        raise ValueError(f"recompute must be True, False or a list of them, got {recompute!r}")
+    return tuple(sorted({bool(v) for v in values}))
+
+
+def resolve_space(space) -> np.ndarray:
+    """Architecture rows of ``space``: None (the default space), an ArchSpace, a preset
+    name or structured rows (checked by ``phaze.arch.validate``)."""
+    from .. import arch
+
+    if space is None:
+        return arch.ArchSpace.default().configs
+    if isinstance(space, arch.ArchSpace):
+        rows = space.configs
+    elif isinstance(space, str):
+        rows = arch.presets.get(space)
+    else:
+        rows = space
+    if isinstance(rows, np.ndarray) and rows.dtype.names is not None and rows.size == 0:
+        raise ValueError("space: the architecture space is empty")
+    return arch.validate(rows)
+
+
+def valid_widths(model, widths) -> tuple[list, dict]:
+    """(widths valid for ``model``, {invalid width: why}): t must divide heads and kv_heads."""
+    valid, skipped = [], {}
+    for t in widths:
+        if model.valid_tensor_parallel(t):
+            valid.append(t)
+        else:
+            skipped[t] = (f"t={t} does not divide heads ({model.heads}) and kv_heads "
+                          f"({model.kv_heads})")
+    return valid, skipped
+
+
+def arch_row(arch) -> np.ndarray:
+    """One architecture: a preset name, a structured row or a one-row array."""
+    from .. import arch as arch_mod
+
+    if isinstance(arch, str):
+        return arch_mod.presets.get(arch)
+    rows = arch_mod.validate(arch)
+    if rows.shape[0] != 1:
+        raise ValueError(f"arch must be one architecture, got {rows.shape[0]} rows")
+    return rows

@@ -1,0 +1,209 @@
+"""What a search reports: :class:`SearchResult`, the best point, the Pareto front, the summary text.
+
+Throughput of an architecture is its best samples/s over all knobs; with several
+models, the mean of each model's throughput normalised to that model's best over
+the space (one architecture for all models). The best point, the Pareto front
+and the summary text are derived from the table (``phaze.search._table``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .. import _config
+from . import _files
+from ._baselines import BASELINE_NAMES
+from ._table import ARCH_FIELDS, best_row_of, json_safe, ranking, take
+
+
+@dataclasses.dataclass
+class SearchResult:
+    """Outcome of :func:`search`.
+
+    ``table``: dict of numpy columns, one row per evaluated point (columns in
+    ``phaze.search._table.TABLE_COLUMNS``: model, arch_id and the architecture's knobs,
+    area_mm2, microbatch, hbm_gib, recompute, feasible, time_per_batch_s,
+    samples_per_s, tokens_per_s, tensor_parallel, data_parallel, pipeline_parallel,
+    devices_used, stage_layers (layers per stage), reason). ``best``: the winning
+    architecture with each model's plan (``plans``), plus, for one model, that plan's
+    fields at top level. ``baselines``: name → {title, model → row or infeasible
+    reason, gain}. ``metadata``: version, inputs, wall time, points/s, counts.
+    """
+
+    table: dict
+    best: dict
+    baselines: dict
+    metadata: dict
+    models: list
+
+    def __len__(self):
+        return len(self.table["arch_id"])
+
+    def per_arch(self) -> dict:
+        """Per architecture (dict of columns, by arch id): arch_id, score (samples/s, or the
+        normalised mean for several models; −1 when a model has no point on it), the
+        architecture's knobs and ``samples_per_s[MODEL]`` (best feasible, 0 if none)."""
+        return per_arch(self.table, self.models)
+
+    def pareto(self) -> dict:
+        """Architectures on the throughput-vs-area frontier (dict of columns, by area).
+
+        Throughput of an architecture = its best samples/s over all knobs (several
+        models: the mean of each model's throughput normalised to that model's best).
+        """
+        cols = self.per_arch()
+        if not cols["arch_id"].size:
+            return cols
+        order = np.lexsort((-cols["score"], cols["area_mm2"]))
+        keep, top = [], -math.inf
+        for i in order:
+            if cols["score"][i] > top and cols["score"][i] > 0:
+                keep.append(i)
+                top = cols["score"][i]
+        return {k: v[keep] for k, v in cols.items()}
+
+    def save(self, path) -> Path:
+        """Write by extension: .json (top rows + metadata), .csv / .csv.gz (all rows), .parquet."""
+        path = Path(path)
+        fmt = _files.file_format(path)
+        if fmt == ".json":
+            _files.save_json(path, self.summary(), self.top_rows())
+        elif fmt == ".parquet":
+            _files.save_parquet(path, self.table, self.summary())
+        else:
+            _files.save_csv(path, self.table)
+        return path
+
+    def top_rows(self, n: int = None) -> dict:
+        """The ``n`` best rows (None: ``_config.SEARCH_TOP_ROWS``), best first."""
+        n = _config.SEARCH_TOP_ROWS if n is None else n
+        order = ranking(self.table)[:n]
+        return take(self.table, order)
+
+    def summary(self) -> dict:
+        """metadata, best, baselines and the Pareto front (what files keep besides the rows)."""
+        return {"metadata": self.metadata, "best": self.best, "baselines": self.baselines,
+                "pareto": self.pareto()}
+
+    def format_summary(self) -> str:
+        """The human-readable summary the CLI prints."""
+        return format_summary(self.summary(), self.models)
+
+
+def per_arch(table, model_names) -> dict:
+    """Per architecture: best samples/s per model, normalised mean score, knobs."""
+    if not len(table["arch_id"]):
+        empty = {k: np.array([], dtype=np.float64) for k in ("score", "area_mm2")}
+        empty["arch_id"] = np.array([], dtype=np.int64)
+        return empty
+    arch_ids, inverse = np.unique(table["arch_id"], return_inverse=True)
+    n_models = len(model_names)
+    best = np.full((n_models, arch_ids.size), -1.0)  # -1: no evaluated point for that model
+    model_index = {name: i for i, name in enumerate(model_names)}
+    mi = np.array([model_index[str(m)] for m in table["model"]], dtype=np.int64)
+    sps = np.where(table["feasible"], table["samples_per_s"], 0.0)
+    np.maximum.at(best, (mi, inverse), sps)
+    model_best = best.max(axis=1)
+    complete = np.all(best >= 0, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        norm = np.where(model_best[:, None] > 0, np.maximum(best, 0) / model_best[:, None], 0.0)
+    score = np.where(complete, norm.mean(axis=0), -1.0)
+    first = np.zeros(arch_ids.size, dtype=np.int64)
+    first[inverse[::-1]] = np.arange(inverse.size)[::-1]
+    out = {"arch_id": arch_ids, "score": score if n_models > 1 else np.where(complete, best[0], -1.0)}
+    for f in ARCH_FIELDS:
+        out[f] = table[f][first]
+    for i, name in enumerate(model_names):
+        out[f"samples_per_s[{name}]"] = np.maximum(best[i], 0.0)
+    return out
+
+
+def choose_best(table, model_names) -> dict:
+    """The best point: for one model its best row (plus ``plans``); for several, the
+    architecture with the highest normalised mean, with each model's best plan on it."""
+    if not len(table["arch_id"]):
+        return {"feasible": False, "reason": "no point was evaluated", "plans": {}}
+    if len(model_names) == 1:
+        row = best_row_of(table, model_names[0])
+        best = dict(row)
+        best["plans"] = {model_names[0]: row}
+        if not row["feasible"]:
+            best["reason"] = "no feasible point: " + (row["reason"] or "infeasible")
+        return best
+    cols = per_arch(table, model_names)
+    order = np.lexsort((cols["arch_id"], cols["area_mm2"], -cols["score"]))
+    i = order[0]
+    aid = int(cols["arch_id"][i])
+    plans = {name: best_row_of(table, name, aid) for name in model_names}
+    best = {"arch_id": aid, "score": float(cols["score"][i]),
+            "feasible": bool(cols["score"][i] > 0), "plans": plans}
+    for f in ARCH_FIELDS:
+        best[f] = json_safe(cols[f][i])
+    return best
+
+
+def load_result(path) -> SearchResult:
+    """A SearchResult from a file written by :func:`search` or :meth:`SearchResult.save`
+    (a .csv without its .meta.json sidecar has no baselines or metadata)."""
+    table, summary = _files.load_table(path)
+    names = list(dict.fromkeys(table["model"].astype(str).tolist()))
+    meta = summary.get("metadata") or {}
+    names = (meta.get("inputs") or {}).get("models") or names
+    best = summary.get("best") or (choose_best(table, names) if len(table["arch_id"]) else {})
+    return SearchResult(table=table, best=best, baselines=summary.get("baselines") or {},
+                        metadata=meta, models=names)
+
+
+def format_summary(summary: dict, model_names) -> str:
+    """The human-readable summary of a search (``SearchResult.summary()``) the CLI prints."""
+    meta, best, base = summary["metadata"], summary["best"], summary["baselines"]
+    lines = []
+    inp = meta.get("inputs", {})
+    lines.append(f"phaze search: {', '.join(model_names)} on {inp.get('devices')} devices, "
+                 f"global batch {inp.get('global_batch')}: {meta.get('points_evaluated'):,} of "
+                 f"{meta.get('points_total'):,} points evaluated ({meta.get('points_pruned'):,} pruned) "
+                 f"in {meta.get('sweep_time_s', 0):.1f} s "
+                 f"({(meta.get('points_per_s') or 0):,.0f} points/s)")
+    if not best.get("feasible"):
+        lines.append(f"no feasible point: {best.get('reason', 'infeasible')}")
+        return "\n".join(lines)
+    lines.append(f"best architecture (id {best['arch_id']}): {best['num_tc']} TC "
+                 f"{best['tc_width']}x{best['tc_depth']}, {best['num_vc']} VC x{best['vc_width']}, "
+                 f"{best['buffer_mib']:g} MiB buffer, area {best['area_mm2']:.2f} mm2"
+                 + (f", normalised score {best['score']:.4f}" if "score" in best else ""))
+    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>3} "
+           f"{'samples/s':>11} {'tokens/s':>13} {'vs tpuv4':>9} {'vs fixed':>9} {'vs block':>9}")
+    lines.append(hdr)
+    for name in model_names:
+        r = best["plans"].get(name)
+        if r is None:
+            continue
+        gains = []
+        for key in BASELINE_NAMES:
+            g = (base.get(key, {}).get("models", {}).get(name) or {}).get("gain")
+            gains.append(f"{g:.2f}x" if g else "n/a")
+        if not r["feasible"]:
+            lines.append(f"{name:<18} infeasible: {r['reason']}")
+            continue
+        lines.append(f"{name:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
+                     f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>5g} "
+                     f"{'on' if r['recompute'] else 'off':>3} {r['samples_per_s']:>11,.1f} "
+                     f"{r['tokens_per_s']:>13,.0f} {gains[0]:>9} {gains[1]:>9} {gains[2]:>9}")
+    if base:
+        lines.append("baselines:")
+    for key in BASELINE_NAMES:
+        for name in model_names:
+            r = base.get(key, {}).get("models", {}).get(name)
+            if r is None:
+                continue
+            if r.get("feasible"):
+                lines.append(f"  {key:<15} {name:<18} {r['samples_per_s']:>11,.1f} samples/s "
+                             f"(t={r.get('tensor_parallel')}, p={r.get('pipeline_parallel')}, "
+                             f"d={r.get('data_parallel')}, mb={r.get('microbatch')}, "
+                             f"area {r.get('area_mm2', float('nan')):.2f} mm2)")
+            else:
+                lines.append(f"  {key:<15} {name:<18} infeasible: {r.get('reason')}")
+    return "\n".join(lines)

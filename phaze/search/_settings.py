@@ -1,0 +1,88 @@
+"""What travels to a worker: a search's settings and one chunk's task (both picklable).
+
+:class:`SearchSettings` holds everything a search fixes once its input is
+checked (models, knob grids, limits); :class:`ChunkTask` adds what differs per
+chunk (its architecture rows, and the pruning state at dispatch time). Both are
+frozen dataclasses of plain values, numpy arrays and ``ModelSpec`` objects, so
+they pickle for the local process pool and for Dask.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSettings:
+    """A checked search: the knob grids and limits every chunk works with.
+
+    - ``models``: tuple of ``ModelSpec``; ``widths``: per model, the tuple of valid
+      tensor-parallel widths t (those dividing heads and kv_heads).
+    - ``devices``: identical chips; ``global_batch``: samples per batch;
+      ``microbatch``: tuple of microbatch sizes (samples, each dividing global_batch).
+    - ``hbm_gib``: tuple of HBM capacities (GiB per chip); a ``None`` entry keeps each
+      architecture row's own capacity.
+    - ``recompute``: tuple of booleans; ``optimizer``: "sgd" or "adam".
+    - ``gap``: accepted relative schedule gap; ``prune``: skip points whose valid
+      throughput upper bound lies below the best reached (the best is unchanged).
+    """
+
+    models: tuple
+    widths: tuple
+    devices: int
+    global_batch: int
+    microbatch: tuple
+    hbm_gib: tuple
+    recompute: tuple
+    optimizer: str
+    gap: float
+    prune: bool = False
+
+    def for_one_model(self, model_index: int) -> SearchSettings:
+        """The same grids for one of the models alone, without pruning (a baseline's
+        full search of a single architecture)."""
+        return dataclasses.replace(self, models=(self.models[model_index],),
+                                   widths=(self.widths[model_index],), prune=False)
+
+    @property
+    def points_per_arch(self) -> int:
+        """Points evaluated per architecture: models × microbatches × HBM × recompute."""
+        return len(self.models) * len(self.microbatch) * len(self.hbm_gib) * len(self.recompute)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkTask:
+    """One chunk of the architecture space, with the pruning state when it was dispatched.
+
+    - ``archs``: structured architecture rows; ``arch_ids``: their ids (row numbers in
+      the searched space; −1 for a row outside it, as a baseline's).
+    - ``floors``: per model, the best samples/s an evaluated point has reached (0: none).
+    - ``incumbents``: several models only: per kept architecture, its samples/s per model.
+    - ``want_block``: also time one transformer block (t = 1, microbatch 1) per
+      architecture, for the block-optimal baseline.
+    """
+
+    settings: SearchSettings
+    chunk_id: int
+    archs: np.ndarray
+    arch_ids: np.ndarray
+    floors: tuple = ()
+    incumbents: tuple = ()
+    want_block: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkResult:
+    """What a worker returns for one chunk.
+
+    ``columns``: dict of per-point columns (``phaze.search._chunk.COLUMNS``: model
+    index, arch id, knobs, plan); ``pruned``: points skipped by a valid bound;
+    ``block_fwbw_s``: (models, archs) seconds of one block's forward + backward, or
+    None when not asked for.
+    """
+
+    chunk_id: int
+    columns: dict
+    pruned: int
+    block_fwbw_s: np.ndarray = None
