@@ -63,9 +63,13 @@ def _cmd_place(args) -> int:
     else:
         print(f"infeasible: {plan.reason}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(plan.to_json(), f, indent=1)
-            f.write("\n")
+        text = json.dumps(plan.to_json(), indent=1) + "\n"
+        try:
+            with open(args.out, "w") as f:
+                f.write(text)
+        except OSError as exc:
+            raise OSError(exc.errno, f"-o/--out: cannot write the plan to {args.out!r} "
+                                     f"({exc.strerror})") from None
     return 0
 
 
@@ -112,6 +116,8 @@ def _add_search_arguments(p) -> None:
                         "(same best answer)")
     p.add_argument("--out", help="result file: .csv, .csv.gz, .json or .parquet (written per chunk)")
     p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out (never one another search is writing)")
     p.add_argument("--address", help="Dask scheduler tcp://HOST:PORT (needs phaze[dask])")
     p.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
     p.add_argument("--serial", action="store_true", help="run in this process (no worker pool)")
@@ -151,7 +157,7 @@ def _cmd_search(args) -> int:
             optimizer=args.optimizer, prune=args.prune,
             executor="serial" if args.serial else None, progress=args.progress, out=args.out,
             resume=args.resume, workers=args.workers, address=args.address,
-            baselines=not args.no_baselines)
+            baselines=not args.no_baselines, force=args.force)
     except KeyboardInterrupt:
         if args.out:
             print(f"phaze search: interrupted; finished chunks are in {args.out} "
@@ -227,7 +233,11 @@ def _cmd_plot(args) -> int:
     result = search.load_result(args.file)
     if not len(result):
         raise ValueError(f"{args.file} holds no evaluated points")
-    _plot_result(result, args.out)
+    try:
+        _plot_result(result, args.out)
+    except OSError as exc:
+        raise OSError(exc.errno, f"-o/--out: cannot write the image {args.out!r} "
+                                 f"({exc.strerror})") from None
     print(f"wrote {args.out}")
     return 0
 
@@ -308,25 +318,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _os_error_text(exc: OSError) -> str:
+    """One sentence for an OSError: its own message when phaze wrote one (no errno
+    prefix), else what failed on which path."""
+    if exc.filename is not None:
+        return f"cannot use {os.fsdecode(exc.filename)!r}: {exc.strerror or exc}"
+    if exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
 def main(argv=None) -> int:
     """Run ``phaze`` with ``argv`` (default: the command line); returns the exit status
-    (0 done, 2 bad input, 130 interrupted, 141 output pipe closed)."""
+    (0 done, 2 bad input, 1 an operating-system error such as a read-only or full
+    disk, 130 interrupted, 141 output pipe closed). Every error is one line on stderr,
+    never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"phaze {args.command}: error: {msg}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"phaze {args.command}: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         # The reader went away (`phaze models | head`): stop quietly, as Unix tools do.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except FileNotFoundError as exc:
+        msg = exc if exc.filename is None else _os_error_text(exc)
+        print(f"phaze {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, TypeError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"phaze {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"phaze {args.command}: error: {_os_error_text(exc)}", file=sys.stderr)
+        return 1
+    except (OverflowError, MemoryError, RecursionError) as exc:
+        # Last line of defence: the entry points name the field for the inputs they check.
+        what = ("a number is too large" if isinstance(exc, OverflowError) else
+                "it is nested too deeply" if isinstance(exc, RecursionError) else
+                "it needs more memory than there is")
+        print(f"phaze {args.command}: error: the input cannot be handled: {what}",
+              file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"phaze {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -66,7 +66,7 @@ class _Progress:
 def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm_gib=(32, 64, 80),
            recompute=(False, True), tensor_parallel=(1, 2, 4, 8), space=None, optimizer="sgd",
            prune=False, executor=None, progress=None, *, out=None, resume=False, workers=None,
-           address=None, gap=None, chunk_archs=None, baselines=True) -> SearchResult:
+           address=None, gap=None, chunk_archs=None, baselines=True, force=False) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -82,7 +82,9 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     default all cores), 'serial' (this process) or 'dask' (needs ``address``,
     tcp://HOST:PORT; giving ``address`` implies it). ``progress``: print progress on
     stderr (default: when stderr is a terminal). ``out``: result file written chunk
-    by chunk (.csv, .csv.gz, .json, .parquet); ``resume`` continues it. ``gap``:
+    by chunk (.csv, .csv.gz, .json, .parquet); ``resume`` continues it, ``force``
+    replaces an existing one (without either an existing file is an error; a file
+    another search is writing is refused in any case: it is locked). ``gap``:
     accepted schedule gap (default ``_config.SCHEDULE_GAP``). ``baselines``: also
     evaluate the three baselines of docs/design.md §2.8.
 
@@ -134,8 +136,21 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
     }
-    journal = (_files.Journal(out, _files.inputs_hash(inputs), resume=resume)
+    journal = (_files.Journal(out, _files.inputs_hash(inputs), resume=resume, force=force)
                if out is not None else None)
+    try:
+        return _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped,
+                    executor=executor, workers=workers, address=address, prune=prune,
+                    baselines=baselines, progress=progress, wall0=wall0)
+    finally:
+        if journal is not None:
+            journal.close()
+
+
+def _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped, *, executor,
+         workers, address, prune, baselines, progress, wall0) -> SearchResult:
+    """The sweep proper once the inputs are checked and the result file (if any) is locked."""
+    n_archs = archs.shape[0]
     sweep = _Sweep(settings, archs, chunk_archs, journal, want_block=bool(baselines),
                    progress=sys.stderr.isatty() if progress is None else bool(progress))
     # _chunk.run_chunk is looked up here, not bound at import: tests substitute it.
@@ -186,7 +201,9 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
                           models=model_names)
     if journal is not None:
         summary = result.summary()
-        journal.finish(summary)
+        # Sorted rows (chunk = arch_id // chunk_archs): the file no longer depends on
+        # which worker finished first.
+        journal.finish(summary, table, np.asarray(table["arch_id"], dtype=np.int64) // chunk_archs)
         if journal.format == ".json":
             _files.save_json(journal.path, summary, result.top_rows())
         elif journal.format == ".parquet":

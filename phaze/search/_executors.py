@@ -6,11 +6,20 @@ chunk whose worker dies (a broken process pool, a Dask worker lost or an
 exception) is submitted again, up to ``phaze._config.SEARCH_CHUNK_RETRIES`` times;
 tasks are built at dispatch time by ``make_task`` so that pruning can use the best
 throughput known at that moment. The executors look at neither tasks nor results.
+
+Shutdown: pool workers ignore SIGINT (Ctrl-C reaches the whole process group; the
+parent decides) and die with their parent (``_watch_parent``), so a killed search
+leaves no orphans. On Ctrl-C the parent first hands every chunk that already
+finished to ``on_result`` (it is written), then stops the workers at once.
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import signal
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -19,9 +28,57 @@ from .. import _config
 from .._threads import available_cores, pin_worker_threads
 
 
-def _init_worker() -> None:
-    """One thread per worker in every library (see ``phaze._threads.pin_worker_threads``)."""
+#: Seconds between two checks of a pool worker that its parent is still alive.
+_PARENT_POLL_S = 0.5
+
+
+def _init_worker(parent_pid=None) -> None:
+    """One thread per worker in every library (see ``phaze._threads.pin_worker_threads``);
+    in a pool worker (``parent_pid`` given) also ignore SIGINT and die with the parent."""
     pin_worker_threads()
+    if parent_pid is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _watch_parent(parent_pid)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """End this process when ``parent_pid`` is gone (killed with -9 or SIGTERM included).
+
+    On Linux the kernel sends SIGKILL at once (``prctl(PR_SET_PDEATHSIG)``); everywhere
+    a daemon thread also polls the parent id, which changes when the parent dies (the
+    orphan is adopted), and covers a parent that died before ``prctl`` ran. Compiled
+    kernels release the GIL, so the thread runs while a chunk computes.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - no usable libc: polling only
+            pass
+
+    def poll():
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)  # no cleanup: the parent that wanted the result is gone
+            time.sleep(_PARENT_POLL_S)
+
+    threading.Thread(target=poll, name="phaze-parent-watch", daemon=True).start()
+
+
+def _stop_workers(pool) -> None:
+    """Kill a process pool's workers now (Ctrl-C: their chunks are not waited for).
+
+    ``ProcessPoolExecutor.shutdown(wait=False)`` would let them run their chunks to
+    the end and the interpreter would wait for them at exit; it has no public way to
+    stop them, hence its ``_processes`` (absent in some future version: then the
+    shutdown alone, slower but correct).
+    """
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.kill()
+        except (OSError, AttributeError, ValueError):
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 class ChunkFailed(RuntimeError):
@@ -51,7 +108,8 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retri
     # spawn: a forked child would inherit OpenMP/numba thread pools of the parent, which hang.
     ctx = multiprocessing.get_context("spawn")
     while pending:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(os.getpid(),))
         in_flight = {}
         broken = False
         try:
@@ -86,10 +144,18 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retri
                         pending.append(cid)
                     in_flight.clear()
                     break
+        except KeyboardInterrupt:
+            # Ctrl-C: keep (write) every chunk that finished meanwhile, then stop at once.
+            try:
+                for fut in [f for f in in_flight if f.done() and not f.cancelled()]:
+                    if fut.exception() is None:
+                        on_result(fut.result())
+            finally:
+                _stop_workers(pool)
+            raise
         except BaseException:
-            # Ctrl-C or a chunk that failed for good: do not wait for chunks still running
-            # (finished ones are already written).
-            pool.shutdown(wait=False, cancel_futures=True)
+            # A chunk that failed for good (or a write error): do not wait for the others.
+            _stop_workers(pool)
             raise
         pool.shutdown(wait=not broken, cancel_futures=True)
 

@@ -9,7 +9,19 @@ Layout for ``--out PATH``:
   small per-chunk facts the baselines need) and, once the sweep ends, the run's
   metadata, best point and baselines. It is replaced atomically after each
   chunk's rows are flushed, so a file cut off by Ctrl-C or a killed process is
-  always readable and ``--resume`` keeps exactly the chunks it lists.
+  always readable and ``--resume`` keeps exactly the chunks it lists;
+* ``PATH.lock``: held with an advisory ``flock`` for the whole run, so a second
+  search writing to the same ``PATH`` is refused (see :class:`OutLock`).
+
+Integrity: each chunk's entry in the journal holds its row count (``evaluated``).
+``--resume`` counts the rows of every listed chunk in the rows file and computes a
+chunk again when its rows are missing, cut off or duplicated (saying so on stderr);
+reading a result file checks the same counts, and a damaged file (cut-off gzip
+stream or line, a row with the wrong number of fields, unparsable values) is an
+error naming what is wrong, never a silently shorter table. When the sweep ends the
+rows file is rewritten sorted by point, so it does not depend on which chunk
+finished first (the same search writes byte-identical rows files whatever the
+number of workers).
 """
 from __future__ import annotations
 
@@ -20,6 +32,7 @@ import io
 import json
 import math
 import os
+import sys
 import zlib
 from pathlib import Path
 
@@ -78,33 +91,96 @@ def table_csv(table: dict, *, header: bool, extra: dict = None) -> str:
     return buf.getvalue()
 
 
-def read_rows_csv(path) -> tuple[dict, np.ndarray]:
-    """(table, chunk id per row) from a rows file; a cut-off last line or gzip member is dropped."""
+class DamagedFile(ValueError):
+    """A result file that cannot be read completely (what is wrong is in the message)."""
+
+
+def _damaged(path, what) -> DamagedFile:
+    return DamagedFile(f"{path} is damaged: {what}")
+
+
+def read_rows_csv(path, *, strict: bool = True) -> tuple[dict, np.ndarray]:
+    """(table, chunk id per row) from a rows file.
+
+    ``strict``: any damage (a cut-off gzip stream or last line, a corrupt gzip, a
+    row whose field count differs from the header's, a value that does not parse)
+    raises :class:`DamagedFile` naming it. Not strict (``--resume``, and reading a
+    file whose journal lists its chunks): a cut-off tail, which a killed writer
+    leaves, is dropped, and so is a row with the wrong number of fields; the
+    caller then checks each chunk's row count against the journal.
+    """
     path = Path(path)
     opener = gzip.open if str(path).lower().endswith(".gz") else open
     lines = []
     try:
-        with opener(path, "rt", newline="") as f:
+        with opener(path, "rt", newline="", encoding="utf-8") as f:
             for line in f:
                 lines.append(line)
-    except (EOFError, gzip.BadGzipFile, OSError, zlib.error):
-        pass  # a member cut off by a killed process: keep the complete lines before it
+    except EOFError:
+        if strict:
+            raise _damaged(path, "its gzip stream is cut off") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        if strict:
+            raise _damaged(path, f"its gzip data is corrupt ({exc})") from None
+    except UnicodeDecodeError:
+        if strict:
+            raise _damaged(path, "it holds bytes that are not UTF-8 text") from None
     if lines and not lines[-1].endswith("\n"):
+        if strict:
+            raise _damaged(path, f"its last line (line {len(lines)}) is cut off")
         lines.pop()
     if not lines:
         return empty_table(), np.array([], dtype=np.int64)
-    reader = csv.reader(lines)
-    header = next(reader)
+    try:
+        parsed = list(csv.reader(lines))
+    except csv.Error as exc:
+        raise _damaged(path, f"it is not valid CSV ({exc})") from None
+    header = parsed[0]
     missing = [c for c in COLUMN_NAMES if c not in header]
     if missing:
         raise ValueError(f"{path}: not a phaze search result (missing columns {', '.join(missing)})")
     pos = {name: header.index(name) for name in header}
-    rows = [row for row in reader if len(row) == len(header)]
+    rows = []
+    for i, row in enumerate(parsed[1:], start=2):
+        if len(row) == len(header):
+            rows.append(row)
+        elif strict:
+            raise _damaged(path, f"line {i} has {len(row)} fields, the header has {len(header)}")
     columns = list(zip(*rows)) if rows else [()] * len(header)
-    table = {name: _parse_column(name, columns[pos[name]]) for name in COLUMN_NAMES}
-    chunks = (np.array(columns[pos["chunk"]], dtype=np.int64) if "chunk" in pos and rows
-              else np.full(len(rows), -1, dtype=np.int64))
+    table = {}
+    for name in COLUMN_NAMES:
+        try:
+            table[name] = _parse_column(name, columns[pos[name]])
+        except (ValueError, OverflowError):
+            raise _damaged(path, f"column {name!r} holds a value that is not a valid "
+                                 f"{np.dtype(COLUMN_DTYPES[name]).name}") from None
+    try:
+        chunks = (np.array(columns[pos["chunk"]], dtype=np.int64) if "chunk" in pos and rows
+                  else np.full(len(rows), -1, dtype=np.int64))
+    except (ValueError, OverflowError):
+        raise _damaged(path, "column 'chunk' holds a value that is not an integer") from None
     return table, chunks
+
+
+def check_chunk_rows(chunks: dict, chunk_of_row: np.ndarray) -> tuple[list, int, int]:
+    """Chunks of the journal ``chunks`` whose rows in the rows file are missing, cut
+    off or duplicated: (their ids, rows expected, rows found) for those chunks.
+
+    A chunk's entry records its row count as ``evaluated``; an entry without it
+    (or with a count that is not a non-negative integer) counts as bad.
+    """
+    ids, counts = np.unique(chunk_of_row, return_counts=True)
+    found = dict(zip(ids.tolist(), counts.tolist()))
+    bad, expected, got = [], 0, 0
+    for cid, facts in chunks.items():
+        want = facts.get("evaluated") if isinstance(facts, dict) else None
+        have = found.get(int(cid), 0)
+        if isinstance(want, bool) or not isinstance(want, int) or want < 0 or want != have:
+            bad.append(int(cid))
+            expected += want if isinstance(want, int) and not isinstance(want, bool) and want > 0 \
+                else 0
+            got += have
+    return sorted(bad), expected, got
 
 
 def _parse_column(name, texts) -> np.ndarray:
@@ -128,17 +204,97 @@ def _atomic_write_text(path: Path, text: str) -> None:
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write, flush to disk, then rename over ``path``: readers see the old or the new file."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk or Ctrl-C mid-write: leave the old file as it was, no stray .tmp.
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _os_error(exc: OSError, what: str) -> OSError:
+    """``exc`` (same errno, so the same OSError subclass) with one sentence saying what failed."""
+    return OSError(exc.errno, f"{what} ({exc.strerror or exc})")
+
+
+class OutLock:
+    """An advisory, exclusive ``fcntl.flock`` on ``PATH.lock``, held while a search
+    writes ``PATH``.
+
+    Why a file of its own: the rows file and the journal are replaced by rename
+    (atomic updates), and a lock belongs to the replaced inode, not the name, so a
+    lock on either would stop protecting the new file after the first update. The
+    lock file is never replaced; it is removed on release, and a process that
+    opened it just before the removal notices (the name no longer leads to the
+    inode it locked) and tries again. The lock dies with its process (kill -9
+    included), so a crashed run never blocks the next one. Where ``fcntl`` does
+    not exist (Windows) there is no lock.
+    """
+
+    def __init__(self, path):
+        self.path = Path(str(path) + ".lock")
+        self.fd = None
+
+    def acquire(self) -> None:
+        """Take the lock, or ValueError in one sentence when another process holds it."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no advisory locks
+            return
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise _os_error(exc, f"out: cannot create the lock file {self.path}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 64).decode(errors="replace").strip()
+                os.close(fd)
+                who = f" (process {holder})" if holder.isdigit() else ""
+                raise ValueError(f"out: {str(self.path)[:-5]} is being written by another phaze "
+                                 f"search{who}; wait for it to end or choose another --out") \
+                    from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the holder removed the file as we opened it: lock the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        """Remove the lock file, then drop the lock (idempotent)."""
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
 
 
 class Journal:
-    """Chunk-by-chunk writer of a search's rows with resume (see module docstring)."""
+    """Chunk-by-chunk writer of a search's rows with resume (see module docstring).
 
-    def __init__(self, path, inputs_digest: str, *, resume: bool):
+    ``resume``: continue the sweep the journal records. ``force``: replace an existing
+    result; without either, an existing file is an error (nothing is truncated). The
+    lock on the file is taken first, so neither flag lets a second writer in. Call
+    :meth:`close` when done (releases the lock).
+    """
+
+    def __init__(self, path, inputs_digest: str, *, resume: bool, force: bool = False):
         self.path = Path(path)
         self.format = file_format(self.path)
         self.rows_path = (self.path if self.format in (".csv", ".csv.gz")
@@ -147,34 +303,80 @@ class Journal:
         self.digest = inputs_digest
         self.chunks: dict = {}  # chunk id → small per-chunk facts (json-able)
         self.previous = empty_table()
-        if self.path.parent and not self.path.parent.exists():
-            raise ValueError(f"out: folder {str(self.path.parent)!r} does not exist")
-        if resume and self.meta_path.exists():
-            self._load()
-        else:
-            self._start()
+        self.previous_chunks = np.array([], dtype=np.int64)
+        parent = self.path.parent
+        if not parent.exists():
+            raise ValueError(f"out: folder {str(parent)!r} does not exist")
+        if not parent.is_dir():
+            raise ValueError(f"out: {str(parent)!r} is not a folder")
+        if self.path.is_dir():
+            raise ValueError(f"out: {str(self.path)!r} is a folder; give a file name")
+        self.lock = OutLock(self.path)
+        self.lock.acquire()
+        try:
+            existing = [p for p in (self.path, self.rows_path, self.meta_path) if p.exists()]
+            if resume and self.meta_path.exists():
+                self._load()
+            elif existing and not force:
+                if resume:
+                    raise ValueError(f"resume: {self.meta_path.name} is missing, so the rows in "
+                                     f"{self.rows_path} cannot be checked; pass force to start "
+                                     f"again (--force) or choose another out")
+                raise ValueError(f"out: {existing[0]} already exists; continue it with resume "
+                                 f"(--resume) or replace it with force (--force)")
+            else:
+                self._start()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def close(self) -> None:
+        """Release the lock on the result file (the journal stays as written)."""
+        self.lock.release()
 
     # -- start / resume -----------------------------------------------------
     def _start(self):
-        self._write_rows_file(empty_table(), np.array([], dtype=np.int64))
-        self._write_meta({})
+        try:
+            self._write_rows_file(empty_table(), np.array([], dtype=np.int64))
+            self._write_meta({})
+        except OSError as exc:
+            raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
 
     def _load(self):
         try:
             meta = json.loads(self.meta_path.read_text())
-        except (OSError, ValueError):
-            raise ValueError(f"resume: {self.meta_path} is unreadable; start again without --resume") \
-                from None
-        if meta.get("inputs_hash") != self.digest:
+        except (OSError, ValueError, RecursionError):
+            raise ValueError(f"resume: {self.meta_path} is unreadable; start again with --force "
+                             f"or choose another --out") from None
+        if not isinstance(meta, dict) or meta.get("inputs_hash") != self.digest:
             raise ValueError(f"resume: {self.path} was written by a search with different inputs; "
                              f"use the same arguments or another --out")
-        self.chunks = {int(k): v for k, v in (meta.get("chunks") or {}).items()}
-        table, chunk_of_row = (read_rows_csv(self.rows_path) if self.rows_path.exists()
+        try:
+            self.chunks = {int(k): v for k, v in (meta.get("chunks") or {}).items()}
+        except (AttributeError, TypeError, ValueError, OverflowError):
+            raise ValueError(f"resume: {self.meta_path} is damaged (its 'chunks' must map chunk "
+                             f"numbers to their facts); start again with --force") from None
+        table, chunk_of_row = (read_rows_csv(self.rows_path, strict=False)
+                               if self.rows_path.exists()
                                else (empty_table(), np.array([], dtype=np.int64)))
+        bad, expected, found = check_chunk_rows(self.chunks, chunk_of_row)
+        if bad:
+            # Never a silent partial result: these chunks are computed again.
+            print(f"phaze search: resume: {len(bad):,} of the {len(self.chunks):,} chunks listed "
+                  f"in {self.meta_path.name} have {found:,} rows in {self.rows_path.name} instead "
+                  f"of {expected:,} (missing, cut off or duplicated); they are computed again",
+                  file=sys.stderr)
+            for cid in bad:
+                del self.chunks[cid]
         keep = np.isin(chunk_of_row, np.array(sorted(self.chunks), dtype=np.int64))
         self.previous = take(table, keep)
+        self.previous_chunks = chunk_of_row[keep]
         # Rewrite without rows of chunks the meta file does not list (cut off mid-way).
-        self._write_rows_file(self.previous, chunk_of_row[keep])
+        try:
+            self._write_rows_file(self.previous, self.previous_chunks)
+            self._write_meta({})
+        except OSError as exc:
+            raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
 
     def _write_rows_file(self, table, chunk_ids):
         buf = io.StringIO()
@@ -190,26 +392,52 @@ class Journal:
 
     # -- per chunk ----------------------------------------------------------
     def append(self, chunk_id: int, table: dict, facts: dict) -> None:
-        """Append one chunk's rows (flushed to disk), then record the chunk as done."""
+        """Append one chunk's rows (flushed to disk), then record the chunk as done.
+
+        An OSError (full disk, file gone read-only) names the chunk and says the
+        chunks before it are kept: the journal does not list this one, so
+        ``--resume`` drops whatever part of its rows reached the file.
+        """
         data = table_csv(table, header=False, extra={"chunk": int(chunk_id)}).encode()
         if str(self.rows_path).lower().endswith(".gz"):
             data = gzip.compress(data, mtime=0)
+        try:
+            self._append_bytes(data)
+            self.chunks[int(chunk_id)] = json_safe(facts)
+            self._write_meta({})
+        except OSError as exc:
+            self.chunks.pop(int(chunk_id), None)
+            raise _os_error(exc, f"out: cannot write chunk {chunk_id}'s rows to {self.rows_path}; "
+                                 f"the {len(self.chunks):,} chunks before it are kept (continue "
+                                 f"with --resume)") from None
+
+    def _append_bytes(self, data: bytes) -> None:
+        """Append ``data`` to the rows file and flush it to disk (tests replace this)."""
         with open(self.rows_path, "ab") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        self.chunks[int(chunk_id)] = json_safe(facts)
-        self._write_meta({})
 
     def _write_meta(self, extra: dict) -> None:
         meta = {"inputs_hash": self.digest, "format": self.format,
-                "rows_file": self.rows_path.name, "chunks": self.chunks}
+                "rows_file": self.rows_path.name,
+                "chunks": {str(k): self.chunks[k] for k in sorted(self.chunks)}}
         meta.update(extra)
         _atomic_write_text(self.meta_path, json.dumps(json_safe(meta), indent=1))
 
-    def finish(self, summary: dict) -> None:
-        """Record the run's summary (metadata, best, baselines) once every chunk is done."""
-        self._write_meta({"complete": True, "summary": summary})
+    def finish(self, summary: dict, table: dict = None, chunk_ids=None) -> None:
+        """Record the run's summary (metadata, best, baselines) once every chunk is done.
+
+        ``table`` (every row, sorted by point) with ``chunk_ids`` (each row's chunk)
+        replaces the rows file first, so its order does not depend on which chunk
+        finished first.
+        """
+        try:
+            if table is not None:
+                self._write_rows_file(table, chunk_ids)
+            self._write_meta({"complete": True, "summary": summary})
+        except OSError as exc:
+            raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
 
 
 def save_json(path, summary: dict, top_rows: dict) -> None:
@@ -246,39 +474,73 @@ def save_csv(path, table: dict) -> None:
 
 
 def load_table(path) -> tuple[dict, dict]:
-    """(table, summary) from a result file of any supported format (summary may be empty)."""
+    """(table, summary) from a result file of any supported format (summary may be empty).
+
+    A damaged file is a :class:`DamagedFile` naming what is wrong. A ``.csv``/``.csv.gz``
+    with a journal next to it (a search's own rows file) holds exactly the rows of the
+    chunks the journal lists: rows of a chunk cut off by an interrupted run are left
+    out, and any listed chunk with missing or extra rows makes the file damaged.
+    """
     path = Path(path)
     fmt = file_format(path)
     if not path.exists():
         raise FileNotFoundError(f"result file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise ValueError(f"{str(path)!r} is a folder, not a result file")
     meta_path = path.with_name(path.name + ".meta.json")
-    summary = {}
+    meta = {}
     if meta_path.exists():
         try:
-            summary = json.loads(meta_path.read_text()).get("summary") or {}
-        except ValueError:
-            summary = {}
+            meta = json.loads(meta_path.read_text())
+        except (ValueError, RecursionError):
+            raise _damaged(meta_path, "it is not valid JSON") from None
+        if not isinstance(meta, dict):
+            raise _damaged(meta_path, "it must hold a JSON object")
+    summary = meta.get("summary") or {}
     if fmt in (".csv", ".csv.gz"):
+        chunks = meta.get("chunks")
+        if isinstance(chunks, dict) and meta.get("rows_file") == path.name:
+            table, chunk_of_row = read_rows_csv(path, strict=False)
+            try:
+                listed = {int(k): v for k, v in chunks.items()}
+            except (TypeError, ValueError, OverflowError):
+                raise _damaged(meta_path, "its 'chunks' must map chunk numbers to facts") from None
+            bad, expected, found = check_chunk_rows(listed, chunk_of_row)
+            if bad:
+                raise _damaged(path, f"{len(bad):,} of the chunks its {meta_path.name} lists have "
+                                     f"{found:,} rows instead of {expected:,}")
+            keep = np.isin(chunk_of_row, np.array(sorted(listed), dtype=np.int64))
+            return take(table, keep), summary
         table, _ = read_rows_csv(path)
         return table, summary
     if fmt == ".json":
         try:
             doc = json.loads(path.read_text())
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ValueError(f"{path}: not valid JSON") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("top_rows", []), list):
+            raise _damaged(path, "it must hold a JSON object with a list 'top_rows'")
         rows = doc.pop("top_rows", [])
-        table = {name: np.array([(_none_inf(r.get(name), dt)) for r in rows], dtype=dt)
-                 for name, dt in TABLE_COLUMNS}
+        try:
+            table = {name: np.array([(_none_inf(r.get(name), dt)) for r in rows], dtype=dt)
+                     for name, dt in TABLE_COLUMNS}
+        except (AttributeError, TypeError, ValueError, OverflowError):
+            raise _damaged(path, "its 'top_rows' hold values of the wrong type") from None
         return table, doc
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError("reading .parquet needs pyarrow: pip install 'phaze[parquet]'") from None
-    tab = pq.read_table(path)
-    table = {name: np.array(tab.column(name).to_pylist(), dtype=dt) for name, dt in TABLE_COLUMNS}
-    meta = tab.schema.metadata or {}
-    if b"phaze" in meta:
-        summary = json.loads(meta[b"phaze"])
+    try:
+        tab = pq.read_table(path)
+        table = {name: np.array(tab.column(name).to_pylist(), dtype=dt)
+                 for name, dt in TABLE_COLUMNS}
+        meta = tab.schema.metadata or {}
+        if b"phaze" in meta:
+            summary = json.loads(meta[b"phaze"])
+    except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        # pyarrow's ArrowInvalid is a ValueError; a missing column is a KeyError.
+        raise _damaged(path, f"it is not a readable phaze parquet result ({exc})") from None
     return table, summary
 
 
