@@ -1,0 +1,425 @@
+"""Fault injection (issue 17): nothing lost, nothing mixed, no tracebacks.
+
+Result files checked against their journal on resume, one writer per file (the
+lock), no truncation without --force, workers that die with their parent, Ctrl-C
+that keeps finished chunks, OS errors and damaged files as one sentence, and the
+same rows file whatever the number of workers. Small spaces only: CI is busy.
+"""
+import errno
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phaze import arch, cli, models, search
+from phaze.search import _executors as ex
+from phaze.search import _files
+from phaze.search._table import COLUMN_NAMES
+
+TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
+                        vocab=512, seq_len=64)
+SMALL = dict(devices=4, global_batch=8, microbatch=(1, 2), hbm_gib=(0.0005, 0.002),
+             recompute=(False, True), tensor_parallel=(1, 2))
+ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return arch.ArchSpace.default().configs[::5000]  # 6 architectures
+
+
+@pytest.fixture(scope="module")
+def reference(rows):
+    return search.search(TINY, space=rows, executor="serial", progress=False, baselines=False,
+                         chunk_archs=2, **SMALL)
+
+
+def _kw(rows, out, **extra):
+    return dict(space=rows, executor="serial", progress=False, baselines=False, chunk_archs=2,
+                out=out, **SMALL, **extra)
+
+
+def _same(a, b):
+    for name in COLUMN_NAMES:
+        assert [str(v) for v in np.asarray(a[name])] == [str(v) for v in np.asarray(b[name])], name
+
+
+def _one_sentence(text):
+    """stderr of a failed CLI run: one line, no traceback."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------
+# 1. --resume checks the rows against the journal
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["truncate", "missing", "duplicate", "header-only"])
+@pytest.mark.parametrize("ext", [".csv", ".csv.gz"])
+def test_resume_recomputes_chunks_whose_rows_are_gone(tmp_path, rows, reference, capsys, damage,
+                                                      ext):
+    out = tmp_path / f"r{ext}"
+    search.search(TINY, **_kw(rows, out))
+    data = out.read_bytes()
+    if damage == "truncate":
+        out.write_bytes(data[: len(data) // 2])
+    elif damage == "missing":
+        out.unlink()
+    elif damage == "duplicate":
+        table, chunk_ids = _files.read_rows_csv(out)
+        keep = chunk_ids == 1
+        extra = _files.table_csv({k: v[keep] for k, v in table.items()}, header=False,
+                                 extra={"chunk": 1}).encode()
+        out.write_bytes(data + (gzip.compress(extra) if ext == ".csv.gz" else extra))
+    else:  # the header alone; the journal still lists every chunk
+        head = (",".join(COLUMN_NAMES) + ",chunk\n").encode()
+        out.write_bytes(gzip.compress(head) if ext == ".csv.gz" else head)
+    capsys.readouterr()
+    r = search.search(TINY, resume=True, **_kw(rows, out))
+    err = capsys.readouterr().err
+    assert "computed again" in err and "chunks listed" in err
+    _same(r.table, reference.table)
+    assert r.metadata["points_evaluated"] == len(reference)
+    back = search.load_result(out)
+    assert len(back) == len(reference)
+
+
+def test_resume_with_a_damaged_journal_is_one_sentence(tmp_path, rows):
+    out = tmp_path / "r.csv"
+    search.search(TINY, **_kw(rows, out))
+    meta = Path(str(out) + ".meta.json")
+    doc = json.loads(meta.read_text())
+    doc["chunks"] = ["not", "a", "mapping"]
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="damaged"):
+        search.search(TINY, resume=True, **_kw(rows, out))
+    meta.write_text("[" * 100_000)  # deep nesting: RecursionError inside json
+    with pytest.raises(ValueError, match="unreadable"):
+        search.search(TINY, resume=True, **_kw(rows, out))
+
+
+def test_resume_without_journal_refuses_to_guess(tmp_path, rows):
+    out = tmp_path / "r.csv"
+    search.search(TINY, **_kw(rows, out))
+    Path(str(out) + ".meta.json").unlink()
+    before = out.read_bytes()
+    with pytest.raises(ValueError, match="cannot be checked"):
+        search.search(TINY, resume=True, **_kw(rows, out))
+    assert out.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------
+# 2./3. one writer per file; no truncation without --force
+# ---------------------------------------------------------------------------
+def test_second_writer_is_refused_even_with_force(tmp_path, rows):
+    out = tmp_path / "r.csv"
+    holder = _files.OutLock(out)
+    holder.acquire()  # another search writing out (a separate open file: flock conflicts)
+    try:
+        for extra in (dict(force=True), dict(resume=True), {}):
+            with pytest.raises(ValueError, match="being written by another phaze search"):
+                search.search(TINY, **_kw(rows, out, **extra))
+        assert not out.exists()
+    finally:
+        holder.release()
+    search.search(TINY, **_kw(rows, out))  # free again
+    assert not Path(str(out) + ".lock").exists()
+
+
+def test_second_writer_in_another_process_is_refused(tmp_path, rows):
+    out = tmp_path / "r.csv"
+    code = ("import sys, time; from phaze.search import _files; "
+            "lock = _files.OutLock(sys.argv[1]); lock.acquire(); print('held', flush=True); "
+            "time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match=rf"process {proc.pid}"):
+            search.search(TINY, **_kw(rows, out, force=True))
+    finally:
+        proc.kill()
+        proc.wait()
+    search.search(TINY, **_kw(rows, out, force=True))  # a killed holder leaves no lock behind
+
+
+def test_cli_second_writer_is_one_sentence(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    holder = _files.OutLock(out)
+    holder.acquire()
+    try:
+        rc = cli.main(["search", "--model", "bert-large", "--devices", "8", "--space-every",
+                       "5000", "--serial", "--no-baselines", "--out", str(out), "--force"])
+    finally:
+        holder.release()
+    assert rc == 2
+    assert "being written by another phaze search" in _one_sentence(capsys.readouterr().err)
+
+
+def test_existing_file_is_not_truncated_without_force(tmp_path, rows, reference):
+    out = tmp_path / "r.csv"
+    out.write_text("precious\n")
+    with pytest.raises(ValueError, match="already exists"):
+        search.search(TINY, **_kw(rows, out))
+    assert out.read_text() == "precious\n"
+    r = search.search(TINY, **_kw(rows, out, force=True))
+    _same(r.table, reference.table)
+
+
+# ---------------------------------------------------------------------------
+# 4. workers die with their parent; Ctrl-C is prompt and keeps finished chunks
+# ---------------------------------------------------------------------------
+def _alive(pid):
+    """True while ``pid`` runs (a zombie no init reaps counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_workers_die_with_their_parent(tmp_path, sig):
+    code = ("import time; from phaze.search import _executors as ex\n"
+            "ex.run_process_pool(time.sleep, lambda c: 120, range(4), print, workers=2)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        children = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                text = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text()
+            except OSError:
+                text = ""
+            kids = [int(x) for x in text.split()]
+            # the workers and the resource tracker, once the pool has started
+            if len(kids) >= 2:
+                time.sleep(3)  # let the workers finish their start-up (initializer)
+                children = [int(x) for x in
+                            Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text()
+                            .split()]
+                break
+            time.sleep(0.2)
+        assert children, "the pool never started"
+        os.kill(parent.pid, sig)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(p) for p in children):
+            time.sleep(0.1)
+        assert not [p for p in children if _alive(p)]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _fast_or_slow(cid):
+    """Chunk 0 returns at once, the others take a minute (stand-in chunk function)."""
+    if cid != 0:
+        time.sleep(60)
+    return cid
+
+
+def test_ctrl_c_is_prompt_and_keeps_finished_chunks():
+    got = []
+    first = threading.Event()
+
+    def on_result(r):
+        got.append(r)
+        first.set()
+
+    def interrupt():
+        if first.wait(60):
+            time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_process_pool(_fast_or_slow, lambda c: c, range(3), on_result, workers=2)
+    assert time.monotonic() - t0 < 40  # not the minute the slow chunks take
+    assert got == [0]
+
+
+def test_ctrl_c_writes_chunks_that_finished_meanwhile(monkeypatch):
+    """Chunks whose result arrived while the parent was busy are handed over before exit."""
+    got = []
+
+    def on_result(r):
+        got.append(r)
+        if len(got) == 1:
+            time.sleep(2)  # both other chunks finish meanwhile
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_process_pool(abs, lambda c: c, range(3), on_result, workers=3, per_worker=1)
+    assert sorted(got) == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------
+# 5. OS errors: one sentence, non-zero exit, the finished chunks kept
+# ---------------------------------------------------------------------------
+def test_full_disk_after_a_chunk_keeps_the_others(tmp_path, rows, reference, monkeypatch, capsys):
+    out = tmp_path / "r.csv"
+    real = _files.Journal._append_bytes
+    calls = []
+
+    def full(self, data):
+        calls.append(1)
+        if len(calls) == 2:
+            real(self, data[: len(data) // 3])  # part of the chunk reached the disk
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(self, data)
+
+    monkeypatch.setattr(_files.Journal, "_append_bytes", full)
+    with pytest.raises(OSError, match="cannot write chunk 1") as info:
+        search.search(TINY, **_kw(rows, out))
+    assert info.value.errno == errno.ENOSPC
+    assert not Path(str(out) + ".lock").exists()
+    monkeypatch.setattr(_files.Journal, "_append_bytes", real)
+    r = search.search(TINY, resume=True, **_kw(rows, out))
+    assert r.metadata["resumed_chunks"] == 1
+    _same(r.table, reference.table)
+
+    calls[:] = [1]  # the next chunk (the first of this one-chunk run) meets the full disk
+    monkeypatch.setattr(_files.Journal, "_append_bytes", full)
+    rc = cli.main(["search", "--model", "bert-large", "--devices", "8", "--space-every", "2000",
+                   "--serial", "--no-baselines", "--out", str(tmp_path / "c.csv")])
+    line = _one_sentence(capsys.readouterr().err)
+    assert rc == 1 and "No space left on device" in line and "--resume" in line
+
+
+@pytest.mark.skipif(ROOT, reason="root ignores file permissions")
+def test_read_only_out_folder(tmp_path, rows, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(PermissionError, match="out: cannot create the lock file"):
+            search.search(TINY, **_kw(rows, ro / "r.csv"))
+    finally:
+        ro.chmod(0o700)
+
+
+def test_unwritable_out_is_one_sentence(tmp_path, monkeypatch, capsys):
+    """A read-only file system, simulated (root would ignore permissions)."""
+    real_open = os.open
+
+    def read_only(path, flags, *a, **k):
+        if str(path).startswith(str(tmp_path)) and flags & (os.O_WRONLY | os.O_RDWR):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(_files.os, "open", read_only)
+    rc = cli.main(["search", "--model", "bert-large", "--devices", "8", "--space-every", "5000",
+                   "--serial", "--no-baselines", "--out", str(tmp_path / "r.csv")])
+    line = _one_sentence(capsys.readouterr().err)
+    assert rc == 1 and "out: cannot create the lock file" in line and "Read-only" in line
+
+
+@pytest.fixture
+def placement_file(golden):
+    return golden / "placement" / "inst_000.json"
+
+
+def test_place_output_errors_are_one_sentence(tmp_path, placement_file, capsys):
+    rc = cli.main(["place", str(placement_file), "-o", str(tmp_path)])  # a folder
+    line = _one_sentence(capsys.readouterr().err)
+    assert rc == 1 and "-o/--out" in line
+    rc = cli.main(["place", str(tmp_path)])  # a folder as the problem
+    line = _one_sentence(capsys.readouterr().err)
+    assert rc != 0 and str(tmp_path) in line
+
+
+def test_plot_output_error_is_one_sentence(tmp_path, rows, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "r.csv"
+    search.search(TINY, **_kw(rows, out))
+
+    def refuse(self, path, *a, **k):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    import matplotlib.figure
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", refuse)
+    rc = cli.main(["plot", str(out), "-o", str(tmp_path / "p.png")])
+    line = _one_sentence(capsys.readouterr().err)
+    assert rc == 1 and "-o/--out" in line and "Permission denied" in line
+
+
+# ---------------------------------------------------------------------------
+# 6. damaged files are errors, not shorter tables
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("damage, what", [
+    ("cut-line", "last line"), ("extra-column", "fields"), ("bad-number", "not a valid"),
+])
+def test_damaged_csv(tmp_path, reference, damage, what):
+    path = reference.save(tmp_path / "r.csv")
+    text = path.read_text()
+    if damage == "cut-line":
+        path.write_text(text[:-7])
+    elif damage == "extra-column":
+        lines = text.splitlines(keepends=True)
+        lines[3] = lines[3].rstrip("\n") + ",surplus\n"
+        path.write_text("".join(lines))
+    else:
+        lines = text.splitlines(keepends=True)
+        lines[2] = lines[2].replace(",", ",x", 2)
+        path.write_text("".join(lines))
+    with pytest.raises(ValueError, match=f"is damaged: .*{what}"):
+        search.load_result(path)
+
+
+@pytest.mark.parametrize("damage, what", [("truncate", "cut off"), ("corrupt", "corrupt")])
+def test_damaged_gzip(tmp_path, reference, damage, what):
+    path = reference.save(tmp_path / "r.csv.gz")
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) - 40])
+    else:
+        path.write_bytes(data[:20] + bytes(b ^ 0x55 for b in data[20:60]) + data[60:])
+    with pytest.raises(ValueError, match=f"is damaged: .*{what}"):
+        search.load_result(path)
+
+
+def test_plot_of_damaged_file_is_one_sentence(tmp_path, reference, capsys):
+    path = reference.save(tmp_path / "r.csv.gz")
+    path.write_bytes(b"\x1f\x8b not gzip at all")
+    rc = cli.main(["plot", str(path), "-o", str(tmp_path / "p.png")])
+    assert rc == 2 and "is damaged" in _one_sentence(capsys.readouterr().err)
+
+
+def test_search_rows_file_checked_against_its_journal(tmp_path, rows, reference):
+    out = tmp_path / "r.csv"
+    search.search(TINY, **_kw(rows, out))
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:-5]))  # whole lines gone: only the journal's counts show it
+    with pytest.raises(ValueError, match="is damaged: 1 of the chunks"):
+        search.load_result(out)
+
+
+# ---------------------------------------------------------------------------
+# 9. rows files do not depend on the number of workers
+# ---------------------------------------------------------------------------
+def test_rows_file_identical_for_1_2_3_workers(tmp_path, rows):
+    files = []
+    for workers in (1, 2, 3):
+        out = tmp_path / f"w{workers}.csv.gz"
+        search.search(TINY, space=rows, executor="process", workers=workers, progress=False,
+                      baselines=False, chunk_archs=1, out=out, **SMALL)
+        files.append(out.read_bytes())
+    serial = tmp_path / "s.csv.gz"
+    search.search(TINY, **_kw(rows, serial))
+    assert files[0] == files[1] == files[2]
+    # the same rows whatever the chunk size (the chunk column aside)
+    a = search.load_result(serial).table
+    b = search.load_result(tmp_path / "w1.csv.gz").table
+    _same(a, b)
