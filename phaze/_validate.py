@@ -8,37 +8,60 @@ import numbers
 
 import numpy as np
 
+#: Largest integer any input may hold: every count ends up in an int64 array or kernel,
+#: where a larger one would wrap around (2**63 - 1 read back as -2**63).
+INT64_MAX = 2 ** 63 - 1
 
-def positive_int(name: str, value) -> int:
-    """``value`` as an int ≥ 1, else ValueError naming ``name``."""
+
+def show(value) -> str:
+    """``repr(value)`` for a message, short for huge integers (whose repr Python refuses
+    beyond 4,300 digits) and long texts."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+            and abs(int(value)) > 10 ** 30:
+        digits = int(abs(int(value)).bit_length() * 0.30103) + 1
+        return f"an integer of about {digits:,} digits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int_in_range(name: str, value, low: int, maximum: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, float) and value.is_integer() and value >= 1:
+        if isinstance(value, float) and value.is_integer() and low <= value <= maximum:
             return int(value)
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer (>= 1), got {value!r}")
+        if isinstance(value, float) and value.is_integer() and value > maximum:
+            raise ValueError(f"{name} must be an integer from {low} to {maximum:,}, "
+                             f"got {show(value)}")
+        raise ValueError(f"{name} must be a {what} integer, got {show(value)}")
+    if value < low:
+        raise ValueError(f"{name} must be a {what} integer (>= {low}), got {show(value)}")
+    if value > maximum:
+        raise ValueError(f"{name} must be an integer from {low} to {maximum:,}, got {show(value)}")
     return int(value)
 
 
-def nonneg_int(name: str, value) -> int:
-    """``value`` as an int ≥ 0, else ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, float) and value.is_integer() and value >= 0:
-            return int(value)
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative integer (>= 0), got {value!r}")
-    return int(value)
+def positive_int(name: str, value, maximum: int = INT64_MAX) -> int:
+    """``value`` as an int from 1 to ``maximum``, else ValueError naming ``name``."""
+    return _int_in_range(name, value, 1, maximum, "positive")
+
+
+def nonneg_int(name: str, value, maximum: int = INT64_MAX) -> int:
+    """``value`` as an int from 0 to ``maximum``, else ValueError naming ``name``."""
+    return _int_in_range(name, value, 0, maximum, "non-negative")
 
 
 def positive_float(name: str, value) -> float:
     """``value`` as a finite float > 0, else ValueError naming ``name``."""
     try:
         f = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number > 0, got {show(value)}") from None
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
+        raise ValueError(f"{name} must be a positive number, got {show(value)}") from None
     if not math.isfinite(f) or f <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a finite number > 0, got {show(value)}")
     return f
 
 
@@ -46,10 +69,12 @@ def nonneg_float(name: str, value) -> float:
     """``value`` as a finite float ≥ 0, else ValueError naming ``name``."""
     try:
         f = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number >= 0, got {show(value)}") from None
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a non-negative number, got {value!r}") from None
+        raise ValueError(f"{name} must be a non-negative number, got {show(value)}") from None
     if not math.isfinite(f) or f < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        raise ValueError(f"{name} must be a finite number >= 0, got {show(value)}")
     return f
 
 
@@ -57,8 +82,9 @@ def finite_nonneg_array(name: str, values, dtype=np.float64) -> np.ndarray:
     """``values`` as a C-contiguous array of ``dtype`` with every entry finite and ≥ 0."""
     try:
         arr = np.ascontiguousarray(values, dtype=dtype)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array of numbers") from None
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        raise ValueError(f"{name} must be an array of numbers (each at most {INT64_MAX:,} for "
+                         f"integers)") from None
     if arr.size:
         if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
             raise ValueError(f"{name} must be finite (no NaN or infinity)")
@@ -70,6 +96,11 @@ def finite_nonneg_array(name: str, values, dtype=np.float64) -> np.ndarray:
 def one_of(name: str, value, allowed) -> str:
     """``value`` (case-insensitive string) if in ``allowed``, else ValueError listing them."""
     v = str(value).lower() if isinstance(value, str) else value
-    if v not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+    try:
+        ok = v in allowed
+    except TypeError:  # unhashable, for a set or dict of allowed values
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; "
+                         f"got {show(value)}")
     return v

@@ -36,11 +36,19 @@ import os
 from dataclasses import dataclass, replace
 
 from . import _config
-from ._validate import nonneg_int, one_of, positive_int
+from ._validate import nonneg_int, one_of, positive_int, show
 
 ACTIVATIONS = ("gelu", "relu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
+
+
+#: Largest value of each size of a ModelSpec. Far beyond any trained model, they keep
+#: every derived count (operator elements and bytes, int64 in ``phaze.graph``) from
+#: wrapping around and every per-layer array within memory: a config with 10**12
+#: layers is an error naming n_layers, not a MemoryError.
+MODEL_LIMITS = {"n_layers": 100_000, "hidden": 2 ** 20, "heads": 2 ** 14, "kv_heads": 2 ** 14,
+                "ffn_hidden": 2 ** 22, "vocab": 2 ** 24, "seq_len": 2 ** 22}
 
 
 @dataclass(frozen=True)
@@ -86,8 +94,8 @@ class ModelSpec:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name must be a non-empty string, got {self.name!r}")
         for f in ("n_layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"):
-            set_(self, f, positive_int(f, getattr(self, f)))
-        set_(self, "embed_proj", nonneg_int("embed_proj", self.embed_proj))
+            set_(self, f, positive_int(f, getattr(self, f), MODEL_LIMITS[f]))
+        set_(self, "embed_proj", nonneg_int("embed_proj", self.embed_proj, MODEL_LIMITS["hidden"]))
         set_(self, "activation", one_of("activation", self.activation, ACTIVATIONS))
         set_(self, "norm", one_of("norm", self.norm, NORMS))
         set_(self, "position", one_of("position", self.position, POSITIONS))
@@ -103,11 +111,12 @@ class ModelSpec:
                                  f"unless head_dim is given")
             set_(self, "head_dim", self.hidden // self.heads)
         else:
-            set_(self, "head_dim", positive_int("head_dim", self.head_dim))
+            set_(self, "head_dim", positive_int("head_dim", self.head_dim, MODEL_LIMITS["hidden"]))
         if self.max_positions is None:
             set_(self, "max_positions", self.seq_len if self.position == "learned" else 0)
         else:
-            set_(self, "max_positions", nonneg_int("max_positions", self.max_positions))
+            set_(self, "max_positions", nonneg_int("max_positions", self.max_positions,
+                                                   MODEL_LIMITS["seq_len"]))
         if self.position == "learned" and self.max_positions < self.seq_len:
             raise ValueError(f"max_positions ({self.max_positions}) must be >= seq_len "
                              f"({self.seq_len}) with learned positions")
@@ -306,22 +315,71 @@ _GPT2_ALIASES = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
                  "intermediate_size": "n_inner"}
 
 
+#: Largest integer a config key may hold (larger sizes are refused by ModelSpec's limits).
+_HF_INT_MAX = 2 ** 31 - 1
+
+
 def _hf_int(cfg, key, *, allow_none=False):
     v = cfg.get(key)
     if v is None and allow_none:
         return None
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-        if isinstance(v, float) and v.is_integer() and v >= 1:
+        if isinstance(v, float) and v.is_integer() and 1 <= v <= _HF_INT_MAX:
             return int(v)
-        raise ValueError(f"config key {key!r} must be a positive integer, got {v!r}")
+        raise ValueError(f"config key {key!r} must be a positive integer, got {show(v)}")
+    if v > _HF_INT_MAX:
+        raise ValueError(f"config key {key!r} must be an integer from 1 to {_HF_INT_MAX:,}, "
+                         f"got {show(v)}")
     return int(v)
 
 
 def _hf_bool(cfg, key):
     v = cfg.get(key)
     if not isinstance(v, bool):
-        raise ValueError(f"config key {key!r} must be true or false, got {v!r}")
+        raise ValueError(f"config key {key!r} must be true or false, got {show(v)}")
     return v
+
+
+# Keys that change the trained model in a way phaze does not model (yet). A config
+# holding one with a value other than the neutral ones is an error naming the key, not
+# a silently different (e.g. dense instead of mixture-of-experts) model.
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+             "moe_intermediate_size", "n_shared_experts", "num_shared_experts",
+             "shared_expert_intermediate_size", "moe_num_experts", "moe_layer_freq",
+             "expert_interval", "moe_k", "top_k_experts")
+_UNMODELLED_TRUE = {
+    "add_cross_attention": "cross-attention layers",
+    "parallel_attn": "attention and MLP in parallel",
+    "use_parallel_residual": "attention and MLP in parallel",
+    "parallel_residual": "attention and MLP in parallel",
+    "qk_layernorm": "LayerNorms on queries and keys",
+    "use_qk_norm": "norms on queries and keys",
+}
+
+
+def _check_unmodelled(raw: dict, seq_len) -> None:
+    """ValueError naming the first key of ``raw`` that changes the model in a way phaze
+    does not model (mixture of experts, cross-attention, parallel blocks, a sliding
+    attention window shorter than the sequence)."""
+    for key in _MOE_KEYS:
+        v = raw.get(key)
+        if v is not None and v is not False and not (isinstance(v, (int, float))
+                                                     and not isinstance(v, bool) and v <= 1):
+            raise ValueError(f"config key {key!r} ({show(v)}) describes a mixture of experts, "
+                             f"which phaze does not model yet (dense models only)")
+    for key, what in _UNMODELLED_TRUE.items():
+        if raw.get(key) not in (None, False):
+            raise ValueError(f"config key {key!r} ({show(raw[key])}) asks for {what}, which "
+                             f"phaze does not model; it must be false or absent")
+    window = raw.get("sliding_window")
+    if window is not None and raw.get("use_sliding_window", True) is not False:
+        if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:
+            raise ValueError(f"config key 'sliding_window' must be a positive integer or null, "
+                             f"got {show(window)}")
+        if seq_len is not None and window < seq_len:
+            raise ValueError(f"config key 'sliding_window' ({window:,}) is shorter than the "
+                             f"sequence ({seq_len:,} tokens): phaze models full attention only; "
+                             f"pass seq_len <= {window:,} or a config without the window")
 
 
 def _hf_model_type(cfg) -> str:
@@ -367,6 +425,12 @@ def _load_hf(path_or_dict) -> dict:
             cfg = json.load(fh)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} is not valid JSON: {exc}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not UTF-8 text") from None
+        except ValueError:  # Python refuses integers of more than 4,300 digits
+            raise ValueError(f"{path} holds a number with too many digits") from None
+        except RecursionError:
+            raise ValueError(f"{path} is nested too deeply to be a config") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path} must hold a JSON object, got {type(cfg).__name__}")
     return cfg
@@ -378,12 +442,16 @@ def from_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> Mo
     Understands GPT-2, Llama, Mistral, OPT and BERT configs (``model_type``, or
     guessed from GPT-2/OPT/Llama/BERT-specific keys). Absent keys take the
     library's documented defaults; unrelated keys are ignored; a present key
-    whose value phaze cannot model raises ``ValueError`` naming the key.
+    whose value phaze cannot model raises ``ValueError`` naming the key, and so
+    does a key that changes the model in a way phaze does not model (mixture of
+    experts such as ``num_local_experts``, cross-attention, parallel attention and
+    MLP, a ``sliding_window`` shorter than the sequence), whatever the model type.
 
     ``seq_len`` (tokens per training sample) defaults to the config's maximum
     positions; ``name`` defaults to ``_name_or_path`` or the model type.
     """
     raw = _load_hf(path_or_dict)
+    _check_unmodelled(raw, None)
     mt = _hf_model_type(raw)
     cfg = dict(_HF_DEFAULTS[mt])
     if mt == "gpt2":
@@ -472,7 +540,8 @@ def from_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> Mo
     if seq_len is None:
         seq_len = positions
     else:
-        seq_len = positive_int("seq_len", seq_len)
+        seq_len = positive_int("seq_len", seq_len, MODEL_LIMITS["seq_len"])
+    _check_unmodelled(raw, seq_len)
     spec.setdefault("max_positions", None)
     if spec["max_positions"] is not None and spec["position"] != "learned":
         spec["max_positions"] = None

@@ -260,8 +260,11 @@ class Placement:
 
 def _number(field_name, value, *, positive=False):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{field_name} must be a number, got {value!r}")
-    v = float(value)
+        raise ValueError(f"{field_name} must be a number, got {_validate.show(value)}")
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ValueError(f"{field_name} must be finite, got {_validate.show(value)}") from None
     if not math.isfinite(v):
         raise ValueError(f"{field_name} must be finite, got {value!r}")
     if v < 0 or (positive and v == 0):
@@ -271,9 +274,12 @@ def _number(field_name, value, *, positive=False):
 
 def _integer(field_name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{field_name} must be an integer, got {value!r}")
+        raise ValueError(f"{field_name} must be an integer, got {_validate.show(value)}")
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{field_name} must be an integer, got {value!r}")
+    if abs(value) > _validate.INT64_MAX:
+        raise ValueError(f"{field_name} must be an integer of at most {_validate.INT64_MAX:,} "
+                         f"in size, got {_validate.show(value)}")
     return int(value)
 
 
@@ -327,11 +333,19 @@ def load_phaze_json(path) -> PlacementProblem:
     branching or cyclic layer graphs and zero devices.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; give the placement problem's JSON file")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except ValueError:  # Python refuses integers of more than 4,300 digits
+        raise ValueError(f"{path}: holds a number with too many digits") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a placement problem") from None
     return problem_from_phaze_dict(data, where=str(path))
 
 

@@ -423,3 +423,38 @@ def test_rows_file_identical_for_1_2_3_workers(tmp_path, rows):
     a = search.load_result(serial).table
     b = search.load_result(tmp_path / "w1.csv.gz").table
     _same(a, b)
+
+
+# ---------------------------------------------------------------------------
+# 5. out-of-range numbers at the edge
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("field, value", [
+    ("maxDevices", 2 ** 63), ("maxDevices", 2 ** 63 - 1 + 2 ** 40), ("bandwidth", 10 ** 400),
+    ("mbsInBatch", 1e300),
+], ids=["devices-2**63", "devices-big", "bandwidth-huge", "mbs-1e300"])
+def test_placement_json_huge_numbers(placement_file, field, value):
+    from phaze import placement
+    doc = json.loads(placement_file.read_text())
+    doc[field] = value
+    with pytest.raises(ValueError, match=field if field != "mbsInBatch" else "microbatches"):
+        placement.problem_from_phaze_dict(doc)
+
+
+def test_placement_json_file_with_huge_or_deep_content(tmp_path, capsys):
+    digits = tmp_path / "digits.json"
+    digits.write_text('{"maxDevices": ' + "9" * 5000 + "}")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    for path, what in ((digits, "too many digits"), (deep, "nested too deeply")):
+        rc = cli.main(["place", str(path)])
+        assert rc == 2 and what in _one_sentence(capsys.readouterr().err)
+
+
+def test_solve_rejects_int64_overflow(placement_file):
+    from phaze import placement
+    problem = placement.load_phaze_json(placement_file)
+    with pytest.raises(ValueError, match="devices must be an integer from 1 to"):
+        placement.PlacementProblem(**{**{f: getattr(problem, f) for f in (
+            "widths", "forward_s", "backward_s", "param_bytes", "activation_bytes",
+            "tensor_parallel", "edge_bytes", "memory_bytes", "bandwidth", "microbatches",
+            "recompute", "optimizer", "layer_ids")}, "devices": 2 ** 63})

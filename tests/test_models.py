@@ -194,3 +194,57 @@ def test_with_recomputes_derived_fields():
     rot = m.with_(position="rotary")
     assert rot.max_positions == 0 and rot.n_params == m.n_params - 2048 * m.hidden
     assert m.with_() == m and hash(m.with_()) == hash(m)
+
+
+# --- issue 17: unmodelled keys and out-of-range numbers are one sentence naming the key ---
+MIXTRAL = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}
+
+
+@pytest.mark.parametrize("model_type", ["mistral", "llama", None])
+def test_from_hf_mixture_of_experts_is_refused(model_type):
+    cfg = dict(MIXTRAL)
+    if model_type:
+        cfg["model_type"] = model_type
+    with pytest.raises(ValueError, match="'num_local_experts'.*mixture of experts"):
+        models.from_hf_config(cfg)
+    del cfg["num_local_experts"]
+    with pytest.raises(ValueError, match="'num_experts_per_tok'"):
+        models.from_hf_config(cfg)
+    del cfg["num_experts_per_tok"]
+    assert models.from_hf_config(cfg).n_layers == 32  # dense: fine
+
+
+@pytest.mark.parametrize("key, value", [("add_cross_attention", True), ("parallel_attn", True)])
+def test_from_hf_unmodelled_structure_is_refused(key, value):
+    with pytest.raises(ValueError, match=f"'{key}'"):
+        models.from_hf_config({"model_type": "gpt2", key: value})
+
+
+def test_from_hf_sliding_window_shorter_than_the_sequence():
+    cfg = {"model_type": "mistral", "sliding_window": 4096, "max_position_embeddings": 32768}
+    with pytest.raises(ValueError, match="'sliding_window'"):
+        models.from_hf_config(cfg)
+    assert models.from_hf_config(cfg, seq_len=4096).seq_len == 4096
+    assert models.from_hf_config(dict(cfg, sliding_window=None)).seq_len == 32768
+
+
+@pytest.mark.parametrize("value, match", [
+    (10 ** 12, "'num_hidden_layers'"), (2 ** 63, "'num_hidden_layers'"),
+    (10 ** 5000, "about 5,001 digits"), (200_000, "n_layers must be an integer from 1 to"),
+], ids=["1e12", "2**63", "5001-digits", "2e5"])
+def test_from_hf_huge_numbers(value, match):
+    with pytest.raises(ValueError, match=match):
+        models.from_hf_config({"model_type": "llama", "num_hidden_layers": value})
+
+
+def test_from_hf_file_with_huge_or_deep_json(tmp_path):
+    digits = tmp_path / "digits.json"
+    digits.write_text('{"model_type": "llama", "num_hidden_layers": ' + "9" * 5000 + "}")
+    with pytest.raises(ValueError, match="too many digits"):
+        models.from_hf_config(digits)
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ValueError, match="nested too deeply"):
+        models.from_hf_config(deep)
