@@ -11,6 +11,7 @@ Example counts are bounded (the "ci" profile of conftest.py, less for search).
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -206,20 +207,45 @@ def result_bytes(tmp_path_factory):
                       devices=4, global_batch=8, microbatch=(1,), hbm_gib=(0.002,),
                       recompute=(False,), tensor_parallel=(1,))
     folder = tmp_path_factory.mktemp("res")
-    return {ext: r.save(folder / f"r{ext}").read_bytes() for ext in (".csv", ".csv.gz", ".json")}
+    files = {ext: r.save(folder / f"r{ext}").read_bytes() for ext in (".csv", ".csv.gz", ".json")}
+    out = folder / "run.csv"
+    search.search(TINY, space=_ROWS, executor="serial", progress=False, baselines=False, out=out,
+                  devices=4, global_batch=8, microbatch=(1,), hbm_gib=(0.002,),
+                  recompute=(False,), tensor_parallel=(1,))
+    files["meta"] = (out.read_bytes(), Path(str(out) + ".meta.json").read_bytes())
+    return files
 
 
 @FAST
-@given(ext=st.sampled_from([".csv", ".csv.gz", ".json"]), cut=st.integers(0, 10 ** 6),
+@given(ext=st.sampled_from([".csv", ".csv.gz", ".json", "meta"]), cut=st.integers(0, 10 ** 6),
        flips=st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(1, 255)), max_size=3))
 def test_fuzz_load_result(result_bytes, tmp_path_factory, ext, cut, flips):
-    data = bytearray(result_bytes[ext])
+    folder = tmp_path_factory.mktemp("lr")
+    if ext == "meta":  # a search's rows file with a damaged journal next to it
+        rows, meta = result_bytes["meta"]
+        path = folder / "run.csv"
+        path.write_bytes(rows)
+        target, data = Path(str(path) + ".meta.json"), bytearray(meta)
+    else:
+        path = target = folder / f"r{ext}"
+        data = bytearray(result_bytes[ext])
     for pos, x in flips:
         data[pos % len(data)] ^= x
-    data = bytes(data[: len(data) - cut % max(1, len(data) // 2)])
-    path = tmp_path_factory.mktemp("lr") / f"r{ext}"
-    path.write_bytes(data)
+    target.write_bytes(bytes(data[: len(data) - cut % max(1, len(data) // 2)]))
     _check(search.load_result, path)
+
+
+@pytest.mark.parametrize("meta", ['{"summary": 5}', '{"summary": {"metadata": [1]}}',
+                                  '{"summary": {"metadata": {"inputs": {"models": 3}}}}',
+                                  '{"chunks": [1], "rows_file": "run.csv"}', "[]"])
+def test_load_result_with_damaged_journal_is_one_sentence(tmp_path, meta):
+    path = tmp_path / "run.csv"
+    search.search(TINY, space=_ROWS, executor="serial", progress=False, baselines=False, out=path,
+                  devices=4, global_batch=8, microbatch=(1,), hbm_gib=(0.002,),
+                  recompute=(False,), tensor_parallel=(1,))
+    Path(str(path) + ".meta.json").write_text(meta)
+    with pytest.raises(ValueError, match="is damaged"):
+        search.load_result(path)
 
 
 @pytest.mark.xfail(strict=True, reason="schedule-side (issue 17, item 9): schedule_layer must "

@@ -499,6 +499,8 @@ def load_table(path) -> tuple[dict, dict]:
     summary = meta.get("summary") or {}
     if fmt in (".csv", ".csv.gz"):
         chunks = meta.get("chunks")
+        if "chunks" in meta and not isinstance(chunks, dict):
+            raise _damaged(meta_path, "its 'chunks' must map chunk numbers to facts")
         if isinstance(chunks, dict) and meta.get("rows_file") == path.name:
             table, chunk_of_row = read_rows_csv(path, strict=False)
             try:

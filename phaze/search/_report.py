@@ -150,11 +150,26 @@ def load_result(path) -> SearchResult:
     (a .csv without its .meta.json sidecar has no baselines or metadata)."""
     table, summary = _files.load_table(path)
     names = list(dict.fromkeys(table["model"].astype(str).tolist()))
-    meta = summary.get("metadata") or {}
-    names = (meta.get("inputs") or {}).get("models") or names
-    best = summary.get("best") or (choose_best(table, names) if len(table["arch_id"]) else {})
-    return SearchResult(table=table, best=best, baselines=summary.get("baselines") or {},
-                        metadata=meta, models=names)
+    parts = {"summary": summary}
+    if isinstance(summary, dict):
+        parts.update(metadata=summary.get("metadata") or {}, best=summary.get("best") or {},
+                     baselines=summary.get("baselines") or {})
+    for what, part in parts.items():
+        if not isinstance(part, dict):
+            # A hand-edited or damaged summary: one sentence, not a bare key or attribute.
+            raise _files.DamagedFile(f"{path} is damaged: its {what} must be a JSON object, "
+                                     f"got {type(part).__name__}")
+    meta = parts["metadata"]
+    inputs = meta.get("inputs") or {}
+    listed = inputs.get("models") if isinstance(inputs, dict) else None
+    if listed is not None and not (isinstance(listed, list)
+                                   and all(isinstance(n, str) for n in listed)):
+        raise _files.DamagedFile(f"{path} is damaged: its metadata's inputs.models must be a "
+                                 f"list of model names")
+    names = listed or names
+    best = parts["best"] or (choose_best(table, names) if len(table["arch_id"]) else {})
+    return SearchResult(table=table, best=best, baselines=parts["baselines"], metadata=meta,
+                        models=names)
 
 
 def format_summary(summary: dict, model_names) -> str:
