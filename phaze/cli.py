@@ -1,7 +1,9 @@
 """Command-line interface: ``phaze search | evaluate | place | models | archs | plot``.
 
 Thin layer on top of the public modules: parse, call, print. Errors in user
-input are printed as one line on stderr with exit status 2.
+input are printed as one line on stderr with exit status 2; operating-system
+errors (a read-only or full disk, a folder where a file is expected) and a chunk
+that failed for good as one line with exit status 1. Never a traceback.
 """
 from __future__ import annotations
 
@@ -163,6 +165,13 @@ def _cmd_search(args) -> int:
             print(f"phaze search: interrupted; finished chunks are in {args.out} "
                   f"(continue with --resume)", file=sys.stderr)
         raise
+    except search.ChunkFailed as exc:
+        # Not bad input but no traceback either: say which chunk, and what is kept.
+        kept = (f"; finished chunks are in {args.out} (continue with --resume)" if args.out
+                else "")
+        print(f"phaze search: error: {str(exc).splitlines()[0] if str(exc) else exc}{kept}",
+              file=sys.stderr)
+        return 1
     print(result.format_summary())
     if args.out:
         print(f"results: {args.out}")

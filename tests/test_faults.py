@@ -458,3 +458,13 @@ def test_solve_rejects_int64_overflow(placement_file):
             "widths", "forward_s", "backward_s", "param_bytes", "activation_bytes",
             "tensor_parallel", "edge_bytes", "memory_bytes", "bandwidth", "microbatches",
             "recompute", "optimizer", "layer_ids")}, "devices": 2 ** 63})
+
+
+def test_cli_chunk_failing_for_good_is_one_sentence(tmp_path, monkeypatch, capsys):
+    def failing(*a, **k):
+        raise search.ChunkFailed("chunk 3 failed 4 times; last: RuntimeError: boom")
+
+    monkeypatch.setattr(search, "search", failing)
+    rc = cli.main(["search", "--model", "bert-large", "--out", str(tmp_path / "r.csv")])
+    line = _one_sentence(capsys.readouterr().err)
+    assert rc == 1 and "chunk 3 failed" in line and "--resume" in line
