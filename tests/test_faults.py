@@ -292,8 +292,12 @@ def test_full_disk_after_a_chunk_keeps_the_others(tmp_path, rows, reference, mon
 
     calls[:] = [1]  # the next chunk (the first of this one-chunk run) meets the full disk
     monkeypatch.setattr(_files.Journal, "_append_bytes", full)
-    rc = cli.main(["search", "--model", "bert-large", "--devices", "8", "--space-every", "2000",
-                   "--serial", "--no-baselines", "--out", str(tmp_path / "c.csv")])
+    tiny_cfg = tmp_path / "config.json"  # a tiny model: quick even without the JIT
+    tiny_cfg.write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+                                    "vocab_size": 512, "n_positions": 64}))
+    rc = cli.main(["search", "--hf-config", str(tiny_cfg), "--devices", "4", "--global-batch", "8",
+                   "--microbatch", "1", "--hbm-gib", "0.002", "--tp", "1", "--space-every",
+                   "5000", "--serial", "--no-baselines", "--out", str(tmp_path / "c.csv")])
     line = _one_sentence(capsys.readouterr().err)
     assert rc == 1 and "No space left on device" in line and "--resume" in line
 

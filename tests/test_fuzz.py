@@ -59,7 +59,9 @@ def maybe(valid):
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
 #: Examples per entry point; PHAZE_FUZZ_EXAMPLES raises it for a longer local hunt.
-N_EXAMPLES = int(os.environ.get("PHAZE_FUZZ_EXAMPLES", "40"))
+#: Without the JIT (`make test-nojit`) every kernel is plain Python: a smaller sample.
+_NOJIT = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
+N_EXAMPLES = int(os.environ.get("PHAZE_FUZZ_EXAMPLES", "12" if _NOJIT else "40"))
 FAST = settings(max_examples=N_EXAMPLES, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Without the JIT (`make test-nojit`) numba compiles and caches nothing.
+needs_jit = pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"),
+                               reason="NUMBA_DISABLE_JIT: numba caches nothing")
 
 # Compile (and cache) the smallest kernel of phaze.cost (every kernel module of phaze
 # takes the same folder: the variable is set before numba is imported), then report
@@ -37,6 +40,7 @@ def _index_files(folder):
     return sorted(p.name for p in Path(folder).rglob("*.nbi"))
 
 
+@needs_jit
 def test_numba_cache_goes_to_the_user_cache_folder_not_the_package(tmp_path):
     package = REPO / "phaze"
     before = {p: p.stat().st_mtime for p in package.rglob("*.nbi")}
@@ -50,6 +54,7 @@ def test_numba_cache_goes_to_the_user_cache_folder_not_the_package(tmp_path):
     assert proc.stderr == ""
 
 
+@needs_jit
 def test_numba_cache_without_a_writable_home_falls_back_with_one_sentence(tmp_path):
     home = tmp_path / "home-is-a-file"
     home.write_text("")  # nothing can be created below it, even by root
@@ -64,6 +69,7 @@ def test_numba_cache_without_a_writable_home_falls_back_with_one_sentence(tmp_pa
     assert _index_files(proc.stdout.strip())
 
 
+@needs_jit
 def test_user_choice_of_numba_cache_wins(tmp_path):
     mine = tmp_path / "mine"
     proc = _run({"NUMBA_CACHE_DIR": str(mine), "XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path)
