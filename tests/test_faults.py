@@ -472,3 +472,10 @@ def test_cli_chunk_failing_for_good_is_one_sentence(tmp_path, monkeypatch, capsy
     rc = cli.main(["search", "--model", "bert-large", "--out", str(tmp_path / "r.csv")])
     line = _one_sentence(capsys.readouterr().err)
     assert rc == 1 and "chunk 3 failed" in line and "--resume" in line
+
+
+def test_out_that_is_a_folder_is_one_sentence(tmp_path, capsys):
+    folder = tmp_path / "r.csv"
+    folder.mkdir()
+    rc = cli.main(["search", "--model", "bert-large", "--out", str(folder)])
+    assert rc == 2 and "is a folder" in _one_sentence(capsys.readouterr().err)
