@@ -9,7 +9,14 @@ Before reporting, it checks its answers: every latency finite and at least the
 roofline bound, intra-op never slower than one core, and a sample of (operator,
 architecture) pairs equal to the slow reference in ``tests/naive.py``.
 
-Usage: ``python3 bench/bench_cost.py [--repeat N] [--model NAME] [--fresh-archs]``
+``--cost-model calibrated`` times the calibrated model instead (real-chip efficiency,
+``phaze.cost`` module docstring; parameters ``--efficiency``, default ``template``, the set
+of the study's hypothetical chips), checked against ``naive_op_latencies_calibrated``.
+``--ops-table ARCH`` prints, per operator of the gpt3-175b block (microbatch 1, t = 8),
+the study and calibrated intra-op latencies on preset ARCH with its own parameter set.
+
+Usage: ``python3 bench/bench_cost.py [--repeat N] [--model NAME] [--fresh-archs]
+[--cost-model study|calibrated] [--efficiency SET] [--ops-table ARCH]``
 """
 from __future__ import annotations
 
@@ -40,8 +47,9 @@ def _graphs(model):
     return graphs
 
 
-def _check(graphs, archs, results):
-    from naive import naive_op_latencies
+def _check(graphs, archs, results, kw):
+    from naive import naive_op_latencies, naive_op_latencies_calibrated
+    from phaze.arch import efficiency
 
     rng = np.random.default_rng(0)
     for (label, g), (single, intra) in zip(graphs, results):
@@ -55,9 +63,32 @@ def _check(graphs, archs, results):
     for gi in rng.choice(len(graphs), size=3, replace=False):
         label, g = graphs[gi]
         cols = rng.choice(archs.shape[0], size=2, replace=False)
-        ref_single, ref_intra = naive_op_latencies(g, archs[cols])
+        if kw["model"] == "study":
+            ref_single, ref_intra = naive_op_latencies(g, archs[cols])
+        else:
+            eff = efficiency.rows(kw["efficiency"], archs.shape[0])[cols]
+            ref_single, ref_intra = naive_op_latencies_calibrated(g, archs[cols], eff)
         np.testing.assert_allclose(results[gi][0][:, cols], ref_single, rtol=1e-12, err_msg=label)
         np.testing.assert_allclose(results[gi][1][:, cols], ref_intra, rtol=1e-12, err_msg=label)
+
+
+def _ops_table(model, arch_name):
+    """Study vs calibrated intra-op latency of every operator of the block, one preset."""
+    from phaze.arch import presets
+
+    row = presets.get(arch_name)
+    layer = next(lay for lay in build_layers(model, 1, 8).layers if lay.kind == "block")
+    print(f"{model} block, microbatch 1, t = 8, on {arch_name} (efficiency set {arch_name}); intra-op, us")
+    print(f"{'pass':4} {'operator':28} {'study':>10} {'calibrated':>11} {'ratio':>6}")
+    for label, g in (("fwd", layer.forward), ("bwd", layer.backward)):
+        study = cost.op_latencies(g, row)[1][:, 0]
+        cal = cost.op_latencies(g, row, model="calibrated", efficiency=arch_name)[1][:, 0]
+        for i, name in enumerate(g.names):
+            ratio = cal[i] / study[i] if study[i] > 0 else float("nan")
+            print(f"{label:4} {name:28} {study[i] * 1e6:10.1f} {cal[i] * 1e6:11.1f} {ratio:6.2f}")
+        print(f"{label:4} {'sum':28} {study.sum() * 1e6:10.1f} {cal.sum() * 1e6:11.1f} "
+              f"{cal.sum() / study.sum():6.2f}")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -67,22 +98,32 @@ def main(argv=None) -> int:
     parser.add_argument("--fresh-archs", action="store_true",
                         help="pass a new copy of the architectures to every call (defeats the memo of "
                              "validated, deduplicated inputs, as if every call saw a new chunk)")
+    parser.add_argument("--cost-model", choices=cost.MODELS, default="study")
+    parser.add_argument("--efficiency", default=None,
+                        help="parameter set of the calibrated model (phaze.arch.efficiency.names())")
+    parser.add_argument("--ops-table", metavar="ARCH", default=None,
+                        help="print study vs calibrated latency of the gpt3-175b block's operators on ARCH")
     args = parser.parse_args(argv)
+    if args.ops_table:
+        return _ops_table(args.model, args.ops_table)
+    kw = dict(model=args.cost_model)
+    if args.cost_model == "calibrated":
+        kw["efficiency"] = args.efficiency
 
     archs = ArchSpace.default().configs
     graphs = _graphs(args.model)
     n_ops = sum(g.n_ops for _, g in graphs)
-    cost.op_latencies(graphs[0][1], archs[:8])  # load the compiled kernel from the JIT cache
+    cost.op_latencies(graphs[0][1], archs[:8], **kw)  # load the compiled kernel from the JIT cache
 
     times = []
     for _ in range(max(1, args.repeat)):
         start = time.perf_counter()
         if args.fresh_archs:
-            results = [cost.op_latencies(g, archs.copy()) for _, g in graphs]
+            results = [cost.op_latencies(g, archs.copy(), **kw) for _, g in graphs]
         else:
-            results = [cost.op_latencies(g, archs) for _, g in graphs]
+            results = [cost.op_latencies(g, archs, **kw) for _, g in graphs]
         times.append(time.perf_counter() - start)
-    _check(graphs, archs, results)
+    _check(graphs, archs, results, kw)
 
     best = min(times)
     pairs = n_ops * archs.shape[0]
@@ -90,7 +131,8 @@ def main(argv=None) -> int:
           f"= {pairs:,} (operator, architecture) pairs, two modes each")
     print(f"op_latencies total: best {best:.3f} s of {len(times)} "
           f"(all: {', '.join(f'{t:.3f}' for t in times)}); {best / pairs * 1e9:.1f} ns per pair; "
-          f"serial kernel, {os.cpu_count()} CPUs; "
+          f"serial kernel, {os.cpu_count()} CPUs; cost model {args.cost_model}"
+          f"{' (' + (args.efficiency or 'template') + ')' if args.cost_model == 'calibrated' else ''}; "
           f"{'a fresh copy of the architectures per call' if args.fresh_archs else 'one architecture array'}")
     print("answers checked: finite, >= roofline, intra <= single, sample == tests/naive.py")
     return 0

@@ -205,7 +205,7 @@ def _prepared(archs):
     for value in prep.values():
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
-    prep["_tiles"] = {}  # calibrated model: tile-parameter combinations by CRC of the efficiency rows
+    prep["_calibrated"] = {}  # the calibrated model's inputs per efficiency parameter set
     if key is not None:
         with _PREPARED_LOCK:
             _PREPARED[key] = prep
@@ -220,30 +220,46 @@ def _check_model(model):
     return model
 
 
-def _tiles(prep, eff):
-    """Distinct (split, tile parameters) combinations of the rows, memoised with ``prep``.
+_TILE_FIELDS = ("tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile", "k_stages")
+_RATE_FIELDS = ("tile_efficiency", "hbm_efficiency", "launch_s", "coll_latency_s", "link_step_s",
+                "net_step_s", "link_efficiency", "net_efficiency")
 
-    With one parameter set for all rows (the usual case) there is one combination
-    per split; per-row sets may add more.
+
+def _calibrated_inputs(prep, efficiency):
+    """Kernel inputs of the calibrated model for ``prep``'s rows, memoised with ``prep``.
+
+    "Tiles" are the distinct (split, tile parameters) combinations of the rows: with
+    one parameter set for every row (the usual case) exactly the splits; per-row sets
+    may add more. The memo is keyed by the set itself, or by a CRC of a per-row array.
     """
-    key = zlib.crc32(memoryview(eff).cast("B"))
-    cache = prep["_tiles"]
+    if efficiency is None or isinstance(efficiency, (str, _efficiency.Efficiency)):
+        one = _efficiency.TEMPLATE if efficiency is None else (
+            _efficiency.get(efficiency) if isinstance(efficiency, str) else efficiency)
+        key = ("set", one)
+    else:
+        eff = _efficiency.rows(efficiency, prep["n_archs"])
+        key = ("rows", zlib.crc32(memoryview(eff).cast("B")))
+    cache = prep["_calibrated"]
     with _PREPARED_LOCK:
         hit = cache.get(key)
     if hit is not None:
         return hit
-    cols = [prep["split_of_arch"]] + [eff[f] for f in ("tile_m_mult", "tile_n_mult", "tile_k_mult",
-                                                      "cores_per_tile", "k_stages")]
-    uniq, tile_of_arch = _distinct(*cols)
-    tiles = dict(tile_split=uniq[0].astype(np.int64),
-                 **{f: uniq[j + 1] for j, f in enumerate(("tile_m_mult", "tile_n_mult", "tile_k_mult",
-                                                          "cores_per_tile", "k_stages"))},
-                 tile_of_arch=tile_of_arch)
+    if key[0] == "set":
+        n_splits = prep["split_w"].shape[0]
+        inputs = dict(tile_split=np.arange(n_splits, dtype=np.int64),
+                      **{f: np.full(n_splits, float(getattr(one, f))) for f in _TILE_FIELDS},
+                      tile_of_arch=prep["split_of_arch"],
+                      **{f: np.full(prep["n_archs"], float(getattr(one, f))) for f in _RATE_FIELDS})
+    else:
+        uniq, tile_of_arch = _distinct(prep["split_of_arch"], *(eff[f] for f in _TILE_FIELDS))
+        inputs = dict(tile_split=uniq[0].astype(np.int64), **dict(zip(_TILE_FIELDS, uniq[1:])),
+                      tile_of_arch=tile_of_arch,
+                      **{f: np.ascontiguousarray(eff[f], dtype=np.float64) for f in _RATE_FIELDS})
     with _PREPARED_LOCK:
         if len(cache) >= _config.COST_PREPARED_CACHE_SIZE:
             cache.clear()
-        cache[key] = tiles
-    return tiles
+        cache[key] = inputs
+    return inputs
 
 
 def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=None):
@@ -295,16 +311,12 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
             *common, prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
             prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"], single, intra)
         return single, intra
-    eff = _efficiency.rows(efficiency, n_archs)
-    tiles = _tiles(prep, eff)
+    c = _calibrated_inputs(prep, efficiency)
     kern._op_latencies_calibrated(
-        *common, tiles["tile_split"], tiles["tile_m_mult"], tiles["tile_n_mult"], tiles["tile_k_mult"],
-        tiles["cores_per_tile"], tiles["k_stages"], tiles["tile_of_arch"],
+        *common, c["tile_split"], *(c[f] for f in _TILE_FIELDS), c["tile_of_arch"],
         prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
         prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
-        eff["tile_efficiency"].copy(), eff["hbm_efficiency"].copy(), eff["launch_s"].copy(),
-        eff["coll_latency_s"].copy(), eff["link_step_s"].copy(), eff["net_step_s"].copy(),
-        eff["link_efficiency"].copy(), eff["net_efficiency"].copy(), single, intra)
+        *(c[f] for f in _RATE_FIELDS), single, intra)
     return single, intra
 
 
