@@ -14,9 +14,11 @@ architecture) pairs equal to the slow reference in ``tests/naive.py``.
 of the study's hypothetical chips), checked against ``naive_op_latencies_calibrated``.
 ``--ops-table ARCH`` prints, per operator of the gpt3-175b block (microbatch 1, t = 8),
 the study and calibrated intra-op latencies on preset ARCH with its own parameter set.
+``--components`` prints the calibrated model against the component measurements of
+``docs/fidelity-sources.md`` (GEMM fractions of peak, nccl-tests all-reduce times).
 
 Usage: ``python3 bench/bench_cost.py [--repeat N] [--model NAME] [--fresh-archs]
-[--cost-model study|calibrated] [--efficiency SET] [--ops-table ARCH]``
+[--cost-model study|calibrated] [--efficiency SET] [--ops-table ARCH] [--components]``
 """
 from __future__ import annotations
 
@@ -91,6 +93,50 @@ def _ops_table(model, arch_name):
     return 0
 
 
+# Component measurements of docs/fidelity-sources.md (a check of the calibrated rules; the
+# first two set tile_efficiency, the others were not used to set anything).
+_GEMM_CHECKS = (  # preset, (M, K, N), measured fraction of peak, source
+    ("a100-80g", (1024, 5120, 10240), 0.869, "MAMF best shape (sets tile_efficiency)"),
+    ("h100-sxm", (2048, 13312, 2048), 0.803, "MAMF best shape (sets tile_efficiency)"),
+    ("a100-80g", (3456, 8192, 4096), 0.754, "CUTLASS profiler 256x128_32x3"),
+)
+# 8xA100 all_reduce_perf (ml-engineering network/README.md): bytes, seconds
+_NCCL_A100 = ((32768, 43.83e-6), (1048576, 101.9e-6), (16777216, 276.6e-6), (67108864, 684.6e-6),
+              (268435456, 2420.6e-6), (1073741824, 8203.9e-6), (4294967296, 32136e-6))
+
+
+def _components():
+    """The calibrated model against the sheet's component measurements."""
+    from phaze.arch import peak_flops, presets
+    from phaze.graph import OpGraph
+
+    print("GEMM (intra-op, bf16): calibrated vs measured fraction of the vendor peak")
+    for name, (m, k, n), measured, what in _GEMM_CHECKS:
+        row = presets.get(name)
+        g = OpGraph.from_ops([dict(name="g", kind=0, dims=(1, m, k, n), elements=m * n,
+                                   bytes_in=2 * (m * k + k * n), bytes_out=2 * m * n)])
+        t_study = cost.op_latencies(g, row)[1][0, 0]
+        t_cal = cost.op_latencies(g, row, model="calibrated", efficiency=name)[1][0, 0]
+        flops = 2.0 * m * k * n
+        peak = peak_flops(row)[0]
+        print(f"  {name:9} M={m:5} K={k:5} N={n:5}: study {flops / t_study / peak:.3f}, "
+              f"calibrated {flops / t_cal / peak:.3f}, measured {measured:.3f} ({what})")
+    print("all-reduce, 8 x a100-80g in one node: calibrated vs nccl-tests (seconds)")
+    row = presets.get("a100-80g")
+    for size, measured in _NCCL_A100:
+        g = OpGraph.from_ops([dict(name="ar", kind=3, comm_bytes=size, group_size=8, bytes_in=size,
+                                   bytes_out=size)])
+        t_study = cost.op_latencies(g, row)[0][0, 0]
+        t_cal = cost.op_latencies(g, row, model="calibrated", efficiency="a100-80g")[0][0, 0]
+        print(f"  {size:>11,} B: study {t_study:.3e}, calibrated {t_cal:.3e}, measured {measured:.3e} "
+              f"({(t_cal - measured) / measured * 100:+.0f} %)")
+    print("point-to-point on a100-80g, calibrated: 1 GiB in node "
+          f"{cost.p2p_seconds(2 ** 30, row, inter_node=False, model='calibrated', efficiency='a100-80g')[0, 0]:.3e} s "
+          "(sendrecv_perf 1 GiB at 195.1e9 B/s: 5.503e-03 s); 50 MB between nodes "
+          f"{cost.p2p_seconds(50e6, row, inter_node=True, model='calibrated', efficiency='a100-80g')[0, 0]:.3e} s")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="timed repetitions (the best is reported)")
@@ -103,7 +149,11 @@ def main(argv=None) -> int:
                         help="parameter set of the calibrated model (phaze.arch.efficiency.names())")
     parser.add_argument("--ops-table", metavar="ARCH", default=None,
                         help="print study vs calibrated latency of the gpt3-175b block's operators on ARCH")
+    parser.add_argument("--components", action="store_true",
+                        help="print the calibrated model against the component measurements it rests on")
     args = parser.parse_args(argv)
+    if args.components:
+        return _components()
     if args.ops_table:
         return _ops_table(args.model, args.ops_table)
     kw = dict(model=args.cost_model)
