@@ -278,8 +278,10 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
     efficiency : None, str, phaze.arch.efficiency.Efficiency or structured array
         Only with ``model="calibrated"``: the efficiency parameters, a set's name
         (``phaze.arch.efficiency.names()``, e.g. ``"a100-80g"``) or object applied to
-        every row, or an ``EFFICIENCY_DTYPE`` array with one set per row; ``None``
-        takes the ``"template"`` set (hypothetical chips).
+        every row, or an ``EFFICIENCY_DTYPE`` array with one set per row
+        (``phaze.arch.efficiency.for_rows(archs)`` gives each preset row its own set and
+        every other row the template's); ``None`` takes the ``"template"`` set
+        (hypothetical chips) for every row.
 
     Returns
     -------

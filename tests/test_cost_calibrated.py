@@ -308,3 +308,18 @@ def test_bad_model_or_efficiency():
         cost.p2p_seconds(-1, row, inter_node=True)
     with pytest.raises(ValueError, match="launch_s"):
         efficiency.Efficiency(**dict(presets.EFFICIENCY["a100-80g"], launch_s=float("nan")))
+
+
+def test_for_rows_gives_presets_their_sets_and_others_the_template():
+    rows = np.concatenate([presets.get("h100-sxm"), make_archs(base="a100-80g", num_tc=216),
+                           presets.get("a100-80g"), ArchSpace.default().configs[:2]])
+    eff = efficiency.for_rows(rows)
+    expect = ["h100-sxm", "template", "a100-80g", "template", "template"]
+    for j, name in enumerate(expect):
+        assert eff[j] == efficiency.get(name).row()[0], (j, name)
+    g = _graph(_gemm("g", 1, 2048, 4096, 4096), _allreduce("ar", 10 ** 8, 8, preds=["g"]))
+    both = cost.op_latencies(g, rows, model="calibrated", efficiency=eff)
+    for j, name in enumerate(expect):
+        one = cost.op_latencies(g, rows[j:j + 1], model="calibrated", efficiency=name)
+        np.testing.assert_array_equal(both[0][:, j], one[0][:, 0])
+        np.testing.assert_array_equal(both[1][:, j], one[1][:, 0])

@@ -42,7 +42,7 @@ are no preset — the study's hypothetical chips — take :data:`TEMPLATE`: the 
 and latencies of ``a100-80g`` (the only chip with a component-level source for every
 one of them), with the tile rule of the template itself (one array per tile, no
 per-tile K fill), because the template's cores are weight-stationary arrays like the
-TPU's, not SMs.
+TPU's, not SMs. :func:`for_rows` gives each row its preset's set, or the template's.
 """
 from __future__ import annotations
 
@@ -178,3 +178,26 @@ def rows(efficiency, n_archs: int) -> np.ndarray:
         raise ValueError(f"efficiency array has {base.shape[0]} rows; expected 1 or {n_archs} "
                          f"(one per architecture)")
     return np.ascontiguousarray(base)
+
+
+def for_rows(archs) -> np.ndarray:
+    """One parameter set per architecture row: a preset's set where the row equals that
+    preset in every knob, :data:`TEMPLATE` elsewhere (an :data:`EFFICIENCY_DTYPE` array
+    to pass as ``efficiency=``).
+
+    A row changed in any knob (``make_archs(base="a100-80g", num_tc=216)``) is a
+    hypothetical chip and takes the template's set: the presets' parameters were
+    measured on those chips only.
+    """
+    from ._rows import KNOBS, validate
+
+    archs = validate(archs)
+    out = np.repeat(TEMPLATE.row(), archs.shape[0])
+    for name in presets.names():
+        ref = presets.get(name)
+        same = np.ones(archs.shape[0], dtype=bool)
+        for knob in KNOBS:
+            same &= archs[knob] == ref[knob][0]
+        if np.any(same):
+            out[same] = get(name).row()[0]
+    return np.ascontiguousarray(out)
