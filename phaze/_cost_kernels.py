@@ -1,8 +1,10 @@
 """Compiled kernels of ``phaze.cost`` (numba). Private: call :func:`phaze.cost.op_latencies`.
 
 Everything is float64 arithmetic on exact integers (< 2**52), so the numbers are the
-same compiled and under ``NUMBA_DISABLE_JIT=1``. The model itself is documented in
-``phaze/cost.py``; the functions here are its literal transcription.
+same compiled and under ``NUMBA_DISABLE_JIT=1``. The calibrated model's kernels also
+divide by non-integral efficiency fractions, in one fixed order of operations, so they
+too give the same numbers both ways (tests/test_cost_calibrated.py checks it). The models
+are documented in ``phaze/cost.py``; the functions here are their literal transcription.
 """
 import math
 

@@ -29,6 +29,7 @@ whitepaper, 2022; H100 datasheet): 132 SMs × 4 tensor cores = 528, each modelle
 boost clock); 528 vector cores of 32 lanes; 50 MiB L2; 80 GiB HBM3 at 3,350 GB/s;
 NVLink 4 at 900 GB/s bidirectional = 450 GB/s per direction within an 8-GPU node;
 one 400 Gb/s NDR InfiniBand NIC per GPU = 50 GB/s between nodes.
+
 Efficiency parameters (``EFFICIENCY``; the calibrated cost model, ``phaze.arch.efficiency``)
 -------------------------------------------------------------------------------------------
 Each number below is taken from a component-level public source as collected in
@@ -50,7 +51,7 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
   own losses on that shape (4·80 = 320 tiles on 108 SMs = 3 waves: 320/324; 160 K-steps
   + 2 fill: 160/162): 0.869 / 0.97546 = 0.8909. Cross-check, not used to set it: the
   CUTLASS profiler's 3456×4096×8192 (0.754 of peak, device not printed) comes out at
-  0.707 (−6 %); see bench/RESULTS.md.
+  0.706 (−6 %); see bench/RESULTS.md.
 - hbm_efficiency = 0.88: event-timed read kernel at 1.80e12 of 2.039e12 B/s, Nsight
   Compute agreeing (NVIDIA developer forum, "Trouble to Reach Peak Bandwidth of A100" [S],
   sheet §2).
