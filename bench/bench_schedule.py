@@ -44,7 +44,7 @@ def layer_graphs(model_names):
                 try:
                     mg = graph.build_layers(name, b, t)
                 except ValueError:
-                    continue  # t does not divide the heads: skipped, as DESIGN §2.1 says
+                    continue  # t does not divide the heads: skipped, as docs/design.md §2.1 says
                 for layer in mg.layers:
                     for direction, g in (("fwd", layer.forward), ("bwd", layer.backward)):
                         key = g.content_hash()
