@@ -264,6 +264,8 @@ def test_milp_prints_nothing(capfd):
 
 
 def test_runs_without_jit():
+    # the schedule kernels are compiled Cython: a process with numba's JIT off (the
+    # suite's no-JIT mode) schedules exactly as any other
     code = ("import numpy as np; from phaze import schedule as S; from phaze.graph import OpGraph;"
             "g = OpGraph.from_ops([dict(name='a', kind=1), dict(name='b', kind=0, preds=['a']),"
             " dict(name='c', kind=0, preds=['a']), dict(name='d', kind=3, preds=['b', 'c'])]);"

@@ -22,11 +22,11 @@ pipeline (without the MILP) over many architectures at once. A part still outsid
 the gap after its list schedule (makespan ub) gets a further bound: modes that cannot
 appear in any schedule shorter than ub, then shorter than ub (1 - gap), are excluded
 (the operator's start and finish bounds plus that mode's duration already reach it)
-and the strong bound is recomputed on the restricted instance (``_forced_bound``); a
+and the strong bound is recomputed on the restricted instance (``forced_bound``); a
 part still open after that gets a local search over its mode vector, each vector
-decoded by parallel (time-incremental) schedule generation (``_mode_search``),
+decoded by parallel (time-incremental) schedule generation (``mode_search``),
 energetic reasoning just above ub (1 - gap), and last a bounded branch and bound
-that looks only for schedules shorter than ub (1 - gap) (``_branch_and_bound``:
+that looks only for schedules shorter than ub (1 - gap) (``bnb_search``:
 node energies with the modes still able to beat that and one-core work counted
 against the antichain width and the chains still active, cutset dominance on the
 cores held and the releases, stand-ins for identical operators;
@@ -47,6 +47,15 @@ durations, critical paths, chip energy), ``_windows`` and ``_bounds`` (lower bou
 dominance table), ``_solve`` (the compiled per-chip pipeline), ``_milp`` (HiGHS),
 ``_driver`` (entry points, memo, threads), ``_check`` (the validator) and ``_status``
 (the status vocabulary). This face only re-exports.
+
+The kernels (``_profile`` .. ``_solve``, with ``_cdefs``: the operator kinds and
+tolerance as C globals) are Cython extensions compiled at install (``setup.py``), so a
+new process schedules at full speed without a JIT warm-up; they run without the GIL
+(``schedule_many`` runs disjoint architecture ranges on threads). Each ``.pyx`` keeps
+the numba kernels' floating-point operations in the same order (``setup.py`` turns
+off fused multiply-add), so the answers are bit-for-bit those of the numba version;
+each has Python entry points (``_strong_bound``, ``_bnb_search``, ...) for the
+driver and the tests.
 """
 from ._check import check_schedule
 from ._driver import (

@@ -28,8 +28,8 @@ from ._bnb import _BNB_TABLE_MAX_BUCKETS, _BNB_TABLE_WAYS, _bnb_table
 from ._bounds import _layer_lower_bounds_kernel, _segment_bound, _strong_bound
 from ._list import _list_schedule
 from ._prepare import _graph_hash, _prepare
-from ._solve import _solve, _solve_range
-from ._status import _REL_EQ, STATUS_NAMES, _status
+from ._solve import _solve, _solve_range, _status
+from ._status import _REL_EQ, STATUS_NAMES
 
 #: An empty branch-and-bound table: ``_solve`` allocates a real one only when a search
 #: runs (most ``schedule_layer`` calls need none).

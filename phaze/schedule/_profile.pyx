@@ -1,8 +1,9 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Resource profiles of the list scheduler and the branch and bound (docs/design.md §2.5).
 
 The problem is a multi-mode resource-constrained project scheduling problem with
 three renewable resources: tensor cores (capacity num_tc), vector cores (num_vc)
-and the chip's link (capacity 1). Demands per operator and mode:
+and the chip's link (capacity 1). Demands per operator and mode (``_cdefs.demand``):
 
     GEMM one core (1, 0, 0)     vector one core (0, 1, 0)     fused one core (1, 1, 0)
     collective (0, 0, 1)        any compute intra-op (num_tc, num_vc, 0)
@@ -10,31 +11,19 @@ and the chip's link (capacity 1). Demands per operator and mode:
 An intra-op operator holds *every* core of both types, which is exactly "holds all
 cores of its type(s) and overlaps no other compute operator".
 
-A profile is piecewise-constant usage over [pt[k], pt[k+1]); its last piece is idle.
-Every function here runs (slowly) under ``NUMBA_DISABLE_JIT=1``.
+A profile is piecewise-constant usage over [pt[k], pt[k+1]) (arrays of capacity
+2 m + 2 for m operators); its last piece is idle.
 """
-from numba import njit
-
-from ..graph import KIND_COLLECTIVE, KIND_GEMM, KIND_VECTOR
+from libc.stdint cimport int64_t
 
 
-@njit(cache=True, nogil=True)
-def _demand(kind, mode, ntc, nvc):
-    """(tensor cores, vector cores, link) held by an operator of ``kind`` in ``mode``."""
-    if kind == KIND_COLLECTIVE:
-        return 0, 0, 1
-    if mode == 1:
-        return ntc, nvc, 0
-    if kind == KIND_GEMM:
-        return 1, 0, 0
-    if kind == KIND_VECTOR:
-        return 0, 1, 0
-    return 1, 1, 0
-
-
-@njit(cache=True, nogil=True)
-def _earliest(pt, ptc, pvc, plk, npieces, est, dur, dtc, dvc, dlk, ntc, nvc):
+cdef double earliest(double* pt, int64_t* ptc, int64_t* pvc, int64_t* plk, int64_t npieces,
+                     double est, double dur, int64_t dtc, int64_t dvc, int64_t dlk, int64_t ntc,
+                     int64_t nvc) noexcept nogil:
     """Earliest t >= est where the demand fits the profile throughout [t, t + dur)."""
+    cdef double t, end
+    cdef int64_t k, j
+    cdef bint fits
     if dur <= 0.0:
         return est
     t = est
@@ -55,10 +44,11 @@ def _earliest(pt, ptc, pvc, plk, npieces, est, dur, dtc, dvc, dlk, ntc, nvc):
             return t
 
 
-@njit(cache=True, nogil=True)
-def _split(pt, ptc, pvc, plk, npieces, x):
+cdef int64_t split(double* pt, int64_t* ptc, int64_t* pvc, int64_t* plk, int64_t npieces,
+                   double x) noexcept nogil:
     """Make ``x`` a breakpoint of the profile; returns the new number of pieces."""
-    k = npieces - 1
+    cdef int64_t k = npieces - 1
+    cdef int64_t j
     while pt[k] > x:
         k -= 1
     if pt[k] == x:
@@ -75,14 +65,16 @@ def _split(pt, ptc, pvc, plk, npieces, x):
     return npieces + 1
 
 
-@njit(cache=True, nogil=True)
-def _insert(pt, ptc, pvc, plk, npieces, start, dur, dtc, dvc, dlk):
+cdef int64_t insert(double* pt, int64_t* ptc, int64_t* pvc, int64_t* plk, int64_t npieces,
+                    double start, double dur, int64_t dtc, int64_t dvc, int64_t dlk) noexcept nogil:
     """Add a demand over [start, start + dur) to the profile; returns the number of pieces."""
+    cdef double end
+    cdef int64_t j
     if dur <= 0.0:
         return npieces
     end = start + dur
-    npieces = _split(pt, ptc, pvc, plk, npieces, start)
-    npieces = _split(pt, ptc, pvc, plk, npieces, end)
+    npieces = split(pt, ptc, pvc, plk, npieces, start)
+    npieces = split(pt, ptc, pvc, plk, npieces, end)
     for j in range(npieces):
         if pt[j] >= start and pt[j] < end:
             ptc[j] += dtc

@@ -1,32 +1,34 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Fastest durations, critical paths and chip energy: the quantities every bound of
 ``phaze.schedule`` builds on (docs/design.md §2.5).
 
-Operators arrive as one *part* (segment) of a layer graph, numbered locally in a
-topological order; predecessor and successor lists are CSR arrays whose pointers are
-absolute positions into the shared index arrays (a part is a slice of the pointers).
-Every function here runs (slowly) under ``NUMBA_DISABLE_JIT=1``.
+Operators arrive as one *part* (segment) of a layer graph, ``m`` operators numbered
+locally in a topological order; predecessor and successor lists are CSR arrays whose
+pointers are absolute positions into the shared index arrays (a part is a slice of the
+pointers). Kernels take C pointers (a part is an offset into the whole graph's arrays)
+and run without the GIL; ``opinfo`` is (m, 3) row-major.
 """
+from libc.stdint cimport int64_t
+from libc.stdlib cimport free
+
+from ._cdefs cimport KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, core_weight, weights, xalloc
+
 import numpy as np
-from numba import njit
-
-from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
 
 
-@njit(cache=True, nogil=True)
-def _fastest(kind, ds, da):
+cdef void fastest(int64_t m, const int64_t* kind, const double* ds, const double* da,
+                  double* out) noexcept nogil:
     """Duration of each operator at its faster mode (collectives have one mode)."""
-    m = kind.shape[0]
-    out = np.empty(m)
+    cdef int64_t i
     for i in range(m):
         out[i] = ds[i] if (kind[i] == KIND_COLLECTIVE or ds[i] <= da[i]) else da[i]
-    return out
 
 
-@njit(cache=True, nogil=True)
-def _tails(dmin, succ_ptr, succ_idx):
+cdef void tails(int64_t m, const double* dmin, const int64_t* succ_ptr, const int64_t* succ_idx,
+                double* tail) noexcept nogil:
     """Longest path from each operator (inclusive) to the end, durations ``dmin``."""
-    m = dmin.shape[0]
-    tail = np.empty(m)
+    cdef int64_t i, e
+    cdef double best, v
     for i in range(m - 1, -1, -1):
         best = 0.0
         for e in range(succ_ptr[i], succ_ptr[i + 1]):
@@ -34,61 +36,43 @@ def _tails(dmin, succ_ptr, succ_idx):
             if v > best:
                 best = v
         tail[i] = dmin[i] + best
-    return tail
 
 
-@njit(cache=True, nogil=True)
-def _weights(lam, cap_tc, cap_vc):
-    """Energy weights (per TC, per VC) of one-core operators: lam/cap_tc and
-    (1 - lam)/cap_vc, 0 for a type with no cores."""
-    wt = lam / cap_tc if cap_tc > 0 else 0.0
-    wv = (1.0 - lam) / cap_vc if cap_vc > 0 else 0.0
-    return wt, wv
-
-
-@njit(cache=True, nogil=True)
-def _core_weight(k, wt, wv):
-    """Energy weight of a one-core compute operator of kind ``k`` (0 for a collective)."""
-    if k == KIND_GEMM:
-        return wt
-    if k == KIND_VECTOR:
-        return wv
-    if k == KIND_FUSED:
-        return wt + wv
-    return 0.0
-
-
-@njit(cache=True, nogil=True)
-def _energy(kind, ds, da, lam, ntc, nvc):
+cdef double energy(int64_t m, const int64_t* kind, const double* ds, const double* da, double lam,
+                   int64_t ntc, int64_t nvc) noexcept nogil:
     """Chip energy sum_i min_mode(weight x duration) with weight lam/ntc per TC, (1-lam)/nvc per VC.
 
     At any instant the running operators' weights sum to at most 1 (an intra-op one
     holds every core: weight 1), so the makespan is at least this sum."""
-    wt, wv = _weights(lam, ntc, nvc)
-    total = 0.0
-    for i in range(kind.shape[0]):
+    cdef double wt, wv, e
+    cdef double total = 0.0
+    cdef int64_t i, k
+    weights(lam, ntc, nvc, &wt, &wv)
+    for i in range(m):
         k = kind[i]
         if k == KIND_COLLECTIVE:
             continue
-        e = _core_weight(k, wt, wv) * ds[i]
+        e = core_weight(k, wt, wv) * ds[i]
         if da[i] < e:
             e = da[i]
         total += e
     return total
 
 
-@njit(cache=True, nogil=True)
-def _energy_bound(kind, ds, da, ntc, nvc):
-    """max over lam in [0, 1] of ``_energy`` (concave piecewise linear: check the breakpoints)."""
+cdef double energy_bound(int64_t m, const int64_t* kind, const double* ds, const double* da,
+                         int64_t ntc, int64_t nvc) noexcept nogil:
+    """max over lam in [0, 1] of ``energy`` (concave piecewise linear: check the breakpoints)."""
+    cdef double best, v, s, a, lam, slope
+    cdef int64_t i, k
     if ntc == 0:
-        return _energy(kind, ds, da, 0.0, ntc, nvc)
+        return energy(m, kind, ds, da, 0.0, ntc, nvc)
     if nvc == 0:
-        return _energy(kind, ds, da, 1.0, ntc, nvc)
-    best = _energy(kind, ds, da, 0.0, ntc, nvc)
-    v = _energy(kind, ds, da, 1.0, ntc, nvc)
+        return energy(m, kind, ds, da, 1.0, ntc, nvc)
+    best = energy(m, kind, ds, da, 0.0, ntc, nvc)
+    v = energy(m, kind, ds, da, 1.0, ntc, nvc)
     if v > best:
         best = v
-    for i in range(kind.shape[0]):
+    for i in range(m):
         k = kind[i]
         s = ds[i]
         a = da[i]
@@ -104,14 +88,16 @@ def _energy_bound(kind, ds, da, ntc, nvc):
                 continue
             lam = (a - s / nvc) / slope
         if lam > 0.0 and lam < 1.0:
-            v = _energy(kind, ds, da, lam, ntc, nvc)
+            v = energy(m, kind, ds, da, lam, ntc, nvc)
             if v > best:
                 best = v
     return best
 
 
-@njit(cache=True, nogil=True)
-def _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_vc, opinfo):
+cdef double chain_energy(int64_t m, const int64_t* kind, const double* ds, const double* da,
+                         const int64_t* pred_ptr, const int64_t* pred_idx, double lam, int64_t ntc,
+                         int64_t nvc, int64_t cap_tc, int64_t cap_vc,
+                         const int64_t* opinfo) noexcept nogil:
     """Chip-energy bound with one chain of operators weighted up.
 
     Base weights: lam/cap_tc per TC and (1-lam)/cap_vc per VC held by a one-core
@@ -122,18 +108,19 @@ def _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_v
     i, ``opinfo[i, 2]`` is 1 for a collective that no compute operator can overlap.
     The running weight never exceeds 1, so the makespan is at least the total energy.
     The chain maximising the extra energy is a longest path (node weights >= 0)."""
-    m = kind.shape[0]
-    wt, wv = _weights(lam, cap_tc, cap_vc)
-    total = 0.0
-    best_path = 0.0
-    path = np.empty(m)
+    cdef double wt, wv, s, a, base, boosted, w, wb, gain, longest, v
+    cdef double total = 0.0
+    cdef double best_path = 0.0
+    cdef int64_t i, k, e, uses_t, uses_v, kt, kv
+    cdef double* path = <double*> xalloc(m * sizeof(double))
+    weights(lam, cap_tc, cap_vc, &wt, &wv)
     for i in range(m):
         k = kind[i]
         s = ds[i]
         a = da[i]
         if k == KIND_COLLECTIVE:
             base = 0.0
-            boosted = s if opinfo[i, 2] == 1 else 0.0
+            boosted = s if opinfo[3 * i + 2] == 1 else 0.0
         else:
             uses_t = 1 if (k == KIND_GEMM or k == KIND_FUSED) else 0
             uses_v = 1 if (k == KIND_VECTOR or k == KIND_FUSED) else 0
@@ -141,10 +128,10 @@ def _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_v
             base = w * s
             if a < base:
                 base = a
-            kt = opinfo[i, 0]
+            kt = opinfo[3 * i]
             if kt > ntc - uses_t:
                 kt = ntc - uses_t
-            kv = opinfo[i, 1]
+            kv = opinfo[3 * i + 1]
             if kv > nvc - uses_v:
                 kv = nvc - uses_v
             wb = 1.0 - kt * wt - kv * wv
@@ -165,17 +152,30 @@ def _chain_energy(kind, ds, da, pred_ptr, pred_idx, lam, ntc, nvc, cap_tc, cap_v
         path[i] = gain + longest
         if path[i] > best_path:
             best_path = path[i]
+    free(path)
     return total + best_path
 
 
-@njit(cache=True, nogil=True)
-def _energies(kind, ds, da, lam, cap_tc, cap_vc, out):
-    """Per-operator chip energy min_mode(weight x duration) (see ``_energy``)."""
-    wt, wv = _weights(lam, cap_tc, cap_vc)
-    for i in range(kind.shape[0]):
+cdef void energies(int64_t m, const int64_t* kind, const double* ds, const double* da, double lam,
+                   int64_t cap_tc, int64_t cap_vc, double* out) noexcept nogil:
+    """Per-operator chip energy min_mode(weight x duration) (see ``energy``)."""
+    cdef double wt, wv, e
+    cdef int64_t i, k
+    weights(lam, cap_tc, cap_vc, &wt, &wv)
+    for i in range(m):
         k = kind[i]
         if k == KIND_COLLECTIVE:
             out[i] = 0.0
             continue
-        e = _core_weight(k, wt, wv) * ds[i]
+        e = core_weight(k, wt, wv) * ds[i]
         out[i] = da[i] if da[i] < e else e
+
+
+def _fastest(const int64_t[::1] kind, const double[::1] ds, const double[::1] da):
+    """Duration of each operator at its faster mode (Python entry point, for tests)."""
+    cdef int64_t m = kind.shape[0]
+    out = np.empty(m)
+    cdef double[::1] o = out
+    if m:
+        fastest(m, &kind[0], &ds[0], &da[0], &o[0])
+    return out
