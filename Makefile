@@ -3,7 +3,7 @@ PYTHON ?= python3
 # Parquet tests run too; without them those tests skip with a message).
 EXTRAS ?= test
 
-.PHONY: build dev test bench clean
+.PHONY: build dev test test-nojit bench clean
 
 # Compile the Cython extensions in place (for working from the source tree).
 build:
@@ -17,6 +17,11 @@ dev:
 test: dev
 	$(PYTHON) -m pytest -q
 
+# The whole suite with numba's JIT off: every numba kernel runs as plain Python, so
+# coverage tools see it and a kernel that only works compiled is caught. CI runs it.
+test-nojit: dev
+	NUMBA_DISABLE_JIT=1 $(PYTHON) -m pytest -q -p no:cacheprovider
+
 bench: build
 	$(PYTHON) bench/bench_cost.py
 	$(PYTHON) bench/bench_placement.py
@@ -24,6 +29,9 @@ bench: build
 	$(PYTHON) bench/bench_search.py sweep --mode both
 	$(PYTHON) bench/bench_search.py models
 
+# Also clears numba's on-disk caches (the __pycache__ folders): numba keys a kernel's cache
+# on its own source file, so after editing a kernel that another file's kernel calls,
+# `make clean` is how to make sure nothing stale is loaded.
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
 	find phaze -name '*.so' -delete -o -name '*.c' -path '*/_native/*' -delete

@@ -1,7 +1,10 @@
-"""Every tunable of phaze in one place: solver limits, gaps, chunk sizes.
+"""Every tunable of phaze in one place: solver limits, gaps, cache and chunk sizes.
 
-Change them here (or via the keyword arguments of the public functions that
-take them); nothing else in the package hard-codes these numbers.
+Convention: a public function that takes one of these as a keyword argument
+defaults it to ``None``, meaning "the value here, read when the function is
+called" (so changing ``phaze._config.SCHEDULE_GAP`` at run time takes effect
+everywhere); nothing else in the package hard-codes these numbers. How the
+values were chosen (the measurements behind them) is in ``bench/RESULTS.md``.
 """
 
 # --- phaze.schedule -------------------------------------------------------
@@ -23,16 +26,13 @@ SCHEDULE_BNB_NODE_LIMIT = 200_000
 #: Passes of single-operator mode flips (per start) in the local search that parts still
 #: outside the gap get after their list schedules (each pass: one parallel schedule
 #: generation per operator, a few microseconds each).
-#: (2 certified as many of 4,000 sampled backward-block schedules as 5; 1 lost 3, 0 lost 35.)
 SCHEDULE_MODE_SEARCH_ROUNDS = 2
 #: Branch-and-bound placements tried on a part still outside the gap after every bound
 #: and heuristic (the last resort of ``schedule_many`` and of ``schedule_layer`` before
 #: the MILP; about half a microsecond each). The search looks only for schedules shorter
 #: than (1 - gap) x the best one, so it certifies a part when it runs out of nodes to try.
-#: Only parts it cannot finish cost the whole budget: with this many every schedule of
-#: bench_schedule.py is certified (its gpt3-175b sweep 52.7–54.9 s, target 60 s). With
-#: the search of the fourth pass, 30,000 left 6,272 of 2,521,260 outside 1 %, 300,000
-#: left 5, and 3,000,000 closed those 5 in at most 0.72 s each.
+#: Only parts it cannot finish cost the whole budget; with this many every schedule of
+#: ``bench/bench_schedule.py`` is certified.
 SCHEDULE_OPEN_PART_NODES = 3_000_000
 #: Work chunks per thread in ``schedule_many`` (threads take the next chunk when done: a
 #: few hard architectures in one chunk then hold up no other thread).

@@ -9,10 +9,7 @@ import math
 import numpy as np
 from numba import njit
 
-KIND_GEMM = 0
-KIND_VECTOR = 1
-KIND_FUSED = 2
-KIND_COLLECTIVE = 3
+from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
 
 
 @njit(cache=True, nogil=True)

@@ -1,4 +1,4 @@
-"""Operator latencies on candidate accelerators (DESIGN §2.4).
+"""Operator latencies on candidate accelerators (docs/design.md §2.4).
 
 :func:`op_latencies` returns, for every operator of an :class:`~phaze.graph.OpGraph`
 and every architecture row, two latencies in seconds: ``single`` (the operator on

@@ -1,4 +1,4 @@
-"""Operator graphs of one layer of one tensor-parallel slice (DESIGN §2.2).
+"""Operator graphs of one layer of one tensor-parallel slice (docs/design.md §2.2).
 
 An :class:`OpGraph` is a struct of numpy arrays, one entry per operator, with
 predecessors in CSR form; it is what ``phaze.cost`` and ``phaze.schedule`` consume.
@@ -34,7 +34,6 @@ KIND_GEMM = 0        # tensor GEMM / batched matmul, runs on tensor cores
 KIND_VECTOR = 1      # element-wise or reduction work, runs on vector cores
 KIND_FUSED = 2       # GEMM with a vector epilogue: one TC + one VC (or all TCs + all VCs)
 KIND_COLLECTIVE = 3  # all-reduce over the tensor-parallel group, runs on the chip's link
-KIND_NAMES = ("gemm", "vector", "fused", "collective")
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,7 +195,7 @@ class OpGraph:
 
 
 # ---------------------------------------------------------------------------
-# Layer graphs of a model (DESIGN §2.2)
+# Layer graphs of a model (docs/design.md §2.2)
 # ---------------------------------------------------------------------------
 
 #: Vector-core cycles per output element of each vector operator kind: the number of
@@ -263,7 +262,6 @@ TOKEN_ID_BYTES = 8
 #: Bytes per element of a dropout mask (one byte per element, as PyTorch's bool masks).
 MASK_BYTES_PER_ELEMENT = 1
 
-LAYER_KINDS = ("embedding", "block", "head")
 
 _C = VECTOR_CYCLES_PER_ELEMENT
 

@@ -1,4 +1,4 @@
-"""The model zoo: what is trained (DESIGN §2.1).
+"""The model zoo: what is trained (docs/design.md §2.1).
 
 A :class:`ModelSpec` describes a decoder or encoder transformer by its shape
 (layers, widths, heads, vocabulary, sequence length) and the few structural
@@ -47,7 +47,7 @@ POSITIONS = ("learned", "rotary", "none")
 class ModelSpec:
     """Shape of a transformer language model.
 
-    Fields (DESIGN §2.1): ``name``, ``n_layers``, ``hidden`` (model width),
+    Fields (docs/design.md §2.1): ``name``, ``n_layers``, ``hidden`` (model width),
     ``heads``, ``kv_heads`` (grouped-query attention: key/value heads, dividing
     ``heads``), ``ffn_hidden`` (MLP width), ``vocab`` (real, unpadded),
     ``seq_len`` (tokens per sample in training), ``activation``

@@ -1,4 +1,4 @@
-"""The hardware template: architecture rows, their area, presets and the search space (DESIGN §2.3).
+"""The hardware template: architecture rows, their area, presets and the search space (docs/design.md §2.3).
 
 An architecture is one row of the structured dtype :data:`ARCH_DTYPE`: ``num_tc``
 systolic arrays of ``tc_width × tc_depth``, ``num_vc`` vector cores of ``vc_width``
@@ -19,7 +19,8 @@ import numpy as np
 from .. import _config
 from .._validate import nonneg_float, positive_float
 from . import presets
-from ._rows import ARCH_DTYPE, KNOBS, _check_knob, area_of, make_archs, peak_flops, validate
+from ._make import make_archs
+from ._rows import ARCH_DTYPE, KNOBS, area_of, check_knob, peak_flops, validate
 
 __all__ = ["ARCH_DTYPE", "KNOBS", "ArchSpace", "area_mm2", "make_archs", "peak_flops", "presets",
            "validate"]
@@ -51,7 +52,7 @@ def area_mm2(archs) -> np.ndarray:
     for name in ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "buffer_mib"):
         if name not in archs.dtype.names:
             raise ValueError(f"archs lacks field {name}")
-        fields[name] = _check_knob(name, archs[name]) if archs.shape[0] else np.empty(0)
+        fields[name] = check_knob(name, archs[name]) if archs.shape[0] else np.empty(0)
     return area_of(fields)
 
 
@@ -103,7 +104,7 @@ class ArchSpace:
                     grids[name] = None
                     continue
             values = np.atleast_1d(np.asarray(value, dtype=object if isinstance(value, str) else None))
-            grids[name] = np.unique(_check_knob(name, values))
+            grids[name] = np.unique(check_knob(name, values))
         self.grids = grids
         self.budget_mm2 = budget
         self.lower_fraction = lower

@@ -1,4 +1,4 @@
-"""Area model of the accelerator template (DESIGN §2.3), private to ``phaze.arch``.
+"""Area model of the accelerator template (docs/design.md §2.3), private to ``phaze.arch``.
 
 ``area = num_tc·A_tc(tc_width·tc_depth) + num_vc·A_vc(vc_width) + A_buf(buffer_mib)`` in mm².
 
@@ -8,7 +8,7 @@ they reproduce its ``phaze_arch_space.csv`` to the CSV's 6-decimal rounding). Th
 are copied here so that the package does not need the golden data at run time;
 ``tests/test_arch.py`` checks that the copy equals the JSON.
 
-Off the grid (DESIGN §2.3):
+Off the grid (docs/design.md §2.3):
 
 - ``A_tc`` depends only on the number of processing elements w·d (the JSON's table
   is symmetric in that sense: 16×2, 8×4, 4×8 and 2×16 all have the same area), so it

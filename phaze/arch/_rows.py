@@ -5,7 +5,7 @@ import numpy as np
 
 from . import _area
 
-#: One accelerator per row (DESIGN §2.3). Units are in the names: MiB, GiB, decimal GB/s, GHz, mm².
+#: One accelerator per row (docs/design.md §2.3). Units are in the names: MiB, GiB, decimal GB/s, GHz, mm².
 ARCH_DTYPE = np.dtype([
     ("num_tc", np.int64),          # tensor cores (systolic arrays)
     ("tc_width", np.int64),        # systolic array columns (output / N dimension)
@@ -28,7 +28,7 @@ INT_KNOBS = tuple(n for n in KNOBS if ARCH_DTYPE[n] == np.int64)
 FLOAT_KNOBS = tuple(n for n in KNOBS if ARCH_DTYPE[n] == np.float64)
 
 
-def _check_knob(name, values):
+def check_knob(name, values):
     """``values`` as a 1-D array of the knob's dtype, every entry finite and > 0 (integral for counts)."""
     try:
         arr = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -52,33 +52,22 @@ def area_of(archs) -> np.ndarray:
                            archs["num_vc"], archs["vc_width"], archs["buffer_mib"])
 
 
-def make_archs(*, base=None, **fields) -> np.ndarray:
-    """Build validated architecture rows (``ARCH_DTYPE``) and fill ``area_mm2``.
+def build_rows(**fields) -> np.ndarray:
+    """Validated architecture rows (``ARCH_DTYPE``, area filled in) from every knob.
 
-    Each keyword is a knob of ``ARCH_DTYPE`` (all but ``area_mm2``), a scalar or a
-    1-D sequence; they are broadcast against each other. Knobs not given are taken
-    from ``base`` (a preset name or a one-row structured array); without a base
-    every knob is required. Zero, negative, NaN or non-integral counts raise
-    ``ValueError`` naming the knob.
+    Each keyword is a knob of ``ARCH_DTYPE`` (all but ``area_mm2``), a scalar or a 1-D
+    sequence; they are broadcast against each other. Zero, negative, NaN or
+    non-integral counts raise ``ValueError`` naming the knob.
     """
     unknown = sorted(set(fields) - set(KNOBS))
     if unknown:
         raise ValueError(f"unknown architecture field(s) {', '.join(unknown)}; "
                          f"allowed: {', '.join(KNOBS)}")
-    if base is not None:
-        if isinstance(base, str):
-            from . import presets
-            base = presets.get(base)
-        base = validate(base)
-        if base.shape[0] != 1:
-            raise ValueError("base must be a preset name or a one-row architecture array")
-        for name in KNOBS:
-            fields.setdefault(name, base[name][0])
     missing = [n for n in KNOBS if n not in fields]
     if missing:
         raise ValueError(f"missing architecture field(s) {', '.join(missing)} "
                          f"(pass them, or base='tpuv4' to take them from a preset)")
-    columns = [_check_knob(n, fields[n]) for n in KNOBS]
+    columns = [check_knob(n, fields[n]) for n in KNOBS]
     try:
         columns = np.broadcast_arrays(*columns) if len(set(c.shape for c in columns)) > 1 else columns
     except ValueError:
@@ -114,7 +103,7 @@ def validate(archs) -> np.ndarray:
         for name in KNOBS:
             col = np.asarray(archs[name])
             if name in INT_KNOBS and np.issubdtype(col.dtype, np.floating):
-                col = _check_knob(name, col)
+                col = check_knob(name, col)
             out[name] = col
         out["area_mm2"] = archs["area_mm2"] if "area_mm2" in names else area_of(out)
     if out.shape[0] == 0:

@@ -13,7 +13,7 @@ so 8·128·128·2·1.05e9 = 275 TFLOP/s bf16; 32 GiB HBM2 at 1,200 GB/s. One ICI
 the 3D torus pod joins up to 4,096 chips, hence node_size 4096. The original study's
 space (``ArchSpace.default()``) carries these values. The original study assumed
 4 GiB/s between devices; pass ``link_gb_per_s``/``net_gb_per_s`` = 4·1.073741824
-(``ORIGINAL_STUDY_GB_PER_S``) to ``make_archs`` or ``ArchSpace`` to reproduce that.
+(``ORIGINAL_STUDY_GB_PER_S``) to ``phaze.arch.make_archs`` or ``ArchSpace`` to reproduce that.
 
 ``a100-80g`` — NVIDIA A100 SXM 80 GB (NVIDIA A100 Tensor Core GPU Architecture
 whitepaper, 2020; A100 datasheet): 108 SMs × 4 tensor cores = 432, each modelled as a
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._rows import make_archs
+from ._rows import build_rows
 
 #: 4 GiB/s (the original study's device-to-device bandwidth) in decimal GB/s.
 ORIGINAL_STUDY_GB_PER_S = 4 * 2**30 / 1e9
@@ -66,4 +66,4 @@ def get(name: str) -> np.ndarray:
         knobs = _PRESETS[name]
     except (KeyError, TypeError):
         raise KeyError(f"unknown architecture preset {name!r}; known presets: {', '.join(_PRESETS)}") from None
-    return make_archs(**knobs)
+    return build_rows(**knobs)
