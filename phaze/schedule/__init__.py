@@ -70,8 +70,6 @@ from ._driver import (
 )
 from ._prepare import _prepare
 from ._status import STATUS_CODES, STATUS_NAMES
-# tests/test_search.py reaches the search's layer-bound kernel as ``schedule._K``
-from . import _bounds as _K  # noqa: E402
 
 __all__ = [
     "Schedule", "schedule_layer", "schedule_many", "check_schedule", "lower_bound",
