@@ -34,5 +34,5 @@ bench: build
 # `make clean` is how to make sure nothing stale is loaded.
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
-	find phaze -name '*.so' -delete -o -name '*.c' -path '*/_native/*' -delete
+	find phaze -name '*.so' -delete -o -name '*.c' -delete -o -name '*.html' -delete
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

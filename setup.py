@@ -1,4 +1,6 @@
-"""Build the compiled extensions in ``phaze/_native`` (metadata lives in pyproject.toml).
+"""Build the compiled extensions: every ``.pyx`` under ``phaze/`` (the placement DP in
+``phaze/_native``, the schedule kernels in ``phaze/schedule``); metadata lives in
+pyproject.toml.
 
 OpenMP is used when the compiler supports it (gcc on Linux); elsewhere the
 kernels build without it and ``prange`` runs serially.
@@ -35,26 +37,32 @@ def _openmp_flags():
 
 
 _omp_compile, _omp_link = _openmp_flags()
-_opt = ["/O2"] if sys.platform == "win32" else ["-O3"]
+# -ffp-contract=off: no fused multiply-add, so every floating-point expression rounds as
+# written (the schedule kernels' answers are checked bit for bit against references).
+_opt = ["/O2"] if sys.platform == "win32" else ["-O3", "-ffp-contract=off"]
 
-# One entry per extension module in phaze/_native; each has a .pxd beside it.
-_NATIVE_MODULES = ["_dag", "_placement"]
 
-extensions = [
-    Extension(
-        f"phaze._native.{name}",
-        [f"phaze/_native/{name}.pyx"],
-        extra_compile_args=_opt + _omp_compile,
-        extra_link_args=_omp_link,
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    )
-    for name in _NATIVE_MODULES
-    if os.path.exists(f"phaze/_native/{name}.pyx")
-]
+def _extensions():
+    """One extension per ``.pyx`` under ``phaze/`` (each may have a ``.pxd`` beside it that
+    other modules cimport), named by its path: ``phaze/schedule/_bnb.pyx`` -> ``phaze.schedule._bnb``."""
+    out = []
+    for root, _dirs, files in sorted(os.walk("phaze")):
+        for name in sorted(files):
+            if name.endswith(".pyx"):
+                path = os.path.join(root, name)
+                module = os.path.splitext(path)[0].replace(os.sep, ".")
+                out.append(Extension(
+                    module, [path],
+                    extra_compile_args=_opt + _omp_compile,
+                    extra_link_args=_omp_link,
+                    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+                ))
+    return out
+
 
 setup(
     ext_modules=cythonize(
-        extensions,
+        _extensions(),
         compiler_directives={
             "language_level": "3",
             "boundscheck": False,

@@ -44,7 +44,7 @@ def layer_graphs(model_names):
                 try:
                     mg = graph.build_layers(name, b, t)
                 except ValueError:
-                    continue  # t does not divide the heads: skipped, as DESIGN §2.1 says
+                    continue  # t does not divide the heads: skipped, as docs/design.md §2.1 says
                 for layer in mg.layers:
                     for direction, g in (("fwd", layer.forward), ("bwd", layer.backward)):
                         key = g.content_hash()
@@ -230,7 +230,7 @@ def main():
     parts = set(args.part or (1, 2, 3, 4))
     names = models.names()
     n_archs = 200 if args.quick else 2000
-    print(f"machine: {os.cpu_count()} CPUs visible; numba threads used by schedule_many: "
+    print(f"machine: {os.cpu_count()} CPUs visible; threads used by schedule_many: "
           f"PHAZE_NUM_THREADS={os.environ.get('PHAZE_NUM_THREADS', 'unset (all cores)')}")
     graphs = layer_graphs(names[:3] if args.quick else names)
     archs = sample_archs(n_archs)

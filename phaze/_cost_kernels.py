@@ -1,8 +1,10 @@
 """Compiled kernels of ``phaze.cost`` (numba). Private: call :func:`phaze.cost.op_latencies`.
 
 Everything is float64 arithmetic on exact integers (< 2**52), so the numbers are the
-same compiled and under ``NUMBA_DISABLE_JIT=1``. The model itself is documented in
-``phaze/cost.py``; the functions here are its literal transcription.
+same compiled and under ``NUMBA_DISABLE_JIT=1``. The calibrated model's kernels also
+divide by non-integral efficiency fractions, in one fixed order of operations, so they
+too give the same numbers both ways (tests/test_cost_calibrated.py checks it). The models
+are documented in ``phaze/cost.py``; the functions here are their literal transcription.
 """
 import math
 
@@ -193,3 +195,147 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                 tp = max(tp, _vector_cycles(el, cpe[i], lanes * num_vc[a]) / hz)
             single[i, a] = t1
             intra[i, a] = tp
+
+
+# --- the calibrated model (phaze.cost, "calibrated model") ------------------------------
+# Separate kernels, so that the study's ideal model above stays exactly as it was.
+
+@njit(cache=True, nogil=True)
+def _tile_cycles(batch, m, k, n, tc_width, tc_depth, cores, tile_m_mult, tile_n_mult, tile_k_mult,
+                 cores_per_tile, k_stages):
+    """Clock cycles of a batch of M×K×N GEMMs under the tile and wave rule (at full array rate).
+
+    Output tiles of (tile_m_mult·w) × (tile_n_mult·w) elements, partial edge tiles
+    costing full ones, are dealt in waves to ⌊cores / c⌋ groups of c = min(cores_per_tile,
+    cores) arrays; a tile runs ⌈K / (tile_k_mult·d)⌉ K-steps plus ``k_stages − 1`` to fill
+    and drain its pipeline, each step ``tile_m·tile_n·tile_k / (c·w·d)`` cycles.
+    """
+    if batch == 0.0 or m == 0.0 or k == 0.0 or n == 0.0:
+        return 0.0
+    c = min(cores_per_tile, cores)
+    groups = math.floor(cores / c)
+    tiles = batch * _cdiv(m, tile_m_mult * tc_width) * _cdiv(n, tile_n_mult * tc_width)
+    waves = _cdiv(tiles, groups)
+    steps = _cdiv(k, tile_k_mult * tc_depth) + (k_stages - 1.0)
+    # tile_m·tile_n·tile_k / (w·d) = tile_m_mult·tile_n_mult·tile_k_mult·w cycles per array
+    return waves * steps * (tile_m_mult * tile_n_mult * tile_k_mult * tc_width) / c
+
+
+@njit(cache=True, nogil=True)
+def _ring_allreduce_seconds(group, comm_bytes, node_size, link_bytes_per_s, net_bytes_per_s,
+                            coll_latency_s, link_step_s, net_step_s, link_efficiency, net_efficiency):
+    """Seconds of a ring all-reduce of ``comm_bytes`` over ``group`` devices, NCCL's α–β form.
+
+    α = coll_latency + (steps − inter)·link_step + inter·net_step with steps = 2(n − 1)
+    ring steps, of which inter = 2(nodes − 1) cross a node boundary; β = the tier's
+    bandwidth × its efficiency (the link when the group fits in a node, else the network).
+    """
+    if group <= 1.0 or comm_bytes == 0.0:
+        return 0.0
+    steps = 2.0 * (group - 1.0)
+    if group <= node_size:
+        inter = 0.0
+        bw = link_bytes_per_s * link_efficiency
+    else:
+        inter = 2.0 * (_cdiv(group, node_size) - 1.0)
+        bw = net_bytes_per_s * net_efficiency
+    alpha = coll_latency_s + (steps - inter) * link_step_s + inter * net_step_s
+    return alpha + steps / group * comm_bytes / bw
+
+
+@njit(cache=True, nogil=True)
+def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size,
+                             elem_bytes, acc_bytes, single_buffer_fraction,
+                             shape_w, shape_d, shape_cap, shape_of_arch,
+                             split_w, split_d, split_cores, split_of_arch,
+                             tile_split, tile_m_mult, tile_n_mult, tile_k_mult, cores_per_tile, k_stages,
+                             tile_of_arch,
+                             num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
+                             node_size, tile_efficiency, hbm_efficiency, launch_s,
+                             coll_latency_s, link_step_s, net_step_s, link_efficiency, net_efficiency,
+                             single, intra):
+    """Fill ``single`` and ``intra`` (n_ops, n_archs) with the calibrated latencies, seconds.
+
+    As ``_op_latencies`` (shapes, splits), plus "tiles": distinct (split, tile
+    parameters) combinations; ``tile_split[x]`` is the split of tile combination x.
+    Per-architecture arrays: the fractions and latencies of phaze.arch.efficiency.
+    """
+    n_ops = kind.shape[0]
+    n_archs = clock_hz.shape[0]
+    n_shapes = shape_w.shape[0]
+    n_splits = split_w.shape[0]
+    n_tiles = tile_split.shape[0]
+    for i in range(n_ops):
+        kd = kind[i]
+        if kd == KIND_COLLECTIVE:
+            g = float(group_size[i])
+            cb = float(comm_bytes[i])
+            for a in range(n_archs):
+                t = _ring_allreduce_seconds(g, cb, node_size[a], link_bytes_per_s[a], net_bytes_per_s[a],
+                                            coll_latency_s[a], link_step_s[a], net_step_s[a],
+                                            link_efficiency[a], net_efficiency[a])
+                single[i, a] = t
+                intra[i, a] = t
+            continue
+        moved = float(bytes_moved[i])
+        if kd == KIND_VECTOR:
+            el = float(elements[i])
+            for a in range(n_archs):
+                traffic_s = moved / (hbm_bytes_per_s[a] * hbm_efficiency[a])
+                lanes = float(vc_width[a])
+                t1 = _vector_cycles(el, cpe[i], lanes) / clock_hz[a]
+                tp = _vector_cycles(el, cpe[i], lanes * num_vc[a]) / clock_hz[a]
+                single[i, a] = max(t1, traffic_s) + launch_s[a]
+                intra[i, a] = max(tp, traffic_s) + launch_s[a]
+            continue
+        b = float(dims[i, 0])
+        m = float(dims[i, 1])
+        k = float(dims[i, 2])
+        n = float(dims[i, 3])
+        compulsory = elem_bytes * b * (m * k + k * n + m * n)
+        extra = max(0.0, moved - compulsory)
+        cyc1 = np.empty(n_shapes)
+        bytes1 = np.empty(n_shapes)
+        bytes_all = np.empty(n_shapes)
+        for u in range(n_shapes):
+            w = float(shape_w[u])
+            d = float(shape_d[u])
+            cyc1[u] = _gemm_cycles(b, m, k, n, w, d, 1.0)
+            bytes_all[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shape_cap[u], w, d) + extra
+            if single_buffer_fraction == 1.0:
+                bytes1[u] = bytes_all[u]
+            else:
+                bytes1[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes,
+                                                shape_cap[u] * single_buffer_fraction, w, d) + extra
+        cycp = np.empty(n_splits)
+        for v in range(n_splits):
+            cycp[v] = _gemm_cycles(b, m, k, n, float(split_w[v]), float(split_d[v]), float(split_cores[v]))
+        # the array model's quantisation and the tile rule's are both real limits: the larger holds
+        tile1 = np.empty(n_tiles)
+        tilep = np.empty(n_tiles)
+        for x in range(n_tiles):
+            v = tile_split[x]
+            w = float(split_w[v])
+            d = float(split_d[v])
+            args = (float(tile_m_mult[x]), float(tile_n_mult[x]), float(tile_k_mult[x]),
+                    float(cores_per_tile[x]), float(k_stages[x]))
+            tile1[x] = _tile_cycles(b, m, k, n, w, d, 1.0, args[0], args[1], args[2], args[3], args[4])
+            tilep[x] = _tile_cycles(b, m, k, n, w, d, float(split_cores[v]),
+                                    args[0], args[1], args[2], args[3], args[4])
+        fused = kd == KIND_FUSED
+        el = float(elements[i])
+        for a in range(n_archs):
+            u = shape_of_arch[a]
+            v = split_of_arch[a]
+            x = tile_of_arch[a]
+            rate = clock_hz[a] * tile_efficiency[a]
+            bw = hbm_bytes_per_s[a] * hbm_efficiency[a]
+            t1 = max(max(cyc1[u], tile1[x]) / rate, bytes1[u] / bw)
+            tp = max(max(cycp[v], tilep[x]) / rate, bytes_all[u] / bw)
+            if fused:
+                hz = clock_hz[a]
+                lanes = float(vc_width[a])
+                t1 = max(t1, _vector_cycles(el, cpe[i], lanes) / hz)
+                tp = max(tp, _vector_cycles(el, cpe[i], lanes * num_vc[a]) / hz)
+            single[i, a] = t1 + launch_s[a]
+            intra[i, a] = tp + launch_s[a]

@@ -4,9 +4,15 @@
 and every architecture row, two latencies in seconds: ``single`` (the operator on
 one core of its type) and ``intra`` (intra-op parallel over all cores of its type).
 :func:`roofline_bounds` gives the matching lower bounds that no latency may beat.
+:func:`p2p_seconds` prices a point-to-point transfer on either network tier.
 
-The model
----------
+Two models, selected by ``model=``: ``"study"`` (the default) is the original
+study's ideal model below, unchanged; ``"calibrated"`` adds what a real chip loses
+against it (see "The calibrated model" at the end), with parameters from
+:mod:`phaze.arch.efficiency` chosen by ``efficiency=``.
+
+The model (``model="study"``)
+-----------------------------
 Units: knobs are converted to SI first (buffer MiB·2²⁰ bytes, HBM GB/s·10⁹ bytes/s,
 GHz·10⁹ Hz). HBM bandwidth belongs to the chip: a single-core operator and an
 intra-op one both see all of it, so an intra-op GEMM on many cores ends up
@@ -58,6 +64,42 @@ one TC + one VC (single) or all TCs + all VCs (intra-op).
 ``2(n−1)/n · comm_bytes / bandwidth``, with ``link_gb_per_s`` when n ≤ node_size
 (the group sits inside one node) and ``net_gb_per_s`` otherwise; 0 when n = 1. The
 same value is reported for single and intra (the chip's link does the work).
+
+The calibrated model (``model="calibrated"``)
+---------------------------------------------
+The same rules for every row; each rule is a pure function of the row's knobs and
+its :class:`~phaze.arch.efficiency.Efficiency` parameters (``efficiency=``: a set's
+name such as ``"a100-80g"``, an ``Efficiency``, an array with one set per row, or
+``None`` for the ``"template"`` set of hypothetical chips). Every calibrated latency
+is at least the study's (no rule makes an operator faster), and more cores, HBM
+bandwidth or buffer still never make one slower.
+
+*GEMM tile and wave quantisation.* The output is cut into tiles of
+``tile_m × tile_n`` = (tile_m_mult·tc_width) × (tile_n_mult·tc_width) elements; a
+partial edge tile costs a full one. Groups of c = min(cores_per_tile, cores) arrays
+own one tile at a time (an SM's four tensor cores on a GPU), and the tiles are dealt
+to the ⌊cores / c⌋ groups in waves, so the last, partial wave costs a full one
+(``waves = ⌈tiles / groups⌉``; single: one array, one group). *K-depth pipelining*: a
+tile's K loop runs ⌈K / tile_k⌉ steps of tile_k = tile_k_mult·tc_depth, plus
+``k_stages − 1`` steps to fill and drain the load pipeline; a step costs
+tile_m·tile_n·tile_k / (c·w·d) cycles. Compute time = max(the study's array cycles,
+the tile rule's cycles) / (clock · ``tile_efficiency``), the sustained fraction of
+peak inside a tile; the array model's quantisation and the tile rule's are both
+real limits, so the larger holds.
+
+*HBM*: every traffic time divides by ``hbm_efficiency`` × the HBM bandwidth.
+
+*Launch*: every compute operator (GEMM, vector, fused) costs ``launch_s`` more
+(kernel launch and synchronisation gap; collectives carry their own latency).
+
+*Collectives*: NCCL's ring α–β form. A ring all-reduce on n devices takes
+``α + 2(n−1)/n · bytes / (η · bandwidth)`` with ``α = coll_latency_s +
+(2(n−1) − x)·link_step_s + x·net_step_s``, x = 2(⌈n / node_size⌉ − 1) ring steps
+crossing a node boundary; η, bandwidth = ``link_efficiency``, link_gb_per_s when
+the group fits in a node, else ``net_efficiency``, net_gb_per_s.
+
+*Point-to-point* (:func:`p2p_seconds`): ``latency + bytes / (η · bandwidth)`` with
+the in-node or between-node tier's ``*_p2p_latency_s`` and ``*_p2p_efficiency``.
 """
 from __future__ import annotations
 
@@ -69,10 +111,14 @@ import numpy as np
 
 from . import _config
 from .arch import ARCH_DTYPE
+from .arch import efficiency as _efficiency
 from .arch import validate as _validate_archs
 from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
 
-__all__ = ["op_latencies", "roofline_bounds"]
+__all__ = ["MODELS", "op_latencies", "p2p_seconds", "roofline_bounds"]
+
+#: The cost models ``op_latencies`` and ``p2p_seconds`` accept (the first is the default).
+MODELS = ("study", "calibrated")
 
 _MIB = float(2 ** 20)
 
@@ -159,6 +205,7 @@ def _prepared(archs):
     for value in prep.values():
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
+    prep["_calibrated"] = {}  # the calibrated model's inputs per efficiency parameter set
     if key is not None:
         with _PREPARED_LOCK:
             _PREPARED[key] = prep
@@ -167,7 +214,55 @@ def _prepared(archs):
     return prep
 
 
-def op_latencies(op_graph: OpGraph, archs):
+def _check_model(model):
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, got {model!r}")
+    return model
+
+
+_TILE_FIELDS = ("tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile", "k_stages")
+_RATE_FIELDS = ("tile_efficiency", "hbm_efficiency", "launch_s", "coll_latency_s", "link_step_s",
+                "net_step_s", "link_efficiency", "net_efficiency")
+
+
+def _calibrated_inputs(prep, efficiency):
+    """Kernel inputs of the calibrated model for ``prep``'s rows, memoised with ``prep``.
+
+    "Tiles" are the distinct (split, tile parameters) combinations of the rows: with
+    one parameter set for every row (the usual case) exactly the splits; per-row sets
+    may add more. The memo is keyed by the set itself, or by a CRC of a per-row array.
+    """
+    if efficiency is None or isinstance(efficiency, (str, _efficiency.Efficiency)):
+        one = _efficiency.TEMPLATE if efficiency is None else (
+            _efficiency.get(efficiency) if isinstance(efficiency, str) else efficiency)
+        key = ("set", one)
+    else:
+        eff = _efficiency.rows(efficiency, prep["n_archs"])
+        key = ("rows", zlib.crc32(memoryview(eff).cast("B")))
+    cache = prep["_calibrated"]
+    with _PREPARED_LOCK:
+        hit = cache.get(key)
+    if hit is not None:
+        return hit
+    if key[0] == "set":
+        n_splits = prep["split_w"].shape[0]
+        inputs = dict(tile_split=np.arange(n_splits, dtype=np.int64),
+                      **{f: np.full(n_splits, float(getattr(one, f))) for f in _TILE_FIELDS},
+                      tile_of_arch=prep["split_of_arch"],
+                      **{f: np.full(prep["n_archs"], float(getattr(one, f))) for f in _RATE_FIELDS})
+    else:
+        uniq, tile_of_arch = _distinct(prep["split_of_arch"], *(eff[f] for f in _TILE_FIELDS))
+        inputs = dict(tile_split=uniq[0].astype(np.int64), **dict(zip(_TILE_FIELDS, uniq[1:])),
+                      tile_of_arch=tile_of_arch,
+                      **{f: np.ascontiguousarray(eff[f], dtype=np.float64) for f in _RATE_FIELDS})
+    with _PREPARED_LOCK:
+        if len(cache) >= _config.COST_PREPARED_CACHE_SIZE:
+            cache.clear()
+        cache[key] = inputs
+    return inputs
+
+
+def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=None):
     """Latency of every operator on every architecture, seconds.
 
     Parameters
@@ -177,6 +272,16 @@ def op_latencies(op_graph: OpGraph, archs):
     archs : structured array
         Architecture rows (``phaze.arch.ARCH_DTYPE``; a preset row, ``ArchSpace.configs``
         or ``make_archs(...)``); a zero, negative or NaN knob raises ``ValueError`` naming it.
+    model : {"study", "calibrated"}
+        ``"study"`` (default): the original study's ideal model, unchanged.
+        ``"calibrated"``: the real-chip efficiency rules (module docstring).
+    efficiency : None, str, phaze.arch.efficiency.Efficiency or structured array
+        Only with ``model="calibrated"``: the efficiency parameters, a set's name
+        (``phaze.arch.efficiency.names()``, e.g. ``"a100-80g"``) or object applied to
+        every row, or an ``EFFICIENCY_DTYPE`` array with one set per row
+        (``phaze.arch.efficiency.for_rows(archs)`` gives each preset row its own set and
+        every other row the template's); ``None`` takes the ``"template"`` set
+        (hypothetical chips) for every row.
 
     Returns
     -------
@@ -184,9 +289,12 @@ def op_latencies(op_graph: OpGraph, archs):
         ``single``: each operator on one core of its type (a fused one on one TC and
         one VC); ``intra``: intra-op parallel over all cores of its type(s). For
         collectives both hold the ring all-reduce time. See the module docstring for
-        the model.
+        the models.
     """
     op_graph = _check_graph(op_graph)
+    _check_model(model)
+    if model == "study" and efficiency is not None:
+        raise ValueError("efficiency applies only to model='calibrated'")
     prep = _prepared(archs)
     from . import _cost_kernels as kern
 
@@ -194,16 +302,51 @@ def op_latencies(op_graph: OpGraph, archs):
     single = np.empty((n_ops, n_archs), dtype=np.float64)
     intra = np.empty((n_ops, n_archs), dtype=np.float64)
     bytes_moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
-    kern._op_latencies(
-        op_graph.kind.astype(np.int64), op_graph.dims, op_graph.cycles_per_element,
-        op_graph.elements, bytes_moved, op_graph.comm_bytes, op_graph.group_size.astype(np.int64),
-        float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
-        float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
-        prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
-        prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"],
+    common = (op_graph.kind.astype(np.int64), op_graph.dims, op_graph.cycles_per_element,
+              op_graph.elements, bytes_moved, op_graph.comm_bytes, op_graph.group_size.astype(np.int64),
+              float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
+              float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
+              prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
+              prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"])
+    if model == "study":
+        kern._op_latencies(
+            *common, prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
+            prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"], single, intra)
+        return single, intra
+    c = _calibrated_inputs(prep, efficiency)
+    kern._op_latencies_calibrated(
+        *common, c["tile_split"], *(c[f] for f in _TILE_FIELDS), c["tile_of_arch"],
         prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
-        prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"], single, intra)
+        prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
+        *(c[f] for f in _RATE_FIELDS), single, intra)
     return single, intra
+
+
+def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", efficiency=None):
+    """Seconds to send ``nbytes`` from one device to another, shape (len(nbytes), n_archs).
+
+    ``nbytes``: a byte count or a 1-D sequence of them (≥ 0). ``inter_node``: True for a
+    transfer between nodes (``net_gb_per_s``), False inside a node (``link_gb_per_s``).
+    ``model="study"``: bytes / bandwidth. ``model="calibrated"``: latency + bytes /
+    (efficiency · bandwidth) with the tier's ``*_p2p_latency_s`` and ``*_p2p_efficiency``
+    of ``efficiency`` (as in :func:`op_latencies`); a zero-byte transfer costs 0 (no message).
+    """
+    _check_model(model)
+    if model == "study" and efficiency is not None:
+        raise ValueError("efficiency applies only to model='calibrated'")
+    size = np.asarray(nbytes, dtype=np.float64).reshape(-1)
+    if size.size == 0 or np.any(~np.isfinite(size)) or np.any(size < 0):
+        raise ValueError(f"nbytes must be finite byte counts >= 0, got {nbytes!r}")
+    archs = _validate_archs(archs)
+    col = _si(archs)
+    bw = col["net_bytes_per_s"] if inter_node else col["link_bytes_per_s"]
+    if model == "study":
+        return np.ascontiguousarray(size[:, None] / bw[None, :])
+    eff = _efficiency.rows(efficiency, archs.shape[0])
+    tier = "net" if inter_node else "link"
+    latency = eff[f"{tier}_p2p_latency_s"][None, :]
+    t = latency + size[:, None] / (eff[f"{tier}_p2p_efficiency"] * bw)[None, :]
+    return np.ascontiguousarray(np.where(size[:, None] > 0, t, 0.0))
 
 
 def roofline_bounds(op_graph: OpGraph, archs):

@@ -440,3 +440,97 @@ def search_brute_force(model, archs, *, devices, global_batch, microbatch, hbm_g
                                         best = r["samples_per_s"]
                                         arg = (a, t, d, tuple(sizes), mb, hbm, rc)
     return best, arg
+
+
+# ---------------------------------------------------------------------------
+# cost, calibrated model: the efficiency rules one tile, one ring step at a time
+# ---------------------------------------------------------------------------
+
+def naive_tile_cycles(batch, m, k, n, w, d, cores, tile_m_mult, tile_n_mult, tile_k_mult,
+                      cores_per_tile, k_stages):
+    """Cycles of the calibrated tile rule by listing every output tile, dealing the tiles
+    round-robin to the groups of arrays and adding up each group's K loops."""
+    if 0 in (batch, m, k, n):
+        return 0
+    c = min(cores_per_tile, cores)
+    groups = cores // c
+    tm, tn, tk = tile_m_mult * w, tile_n_mult * w, tile_k_mult * d
+    tiles = [(e, i, j) for e in range(batch) for i in range(0, m, tm) for j in range(0, n, tn)]
+    k_steps = len(range(0, k, tk)) + (k_stages - 1)  # the K loop plus the pipeline's fill and drain
+    step_cycles = tm * tn * tk / (c * w * d)         # a partial edge tile costs a full one
+    busy = [0] * groups
+    for t, _ in enumerate(tiles):
+        busy[t % groups] += k_steps
+    return max(busy) * step_cycles
+
+
+def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff):
+    """A ring all-reduce step by step: 2(n−1) steps, the first 2(nodes−1) of them crossing
+    a node boundary (NCCL's count), each paying its tier's latency; then the bytes."""
+    if group <= 1 or comm_bytes == 0:
+        return 0.0
+    nodes = 1 if group <= node_size else -(-group // node_size)
+    latency = float(eff["coll_latency_s"])
+    for step in range(2 * (group - 1)):
+        latency += float(eff["net_step_s"] if step < 2 * (nodes - 1) else eff["link_step_s"])
+    if group <= node_size:
+        bw = link_bw * float(eff["link_efficiency"])
+    else:
+        bw = net_bw * float(eff["net_efficiency"])
+    return latency + 2 * (group - 1) / group * comm_bytes / bw
+
+
+def naive_op_latencies_calibrated(op_graph, archs, eff_rows, acc_bytes=4, single_buffer_fraction=1.0):
+    """phaze.cost.op_latencies(model="calibrated") one operator and one architecture at a time;
+    ``eff_rows``: one phaze.arch.efficiency.EFFICIENCY_DTYPE row per architecture."""
+    n_ops, n_archs = op_graph.n_ops, len(archs)
+    single = np.zeros((n_ops, n_archs))
+    intra = np.zeros((n_ops, n_archs))
+    e = op_graph.bytes_per_element
+    for a, row in enumerate(archs):
+        eff = eff_rows[a]
+        hz = float(row["clock_ghz"]) * 1e9
+        bw = float(row["hbm_gb_per_s"]) * 1e9 * float(eff["hbm_efficiency"])
+        rate = hz * float(eff["tile_efficiency"])
+        launch = float(eff["launch_s"])
+        cap = float(row["buffer_mib"]) * 2 ** 20
+        w, d, p = int(row["tc_width"]), int(row["tc_depth"]), int(row["num_tc"])
+        lanes, nvc = int(row["vc_width"]), int(row["num_vc"])
+        tile = tuple(int(eff[f]) for f in ("tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile",
+                                           "k_stages"))
+        for i in range(n_ops):
+            kind = int(op_graph.kind[i])
+            moved = int(op_graph.bytes_in[i]) + int(op_graph.bytes_out[i])
+            if kind == 3:
+                single[i, a] = intra[i, a] = naive_ring_allreduce(
+                    int(op_graph.group_size[i]), int(op_graph.comm_bytes[i]), int(row["node_size"]),
+                    float(row["link_gb_per_s"]) * 1e9, float(row["net_gb_per_s"]) * 1e9, eff)
+                continue
+            el, cpe = int(op_graph.elements[i]), float(op_graph.cycles_per_element[i])
+            vec1 = (_ceil_div(el, lanes) * cpe / hz) if el else 0.0
+            vecp = (_ceil_div(el, lanes * nvc) * cpe / hz) if el else 0.0
+            if kind == 1:
+                single[i, a] = max(vec1, moved / bw) + launch
+                intra[i, a] = max(vecp, moved / bw) + launch
+                continue
+            b, m, k, n = (int(x) for x in op_graph.dims[i])
+            extra = max(0, moved - e * b * (m * k + k * n + m * n))
+            compute1 = max(naive_gemm_cycles(b, m, k, n, w, d, 1), naive_tile_cycles(b, m, k, n, w, d, 1, *tile))
+            computep = max(naive_gemm_cycles(b, m, k, n, w, d, p), naive_tile_cycles(b, m, k, n, w, d, p, *tile))
+            t1 = max(compute1 / rate,
+                     (naive_gemm_traffic(b, m, k, n, e, acc_bytes, cap * single_buffer_fraction, w, d)
+                      + extra) / bw)
+            tp = max(computep / rate, (naive_gemm_traffic(b, m, k, n, e, acc_bytes, cap, w, d) + extra) / bw)
+            if kind == 2:
+                t1, tp = max(t1, vec1), max(tp, vecp)
+            single[i, a], intra[i, a] = t1 + launch, tp + launch
+    return single, intra
+
+
+def naive_p2p_seconds(nbytes, row, eff, inter_node):
+    """One point-to-point transfer: the tier's latency plus bytes over its achievable bandwidth."""
+    if nbytes == 0:
+        return 0.0
+    tier = "net" if inter_node else "link"
+    bw = float(row[f"{tier}_gb_per_s"]) * 1e9 * float(eff[f"{tier}_p2p_efficiency"])
+    return float(eff[f"{tier}_p2p_latency_s"]) + nbytes / bw

@@ -9,6 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from phaze import schedule as S
+from phaze.schedule import _bnb, _bounds, _energy, _list, _windows
 from phaze.graph import OpGraph
 
 import naive
@@ -263,6 +264,8 @@ def test_milp_prints_nothing(capfd):
 
 
 def test_runs_without_jit():
+    # the schedule kernels are compiled Cython: a process with numba's JIT off (the
+    # suite's no-JIT mode) schedules exactly as any other
     code = ("import numpy as np; from phaze import schedule as S; from phaze.graph import OpGraph;"
             "g = OpGraph.from_ops([dict(name='a', kind=1), dict(name='b', kind=0, preds=['a']),"
             " dict(name='c', kind=0, preds=['a']), dict(name='d', kind=3, preds=['b', 'c'])]);"
@@ -331,10 +334,8 @@ def _kernel_inputs(g, single, intra):
 def _spine_window_bounds(g, single, intra, num_tc, num_vc):
     """The chain-and-windows bound on its own, for both core types, computed on the whole
     graph (unsplit) in the order the kernels use."""
-    from phaze.schedule import _kernels as K
-
     prep, kind, ds, da = _kernel_inputs(g, single, intra)
-    dmin = K._fastest(kind, ds, da)
+    dmin = _energy._fastest(kind, ds, da)
     users_vc = [i for i in range(len(kind)) if kind[i] in (1, 2)]
     users_tc = [i for i in range(len(kind)) if kind[i] in (0, 2)]
 
@@ -344,7 +345,7 @@ def _spine_window_bounds(g, single, intra, num_tc, num_vc):
     out = []
     for vector_side, users, cores in ((True, users_vc, num_vc), (False, users_tc, num_tc)):
         one = cores == 1 or ordered(users)
-        out.append(K._spine_window_bound(kind, ds, da, prep.reach, dmin, num_tc, num_vc,
+        out.append(_windows._spine_window_bound(kind, ds, da, prep.reach, dmin, num_tc, num_vc,
                                          vector_side, one))
     return out
 
@@ -380,18 +381,16 @@ def _forced_mode_bound(g, single, intra, num_tc, num_vc, ub, ub_low=None):
     graph (unsplit) in the order the kernels use: valid for ANY ub, achieved or not.
     With ``ub_low``, then again against ``ub_low`` from the ub-restricted instance's
     head/tail bounds (as ``_solve`` chains them)."""
-    from phaze.schedule import _kernels as K
-
     prep, kind, ds, da = _kernel_inputs(g, single, intra)
     head = np.empty(len(kind))
     tail = np.empty(len(kind))
     args = _bound_args(prep, kind, ds, da, num_tc, num_vc)
-    K._strong_bound(*args, head, tail)
+    _bounds._strong_bound(*args, head, tail)
     # lb 0 and a target above ub: the forced bound alone, every round run
-    bound = min(ub, K._forced_bound(*args, ub, 0.0, 2.0 * ub, head, tail))
+    bound = min(ub, _bounds._forced_bound(*args, ub, 0.0, 2.0 * ub, head, tail))
     if ub_low is None:
         return bound
-    return min(ub_low, K._forced_bound(*args, ub_low, 0.0, 2.0 * ub_low, head, tail))
+    return min(ub_low, _bounds._forced_bound(*args, ub_low, 0.0, 2.0 * ub_low, head, tail))
 
 
 @given(st.one_of(spine_instances(), instances(max_ops=7)), st.integers(50, 150))
@@ -408,13 +407,11 @@ def test_forced_mode_bound_below_exhaustive_optimum(inst, ub_percent):
 
 def _hole_bounds(g, single, intra, num_tc, num_vc):
     """The hole-assignment bound on its own at every lam of the grid, whole graph (unsplit)."""
-    from phaze.schedule import _kernels as K
-
     prep, kind, ds, da = _kernel_inputs(g, single, intra)
     cap_tc = min(num_tc, int(prep.seg_wtc[0]))
     cap_vc = min(num_vc, int(prep.seg_wvc[0]))
-    return [K._hole_bound(kind, ds, da, prep.reach, np.array([lam]), cap_tc, cap_vc)
-            for lam in K._LAM_GRID]
+    return [_windows._hole_bound(kind, ds, da, prep.reach, np.array([lam]), cap_tc, cap_vc)
+            for lam in _bounds._LAM_GRID]
 
 
 @st.composite
@@ -451,8 +448,6 @@ def test_hole_bound_below_exhaustive_optimum(inst):
 def test_parallel_generation_and_mode_search_give_valid_schedules(inst, rnd):
     """The parallel schedule generation (any mode vector, any priorities) and the mode
     search over it always return valid schedules no shorter than the optimum."""
-    from phaze.schedule import _kernels as K
-
     kinds, preds, single, intra, num_tc, num_vc = inst
     g = _graph(kinds, preds)
     opt = _optimum(*inst)
@@ -461,7 +456,7 @@ def test_parallel_generation_and_mode_search_give_valid_schedules(inst, rnd):
     fixed = np.array([rnd.randint(0, 1) for _ in range(m)], np.int8)
     prio = np.array([rnd.random() for _ in range(m)])
     starts_q, modes_q = np.empty(m), np.empty(m, np.int8)
-    ms = K._psgs(kind, ds, da, prep.pred_ptr, prep.succ_ptr, prep.succ_idx, prio, fixed, num_tc,
+    ms = _list._psgs(kind, ds, da, prep.pred_ptr, prep.succ_ptr, prep.succ_idx, prio, fixed, num_tc,
                  num_vc, starts_q, modes_q, np.empty(m), np.empty(m, np.int64), np.empty(m, np.int64))
     tol = 1e-9 * max(opt, UNIT)
 
@@ -475,7 +470,7 @@ def test_parallel_generation_and_mode_search_give_valid_schedules(inst, rnd):
 
     check(ms)
     # the search starts from (and may overwrite) that schedule
-    check(K._mode_search(kind, ds, da, prep.pred_ptr, prep.succ_ptr, prep.succ_idx, num_tc, num_vc,
+    check(_list._mode_search(kind, ds, da, prep.pred_ptr, prep.succ_ptr, prep.succ_idx, num_tc, num_vc,
                          ms, 0.0, starts_q, modes_q, 3))
 
 
@@ -484,8 +479,6 @@ def test_energetic_reasoning_never_rules_out_an_achievable_makespan(inst, ub_per
     """``_energetic_infeasible`` at any makespan the optimum achieves is False, with heads
     and tails of the whole instance and with those of an instance restricted against a
     ub above that makespan (as ``_solve`` uses them)."""
-    from phaze.schedule import _kernels as K
-
     kinds, preds, single, intra, num_tc, num_vc = inst
     g = _graph(kinds, preds)
     opt = _optimum(*inst)
@@ -495,13 +488,13 @@ def test_energetic_reasoning_never_rules_out_an_achievable_makespan(inst, ub_per
     m = len(kind)
     head, tail = np.empty(m), np.empty(m)
     args = _bound_args(prep, kind, ds, da, num_tc, num_vc)
-    K._strong_bound(*args, head, tail)
+    _bounds._strong_bound(*args, head, tail)
     for makespan in (opt, opt * (1 + 1e-9), opt * ub_percent / 100.0 + opt):
-        assert not K._energetic_infeasible(kind, ds, da, head, tail, makespan, cap_tc, cap_vc)
+        assert not _bounds._energetic_infeasible(kind, ds, da, head, tail, makespan, cap_tc, cap_vc)
     # restricted against ub > opt: heads and tails hold for every makespan below ub
     ub = opt * (1.0 + ub_percent / 100.0) + UNIT
-    K._forced_bound(*args, ub, 0.0, 2.0 * ub, head, tail)
-    assert not K._energetic_infeasible(kind, ds, da, head, tail, opt, cap_tc, cap_vc)
+    _bounds._forced_bound(*args, ub, 0.0, 2.0 * ub, head, tail)
+    assert not _bounds._energetic_infeasible(kind, ds, da, head, tail, opt, cap_tc, cap_vc)
 
 
 @st.composite
@@ -563,8 +556,6 @@ def test_branch_and_bound_against_exhaustive_reference(inst, ub_percent, gap):
     a schedule within the gap, and proves nothing is shorter than its threshold; with
     the heads/tails of an instance restricted against a ub above the optimum (as
     ``_solve`` chains them) and that ub as threshold, likewise. Every schedule valid."""
-    from phaze.schedule import _kernels as K
-
     kinds, preds, single, intra, num_tc, num_vc = inst
     g = _graph(kinds, preds)
     opt = _optimum(*inst)
@@ -575,11 +566,11 @@ def test_branch_and_bound_against_exhaustive_reference(inst, ub_percent, gap):
     head, tail = np.empty(m), np.empty(m)
     args = _bound_args(prep, kind, ds, da, num_tc, num_vc)
     ub_r = opt * (1.0 + ub_percent / 100.0) + UNIT
-    K._strong_bound(*args, head, tail)
-    K._forced_bound(*args, ub_r, 0.0, 2.0 * ub_r, head, tail)
+    _bounds._strong_bound(*args, head, tail)
+    _bounds._forced_bound(*args, ub_r, 0.0, 2.0 * ub_r, head, tail)
     for h, t, thr in ((zero, zero, np.inf), (head, tail, ub_r)):
         starts_q, modes_q = np.zeros(m), np.zeros(m, np.int8)
-        ub, proven, exhausted = K._branch_and_bound(
+        ub, proven, exhausted = _bnb._branch_and_bound(
             kind, ds, da, prep.pred_ptr, prep.pred_idx, prep.succ_ptr, prep.succ_idx, num_tc,
             num_vc, h, t, np.inf, thr, gap, 10 ** 6, starts_q, modes_q,
             int(prep.seg_wtc.max(initial=0)), int(prep.seg_wvc.max(initial=0)))
@@ -604,33 +595,31 @@ def test_dominance_table_keeps_its_entries_when_it_grows(keys, n_fill):
     """``_grow_table`` (the branch and bound's table grows with the search) moves every
     entry whose bucket is not overfull to the bucket of its key in the larger table,
     with its last start, makespan, ends and modes; no entry appears twice."""
-    from phaze.schedule import _kernels as K
-
     n_ops = 5
     n_buckets = 4
-    tkey, tlast, tcmax, tfin, tmode, tnext = K._bnb_table(n_ops, 64)
+    tkey, tlast, tcmax, tfin, tmode, tnext = _bnb._bnb_table(n_ops, 64)
     tkey[:n_buckets] = -1
     tnext[:n_buckets] = 0
     per_bucket = {}
     for key in keys:  # insert as the search does
-        h = K._mask_bucket(key, n_buckets)
-        K._table_put(tkey, tlast, tcmax, tfin, tmode, tnext, h, key, key * 0.5, key * 2.0,
+        h = _bnb._mask_bucket(key, n_buckets)
+        _bnb._table_put(tkey, tlast, tcmax, tfin, tmode, tnext, h, key, key * 0.5, key * 2.0,
                      key + np.arange(n_ops, dtype=float),
                      ((key + np.arange(n_ops)) % 2).astype(np.int8), n_ops)
         per_bucket.setdefault(h, []).append(key)
-    kept = {k for h, ks in per_bucket.items() for k in ks[-K._BNB_TABLE_WAYS:]}
+    kept = {k for h, ks in per_bucket.items() for k in ks[-_bnb._BNB_TABLE_WAYS:]}
     grown = n_buckets
     for _ in range(n_fill):
-        grown = K._grow_table(tkey, tlast, tcmax, tfin, tmode, tnext, grown, 4)
+        grown = _bnb._grow_table(tkey, tlast, tcmax, tfin, tmode, tnext, grown, 4)
     assert grown == min(n_buckets * 4 ** n_fill, 64)
     found = []
     for h in range(grown):
-        for w in range(K._BNB_TABLE_WAYS):
+        for w in range(_bnb._BNB_TABLE_WAYS):
             key = int(tkey[h, w])
             if key < 0:
                 continue
             found.append(key)
-            assert K._mask_bucket(key, grown) == h
+            assert _bnb._mask_bucket(key, grown) == h
             assert tlast[h, w] == key * 0.5 and tcmax[h, w] == key * 2.0
             assert np.array_equal(tfin[h, w], key + np.arange(n_ops))
             assert np.array_equal(tmode[h, w], (key + np.arange(n_ops)) % 2)

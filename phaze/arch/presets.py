@@ -29,6 +29,76 @@ whitepaper, 2022; H100 datasheet): 132 SMs × 4 tensor cores = 528, each modelle
 boost clock); 528 vector cores of 32 lanes; 50 MiB L2; 80 GiB HBM3 at 3,350 GB/s;
 NVLink 4 at 900 GB/s bidirectional = 450 GB/s per direction within an 8-GPU node;
 one 400 Gb/s NDR InfiniBand NIC per GPU = 50 GB/s between nodes.
+
+Efficiency parameters (``EFFICIENCY``; the calibrated cost model, ``phaze.arch.efficiency``)
+-------------------------------------------------------------------------------------------
+Each number below is taken from a component-level public source as collected in
+``docs/fidelity-sources.md`` (section given; [P] primary, [S] secondary, [D] derived
+by the arithmetic shown). None is fitted to an end-to-end training run.
+
+``a100-80g``:
+
+- GEMM tile: 256×128 output tile per SM, K-step 32, 3 pipeline stages — CUTLASS SM80
+  kernel ``cutlass_tensorop_h16816gemm_256x128_32x3`` (NVIDIA/cutlass
+  media/docs/profiler.md [P], sheet §1.2), the tile NVIDIA's *Matrix Multiplication
+  Background User's Guide* (2023, §2.3, §3.2 [S]) calls most efficient and uses for its
+  wave example ("108 SMs … a wave size of 108 tiles"). In the template's units:
+  tile_m_mult = 256/16 = 16, tile_n_mult = 128/16 = 8, tile_k_mult = 32/16 = 2,
+  cores_per_tile = 4 (tensor cores per SM), k_stages = 3.
+- tile_efficiency = 0.8909 [D]: the best measured large bf16 GEMM on A100 SXM,
+  1024×10240×5120 at 271.2e12 FLOP/s = 0.869 of 312e12 (stas00/ml-engineering,
+  "Maximum Achievable Matmul FLOPS" table [P], sheet §1.3), divided by the tile rule's
+  own losses on that shape (4·80 = 320 tiles on 108 SMs = 3 waves: 320/324; 160 K-steps
+  + 2 fill: 160/162): 0.869 / 0.97546 = 0.8909. Cross-check, not used to set it: the
+  CUTLASS profiler's 3456×4096×8192 (0.754 of peak, device not printed) comes out at
+  0.706 (−6 %); see bench/RESULTS.md.
+- hbm_efficiency = 0.88: event-timed read kernel at 1.80e12 of 2.039e12 B/s, Nsight
+  Compute agreeing (NVIDIA developer forum, "Trouble to Reach Peak Bandwidth of A100" [S],
+  sheet §2).
+- launch_s = 1e-6 s: GPU-side gap between back-to-back kernels on one stream (3.8 µs per
+  kernel for a 2.9 µs kernel; A. Gray, "Getting Started with CUDA Graphs", NVIDIA blog
+  2019 [S], sheet §3; no A100-specific number was found).
+- Collectives: NCCL v2.12.7 ring Simple cost model (src/graph/tuning.cc [P], sheet §4.3):
+  coll_latency_s = 8.4e-6 (baseLat), link_step_s = 3.4e-6 (NVLink hwLat per step),
+  net_step_s = 28e-6 (NET hwLat per inter-node step); link_efficiency = 235/300 = 0.7833
+  (NCCL's sm80 busBw cap 235 GB/s, equal to the measured 8-GPU all-reduce busbw of
+  234.9e9 B/s, stas00/ml-engineering network/README.md [P], sheet §4.1);
+  net_efficiency = 24/25 = 0.96 (HDR NIC at ~24 GB/s, S. Jeaugey in NVIDIA/nccl #412 and
+  #1048 [P], sheet §4.2).
+- Point-to-point: link_p2p_latency_s = 16.5e-6 (DGX A100 2-GPU send/recv of small
+  messages, NVIDIA/nccl #568 [P]); link_p2p_efficiency = 195.1/300 = 0.6503
+  (``sendrecv_perf`` at 1 GiB on 8 A100 NVLink, li-plus/playground cuda/nccl.md [P]);
+  net_p2p_latency_s = 2.0e-5 (8-byte all-reduce between 2 nodes × 1 A100 over HDR,
+  19–20 µs, NVIDIA/nccl-tests #150 [P] — one inter-node hop); net_p2p_efficiency = 0.96
+  (as net_efficiency).
+
+``h100-sxm``:
+
+- GEMM tile: the A100 kernel's multiples (16, 8, 2; 4 tensor cores per SM; 3 stages),
+  which on the 16×32 arrays give 256×128 tiles with K-step 64 — the shape the sheet
+  lists for CUTLASS 3 on Hopper, unverified there, so the A100 kernel's verified
+  multiples are what is used.
+- tile_efficiency = 0.8361 [D]: best measured bf16 GEMM on H100 SXM, 2048×2048×13312 at
+  794.5e12 = 0.803 of 989e12 (same MAMF table [P]), over the rule's losses on that shape
+  (128 tiles on 132 SMs: 128/132; 208 K-steps + 2: 208/210): 0.803 / 0.96046 = 0.8361.
+- hbm_efficiency = 0.90: event-timed copy at 3.02e12 of 3.35e12 B/s (sheet §2 [S, weak];
+  the H100 NVL BabelStream run, 0.78–0.85, is another SKU).
+- launch_s = 1e-6 s (as A100; Hopper host launch 1.3–2.1 µs, the GPU-side gap ≈1 µs, sheet §3 [S]).
+- Collectives: NCCL v2.20.3 ring Simple (sheet §4.3 [P]): coll_latency_s = 8.4e-6,
+  link_step_s = 3.4e-6, net_step_s = 14e-6; link_efficiency = 367.61/450 = 0.8169 (8×H200
+  ring all-reduce, NVLS off, at 16 GiB, ml-engineering network/README.md [P]; NCCL's
+  maintainer: "~370GB/s", NVIDIA/nccl-tests #212 [P]); net_efficiency = 47/50 = 0.94
+  (NDR 400 Gb/s NICs at 46–48e9 B/s, NVIDIA/nccl-tests #290 [P]; the midpoint).
+- Point-to-point: no H100 source; the A100 values (16.5e-6 s, 0.6503 in-node;
+  2.0e-5 s between nodes) with net_p2p_efficiency = 0.94 (the NDR figure above).
+
+``tpuv4`` and ``template`` (every row that is no preset, e.g. the study's space): no
+component-level TPU v4 measurement of GEMM, HBM or ICI efficiency was found (sheet §8.4).
+They take the a100-80g fractions and latencies (tile_efficiency 0.8909, hbm_efficiency
+0.88, launch_s 1e-6, the NCCL α/β values) — the only chip with a source for each — and
+the template's own tile rule: one weight-stationary array per tile (cores_per_tile 1;
+tile_m_mult = tile_n_mult = tile_k_mult = 1) and no per-tile K fill (k_stages 1), because
+an array's fill and drain is already in the template's array model.
 """
 from __future__ import annotations
 
@@ -53,6 +123,31 @@ _PRESETS = {
 
 #: Vendor peak dense bf16 FLOP/s each preset is meant to reproduce (checked by the tests).
 VENDOR_PEAK_FLOPS = {"tpuv4": 275e12, "a100-80g": 312e12, "h100-sxm": 989e12}
+
+
+# A100's fractions and latencies: the defaults of chips without their own source (see above).
+_A100_FRACTIONS = dict(
+    tile_efficiency=0.869 / ((320 / 324) * (160 / 162)),   # 0.8909, MAMF best shape over rule losses
+    hbm_efficiency=0.88, launch_s=1e-6,
+    coll_latency_s=8.4e-6, link_step_s=3.4e-6, net_step_s=28e-6,
+    link_efficiency=235.0 / 300.0, net_efficiency=24.0 / 25.0,
+    link_p2p_latency_s=16.5e-6, link_p2p_efficiency=195.1 / 300.0,
+    net_p2p_latency_s=2.0e-5, net_p2p_efficiency=24.0 / 25.0)
+_GPU_TILE = dict(tile_m_mult=16, tile_n_mult=8, tile_k_mult=2, cores_per_tile=4, k_stages=3)
+_TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_tile=1, k_stages=1)
+
+#: Efficiency parameters per preset, plus ``"template"`` for rows that are no preset
+#: (fields: ``phaze.arch.efficiency``; sources: this module's docstring).
+EFFICIENCY = {
+    "tpuv4": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
+    "a100-80g": dict(_GPU_TILE, **_A100_FRACTIONS),
+    "h100-sxm": dict(_GPU_TILE, **dict(
+        _A100_FRACTIONS,
+        tile_efficiency=0.803 / ((128 / 132) * (208 / 210)),  # 0.8361
+        hbm_efficiency=0.90, net_step_s=14e-6,
+        link_efficiency=367.61 / 450.0, net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0)),
+    "template": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
+}
 
 
 def names() -> list:

@@ -1,6 +1,6 @@
 """Exact layer scheduling as a mixed-integer program solved by HiGHS (``highspy``).
 
-The original study's formulation with the collective rule of DESIGN §2.5:
+The original study's formulation with the collective rule of docs/design.md §2.5:
 
 * ``S_i`` start (continuous), ``x_i`` intra-op binary, ``C`` makespan; duration
   ``d_i = s_i + (a_i - s_i) x_i`` is linear in ``x_i``;
@@ -23,8 +23,8 @@ import sys
 
 import numpy as np
 
-from . import _kernels as K
-from . import _widest_antichain  # the package is fully imported before this module
+from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
+from ._prepare import _widest_antichain
 
 _BANNER_SILENCED = False
 
@@ -102,7 +102,7 @@ def solve(kind, ds, da, preds, ntc, nvc, inc_starts, inc_modes, lower, gap, time
     scale = ub
     s = ds / scale
     a = da / scale
-    is_coll = kind == K.KIND_COLLECTIVE
+    is_coll = kind == KIND_COLLECTIVE
     # intra-op is possible only where it is faster (else dominated) and the op is compute
     can_intra = (~is_coll) & (da < ds)
     reach = _reach(m, preds)
@@ -112,8 +112,8 @@ def solve(kind, ds, da, preds, ntc, nvc, inc_starts, inc_modes, lower, gap, time
         for p in preds[j]:
             succ_count[p] += 1
 
-    uses_tc = ((kind == K.KIND_GEMM) | (kind == K.KIND_FUSED)) & (ds > 0)
-    uses_vc = ((kind == K.KIND_VECTOR) | (kind == K.KIND_FUSED)) & (ds > 0)
+    uses_tc = ((kind == KIND_GEMM) | (kind == KIND_FUSED)) & (ds > 0)
+    uses_vc = ((kind == KIND_VECTOR) | (kind == KIND_FUSED)) & (ds > 0)
     assign = []  # (type mask, cores)
     for mask, cap in ((uses_tc, ntc), (uses_vc, nvc)):
         users = np.flatnonzero(mask)

@@ -1,0 +1,203 @@
+"""Real-chip efficiency parameters of the calibrated cost model (docs/design.md §2.4, §2.10).
+
+The calibrated operator model (``phaze.cost.op_latencies(..., model="calibrated")``)
+applies the same rules to every architecture row; the rules need a few parameters
+that the hardware knobs do not carry. They are held in an :class:`Efficiency`
+(one chip's set) or, for the kernels, in a structured array of
+:data:`EFFICIENCY_DTYPE` with one row per architecture.
+
+Fields (SI units; "fraction" = achieved / ideal, in (0, 1]):
+
+GEMM tile rule (``phaze.cost`` module docstring, "calibrated model"):
+
+- ``tile_m_mult``, ``tile_n_mult``: the output tile one group of tensor cores owns is
+  (tile_m_mult·tc_width) × (tile_n_mult·tc_width) elements (M × N). Expressed in array
+  widths so that one rule scales to every array shape of the space.
+- ``tile_k_mult``: one step of a tile's K loop covers tile_k_mult·tc_depth of K.
+- ``cores_per_tile``: tensor cores that work together on one output tile (an SM's four
+  tensor cores on a GPU); tiles are dealt to ⌊num_tc / cores_per_tile⌋ groups in waves.
+- ``k_stages``: depth of the K-loop software pipeline; each tile pays ``k_stages − 1``
+  extra K-steps to fill and drain it. 1 = no per-tile fill (a weight-stationary array
+  whose fill is already in the template's array model).
+- ``tile_efficiency``: sustained fraction of the arrays' peak inside a tile's K loop.
+
+Memory and launches:
+
+- ``hbm_efficiency``: achievable fraction of the HBM bandwidth for streaming traffic.
+- ``launch_s``: fixed time per compute operator (kernel launch and synchronisation gap), s.
+
+Collectives (ring all-reduce, NCCL's α–β form) and point-to-point transfers:
+
+- ``coll_latency_s``: latency per collective call, s (NCCL ``baseLat``);
+- ``link_step_s`` / ``net_step_s``: latency per ring step on the in-node link / between
+  nodes, s (NCCL ``hwLat``);
+- ``link_efficiency`` / ``net_efficiency``: achievable bus bandwidth as a fraction of
+  ``link_gb_per_s`` / ``net_gb_per_s``;
+- ``link_p2p_latency_s``, ``link_p2p_efficiency``, ``net_p2p_latency_s``,
+  ``net_p2p_efficiency``: the same for one point-to-point send on each tier.
+
+Where each preset's numbers come from is in :mod:`phaze.arch.presets` (its docstring
+cites every value; the sheet behind them is ``docs/fidelity-sources.md``). Rows that
+are no preset — the study's hypothetical chips — take :data:`TEMPLATE`: the fractions
+and latencies of ``a100-80g`` (the only chip with a component-level source for every
+one of them), with the tile rule of the template itself (one array per tile, no
+per-tile K fill), because the template's cores are weight-stationary arrays like the
+TPU's, not SMs. :func:`for_rows` gives each row its preset's set, or the template's.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import presets
+
+#: One architecture's efficiency parameters per row (field meanings in the module docstring).
+EFFICIENCY_DTYPE = np.dtype([
+    ("tile_m_mult", np.int64),
+    ("tile_n_mult", np.int64),
+    ("tile_k_mult", np.int64),
+    ("cores_per_tile", np.int64),
+    ("k_stages", np.int64),
+    ("tile_efficiency", np.float64),
+    ("hbm_efficiency", np.float64),
+    ("launch_s", np.float64),
+    ("coll_latency_s", np.float64),
+    ("link_step_s", np.float64),
+    ("net_step_s", np.float64),
+    ("link_efficiency", np.float64),
+    ("net_efficiency", np.float64),
+    ("link_p2p_latency_s", np.float64),
+    ("link_p2p_efficiency", np.float64),
+    ("net_p2p_latency_s", np.float64),
+    ("net_p2p_efficiency", np.float64),
+])
+
+_INT_FIELDS = tuple(n for n in EFFICIENCY_DTYPE.names if EFFICIENCY_DTYPE[n] == np.int64)
+_FRACTIONS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("efficiency"))
+_SECONDS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("_s"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Efficiency:
+    """One chip's efficiency parameters (see the module docstring for each field; SI units)."""
+
+    tile_m_mult: int
+    tile_n_mult: int
+    tile_k_mult: int
+    cores_per_tile: int
+    k_stages: int
+    tile_efficiency: float
+    hbm_efficiency: float
+    launch_s: float
+    coll_latency_s: float
+    link_step_s: float
+    net_step_s: float
+    link_efficiency: float
+    net_efficiency: float
+    link_p2p_latency_s: float
+    link_p2p_efficiency: float
+    net_p2p_latency_s: float
+    net_p2p_efficiency: float
+
+    def __post_init__(self):
+        _check_row({f: getattr(self, f) for f in EFFICIENCY_DTYPE.names})
+
+    def row(self) -> np.ndarray:
+        """This set as a one-row :data:`EFFICIENCY_DTYPE` array."""
+        out = np.empty(1, dtype=EFFICIENCY_DTYPE)
+        for f in EFFICIENCY_DTYPE.names:
+            out[f] = getattr(self, f)
+        return out
+
+
+def _check_row(values):
+    for f in _INT_FIELDS:
+        v = np.asarray(values[f], dtype=np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v < 1) or np.any(v != np.floor(v)):
+            raise ValueError(f"efficiency {f} must be an integer >= 1, got {values[f]!r}")
+    for f in _FRACTIONS:
+        v = np.asarray(values[f], dtype=np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v <= 0) or np.any(v > 1):
+            raise ValueError(f"efficiency {f} must be a fraction in (0, 1], got {values[f]!r}")
+    for f in _SECONDS:
+        v = np.asarray(values[f], dtype=np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(f"efficiency {f} must be a finite time >= 0 s, got {values[f]!r}")
+
+
+#: Parameter sets by name: every preset of ``phaze.arch.presets`` plus ``"template"``.
+PARAMETER_SETS = {name: Efficiency(**values) for name, values in presets.EFFICIENCY.items()}
+
+#: The set of rows that are no preset (the study's hypothetical chips); see the module docstring.
+TEMPLATE = PARAMETER_SETS["template"]
+
+
+def names() -> list:
+    """Names of the parameter sets (the presets', then ``"template"``)."""
+    return list(PARAMETER_SETS)
+
+
+def get(name: str) -> Efficiency:
+    """The parameter set ``name``; KeyError lists the names."""
+    try:
+        return PARAMETER_SETS[name]
+    except (KeyError, TypeError):
+        raise KeyError(f"unknown efficiency parameter set {name!r}; known: {', '.join(PARAMETER_SETS)}") from None
+
+
+def rows(efficiency, n_archs: int) -> np.ndarray:
+    """Per-architecture parameters, a C-contiguous :data:`EFFICIENCY_DTYPE` array of ``n_archs`` rows.
+
+    ``efficiency``: ``None`` (:data:`TEMPLATE` for every row), a set's name, an
+    :class:`Efficiency`, or a structured array with the fields of
+    :data:`EFFICIENCY_DTYPE` and 1 or ``n_archs`` rows (one set per architecture).
+    Raises ``ValueError`` naming a field out of range.
+    """
+    if efficiency is None:
+        efficiency = TEMPLATE
+    if isinstance(efficiency, str):
+        efficiency = get(efficiency)
+    if isinstance(efficiency, Efficiency):
+        base = efficiency.row()
+    elif isinstance(efficiency, np.ndarray) and efficiency.dtype.names is not None:
+        missing = [f for f in EFFICIENCY_DTYPE.names if f not in efficiency.dtype.names]
+        if missing:
+            raise ValueError(f"efficiency array lacks field(s) {', '.join(missing)}")
+        base = np.empty(efficiency.reshape(-1).shape[0], dtype=EFFICIENCY_DTYPE)
+        for f in EFFICIENCY_DTYPE.names:
+            base[f] = efficiency.reshape(-1)[f]
+        _check_row({f: base[f] for f in EFFICIENCY_DTYPE.names})
+    else:
+        raise ValueError("efficiency must be None, a parameter-set name "
+                         f"({', '.join(PARAMETER_SETS)}), a phaze.arch.efficiency.Efficiency "
+                         f"or an EFFICIENCY_DTYPE array, got {type(efficiency).__name__}")
+    if base.shape[0] == 1:
+        return np.ascontiguousarray(np.repeat(base, n_archs))
+    if base.shape[0] != n_archs:
+        raise ValueError(f"efficiency array has {base.shape[0]} rows; expected 1 or {n_archs} "
+                         f"(one per architecture)")
+    return np.ascontiguousarray(base)
+
+
+def for_rows(archs) -> np.ndarray:
+    """One parameter set per architecture row: a preset's set where the row equals that
+    preset in every knob, :data:`TEMPLATE` elsewhere (an :data:`EFFICIENCY_DTYPE` array
+    to pass as ``efficiency=``).
+
+    A row changed in any knob (``make_archs(base="a100-80g", num_tc=216)``) is a
+    hypothetical chip and takes the template's set: the presets' parameters were
+    measured on those chips only.
+    """
+    from ._rows import KNOBS, validate
+
+    archs = validate(archs)
+    out = np.repeat(TEMPLATE.row(), archs.shape[0])
+    for name in presets.names():
+        ref = presets.get(name)
+        same = np.ones(archs.shape[0], dtype=bool)
+        for knob in KNOBS:
+            same &= archs[knob] == ref[knob][0]
+        if np.any(same):
+            out[same] = get(name).row()[0]
+    return np.ascontiguousarray(out)
