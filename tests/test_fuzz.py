@@ -250,12 +250,23 @@ def test_load_result_with_damaged_journal_is_one_sentence(tmp_path, meta):
         search.load_result(path)
 
 
-@pytest.mark.xfail(strict=True, reason="schedule-side (issue 17, item 9): schedule_layer must "
-                   "refuse latencies whose total overflows to inf instead of reporting an inf "
-                   "makespan and bound as optimal/certified; the fix belongs in "
-                   "phaze/schedule's input checks, which another engineer is rewriting")
-def test_schedule_layer_latencies_near_the_float_maximum():
+def test_schedule_latencies_near_the_float_maximum():
+    """Latencies whose total overflows are refused (issue 17, item 9), not scheduled with an
+    inf makespan and bound reported as optimal or certified."""
     n = len(_SINGLE)
-    with pytest.raises(ValueError, match="single|intra"):
-        r = schedule.schedule_layer(_GRAPH, np.full(n, 1.7e308), np.full(n, 1.7e308), 1, 1)
-        assert math.isfinite(r.makespan) and math.isfinite(r.lower_bound), r
+    for v in (1.7e308, 1e299):
+        with pytest.raises(ValueError, match="single and intra must sum to at most"):
+            schedule.schedule_layer(_GRAPH, np.full(n, v), np.full(n, v), 1, 1)
+        with pytest.raises(ValueError, match="single and intra must sum to at most"):
+            schedule.schedule_many(_GRAPH, np.full((n, 2), v), np.full((n, 2), v), [1, 1], [1, 1])
+    r = schedule.schedule_layer(_GRAPH, np.full(n, 1e297), np.full(n, 1e297), 1, 1)
+    assert math.isfinite(r.makespan) and math.isfinite(r.lower_bound)
+    assert r.lower_bound <= r.makespan
+
+
+@pytest.mark.parametrize("count", [2 ** 63, 2 ** 64, 10 ** 40], ids=["2**63", "2**64", "1e40"])
+def test_schedule_core_counts_beyond_int64(count):
+    with pytest.raises(ValueError, match="num_tc"):
+        schedule.schedule_layer(_GRAPH, _SINGLE[:, 0], _INTRA[:, 0], count, 1)
+    with pytest.raises(ValueError, match="num_tc"):
+        schedule.schedule_many(_GRAPH, _SINGLE, _INTRA, [count], [1])

@@ -88,11 +88,30 @@ def _latency_vector(name, values, n):
     return np.ascontiguousarray(arr.reshape(n))
 
 
+#: Largest total latency (seconds, single plus intra over all operators) a schedule
+#: accepts. The bounds add and scale latencies; a total near the float maximum would
+#: overflow to inf and an inf makespan and bound would read as "optimal". 1e300 s is
+#: beyond anything physical and leaves the arithmetic ample headroom.
+MAX_TOTAL_LATENCY_S = 1e300
+
+
+def _check_total(single, intra, axis=None) -> None:
+    """ValueError unless the latencies' total (per architecture with ``axis=0``) is at most
+    ``MAX_TOTAL_LATENCY_S``."""
+    with np.errstate(over="ignore"):
+        total = np.sum(single, axis=axis) + np.sum(intra, axis=axis)
+    if not np.all(total <= MAX_TOTAL_LATENCY_S):
+        raise ValueError(f"single and intra must sum to at most {MAX_TOTAL_LATENCY_S:g} seconds "
+                         f"(per architecture), got {float(np.max(total)):g}: latencies that "
+                         f"large overflow the schedule's arithmetic")
+
+
 def _inputs(op_graph, single, intra, num_tc, num_vc):
     _check_graph(op_graph)
     n = op_graph.n_ops
     ds = _latency_vector("single", single, n)
     da = _latency_vector("intra", intra, n)
+    _check_total(ds, da)
     ntc = nonneg_int("num_tc", num_tc)
     nvc = nonneg_int("num_vc", num_vc)
     kind = op_graph.kind
@@ -371,6 +390,7 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=None):
         raise ValueError(f"single must have shape ({n}, n_archs), got {single.shape}")
     if intra.shape != single.shape:
         raise ValueError(f"intra must have the shape of single {single.shape}, got {intra.shape}")
+    _check_total(single, intra, axis=0)
     n_archs = single.shape[1]
     ntc = finite_nonneg_array("num_tc", num_tc, dtype=np.int64).reshape(-1)
     nvc = finite_nonneg_array("num_vc", num_vc, dtype=np.int64).reshape(-1)
