@@ -49,6 +49,14 @@ VOCAB_PAD_MULTIPLE = 128
 SEARCH_CHUNK_ARCHS = 256
 #: Rows kept in a result's JSON summary.
 SEARCH_TOP_ROWS = 50
+#: Pruned sweeps solve a chunk's placements in batches of this many architectures (best
+#: bound first), raising the chunk's floor between batches so later ones can be skipped.
+SEARCH_PRUNE_BATCH = 16
+#: Layer graphs (one per model × microbatch × tensor-parallel width) kept per worker.
+SEARCH_LAYER_CACHE_SIZE = 64
+#: Per-architecture layer times kept by ``evaluate_point`` (a brute force over strategies
+#: asks for the same architecture and widths many times).
+SEARCH_POINT_MEMO_SIZE = 256
 #: Times a chunk is run again after its worker died or raised, before the sweep gives up
 #: (a lost Dask worker or a killed pool process should not cost the whole sweep).
 SEARCH_CHUNK_RETRIES = 3

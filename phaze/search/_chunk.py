@@ -26,14 +26,13 @@ import math
 
 import numpy as np
 
-from .. import cost, graph, placement, schedule
+from .. import _config, cost, graph, placement, schedule
 from ._settings import ChunkResult, ChunkTask
 
 # --------------------------------------------------------------------------
 # Layer graphs, cached per worker: they depend on (model, microbatch, t) only.
 # --------------------------------------------------------------------------
 _LAYER_CACHE: dict = {}
-_LAYER_CACHE_SIZE = 64
 
 
 def model_graph(model, microbatch: int, tensor_parallel: int):
@@ -41,7 +40,7 @@ def model_graph(model, microbatch: int, tensor_parallel: int):
     key = (model, int(microbatch), int(tensor_parallel))
     mg = _LAYER_CACHE.get(key)
     if mg is None:
-        if len(_LAYER_CACHE) >= _LAYER_CACHE_SIZE:
+        if len(_LAYER_CACHE) >= _config.SEARCH_LAYER_CACHE_SIZE:
             _LAYER_CACHE.pop(next(iter(_LAYER_CACHE)))
         mg = graph.build_layers(model, int(microbatch), int(tensor_parallel))
         _LAYER_CACHE[key] = mg
@@ -292,7 +291,7 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
                         if point_ub is not None:
                             order = np.argsort(-point_ub, kind="stable")
                         # Solve in small batches so the floor rises inside the chunk too.
-                        step = 16 if point_ub is not None else max(1, sub.size)
+                        step = _config.SEARCH_PRUNE_BATCH if point_ub is not None else max(1, sub.size)
                         for lo in range(0, order.size, step):
                             batch = order[lo:lo + step]
                             if point_ub is not None:

@@ -127,7 +127,6 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
 
 
 _POINT_MEMO: dict = {}
-_POINT_MEMO_SIZE = 256
 
 
 def _point_layer_times(model, mb, t, row, gap):
@@ -138,7 +137,7 @@ def _point_layer_times(model, mb, t, row, gap):
     if hit is None:
         lat = latencies(model, mb, [t], row)
         hit = layer_times(model, mb, [t], lat, row, gap)[t]
-        if len(_POINT_MEMO) >= _POINT_MEMO_SIZE:
+        if len(_POINT_MEMO) >= _config.SEARCH_POINT_MEMO_SIZE:
             _POINT_MEMO.pop(next(iter(_POINT_MEMO)))
         _POINT_MEMO[key] = hit
     return hit
