@@ -116,6 +116,39 @@ def _vector_cycles(elements, cycles_per_element, lanes):
 # slower on the 2-core CI-like machine (bench/RESULTS.md, "Operator latencies"), and
 # the search already runs one process per core; nogil lets threads call it in parallel.
 @njit(cache=True, nogil=True)
+def _gemm_array_terms(b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
+                      single_buffer_fraction, split_w, split_d, split_cores):
+    """The systolic-array terms of one GEMM that both cost models share.
+
+    Returns (cycles on one array, HBM bytes with the single-core buffer share, HBM bytes
+    with the whole buffer) per distinct core shape, and cycles intra-op per distinct
+    (shape, core count) split. Bytes the operator moves besides its GEMM operands (a
+    fused bias or residual) are added once to each traffic.
+    """
+    n_shapes = shape_w.shape[0]
+    n_splits = split_w.shape[0]
+    compulsory = elem_bytes * b * (m * k + k * n + m * n)
+    extra = max(0.0, moved - compulsory)  # bytes the op moves besides its GEMM operands
+    cyc1 = np.empty(n_shapes)
+    bytes1 = np.empty(n_shapes)
+    bytes_all = np.empty(n_shapes)
+    for u in range(n_shapes):
+        w = float(shape_w[u])
+        d = float(shape_d[u])
+        cyc1[u] = _gemm_cycles(b, m, k, n, w, d, 1.0)
+        bytes_all[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shape_cap[u], w, d) + extra
+        if single_buffer_fraction == 1.0:
+            bytes1[u] = bytes_all[u]
+        else:
+            bytes1[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes,
+                                            shape_cap[u] * single_buffer_fraction, w, d) + extra
+    cycp = np.empty(n_splits)
+    for v in range(n_splits):
+        cycp[v] = _gemm_cycles(b, m, k, n, float(split_w[v]), float(split_d[v]), float(split_cores[v]))
+    return cyc1, bytes1, bytes_all, cycp
+
+
+@njit(cache=True, nogil=True)
 def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size,
                   elem_bytes, acc_bytes, single_buffer_fraction,
                   shape_w, shape_d, shape_cap, shape_of_arch,
@@ -160,24 +193,9 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
         m = float(dims[i, 1])
         k = float(dims[i, 2])
         n = float(dims[i, 3])
-        compulsory = elem_bytes * b * (m * k + k * n + m * n)
-        extra = max(0.0, moved - compulsory)  # bytes the op moves besides its GEMM operands
-        cyc1 = np.empty(n_shapes)
-        bytes1 = np.empty(n_shapes)
-        bytes_all = np.empty(n_shapes)
-        for u in range(n_shapes):
-            w = float(shape_w[u])
-            d = float(shape_d[u])
-            cyc1[u] = _gemm_cycles(b, m, k, n, w, d, 1.0)
-            bytes_all[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shape_cap[u], w, d) + extra
-            if single_buffer_fraction == 1.0:
-                bytes1[u] = bytes_all[u]
-            else:
-                bytes1[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes,
-                                                shape_cap[u] * single_buffer_fraction, w, d) + extra
-        cycp = np.empty(n_splits)
-        for v in range(n_splits):
-            cycp[v] = _gemm_cycles(b, m, k, n, float(split_w[v]), float(split_d[v]), float(split_cores[v]))
+        cyc1, bytes1, bytes_all, cycp = _gemm_array_terms(
+            b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
+            single_buffer_fraction, split_w, split_d, split_cores)
         fused = kd == KIND_FUSED
         el = float(elements[i])
         for a in range(n_archs):
@@ -292,24 +310,9 @@ def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes,
         m = float(dims[i, 1])
         k = float(dims[i, 2])
         n = float(dims[i, 3])
-        compulsory = elem_bytes * b * (m * k + k * n + m * n)
-        extra = max(0.0, moved - compulsory)
-        cyc1 = np.empty(n_shapes)
-        bytes1 = np.empty(n_shapes)
-        bytes_all = np.empty(n_shapes)
-        for u in range(n_shapes):
-            w = float(shape_w[u])
-            d = float(shape_d[u])
-            cyc1[u] = _gemm_cycles(b, m, k, n, w, d, 1.0)
-            bytes_all[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shape_cap[u], w, d) + extra
-            if single_buffer_fraction == 1.0:
-                bytes1[u] = bytes_all[u]
-            else:
-                bytes1[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes,
-                                                shape_cap[u] * single_buffer_fraction, w, d) + extra
-        cycp = np.empty(n_splits)
-        for v in range(n_splits):
-            cycp[v] = _gemm_cycles(b, m, k, n, float(split_w[v]), float(split_d[v]), float(split_cores[v]))
+        cyc1, bytes1, bytes_all, cycp = _gemm_array_terms(
+            b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
+            single_buffer_fraction, split_w, split_d, split_cores)
         # the array model's quantisation and the tile rule's are both real limits: the larger holds
         tile1 = np.empty(n_tiles)
         tilep = np.empty(n_tiles)
