@@ -292,6 +292,18 @@ def _plot_result(result, out_path) -> None:
     plt.close(fig)
 
 
+def _cmd_validate(args) -> int:
+    """``phaze validate [FILE] [--json]``: predicted vs published training runs (phaze.validate)."""
+    from . import validate
+
+    report = validate.run(args.file)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        print(validate.format_report(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``phaze`` argument parser: one sub-command per job, each with its handler."""
     from . import __version__
@@ -324,6 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="plot throughput vs area from a result file")
     _add_plot_arguments(p)
     p.set_defaults(func=_cmd_plot)
+
+    p = sub.add_parser("validate", help="predicted vs published training runs (calibrated model)")
+    p.add_argument("file", nargs="?", default=None,
+                   help="validation table JSON (schema: phaze.validate; default: the built-in table)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_validate)
     return parser
 
 

@@ -534,3 +534,63 @@ def naive_p2p_seconds(nbytes, row, eff, inter_node):
     tier = "net" if inter_node else "link"
     bw = float(row[f"{tier}_gb_per_s"]) * 1e9 * float(eff[f"{tier}_p2p_efficiency"])
     return float(eff[f"{tier}_p2p_latency_s"]) + nbytes / bw
+
+
+# ---------------------------------------------------------------------------
+# step: the training step of a fixed Megatron-LM plan (phaze.step)
+# ---------------------------------------------------------------------------
+
+def naive_1f1b_makespan(fwd, bwd, m, hop=None):
+    """Megatron's 1F1B (PipeDream-Flush) simulated kernel by kernel: stage r runs
+    min(p − r − 1, m) warm-up forwards, then alternates one forward and one backward, then
+    drains its backwards; F(r, i) waits for F(r − 1, i) (+ ``hop[r-1]``), B(r, i) for
+    F(r, i) and B(r + 1, i) (+ ``hop[r]``). ``fwd``/``bwd``: seconds per microbatch per
+    stage; returns the time the last backward ends."""
+    p = len(fwd)
+    hop = [0.0] * max(p - 1, 0) if hop is None else list(hop)
+    orders = []
+    for r in range(p):
+        warm = min(p - r - 1, m)
+        seq = [("F", i) for i in range(warm)]
+        nf, nb = warm, 0
+        while nf < m:
+            seq.append(("F", nf))
+            nf += 1
+            seq.append(("B", nb))
+            nb += 1
+        seq += [("B", i) for i in range(nb, m)]
+        orders.append(seq)
+    done = {}
+    clock = [0.0] * p
+    pos = [0] * p
+    while any(pos[r] < len(orders[r]) for r in range(p)):
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(orders[r]):
+                kind, i = orders[r][pos[r]]
+                if kind == "F":
+                    deps = [] if r == 0 else [("F", r - 1, i, hop[r - 1])]
+                else:
+                    deps = [("F", r, i, 0.0)] + ([] if r == p - 1 else [("B", r + 1, i, hop[r])])
+                if any((k, s, j) not in done for k, s, j, _ in deps):
+                    break
+                start = max([clock[r]] + [done[(k, s, j)] + lag for k, s, j, lag in deps])
+                clock[r] = start + (fwd[r] if kind == "F" else bwd[r])
+                done[(kind, r, i)] = clock[r]
+                pos[r] += 1
+                progressed = True
+        assert progressed, "1F1B order deadlocked"
+    return max(clock)
+
+
+def naive_korthikanti_activation_bytes(s, b, h, a, t, layers, recompute):
+    """Korthikanti et al. 2022, Table 2: bytes of ``layers`` transformer layers' activations,
+    tensor parallel t, no sequence parallelism: s·b·h·(10 + 24/t + 5·a·s/(h·t)) per layer,
+    or the 2·s·b·h layer input with full recomputation."""
+    per = 2 * s * b * h if recompute == "full" else s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    return per * layers
+
+
+def naive_adam_seconds(n_params, bytes_per_param, hbm_bytes_per_s, hbm_efficiency):
+    """Memory-bound optimizer step: bytes moved per parameter over achievable HBM bandwidth."""
+    return n_params * bytes_per_param / (hbm_bytes_per_s * hbm_efficiency)

@@ -1,0 +1,140 @@
+"""phaze.validate and ``phaze validate``: the built-in table, a small FILE, the JSON schema,
+rows that need what is not modelled yet, Figure 1 memory."""
+import json
+
+import pytest
+
+from phaze import validate
+from phaze.cli import main
+
+
+@pytest.fixture(scope="module")
+def builtin():
+    return validate.run()
+
+
+def _table():
+    with open(validate.builtin_path(), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def test_every_row_of_the_builtin_table_is_reported(builtin):
+    table = _table()
+    assert [r["name"] for r in builtin.rows] == [r["name"] for r in table["rows"]]
+    names = {r["name"] for r in builtin.rows}
+    for model in ("megatron-22b", "gpt3-175b", "turing-530b", "megatron-1t"):
+        for mode in ("full", "seqsel"):
+            assert f"korthikanti2022/table5/{model}/{mode}" in names
+        for mode in ("none", "seqsel"):
+            for q in ("par_opt", "act"):
+                assert f"korthikanti2022/figure1/{model}/{mode}/{q}" in names
+    for row in table["rows"]:
+        assert row["source"] and row["gpus"] == row["t"] * row["p"] * row["d"]
+
+
+def test_rows_say_what_they_need(builtin):
+    by = {r["name"]: r for r in builtin.rows}
+    for r in builtin.rows:
+        pred = r["predicted_s"] if r["kind"] == "time" else r["predicted_gib"]
+        if pred is None:
+            assert r["reason"].startswith("not modelled yet:") and r["error"] is None
+        else:
+            assert r["reason"] == ""
+    for model in ("gpt3-175b", "turing-530b"):
+        assert "interleaved 1F1B" in by[f"korthikanti2022/table5/{model}/full"]["reason"]
+    for model in ("megatron-22b", "megatron-1t"):
+        reason = by[f"korthikanti2022/table5/{model}/seqsel"]["reason"]
+        assert "sequence parallelism" in reason and "selective recomputation" in reason
+        assert by[f"korthikanti2022/table5/{model}/full"]["predicted_s"] > 0
+
+
+def test_errors_and_summaries(builtin):
+    time_err, mem_err = [], []
+    for r in builtin.rows:
+        if r["error"] is None:
+            continue
+        pk, qk = ("predicted_s", "published_s") if r["kind"] == "time" else ("predicted_gib", "published_gib")
+        assert r["error"] == pytest.approx(100 * (r[pk] - r[qk]) / r[qk])
+        (time_err if r["kind"] == "time" else mem_err).append(abs(r["error"]))
+    assert builtin.time_mape == pytest.approx(sum(time_err) / len(time_err))
+    assert builtin.time_max_error == pytest.approx(max(time_err))
+    assert builtin.memory_mape == pytest.approx(sum(mem_err) / len(mem_err))
+    held = [abs(r["error"]) for r in builtin.rows if r["held_out"] and r["error"] is not None]
+    assert builtin.held_out_time_mape == pytest.approx(sum(held) / len(held))
+
+
+def test_figure1_memory_rows(builtin):
+    by = {r["name"]: r for r in builtin.rows}
+    for model in ("megatron-22b", "megatron-1t"):
+        for q in ("par_opt", "act"):
+            r = by[f"korthikanti2022/figure1/{model}/none/{q}"]
+            # par_opt: 18 B/param of the layers (phaze counts biases and norms: +0.1 % at most);
+            # act: Korthikanti's s·b·h·(10 + 24/t + 5as/(ht)) for L layers in flight, exactly.
+            assert abs(r["error"]) < (0.2 if q == "par_opt" else 1e-9)
+
+
+def _small_file(tmp_path):
+    shape = dict(n_layers=4, hidden=512, heads=8, ffn_hidden=2048, vocab=1000, seq_len=256)
+    base = dict(model="tiny", arch="a100-80g", gpus=8, t=2, p=2, d=2, microbatch=1,
+                global_batch=8, virtual_stages=1, recompute="full", sequence_parallel=False,
+                precision="bf16", source="a made-up row for the tests")
+    rows = [dict(base, name="tiny/time", kind="time", published_s=0.05),
+            dict(base, name="tiny/act", kind="memory", quantity="act", published_gib=0.01,
+                 recompute="none"),
+            dict(base, name="tiny/interleaved", kind="time", published_s=0.05, virtual_stages=2),
+            dict(base, name="zoo/time", kind="time", model="megatron-1.7b", t=1, p=1, d=1, gpus=1,
+                 published_s=1.0, held_out=True, assumptions=["made up"])]
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(dict(models=dict(tiny=shape), rows=rows)))
+    return path
+
+
+def test_a_small_file(tmp_path):
+    rep = validate.run(_small_file(tmp_path))
+    assert [r["name"] for r in rep.rows] == ["tiny/time", "tiny/act", "tiny/interleaved", "zoo/time"]
+    assert rep.rows[0]["predicted_s"] > 0 and rep.rows[1]["predicted_gib"] > 0
+    assert rep.rows[2]["predicted_s"] is None and "interleaved" in rep.rows[2]["reason"]
+    assert rep.rows[3]["held_out"] and rep.rows[3]["assumptions"] == ["made up"]
+    # act: one microbatch of 256 tokens, 2 layers per stage, first stage 2 in flight.
+    ref = 2 * 2 * 256 * 512 * (10 + 24 / 2 + 5 * 8 * 256 / (512 * 2)) / 2 ** 30
+    assert rep.rows[1]["predicted_gib"] == pytest.approx(ref)
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda t: t["rows"][0].pop("t"), "missing field 't'"),
+    (lambda t: t["rows"][0].update(gpus=7), "gpus"),
+    (lambda t: t["rows"][0].update(kind="speed"), "kind"),
+    (lambda t: t["rows"][1].update(name="tiny/time"), "twice"),
+    (lambda t: t["rows"][0].update(model="nope"), "nope"),
+])
+def test_bad_files_are_refused(tmp_path, change, words):
+    path = _small_file(tmp_path)
+    table = json.loads(path.read_text())
+    change(table)
+    path.write_text(json.dumps(table))
+    with pytest.raises(ValueError, match=words):
+        validate.run(path)
+
+
+def test_cli_json(capsys, tmp_path):
+    assert main(["validate", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"rows", "time_mape", "time_max_error", "memory_mape"} <= set(out)
+    for r in out["rows"]:
+        assert {"name", "error", "reason"} <= set(r)
+        assert ("predicted_s" in r and "published_s" in r) or ("predicted_gib" in r and "published_gib" in r)
+    none = [r for r in out["rows"] if r["kind"] == "time" and r["predicted_s"] is None]
+    assert none and all(r["reason"] for r in none)
+    assert main(["validate", str(_small_file(tmp_path)), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["rows"]) == 4
+
+
+def test_cli_table(capsys, tmp_path):
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    assert "korthikanti2022/table5/gpt3-175b/full" in out and "MAPE" in out
+    assert "not modelled yet" in out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["validate", str(bad)]) == 2
+    assert "not JSON" in capsys.readouterr().err
