@@ -1,4 +1,4 @@
-"""Command-line interface: ``phaze search | evaluate | place | models | archs | plot``.
+"""Command-line interface: ``phaze search | evaluate | place | models | archs | plot | validate``.
 
 Thin layer on top of the public modules: parse, call, print. Errors in user
 input are printed as one line on stderr with exit status 2; operating-system
