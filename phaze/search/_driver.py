@@ -25,8 +25,8 @@ from .._validate import nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
-from ._inputs import (int_tuple, resolve_hbm, resolve_models, resolve_recompute, resolve_space,
-                      valid_widths)
+from ._inputs import (int_tuple, resolve_hbm, resolve_models, resolve_prune, resolve_recompute,
+                      resolve_space, valid_widths)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, take
@@ -77,8 +77,12 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     t; invalid ones — not dividing heads and kv_heads — are skipped and recorded):
     the knob grids. ``space``: an ArchSpace, structured rows or a preset name
     (default ``ArchSpace.default()``). ``optimizer``: 'sgd' or 'adam'. ``prune``:
-    skip points whose valid throughput upper bound is below the best found (the best
-    is unchanged). ``executor``: None/'process' (local pool, ``workers`` processes,
+    False (every point), True or "best" (skip points whose valid throughput upper
+    bound is below the best found: the best is unchanged, the Pareto front may be
+    partial and ``metadata["pareto_exact"]`` is False) or "front" (skip a point only
+    when an evaluated architecture of no more area beats its bound — several models:
+    in every model — so the best and the throughput-vs-area Pareto front are
+    unchanged). ``executor``: None/'process' (local pool, ``workers`` processes,
     default all cores), 'serial' (this process) or 'dask' (needs ``address``,
     tcp://HOST:PORT; giving ``address`` implies it). ``progress``: print progress on
     stderr (default: when stderr is a terminal). ``out``: result file written chunk
@@ -102,6 +106,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     hbm = resolve_hbm(hbm_gib)
     recompute = resolve_recompute(recompute)
     widths_all = int_tuple("tensor_parallel", tensor_parallel)
+    prune = resolve_prune(prune)
     optimizer = one_of("optimizer", optimizer, ("sgd", "adam"))
     gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
     chunk_archs = positive_int("chunk_archs", chunk_archs or _config.SEARCH_CHUNK_ARCHS)
@@ -125,14 +130,14 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     settings = SearchSettings(
         models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
         devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,
-        recompute=recompute, optimizer=optimizer, gap=gap, prune=bool(prune))
+        recompute=recompute, optimizer=optimizer, gap=gap, prune=prune)
     n_archs = archs.shape[0]
     # What must match for --resume (also recorded in the metadata).
     inputs = {
         "models": [dataclasses.asdict(m) for m in model_list], "devices": devices,
         "global_batch": global_batch, "microbatch": microbatch, "hbm_gib": hbm,
         "recompute": recompute, "tensor_parallel": widths_all, "optimizer": optimizer,
-        "prune": bool(prune), "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
+        "prune": prune, "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
     }
@@ -196,6 +201,8 @@ def _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped, *, 
                          else None),
         "skipped_tensor_parallel": {m: {str(t): r for t, r in s.items()} for m, s in skipped.items()},
         "resumed_chunks": sweep.n_chunks - len(sweep.todo),
+        # --prune best may skip points of smaller area that are on the front.
+        "pareto_exact": prune != "best",
     }
     result = SearchResult(table=table, best=best, baselines=base, metadata=metadata,
                           models=model_names)
@@ -231,8 +238,12 @@ class _Sweep:
         # Pruning floors: the best throughput an evaluated point of the space reached, per model.
         self.floors = [0.0] * len(self.models)
         self.incumbents: list = []
+        # Pruning "front": (area, samples/s per model) of evaluated architectures.
+        self.front: list = []
         for tab in self.tables:
             update_floors(tab, self.models, self.floors, self.incumbents)
+            if settings.prune_mode == "front":
+                update_front(tab, self.models, self.front)
         self.n_evaluated = sum(len(t["arch_id"]) for t in self.tables)
         self.progress = _Progress(
             sum(self.rows_of(c).size for c in self.todo) * settings.points_per_arch, progress)
@@ -249,6 +260,7 @@ class _Sweep:
                          archs=self.archs[ids[0]:ids[-1] + 1] if ids.size else self.archs[:0],
                          arch_ids=ids, floors=tuple(self.floors),
                          incumbents=tuple(tuple(v.tolist()) for v in self.incumbents),
+                         front=tuple(tuple(r) for r in self.front),
                          want_block=self.want_block)
 
     def on_result(self, res) -> None:
@@ -265,6 +277,8 @@ class _Sweep:
         self.tables.append(tab)
         self.n_evaluated += len(tab["arch_id"])
         update_floors(tab, self.models, self.floors, self.incumbents)
+        if self.settings.prune_mode == "front":
+            update_front(tab, self.models, self.front)
         self.progress.update(self.rows_of(cid).size * self.settings.points_per_arch,
                              max(self.floors) if len(self.floors) == 1 else 0.0)
 
@@ -297,3 +311,31 @@ def update_floors(tab, model_list, floors, incumbents) -> None:
             norm = mat / np.maximum(mat.max(axis=0), 1e-300)
             keep.add(int(np.argmax(norm.mean(axis=1))))
             incumbents[:] = [pool[i] for i in sorted(keep)]
+
+
+def update_front(tab, model_list, front, cap=256) -> None:
+    """Add a chunk's architectures to the pruning front (in place): rows (area mm²,
+    samples/s per model) of evaluated architectures, none beaten by another of no more
+    area in every model. Any subset is a valid set of witnesses, so beyond ``cap`` rows
+    those with the best normalised mean are kept (less pruning, never a wrong front)."""
+    if not len(tab["arch_id"]):
+        return
+    names = [m.name for m in model_list]
+    cols = per_arch(tab, names)
+    new = np.column_stack([cols["area_mm2"]] + [cols[f"samples_per_s[{n}]"] for n in names])
+    new = new[(new[:, 1:] > 0).any(axis=1)]
+    pool = np.unique(np.vstack([np.asarray(front, dtype=np.float64).reshape(-1, 1 + len(names)),
+                                new]), axis=0)
+    if not len(pool):
+        return
+    area, sps = pool[:, 0], pool[:, 1:]
+    # Row j beats row i when it has no more area and at least i's throughput in every
+    # model (rows are distinct, so two rows never beat each other).
+    beaten = ((area[:, None] <= area[None, :])
+              & np.all(sps[:, None, :] >= sps[None, :, :], axis=2))
+    np.fill_diagonal(beaten, False)
+    pool = pool[~beaten.any(axis=0)]
+    if len(pool) > cap:
+        norm = pool[:, 1:] / np.maximum(pool[:, 1:].max(axis=0), 1e-300)
+        pool = pool[np.argsort(-norm.mean(axis=1), kind="stable")[:cap]]
+    front[:] = pool.tolist()

@@ -73,6 +73,17 @@ def resolve_hbm(hbm_gib) -> tuple:
     return tuple(sorted({positive_float("hbm_gib", v) for v in values}))
 
 
+def resolve_prune(prune) -> str:
+    """``prune`` as "" (off), "best" (``True``) or "front"."""
+    if prune is None or prune is False:
+        return ""
+    if prune is True:
+        return "best"
+    if isinstance(prune, str) and prune in ("best", "front"):
+        return prune
+    raise ValueError(f"prune must be False, True, 'best' or 'front', got {prune!r}")
+
+
 def resolve_recompute(recompute) -> tuple:
     """A boolean or a list of them as a sorted tuple of distinct booleans."""
     if isinstance(recompute, (bool, np.bool_)):
