@@ -106,12 +106,13 @@ def with_gain(row, best_sps) -> dict:
     return row
 
 
-def baselines(settings, best, chunk_facts, archs) -> dict:
+def baselines(settings, best, chunk_facts, archs, ids=None) -> dict:
     """The three baselines for each model: name → {title, models: model → row with gain}.
 
     ``best``: the search's best point (its ``plans`` give each model's samples/s);
     ``chunk_facts``: chunk id → facts recorded per chunk (``block``: the output of
-    :func:`chunk_block_argmin`); ``archs``: the searched space's rows.
+    :func:`chunk_block_argmin`, by row number); ``archs``: the searched space's rows;
+    ``ids``: each row's architecture id (None: its row number).
     """
     tpu = presets.get("tpuv4")
     out = {name: {"title": BASELINE_TITLES[name], "models": {}} for name in BASELINE_NAMES}
@@ -134,7 +135,7 @@ def baselines(settings, best, chunk_facts, archs) -> dict:
         sec, area, aid = min(cands, key=lambda c: (c[0], c[1], c[2]))
         row_c = single_arch_best(settings, mi, archs[aid:aid + 1])
         if row_c is not None:
-            row_c["arch_id"] = aid
+            row_c["arch_id"] = int(aid if ids is None else ids[aid])
             row_c["block_fwbw_s"] = sec
         out["block_optimal"]["models"][model.name] = with_gain(row_c, best_sps)
     return out

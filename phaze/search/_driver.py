@@ -26,7 +26,7 @@ from . import _chunk, _executors, _files
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
 from ._inputs import (int_tuple, resolve_hbm, resolve_models, resolve_prune, resolve_recompute,
-                      resolve_space, valid_widths)
+                      resolve_space, space_ids, valid_widths)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, take
@@ -123,6 +123,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     if out is not None:
         _files.file_format(out)
     archs = resolve_space(space)
+    ids, in_default = space_ids(archs)
     widths, skipped = {}, {}
     for m in model_list:
         widths[m.name], skipped[m.name] = valid_widths(m, widths_all)
@@ -140,11 +141,13 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         "prune": prune, "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
+        # What an arch_id numbers: the default space's rows, or the given space's.
+        "arch_ids": "default space" if in_default else "given space",
     }
     journal = (_files.Journal(out, _files.inputs_hash(inputs), resume=resume, force=force)
                if out is not None else None)
     try:
-        return _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped,
+        return _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped,
                     executor=executor, workers=workers, address=address, prune=prune,
                     baselines=baselines, progress=progress, wall0=wall0)
     finally:
@@ -152,11 +155,11 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
             journal.close()
 
 
-def _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped, *, executor,
+def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped, *, executor,
          workers, address, prune, baselines, progress, wall0) -> SearchResult:
     """The sweep proper once the inputs are checked and the result file (if any) is locked."""
     n_archs = archs.shape[0]
-    sweep = _Sweep(settings, archs, chunk_archs, journal, want_block=bool(baselines),
+    sweep = _Sweep(settings, archs, ids, chunk_archs, journal, want_block=bool(baselines),
                    progress=sys.stderr.isatty() if progress is None else bool(progress))
     # _chunk.run_chunk is looked up here, not bound at import: tests substitute it.
     per_worker = 1 if prune else 2  # pruning: each task made with the freshest floor
@@ -185,7 +188,7 @@ def _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped, *, 
 
     base = {}
     if baselines:
-        base = run_baselines(settings, best, sweep.chunk_facts, archs)
+        base = run_baselines(settings, best, sweep.chunk_facts, archs, ids)
     wall_s = time.perf_counter() - wall0
     n_pruned = sum(int(f.get("pruned", 0)) for f in sweep.chunk_facts.values())
     metadata = {
@@ -208,9 +211,9 @@ def _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped, *, 
                           models=model_names)
     if journal is not None:
         summary = result.summary()
-        # Sorted rows (chunk = arch_id // chunk_archs): the file no longer depends on
+        # Sorted rows (chunk = row number // chunk_archs): the file no longer depends on
         # which worker finished first.
-        journal.finish(summary, table, np.asarray(table["arch_id"], dtype=np.int64) // chunk_archs)
+        journal.finish(summary, table, sweep.rows_of_ids(table["arch_id"]) // chunk_archs)
         if journal.format == ".json":
             _files.save_json(journal.path, summary, result.top_rows())
         elif journal.format == ".parquet":
@@ -227,8 +230,11 @@ class _Sweep:
     again: their rows and facts are taken from it.
     """
 
-    def __init__(self, settings, archs, chunk_archs, journal, *, want_block, progress):
+    def __init__(self, settings, archs, ids, chunk_archs, journal, *, want_block, progress):
         self.settings, self.archs, self.chunk_archs = settings, archs, chunk_archs
+        # Row number → architecture id (rows of the default space keep their number there).
+        self.ids = ids
+        self._id_order = np.argsort(ids, kind="stable")
         self.journal, self.want_block = journal, want_block
         self.models = list(settings.models)
         self.n_chunks = (archs.shape[0] + chunk_archs - 1) // chunk_archs
@@ -248,8 +254,13 @@ class _Sweep:
         self.progress = _Progress(
             sum(self.rows_of(c).size for c in self.todo) * settings.points_per_arch, progress)
 
+    def rows_of_ids(self, arch_ids) -> np.ndarray:
+        """Row numbers (in the searched space) of architecture ids ``arch_ids``."""
+        sorted_ids = self.ids[self._id_order]
+        return self._id_order[np.searchsorted(sorted_ids, np.asarray(arch_ids, dtype=np.int64))]
+
     def rows_of(self, cid) -> np.ndarray:
-        """Arch ids (rows of the space) of chunk ``cid``."""
+        """Row numbers of the searched space in chunk ``cid``."""
         lo = cid * self.chunk_archs
         return np.arange(lo, min(self.archs.shape[0], lo + self.chunk_archs))
 
@@ -266,7 +277,7 @@ class _Sweep:
     def on_result(self, res) -> None:
         """Keep a finished chunk: journal it, raise the floors, advance the progress line."""
         cid = res.chunk_id
-        tab = expand(res.columns, self.archs, self.models)
+        tab = expand(res.columns, self.archs, self.models, self.ids)
         facts = {"pruned": int(res.pruned), "evaluated": len(tab["arch_id"])}
         if res.block_fwbw_s is not None:
             facts["block"] = chunk_block_argmin(res.block_fwbw_s, self.archs,

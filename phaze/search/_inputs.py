@@ -112,6 +112,24 @@ def resolve_space(space) -> np.ndarray:
     return arch.validate(rows)
 
 
+def space_ids(rows) -> tuple[np.ndarray, bool]:
+    """Architecture ids of the searched rows: each row's number in the default space
+    (``ArchSpace.default()``) when every row belongs to it, so an id names the same
+    architecture under any subset (``--space-every K``, ``space=rows[sel]``); otherwise
+    the rows' own numbers in the given space. Returns (ids, whether they are rows of
+    the default space)."""
+    from .. import arch
+
+    rows = np.ascontiguousarray(rows)
+    default = arch.ArchSpace.default().configs
+    if rows.dtype == default.dtype:
+        where = {r.tobytes(): i for i, r in enumerate(default)}
+        ids = [where.get(r.tobytes()) for r in rows]
+        if all(i is not None for i in ids):
+            return np.array(ids, dtype=np.int64), True
+    return np.arange(rows.shape[0], dtype=np.int64), False
+
+
 def valid_widths(model, widths) -> tuple[list, dict]:
     """(widths valid for ``model``, {invalid width: why}): t must divide heads and kv_heads."""
     valid, skipped = [], {}
