@@ -74,7 +74,10 @@ class SearchResult:
         return {k: v[keep] for k, v in cols.items()}
 
     def save(self, path) -> Path:
-        """Write by extension: .json (top rows + metadata), .csv / .csv.gz (all rows), .parquet."""
+        """Write by extension: .json (top rows), .csv / .csv.gz (all rows; the rest in
+        ``PATH.meta.json`` next to it), .parquet (all rows). Every format keeps what the
+        CLI's result file keeps besides the rows: metadata (with the search's inputs),
+        best, baselines and the Pareto front, so :func:`load_result` gives them back."""
         path = Path(path)
         fmt = _files.file_format(path)
         if fmt == ".json":
@@ -82,7 +85,7 @@ class SearchResult:
         elif fmt == ".parquet":
             _files.save_parquet(path, self.table, self.summary())
         else:
-            _files.save_csv(path, self.table)
+            _files.save_csv(path, self.table, self.summary())
         return path
 
     def top_rows(self, n: int = None) -> dict:
