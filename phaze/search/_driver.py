@@ -83,8 +83,10 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     when an evaluated architecture of no more area beats its bound — several models:
     in every model — so the best and the throughput-vs-area Pareto front are
     unchanged). ``executor``: None/'process' (local pool, ``workers`` processes,
-    default all cores), 'serial' (this process) or 'dask' (needs ``address``,
-    tcp://HOST:PORT; giving ``address`` implies it). ``progress``: print progress on
+    default all cores; a script that calls search() outside an ``if __name__ ==
+    "__main__":`` block runs in this process instead, with one sentence on stderr,
+    because spawned workers re-import the script), 'serial' (this process) or 'dask'
+    (needs ``address``, tcp://HOST:PORT; giving ``address`` implies it). ``progress``: print progress on
     stderr (default: when stderr is a terminal). ``out``: result file written chunk
     by chunk (.csv, .csv.gz, .json, .parquet); ``resume`` continues it, ``force``
     replaces an existing one (without either an existing file is an error; a file
@@ -163,9 +165,19 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
                    progress=sys.stderr.isatty() if progress is None else bool(progress))
     # _chunk.run_chunk is looked up here, not bound at import: tests substitute it.
     per_worker = 1 if prune else 2  # pruning: each task made with the freshest floor
+    in_process = executor == "serial" or (executor == "process" and len(sweep.todo) <= 1
+                                          and workers is None)
+    script = (_executors.unguarded_main_script()
+              if executor == "process" and not in_process else None)
+    if script is not None:
+        # Spawned workers would re-import the script and run this search again: run here.
+        sys.stderr.write(f"phaze search: running in this process without worker processes, "
+                         f"because {script} calls search() outside an `if __name__ == "
+                         f"\"__main__\":` block (each worker would re-import the script and run "
+                         f"it again); put the call under that guard to use all cores\n")
+        in_process, executor = True, "serial"
     try:
-        if executor == "serial" or (executor == "process" and len(sweep.todo) <= 1
-                                    and workers is None):
+        if in_process:
             _executors.run_serial(_chunk.run_chunk, sweep.make_task, sweep.todo, sweep.on_result)
         elif executor == "process":
             _executors.run_process_pool(_chunk.run_chunk, sweep.make_task, sweep.todo,
