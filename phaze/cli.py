@@ -144,11 +144,30 @@ def _models_from_args(args):
     return out
 
 
+def _check_tp(model_list, widths) -> None:
+    """One sentence naming --tp, before any work, when a model allows none of the widths
+    (unknown model names are left to the search to report)."""
+    from . import models
+
+    widths = [t for t in widths if t > 0]  # others: the search names them
+    for m in model_list if widths else ():
+        try:
+            spec = models.get(m) if isinstance(m, str) else m
+        except KeyError:
+            continue
+        if not any(spec.valid_tensor_parallel(t) for t in widths):
+            allowed = [t for t in range(1, spec.heads + 1) if spec.valid_tensor_parallel(t)]
+            raise ValueError(f"--tp: no width in {','.join(map(str, widths))} divides the heads "
+                             f"({spec.heads}) and kv_heads ({spec.kv_heads}) of {spec.name}; "
+                             f"allowed widths: {', '.join(map(str, allowed))}")
+
+
 def _cmd_search(args) -> int:
     """``phaze search``: run the sweep, print its summary (and where the rows went)."""
     from . import arch, search
 
     model_list = _models_from_args(args)
+    _check_tp(model_list, _int_list(args.tp))
     every = args.space_every
     if every < 1:
         raise ValueError(f"--space-every must be a positive integer, got {every}")

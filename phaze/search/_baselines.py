@@ -67,10 +67,13 @@ def single_arch_best(settings, model_index, row):
 
 def fixed_baseline(settings, model, tpu) -> dict:
     """Baseline (b): ``model``'s fixed strategy on the tpuv4 row ``tpu``, best over the
-    settings' microbatch, HBM and recompute grids (a row dict, or infeasible with a reason)."""
+    settings' microbatch, HBM and recompute grids (a row dict, or infeasible with a reason;
+    ``applicable`` False when the study fixes no strategy for the model)."""
     if model.name not in FIXED_STRATEGIES:
-        return {"feasible": False, "reason": f"the original study gives no fixed strategy for "
-                                             f"{model.name}", "samples_per_s": 0.0}
+        # Not a failed plan: there is nothing to compare with ("not applicable").
+        return {"feasible": False, "applicable": False, "samples_per_s": 0.0,
+                "reason": f"the original study gives a fixed strategy only for "
+                          f"{', '.join(FIXED_STRATEGIES)}, not for {model.name}"}
     p, d, t = FIXED_STRATEGIES[model.name]
     best, reasons = None, []
     for mb in settings.microbatch:

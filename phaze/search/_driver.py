@@ -26,7 +26,7 @@ from . import _chunk, _executors, _files
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
 from ._inputs import (int_tuple, resolve_hbm, resolve_models, resolve_prune, resolve_recompute,
-                      resolve_space, space_ids, valid_widths)
+                      resolve_space, space_ids, valid_widths, check_some_width)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, take
@@ -124,6 +124,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         raise ValueError("resume needs out (the result file to continue)")
     if out is not None:
         _files.file_format(out)
+    for m in model_list:
+        check_some_width(m, widths_all)
     archs = resolve_space(space)
     ids, in_default = space_ids(archs)
     widths, skipped = {}, {}

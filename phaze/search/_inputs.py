@@ -130,6 +130,21 @@ def space_ids(rows) -> tuple[np.ndarray, bool]:
     return np.arange(rows.shape[0], dtype=np.int64), False
 
 
+def allowed_widths(model) -> list:
+    """The tensor-parallel widths ``model`` allows (those dividing heads and kv_heads)."""
+    return [t for t in range(1, int(model.heads) + 1) if model.valid_tensor_parallel(t)]
+
+
+def check_some_width(model, widths, field="tensor_parallel") -> None:
+    """ValueError naming ``field`` when no width of ``widths`` is valid for ``model``
+    (every point would be infeasible: said before any work)."""
+    if not any(model.valid_tensor_parallel(t) for t in widths):
+        raise ValueError(
+            f"{field}: no width in {', '.join(str(t) for t in widths)} divides the heads "
+            f"({model.heads}) and kv_heads ({model.kv_heads}) of {model.name}; allowed widths: "
+            f"{', '.join(str(t) for t in allowed_widths(model))}")
+
+
 def valid_widths(model, widths) -> tuple[list, dict]:
     """(widths valid for ``model``, {invalid width: why}): t must divide heads and kv_heads."""
     valid, skipped = [], {}

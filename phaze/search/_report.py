@@ -264,6 +264,8 @@ def format_summary(summary: dict, model_names) -> str:
                              f"(t={r.get('tensor_parallel')}, p={r.get('pipeline_parallel')}, "
                              f"d={r.get('data_parallel')}, mb={r.get('microbatch')}, "
                              f"area {r.get('area_mm2', float('nan')):.2f} mm2)")
+            elif r.get("applicable") is False:
+                lines.append(f"  {key:<15} {name:<18} not applicable: {r.get('reason')}")
             else:
                 lines.append(f"  {key:<15} {name:<18} infeasible: {r.get('reason')}")
     return "\n".join(lines)
