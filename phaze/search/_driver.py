@@ -25,8 +25,8 @@ from .._validate import nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
-from ._inputs import (int_tuple, resolve_hbm, resolve_models, resolve_prune, resolve_recompute,
-                      resolve_space, space_ids, valid_widths, check_some_width)
+from ._inputs import (check_some_width, int_tuple, resolve_hbm, resolve_models, resolve_prune,
+                      resolve_recompute, resolve_space, space_ids, valid_widths)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, take
@@ -86,11 +86,11 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     default all cores; a script that calls search() outside an ``if __name__ ==
     "__main__":`` block runs in this process instead, with one sentence on stderr,
     because spawned workers re-import the script), 'serial' (this process) or 'dask'
-    (needs ``address``, tcp://HOST:PORT; giving ``address`` implies it). ``progress``: print progress on
-    stderr (default: when stderr is a terminal). ``out``: result file written chunk
-    by chunk (.csv, .csv.gz, .json, .parquet); ``resume`` continues it, ``force``
-    replaces an existing one (without either an existing file is an error; a file
-    another search is writing is refused in any case: it is locked). ``gap``:
+    (needs ``address``, tcp://HOST:PORT; giving ``address`` implies it). ``progress``:
+    print progress on stderr (default: when stderr is a terminal). ``out``: result
+    file written chunk by chunk (.csv, .csv.gz, .json, .parquet); ``resume`` continues
+    it, ``force`` replaces an existing one (without either an existing file is an
+    error; a file another search is writing is refused in any case: it is locked). ``gap``:
     accepted schedule gap (default ``_config.SCHEDULE_GAP``). ``baselines``: also
     evaluate the three baselines of docs/design.md §2.8.
 

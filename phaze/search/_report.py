@@ -229,9 +229,9 @@ def format_summary(summary: dict, model_names) -> str:
     front = summary.get("pareto") or {}
     n_front = len(front.get("arch_id", ()))
     if meta.get("pareto_exact") is False:
-        lines.append(f"Pareto front: {n_front} architectures, PARTIAL: --prune best skips points "
-                     f"that cannot beat the best, also front points of smaller area (use "
-                     f"--prune front for an exact front)")
+        lines.append(f"Pareto front: {n_front} architectures, possibly PARTIAL: --prune best "
+                     f"skips points that cannot beat the best, front points of smaller area "
+                     f"among them (--prune front keeps the front exact)")
     else:
         lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
     hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>3} "
