@@ -113,9 +113,11 @@ def _add_search_arguments(p) -> None:
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     p.add_argument("--space-every", type=int, default=1, metavar="K",
                    help="keep every K-th architecture of the default space (quick looks)")
-    p.add_argument("--prune", action="store_true",
-                   help="skip points whose throughput upper bound is below the best found "
-                        "(same best answer)")
+    p.add_argument("--prune", nargs="?", const="best", choices=("best", "front"), default=None,
+                   help="skip points that cannot matter: 'best' (bare --prune) skips what cannot "
+                        "beat the best found (same best; the Pareto front may be partial), "
+                        "'front' only what an architecture of no more area beats (same best "
+                        "and exact Pareto front)")
     p.add_argument("--out", help="result file: .csv, .csv.gz, .json or .parquet (written per chunk)")
     p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
     p.add_argument("--force", action="store_true",
@@ -142,11 +144,30 @@ def _models_from_args(args):
     return out
 
 
+def _check_tp(model_list, widths) -> None:
+    """One sentence naming --tp, before any work, when a model allows none of the widths
+    (unknown model names are left to the search to report)."""
+    from . import models
+
+    widths = [t for t in widths if t > 0]  # others: the search names them
+    for m in model_list if widths else ():
+        try:
+            spec = models.get(m) if isinstance(m, str) else m
+        except KeyError:
+            continue
+        if not any(spec.valid_tensor_parallel(t) for t in widths):
+            allowed = [t for t in range(1, spec.heads + 1) if spec.valid_tensor_parallel(t)]
+            raise ValueError(f"--tp: no width in {','.join(map(str, widths))} divides the heads "
+                             f"({spec.heads}) and kv_heads ({spec.kv_heads}) of {spec.name}; "
+                             f"allowed widths: {', '.join(map(str, allowed))}")
+
+
 def _cmd_search(args) -> int:
     """``phaze search``: run the sweep, print its summary (and where the rows went)."""
     from . import arch, search
 
     model_list = _models_from_args(args)
+    _check_tp(model_list, _int_list(args.tp))
     every = args.space_every
     if every < 1:
         raise ValueError(f"--space-every must be a positive integer, got {every}")
@@ -156,7 +177,7 @@ def _cmd_search(args) -> int:
             model_list, devices=args.devices, global_batch=args.global_batch,
             microbatch=_int_list(args.microbatch), hbm_gib=_float_list(args.hbm_gib),
             recompute=_RECOMPUTE[args.recompute], tensor_parallel=_int_list(args.tp), space=space,
-            optimizer=args.optimizer, prune=args.prune,
+            optimizer=args.optimizer, prune=args.prune or False,
             executor="serial" if args.serial else None, progress=args.progress, out=args.out,
             resume=args.resume, workers=args.workers, address=args.address,
             baselines=not args.no_baselines, force=args.force)
@@ -239,9 +260,13 @@ def _cmd_plot(args) -> int:
     """``phaze plot``: throughput (or normalised score) vs area of a result file."""
     from . import search
 
+    import numpy as np
+
     result = search.load_result(args.file)
-    if not len(result):
-        raise ValueError(f"{args.file} holds no evaluated points")
+    per_arch, front = result.per_arch(), result.pareto()
+    if not (per_arch["score"] > 0).any() and not (np.asarray(front["score"]) > 0).any():
+        raise ValueError(f"{args.file} has nothing to plot: it holds no feasible architecture "
+                         f"and no Pareto front")
     try:
         _plot_result(result, args.out)
     except OSError as exc:
@@ -261,17 +286,22 @@ def _plot_result(result, out_path) -> None:
     except ImportError:
         raise ValueError("plotting needs matplotlib: pip install 'phaze[plot]'") from None
     per_arch = result.per_arch()
+    # The stored front of a loaded file (a .json keeps only the top rows, from which
+    # no front can be derived).
     front = result.pareto()
     several = len(result.models) > 1
+    partial = result.metadata.get("pareto_exact") is False
     ylabel = "mean normalised throughput" if several else "samples/s"
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ok = per_arch["score"] > 0
     ax.scatter(per_arch["area_mm2"][ok], per_arch["score"][ok], s=6, c="0.7", label="architectures")
     if front["arch_id"].size:
-        ax.step(front["area_mm2"], front["score"], where="post", c="C3", lw=1.5, label="Pareto front")
+        ax.step(front["area_mm2"], front["score"], where="post", c="C3", lw=1.5, marker=".",
+                label="Pareto front (partial: --prune best)" if partial else "Pareto front")
     best = result.best or {}
-    if best.get("feasible") and not several:
-        ax.scatter([best["area_mm2"]], [best["samples_per_s"]], marker="o", s=60, c="C3", zorder=5,
+    best_y = best.get("score") if several else best.get("samples_per_s")
+    if best.get("feasible") and best_y is not None and best.get("area_mm2") is not None:
+        ax.scatter([best["area_mm2"]], [best_y], marker="o", s=60, c="C3", zorder=5,
                    label="best")
     if not several:
         name = result.models[0]

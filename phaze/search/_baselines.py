@@ -67,10 +67,13 @@ def single_arch_best(settings, model_index, row):
 
 def fixed_baseline(settings, model, tpu) -> dict:
     """Baseline (b): ``model``'s fixed strategy on the tpuv4 row ``tpu``, best over the
-    settings' microbatch, HBM and recompute grids (a row dict, or infeasible with a reason)."""
+    settings' microbatch, HBM and recompute grids (a row dict, or infeasible with a reason;
+    ``applicable`` False when the study fixes no strategy for the model)."""
     if model.name not in FIXED_STRATEGIES:
-        return {"feasible": False, "reason": f"the original study gives no fixed strategy for "
-                                             f"{model.name}", "samples_per_s": 0.0}
+        # Not a failed plan: there is nothing to compare with ("not applicable").
+        return {"feasible": False, "applicable": False, "samples_per_s": 0.0,
+                "reason": f"the original study gives a fixed strategy only for "
+                          f"{', '.join(FIXED_STRATEGIES)}, not for {model.name}"}
     p, d, t = FIXED_STRATEGIES[model.name]
     best, reasons = None, []
     for mb in settings.microbatch:
@@ -106,12 +109,13 @@ def with_gain(row, best_sps) -> dict:
     return row
 
 
-def baselines(settings, best, chunk_facts, archs) -> dict:
+def baselines(settings, best, chunk_facts, archs, ids=None) -> dict:
     """The three baselines for each model: name → {title, models: model → row with gain}.
 
     ``best``: the search's best point (its ``plans`` give each model's samples/s);
     ``chunk_facts``: chunk id → facts recorded per chunk (``block``: the output of
-    :func:`chunk_block_argmin`); ``archs``: the searched space's rows.
+    :func:`chunk_block_argmin`, by row number); ``archs``: the searched space's rows;
+    ``ids``: each row's architecture id (None: its row number).
     """
     tpu = presets.get("tpuv4")
     out = {name: {"title": BASELINE_TITLES[name], "models": {}} for name in BASELINE_NAMES}
@@ -134,7 +138,7 @@ def baselines(settings, best, chunk_facts, archs) -> dict:
         sec, area, aid = min(cands, key=lambda c: (c[0], c[1], c[2]))
         row_c = single_arch_best(settings, mi, archs[aid:aid + 1])
         if row_c is not None:
-            row_c["arch_id"] = aid
+            row_c["arch_id"] = int(aid if ids is None else ids[aid])
             row_c["block_fwbw_s"] = sec
         out["block_optimal"]["models"][model.name] = with_gain(row_c, best_sps)
     return out

@@ -8,9 +8,13 @@ run per (model, microbatch, width, layer kind) and per (HBM, recomputation),
 never per architecture inside the expensive steps: the kernels take the whole
 chunk at once.
 
-Pruning (``prune=True``) only skips work whose *valid* upper bound on
-throughput lies strictly below a throughput already reached by an evaluated
-point of the space, so it never changes the best answer:
+Pruning only skips work whose *valid* upper bound on throughput lies strictly
+below a throughput already reached by an evaluated point. ``prune="best"``
+compares with the best of the whole space, so it never changes the best answer
+(but may drop Pareto points of smaller area). ``prune="front"`` compares an
+architecture only with evaluated architectures of no more area (several models:
+beaten in every model's bound, so on any normalised score), so it changes
+neither the best answer nor the throughput-vs-area Pareto front. The bounds:
 
 * time per batch ≥ the placement model's lower bound
   (``phaze.placement.time_per_batch_lower_bound``) from per-layer forward +
@@ -205,6 +209,34 @@ def survivors(ub, floors, incumbents) -> np.ndarray:
     return keep
 
 
+def dominated(ub, area, front) -> np.ndarray:
+    """Architectures that an evaluated architecture of no more area beats in every model.
+
+    ``ub``: (models, archs) throughput upper bounds; ``area``: (archs,) mm²; ``front``:
+    rows (area, samples/s per model) of evaluated architectures. Such an architecture
+    has, in every model, less throughput than one of no more area, so whatever each
+    model's normaliser turns out to be it is strictly below on the score: never on
+    the Pareto front, never the best, never any model's best.
+    """
+    if not len(front):
+        return np.zeros(ub.shape[1], dtype=bool)
+    f = np.asarray(front, dtype=np.float64)
+    no_more_area = f[:, 0][:, None] <= np.asarray(area, dtype=np.float64)[None, :]
+    beats = np.all(f[:, 1:, None] > ub[None, :, :], axis=1)
+    return (no_more_area & beats).any(axis=0)
+
+
+def staircase(area, front) -> np.ndarray:
+    """One model: per architecture, the best samples/s of an evaluated architecture of no
+    more area (0 when none): a point whose bound lies below it cannot make its
+    architecture a Pareto point."""
+    if not len(front):
+        return np.zeros(len(area))
+    f = np.asarray(front, dtype=np.float64)
+    no_more_area = f[:, 0][:, None] <= np.asarray(area, dtype=np.float64)[None, :]
+    return np.where(no_more_area, f[:, 1][:, None], 0.0).max(axis=0)
+
+
 def block_fwbw_seconds(model, archs, gap) -> np.ndarray:
     """Forward + backward makespan (seconds) of one transformer block at t = 1, microbatch 1,
     per architecture (what baseline (c), a placement-blind accelerator search, minimises)."""
@@ -234,10 +266,12 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
     n_models = len(models)
     devices, global_batch = int(cfg.devices), int(cfg.global_batch)
     gap = float(cfg.gap)
-    prune = bool(cfg.prune)
+    mode = cfg.prune_mode
+    prune = bool(mode)
     # A list: the floors rise inside the chunk as its points are solved.
     floors = [float(x) for x in task.floors or [0.0] * n_models]
     incumbents = [np.asarray(v, dtype=np.float64) for v in task.incumbents or []]
+    front = tuple(task.front or ())
     n_archs = len(archs)
     rows = _Rows()
     pruned = 0
@@ -258,7 +292,10 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
                 lower = layer_times(model, mb, widths, lat, archs, gap, lower_only=True)
                 ub[mi] = np.maximum(ub[mi], throughput_upper_bounds(
                     model, mb, widths, lower, archs, devices, global_batch))
-        keep_arch = survivors(ub, floors, incumbents)
+        if mode == "front":
+            keep_arch = ~dominated(ub, archs["area_mm2"], front)
+        else:
+            keep_arch = survivors(ub, floors, incumbents)
 
     block = None
     if task.want_block:
@@ -270,6 +307,12 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
     sub = np.flatnonzero(keep_arch)
     if sub.size:
         sub_archs = archs[sub]
+        # "front", one model: a point is skipped when its bound is below its architecture's
+        # own best so far (the architecture's throughput is unchanged) or below the best
+        # of an evaluated architecture of no more area (the architecture cannot be a
+        # Pareto point then, and its throughput stays below that one's).
+        own_best = np.zeros(sub.size)
+        stair = staircase(sub_archs["area_mm2"], front) if mode == "front" else None
         for mi, model in enumerate(models):
             widths = list(cfg.widths[mi])
             for mb in cfg.microbatch:
@@ -295,13 +338,17 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
                         for lo in range(0, order.size, step):
                             batch = order[lo:lo + step]
                             if point_ub is not None:
-                                skip = point_ub[batch] < floors[mi]
+                                if mode == "front":
+                                    skip = point_ub[batch] < np.maximum(own_best[batch],
+                                                                        stair[batch])
+                                else:
+                                    skip = point_ub[batch] < floors[mi]
                                 pruned += int(skip.sum())
                                 batch = batch[~skip]
                                 if not batch.size:
                                     continue
                             _solve_batch(rows, cfg, _Knobs(mi, mb, hbm, rc), chains, sub_archs,
-                                         arch_ids[sub], batch, floors)
+                                         arch_ids[sub], batch, floors, own_best)
     return ChunkResult(chunk_id=int(task.chunk_id), columns=rows.arrays(), pruned=pruned,
                        block_fwbw_s=block)
 
@@ -341,12 +388,13 @@ class _Knobs:
     recompute: bool
 
 
-def _solve_batch(rows, cfg, knobs, chains, archs, arch_ids, batch, floors):
+def _solve_batch(rows, cfg, knobs, chains, archs, arch_ids, batch, floors, own_best=None):
     """Solve the placement of architectures ``batch`` (indices into ``archs``, ids
     ``arch_ids``) at one knob combination, add their rows and raise the model's floor.
 
     ``chains``: the :class:`ChainArrays` of (model, microbatch), None when the model has
-    no valid width; ``floors``: per model, the best samples/s reached so far.
+    no valid width; ``floors``: per model, the best samples/s reached so far;
+    ``own_best``: per architecture of ``archs``, its best samples/s so far (raised too).
     """
     mi, mb, hbm, rc = knobs.model_index, knobs.microbatch, knobs.hbm_gib, knobs.recompute
     m = cfg.global_batch // mb
@@ -394,3 +442,5 @@ def _solve_batch(rows, cfg, knobs, chains, archs, arch_ids, batch, floors):
                  reason="" if feasible else str(plan.reason or "infeasible"))
         if sps > floors[mi]:
             floors[mi] = sps
+        if own_best is not None and sps > own_best[a]:
+            own_best[a] = sps

@@ -25,8 +25,8 @@ from .._validate import nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
-from ._inputs import (int_tuple, resolve_hbm, resolve_models, resolve_recompute, resolve_space,
-                      valid_widths)
+from ._inputs import (check_some_width, int_tuple, resolve_hbm, resolve_models, resolve_prune,
+                      resolve_recompute, resolve_space, space_ids, valid_widths)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, take
@@ -77,14 +77,20 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     t; invalid ones — not dividing heads and kv_heads — are skipped and recorded):
     the knob grids. ``space``: an ArchSpace, structured rows or a preset name
     (default ``ArchSpace.default()``). ``optimizer``: 'sgd' or 'adam'. ``prune``:
-    skip points whose valid throughput upper bound is below the best found (the best
-    is unchanged). ``executor``: None/'process' (local pool, ``workers`` processes,
-    default all cores), 'serial' (this process) or 'dask' (needs ``address``,
-    tcp://HOST:PORT; giving ``address`` implies it). ``progress``: print progress on
-    stderr (default: when stderr is a terminal). ``out``: result file written chunk
-    by chunk (.csv, .csv.gz, .json, .parquet); ``resume`` continues it, ``force``
-    replaces an existing one (without either an existing file is an error; a file
-    another search is writing is refused in any case: it is locked). ``gap``:
+    False (every point), True or "best" (skip points whose valid throughput upper
+    bound is below the best found: the best is unchanged, the Pareto front may be
+    partial and ``metadata["pareto_exact"]`` is False) or "front" (skip a point only
+    when an evaluated architecture of no more area beats its bound — several models:
+    in every model — so the best and the throughput-vs-area Pareto front are
+    unchanged). ``executor``: None/'process' (local pool, ``workers`` processes,
+    default all cores; a script that calls search() outside an ``if __name__ ==
+    "__main__":`` block runs in this process instead, with one sentence on stderr,
+    because spawned workers re-import the script), 'serial' (this process) or 'dask'
+    (needs ``address``, tcp://HOST:PORT; giving ``address`` implies it). ``progress``:
+    print progress on stderr (default: when stderr is a terminal). ``out``: result
+    file written chunk by chunk (.csv, .csv.gz, .json, .parquet); ``resume`` continues
+    it, ``force`` replaces an existing one (without either an existing file is an
+    error; a file another search is writing is refused in any case: it is locked). ``gap``:
     accepted schedule gap (default ``_config.SCHEDULE_GAP``). ``baselines``: also
     evaluate the three baselines of docs/design.md §2.8.
 
@@ -102,6 +108,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     hbm = resolve_hbm(hbm_gib)
     recompute = resolve_recompute(recompute)
     widths_all = int_tuple("tensor_parallel", tensor_parallel)
+    prune = resolve_prune(prune)
     optimizer = one_of("optimizer", optimizer, ("sgd", "adam"))
     gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
     chunk_archs = positive_int("chunk_archs", chunk_archs or _config.SEARCH_CHUNK_ARCHS)
@@ -117,7 +124,10 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         raise ValueError("resume needs out (the result file to continue)")
     if out is not None:
         _files.file_format(out)
+    for m in model_list:
+        check_some_width(m, widths_all)
     archs = resolve_space(space)
+    ids, in_default = space_ids(archs)
     widths, skipped = {}, {}
     for m in model_list:
         widths[m.name], skipped[m.name] = valid_widths(m, widths_all)
@@ -125,21 +135,23 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     settings = SearchSettings(
         models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
         devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,
-        recompute=recompute, optimizer=optimizer, gap=gap, prune=bool(prune))
+        recompute=recompute, optimizer=optimizer, gap=gap, prune=prune)
     n_archs = archs.shape[0]
     # What must match for --resume (also recorded in the metadata).
     inputs = {
         "models": [dataclasses.asdict(m) for m in model_list], "devices": devices,
         "global_batch": global_batch, "microbatch": microbatch, "hbm_gib": hbm,
         "recompute": recompute, "tensor_parallel": widths_all, "optimizer": optimizer,
-        "prune": bool(prune), "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
+        "prune": prune, "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
+        # What an arch_id numbers: the default space's rows, or the given space's.
+        "arch_ids": "default space" if in_default else "given space",
     }
     journal = (_files.Journal(out, _files.inputs_hash(inputs), resume=resume, force=force)
                if out is not None else None)
     try:
-        return _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped,
+        return _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped,
                     executor=executor, workers=workers, address=address, prune=prune,
                     baselines=baselines, progress=progress, wall0=wall0)
     finally:
@@ -147,17 +159,27 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
             journal.close()
 
 
-def _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped, *, executor,
+def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped, *, executor,
          workers, address, prune, baselines, progress, wall0) -> SearchResult:
     """The sweep proper once the inputs are checked and the result file (if any) is locked."""
     n_archs = archs.shape[0]
-    sweep = _Sweep(settings, archs, chunk_archs, journal, want_block=bool(baselines),
+    sweep = _Sweep(settings, archs, ids, chunk_archs, journal, want_block=bool(baselines),
                    progress=sys.stderr.isatty() if progress is None else bool(progress))
     # _chunk.run_chunk is looked up here, not bound at import: tests substitute it.
     per_worker = 1 if prune else 2  # pruning: each task made with the freshest floor
+    in_process = executor == "serial" or (executor == "process" and len(sweep.todo) <= 1
+                                          and workers is None)
+    script = (_executors.unguarded_main_script()
+              if executor == "process" and not in_process else None)
+    if script is not None:
+        # Spawned workers would re-import the script and run this search again: run here.
+        sys.stderr.write(f"phaze search: running in this process without worker processes, "
+                         f"because {script} calls search() outside an `if __name__ == "
+                         f"\"__main__\":` block (each worker would re-import the script and run "
+                         f"it again); put the call under that guard to use all cores\n")
+        in_process, executor = True, "serial"
     try:
-        if executor == "serial" or (executor == "process" and len(sweep.todo) <= 1
-                                    and workers is None):
+        if in_process:
             _executors.run_serial(_chunk.run_chunk, sweep.make_task, sweep.todo, sweep.on_result)
         elif executor == "process":
             _executors.run_process_pool(_chunk.run_chunk, sweep.make_task, sweep.todo,
@@ -180,7 +202,7 @@ def _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped, *, 
 
     base = {}
     if baselines:
-        base = run_baselines(settings, best, sweep.chunk_facts, archs)
+        base = run_baselines(settings, best, sweep.chunk_facts, archs, ids)
     wall_s = time.perf_counter() - wall0
     n_pruned = sum(int(f.get("pruned", 0)) for f in sweep.chunk_facts.values())
     metadata = {
@@ -196,14 +218,16 @@ def _run(settings, archs, chunk_archs, journal, inputs, model_list, skipped, *, 
                          else None),
         "skipped_tensor_parallel": {m: {str(t): r for t, r in s.items()} for m, s in skipped.items()},
         "resumed_chunks": sweep.n_chunks - len(sweep.todo),
+        # --prune best may skip points of smaller area that are on the front.
+        "pareto_exact": prune != "best",
     }
     result = SearchResult(table=table, best=best, baselines=base, metadata=metadata,
                           models=model_names)
     if journal is not None:
         summary = result.summary()
-        # Sorted rows (chunk = arch_id // chunk_archs): the file no longer depends on
+        # Sorted rows (chunk = row number // chunk_archs): the file no longer depends on
         # which worker finished first.
-        journal.finish(summary, table, np.asarray(table["arch_id"], dtype=np.int64) // chunk_archs)
+        journal.finish(summary, table, sweep.rows_of_ids(table["arch_id"]) // chunk_archs)
         if journal.format == ".json":
             _files.save_json(journal.path, summary, result.top_rows())
         elif journal.format == ".parquet":
@@ -220,8 +244,11 @@ class _Sweep:
     again: their rows and facts are taken from it.
     """
 
-    def __init__(self, settings, archs, chunk_archs, journal, *, want_block, progress):
+    def __init__(self, settings, archs, ids, chunk_archs, journal, *, want_block, progress):
         self.settings, self.archs, self.chunk_archs = settings, archs, chunk_archs
+        # Row number → architecture id (rows of the default space keep their number there).
+        self.ids = ids
+        self._id_order = np.argsort(ids, kind="stable")
         self.journal, self.want_block = journal, want_block
         self.models = list(settings.models)
         self.n_chunks = (archs.shape[0] + chunk_archs - 1) // chunk_archs
@@ -231,14 +258,23 @@ class _Sweep:
         # Pruning floors: the best throughput an evaluated point of the space reached, per model.
         self.floors = [0.0] * len(self.models)
         self.incumbents: list = []
+        # Pruning "front": (area, samples/s per model) of evaluated architectures.
+        self.front: list = []
         for tab in self.tables:
             update_floors(tab, self.models, self.floors, self.incumbents)
+            if settings.prune_mode == "front":
+                update_front(tab, self.models, self.front)
         self.n_evaluated = sum(len(t["arch_id"]) for t in self.tables)
         self.progress = _Progress(
             sum(self.rows_of(c).size for c in self.todo) * settings.points_per_arch, progress)
 
+    def rows_of_ids(self, arch_ids) -> np.ndarray:
+        """Row numbers (in the searched space) of architecture ids ``arch_ids``."""
+        sorted_ids = self.ids[self._id_order]
+        return self._id_order[np.searchsorted(sorted_ids, np.asarray(arch_ids, dtype=np.int64))]
+
     def rows_of(self, cid) -> np.ndarray:
-        """Arch ids (rows of the space) of chunk ``cid``."""
+        """Row numbers of the searched space in chunk ``cid``."""
         lo = cid * self.chunk_archs
         return np.arange(lo, min(self.archs.shape[0], lo + self.chunk_archs))
 
@@ -249,12 +285,13 @@ class _Sweep:
                          archs=self.archs[ids[0]:ids[-1] + 1] if ids.size else self.archs[:0],
                          arch_ids=ids, floors=tuple(self.floors),
                          incumbents=tuple(tuple(v.tolist()) for v in self.incumbents),
+                         front=tuple(tuple(r) for r in self.front),
                          want_block=self.want_block)
 
     def on_result(self, res) -> None:
         """Keep a finished chunk: journal it, raise the floors, advance the progress line."""
         cid = res.chunk_id
-        tab = expand(res.columns, self.archs, self.models)
+        tab = expand(res.columns, self.archs, self.models, self.ids)
         facts = {"pruned": int(res.pruned), "evaluated": len(tab["arch_id"])}
         if res.block_fwbw_s is not None:
             facts["block"] = chunk_block_argmin(res.block_fwbw_s, self.archs,
@@ -265,6 +302,8 @@ class _Sweep:
         self.tables.append(tab)
         self.n_evaluated += len(tab["arch_id"])
         update_floors(tab, self.models, self.floors, self.incumbents)
+        if self.settings.prune_mode == "front":
+            update_front(tab, self.models, self.front)
         self.progress.update(self.rows_of(cid).size * self.settings.points_per_arch,
                              max(self.floors) if len(self.floors) == 1 else 0.0)
 
@@ -297,3 +336,31 @@ def update_floors(tab, model_list, floors, incumbents) -> None:
             norm = mat / np.maximum(mat.max(axis=0), 1e-300)
             keep.add(int(np.argmax(norm.mean(axis=1))))
             incumbents[:] = [pool[i] for i in sorted(keep)]
+
+
+def update_front(tab, model_list, front, cap=256) -> None:
+    """Add a chunk's architectures to the pruning front (in place): rows (area mm²,
+    samples/s per model) of evaluated architectures, none beaten by another of no more
+    area in every model. Any subset is a valid set of witnesses, so beyond ``cap`` rows
+    those with the best normalised mean are kept (less pruning, never a wrong front)."""
+    if not len(tab["arch_id"]):
+        return
+    names = [m.name for m in model_list]
+    cols = per_arch(tab, names)
+    new = np.column_stack([cols["area_mm2"]] + [cols[f"samples_per_s[{n}]"] for n in names])
+    new = new[(new[:, 1:] > 0).any(axis=1)]
+    pool = np.unique(np.vstack([np.asarray(front, dtype=np.float64).reshape(-1, 1 + len(names)),
+                                new]), axis=0)
+    if not len(pool):
+        return
+    area, sps = pool[:, 0], pool[:, 1:]
+    # Row j beats row i when it has no more area and at least i's throughput in every
+    # model (rows are distinct, so two rows never beat each other).
+    beaten = ((area[:, None] <= area[None, :])
+              & np.all(sps[:, None, :] >= sps[None, :, :], axis=2))
+    np.fill_diagonal(beaten, False)
+    pool = pool[~beaten.any(axis=0)]
+    if len(pool) > cap:
+        norm = pool[:, 1:] / np.maximum(pool[:, 1:].max(axis=0), 1e-300)
+        pool = pool[np.argsort(-norm.mean(axis=1), kind="stable")[:cap]]
+    front[:] = pool.tolist()

@@ -81,6 +81,61 @@ def _stop_workers(pool) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+def unguarded_main_script():
+    """The running script's path when it calls into phaze outside an
+    ``if __name__ == "__main__":`` block, else None.
+
+    Spawned pool workers re-import the main script (as ``__mp_main__``); without the
+    guard each would run the search again and try to start workers of its own
+    (multiprocessing then refuses, and every chunk fails). Decided in the main process
+    before any worker starts: the frame of ``__main__``'s module-level code that led
+    here, and whether its current line lies inside a top-level guard of the script's
+    source. Interactive sessions and notebooks (no ``__file__``), calls from
+    functions not reached from module level, and unreadable sources count as safe.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or multiprocessing.current_process().name != "MainProcess":
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is vars(main)
+                                     and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None if line_is_guarded(source, frame.f_lineno) else path
+
+
+def line_is_guarded(source: str, lineno: int) -> bool:
+    """Whether line ``lineno`` of a script lies inside a top-level
+    ``if __name__ == "__main__":`` block (either operand order); unparsable source
+    counts as guarded (nothing can be said)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return True
+    for node in tree.body:
+        if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+            continue
+        test = node.test
+        if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+            continue
+        sides = [test.left, test.comparators[0]]
+        names = [s.id for s in sides if isinstance(s, ast.Name)]
+        consts = [s.value for s in sides if isinstance(s, ast.Constant)]
+        if names == ["__name__"] and consts == ["__main__"] and \
+                node.body[0].lineno <= lineno <= node.end_lineno:
+            return True
+    return False
+
+
 class ChunkFailed(RuntimeError):
     """A chunk failed more often than the retry limit allows."""
 

@@ -465,12 +465,19 @@ def save_parquet(path, table: dict, summary: dict) -> None:
     os.replace(tmp, path)
 
 
-def save_csv(path, table: dict) -> None:
-    """A .csv / .csv.gz result: every row, with a header (no chunk column)."""
+def save_csv(path, table: dict, summary: dict = None) -> None:
+    """A .csv / .csv.gz result: every row, with a header (no chunk column); ``summary``
+    (metadata, best, baselines, Pareto front) goes to ``PATH.meta.json`` next to it, as a
+    search's own result file has it, so :func:`load_table` gives both back."""
     data = table_csv(table, header=True).encode()
     if str(path).lower().endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     _atomic_write_bytes(Path(path), data)
+    if summary is not None:
+        meta_path = Path(path).with_name(Path(path).name + ".meta.json")
+        # No 'chunks': this is a finished table, not a journal a search could resume.
+        meta = {"format": file_format(path), "complete": True, "summary": summary}
+        _atomic_write_text(meta_path, json.dumps(json_safe(meta), indent=1))
 
 
 def load_table(path) -> tuple[dict, dict]:

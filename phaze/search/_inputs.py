@@ -73,6 +73,17 @@ def resolve_hbm(hbm_gib) -> tuple:
     return tuple(sorted({positive_float("hbm_gib", v) for v in values}))
 
 
+def resolve_prune(prune) -> str:
+    """``prune`` as "" (off), "best" (``True``) or "front"."""
+    if prune is None or prune is False:
+        return ""
+    if prune is True:
+        return "best"
+    if isinstance(prune, str) and prune in ("best", "front"):
+        return prune
+    raise ValueError(f"prune must be False, True, 'best' or 'front', got {prune!r}")
+
+
 def resolve_recompute(recompute) -> tuple:
     """A boolean or a list of them as a sorted tuple of distinct booleans."""
     if isinstance(recompute, (bool, np.bool_)):
@@ -99,6 +110,39 @@ def resolve_space(space) -> np.ndarray:
     if isinstance(rows, np.ndarray) and rows.dtype.names is not None and rows.size == 0:
         raise ValueError("space: the architecture space is empty")
     return arch.validate(rows)
+
+
+def space_ids(rows) -> tuple[np.ndarray, bool]:
+    """Architecture ids of the searched rows: each row's number in the default space
+    (``ArchSpace.default()``) when every row belongs to it, so an id names the same
+    architecture under any subset (``--space-every K``, ``space=rows[sel]``); otherwise
+    the rows' own numbers in the given space. Returns (ids, whether they are rows of
+    the default space)."""
+    from .. import arch
+
+    rows = np.ascontiguousarray(rows)
+    default = arch.ArchSpace.default().configs
+    if rows.dtype == default.dtype:
+        where = {r.tobytes(): i for i, r in enumerate(default)}
+        ids = [where.get(r.tobytes()) for r in rows]
+        if all(i is not None for i in ids):
+            return np.array(ids, dtype=np.int64), True
+    return np.arange(rows.shape[0], dtype=np.int64), False
+
+
+def allowed_widths(model) -> list:
+    """The tensor-parallel widths ``model`` allows (those dividing heads and kv_heads)."""
+    return [t for t in range(1, int(model.heads) + 1) if model.valid_tensor_parallel(t)]
+
+
+def check_some_width(model, widths, field="tensor_parallel") -> None:
+    """ValueError naming ``field`` when no width of ``widths`` is valid for ``model``
+    (every point would be infeasible: said before any work)."""
+    if not any(model.valid_tensor_parallel(t) for t in widths):
+        raise ValueError(
+            f"{field}: no width in {', '.join(str(t) for t in widths)} divides the heads "
+            f"({model.heads}) and kv_heads ({model.kv_heads}) of {model.name}; allowed widths: "
+            f"{', '.join(str(t) for t in allowed_widths(model))}")
 
 
 def valid_widths(model, widths) -> tuple[list, dict]:

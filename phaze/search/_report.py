@@ -30,7 +30,10 @@ class SearchResult:
     devices_used, stage_layers (layers per stage), reason). ``best``: the winning
     architecture with each model's plan (``plans``), plus, for one model, that plan's
     fields at top level. ``baselines``: name → {title, model → row or infeasible
-    reason, gain}. ``metadata``: version, inputs, wall time, points/s, counts.
+    reason, gain}. ``metadata``: version, inputs, wall time, points/s, counts,
+    ``pareto_exact`` (False when ``prune="best"`` may have left the front partial).
+    ``stored_pareto``: the Pareto front a result file recorded (None: derived from the
+    table; a .json keeps only the top rows, so its front must be the stored one).
     """
 
     table: dict
@@ -38,6 +41,7 @@ class SearchResult:
     baselines: dict
     metadata: dict
     models: list
+    stored_pareto: dict = None
 
     def __len__(self):
         return len(self.table["arch_id"])
@@ -53,7 +57,11 @@ class SearchResult:
 
         Throughput of an architecture = its best samples/s over all knobs (several
         models: the mean of each model's throughput normalised to that model's best).
+        A loaded result returns the front its file stored. After ``prune="best"`` the
+        front may be partial (``metadata["pareto_exact"]`` is False).
         """
+        if self.stored_pareto is not None:
+            return {k: np.asarray(v) for k, v in self.stored_pareto.items()}
         cols = self.per_arch()
         if not cols["arch_id"].size:
             return cols
@@ -66,7 +74,10 @@ class SearchResult:
         return {k: v[keep] for k, v in cols.items()}
 
     def save(self, path) -> Path:
-        """Write by extension: .json (top rows + metadata), .csv / .csv.gz (all rows), .parquet."""
+        """Write by extension: .json (top rows), .csv / .csv.gz (all rows; the rest in
+        ``PATH.meta.json`` next to it), .parquet (all rows). Every format keeps what the
+        CLI's result file keeps besides the rows: metadata (with the search's inputs),
+        best, baselines and the Pareto front, so :func:`load_result` gives them back."""
         path = Path(path)
         fmt = _files.file_format(path)
         if fmt == ".json":
@@ -74,7 +85,7 @@ class SearchResult:
         elif fmt == ".parquet":
             _files.save_parquet(path, self.table, self.summary())
         else:
-            _files.save_csv(path, self.table)
+            _files.save_csv(path, self.table, self.summary())
         return path
 
     def top_rows(self, n: int = None) -> dict:
@@ -169,7 +180,30 @@ def load_result(path) -> SearchResult:
     names = listed or names
     best = parts["best"] or (choose_best(table, names) if len(table["arch_id"]) else {})
     return SearchResult(table=table, best=best, baselines=parts["baselines"], metadata=meta,
-                        models=names)
+                        models=names, stored_pareto=_stored_front(path, parts["summary"]))
+
+
+def _stored_front(path, summary):
+    """The Pareto front a result file recorded, as numpy columns (None when it has none)."""
+    front = summary.get("pareto") if isinstance(summary, dict) else None
+    if front is None:
+        return None
+    lengths = {len(v) for v in front.values() if isinstance(v, list)} if isinstance(front, dict) \
+        else set()
+    if (not isinstance(front, dict) or "arch_id" not in front or len(lengths) != 1
+            or not all(isinstance(v, list) for v in front.values())):
+        raise _files.DamagedFile(f"{path} is damaged: its pareto must map column names to "
+                                 f"lists of equal length")
+    out = {}
+    for k, v in front.items():
+        # json_safe wrote inf/nan as null.
+        vals = [math.nan if x is None else x for x in v]
+        try:
+            out[k] = np.asarray(vals, dtype=np.int64 if k == "arch_id" else None)
+        except (TypeError, ValueError, OverflowError):
+            raise _files.DamagedFile(f"{path} is damaged: its pareto column {k!r} holds "
+                                     f"values of the wrong type") from None
+    return out
 
 
 def format_summary(summary: dict, model_names) -> str:
@@ -183,12 +217,23 @@ def format_summary(summary: dict, model_names) -> str:
                  f"in {meta.get('sweep_time_s', 0):.1f} s "
                  f"({(meta.get('points_per_s') or 0):,.0f} points/s)")
     if not best.get("feasible"):
-        lines.append(f"no feasible point: {best.get('reason', 'infeasible')}")
+        reason = str(best.get("reason") or "infeasible")
+        # choose_best's reason already starts with these words.
+        lines.append(reason if reason.startswith("no feasible point") else
+                     f"no feasible point: {reason}")
         return "\n".join(lines)
     lines.append(f"best architecture (id {best['arch_id']}): {best['num_tc']} TC "
                  f"{best['tc_width']}x{best['tc_depth']}, {best['num_vc']} VC x{best['vc_width']}, "
                  f"{best['buffer_mib']:g} MiB buffer, area {best['area_mm2']:.2f} mm2"
                  + (f", normalised score {best['score']:.4f}" if "score" in best else ""))
+    front = summary.get("pareto") or {}
+    n_front = len(front.get("arch_id", ()))
+    if meta.get("pareto_exact") is False:
+        lines.append(f"Pareto front: {n_front} architectures, possibly PARTIAL: --prune best "
+                     f"skips points that cannot beat the best, front points of smaller area "
+                     f"among them (--prune front keeps the front exact)")
+    else:
+        lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
     hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>3} "
            f"{'samples/s':>11} {'tokens/s':>13} {'vs tpuv4':>9} {'vs fixed':>9} {'vs block':>9}")
     lines.append(hdr)
@@ -219,6 +264,8 @@ def format_summary(summary: dict, model_names) -> str:
                              f"(t={r.get('tensor_parallel')}, p={r.get('pipeline_parallel')}, "
                              f"d={r.get('data_parallel')}, mb={r.get('microbatch')}, "
                              f"area {r.get('area_mm2', float('nan')):.2f} mm2)")
+            elif r.get("applicable") is False:
+                lines.append(f"  {key:<15} {name:<18} not applicable: {r.get('reason')}")
             else:
                 lines.append(f"  {key:<15} {name:<18} infeasible: {r.get('reason')}")
     return "\n".join(lines)

@@ -24,8 +24,11 @@ class SearchSettings:
     - ``hbm_gib``: tuple of HBM capacities (GiB per chip); a ``None`` entry keeps each
       architecture row's own capacity.
     - ``recompute``: tuple of booleans; ``optimizer``: "sgd" or "adam".
-    - ``gap``: accepted relative schedule gap; ``prune``: skip points whose valid
-      throughput upper bound lies below the best reached (the best is unchanged).
+    - ``gap``: accepted relative schedule gap; ``prune``: "" (evaluate every point),
+      "best" (skip points whose valid throughput upper bound lies below the best
+      reached: the best is unchanged, the Pareto front may be partial) or "front" (skip
+      a point only when an evaluated architecture of no more area beats its bound: the
+      throughput-vs-area Pareto front is unchanged); ``True`` means "best".
     """
 
     models: tuple
@@ -37,13 +40,20 @@ class SearchSettings:
     recompute: tuple
     optimizer: str
     gap: float
-    prune: bool = False
+    prune: object = ""
+
+    @property
+    def prune_mode(self) -> str:
+        """``prune`` as one of "", "best", "front" (``True`` is the historical "best")."""
+        if self.prune is True:
+            return "best"
+        return self.prune or ""
 
     def for_one_model(self, model_index: int) -> SearchSettings:
         """The same grids for one of the models alone, without pruning (a baseline's
         full search of a single architecture)."""
         return dataclasses.replace(self, models=(self.models[model_index],),
-                                   widths=(self.widths[model_index],), prune=False)
+                                   widths=(self.widths[model_index],), prune="")
 
     @property
     def points_per_arch(self) -> int:
@@ -59,6 +69,8 @@ class ChunkTask:
       the searched space; −1 for a row outside it, as a baseline's).
     - ``floors``: per model, the best samples/s an evaluated point has reached (0: none).
     - ``incumbents``: several models only: per kept architecture, its samples/s per model.
+    - ``front``: pruning "front" only: rows (area mm², samples/s per model) of evaluated
+      architectures none of which is beaten by another of no more area.
     - ``want_block``: also time one transformer block (t = 1, microbatch 1) per
       architecture, for the block-optimal baseline.
     """
@@ -69,6 +81,7 @@ class ChunkTask:
     arch_ids: np.ndarray
     floors: tuple = ()
     incumbents: tuple = ()
+    front: tuple = ()
     want_block: bool = False
 
 

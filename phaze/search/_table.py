@@ -50,17 +50,19 @@ def take(table: dict, index) -> dict:
     return {name: np.asarray(col)[index] for name, col in table.items()}
 
 
-def expand(columns, archs, models) -> dict:
+def expand(columns, archs, models, ids=None) -> dict:
     """A chunk's columns (model index, arch id, plan) → table rows with names and knobs.
 
-    ``archs``: the searched space's rows (indexed by arch id); ``models``: the
-    ModelSpecs the model indices refer to. tokens/s = samples/s × seq_len.
+    ``archs``: the searched space's rows (indexed by the chunk's arch ids, which are
+    row numbers of ``archs``); ``models``: the ModelSpecs the model indices refer to;
+    ``ids``: the table's arch id of each row of ``archs`` (None: the row number).
+    tokens/s = samples/s × seq_len.
     """
     n = len(columns["arch_id"])
     aid = columns["arch_id"]
     table = {}
     table["model"] = np.array([models[i].name for i in columns["model"]], dtype=object)
-    table["arch_id"] = aid.astype(np.int64)
+    table["arch_id"] = (aid if ids is None else np.asarray(ids)[aid]).astype(np.int64)
     rows = archs[aid] if n else archs[:0]
     for f in ARCH_FIELDS:
         table[f] = rows[f].astype(COLUMN_DTYPES[f])
