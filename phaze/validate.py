@@ -2,8 +2,9 @@
 
 :func:`run` reads a validation table (the built-in ``phaze/data/validation.json`` when
 ``path`` is None), predicts every row with :func:`phaze.step.training_step` (the
-calibrated model) and returns a :class:`Report`. A row phaze cannot model yet
-(interleaving, sequence parallelism, selective recomputation) keeps its place with
+calibrated model) with the row's own configuration (interleaving, sequence parallelism,
+recomputation none/selective/full) and returns a :class:`Report`. A row phaze cannot
+model, or a plan Megatron-LM would refuse, keeps its place with
 ``predicted_s``/``predicted_gib`` None and the ``reason``; no row is dropped.
 
 Errors are signed percentages, ``error = 100·(predicted − published)/published``.
