@@ -90,10 +90,12 @@ Strategy knobs (issue 14; fixed plans — the search does not use them yet)
   scatter/gather send. At t = 1 a no-op (Megatron-LM switches it off): the plan records
   ``sequence_parallel_effective``.
 - ``flash_attention``: the graph's fused attention kernel (no scores stashed, the
-  backward recomputes them). The calibrated cost prices the fused kernel as a GEMM with
-  the FLOPs of QKᵀ and P·V; its tile traffic term still counts an s×2s output tile
-  stream (an over-estimate of a kernel that keeps scores on chip). With flash,
-  "selective" has nothing left to recompute and equals "none" in memory and time.
+  backward recomputes them). The calibrated cost prices each fused kernel as a GEMM
+  with the FLOPs of QKᵀ and P·V (backward: the five BMMs) and a softmax epilogue; the
+  GEMM's own tile-traffic rule still applies to it, which for GPT-3 at t = 8 on the
+  A100 leaves it compute-bound (≈ 180 TFLOP/s; 0.14 ms forward against 0.34 ms for the
+  unfused scores–softmax–context kernels). With flash, "selective" has nothing left to
+  recompute and equals "none" in memory and time.
 - ``virtual_stages`` v (interleaved 1F1B, Narayanan et al. 2021 §2.2.2; sheet §5.4):
   device r runs model chunks (virtual stages) c·p + r, c = 0..v−1, of L/(p·v) layers
   each; the embedding sits on virtual stage 0, the head on the last. Per microbatch a
