@@ -113,6 +113,8 @@ def test_a_small_file(tmp_path):
     (lambda t: t["rows"][0].update(kind="speed"), "kind"),
     (lambda t: t["rows"][1].update(name="tiny/time"), "twice"),
     (lambda t: t["rows"][0].update(model="nope"), "nope"),
+    (lambda t: t["rows"][0].update(zero_stage=5), "zero_stage"),
+    (lambda t: t["rows"][0].update(flash_attention="yes"), "flash_attention"),
 ])
 def test_bad_files_are_refused(tmp_path, change, words):
     path = _small_file(tmp_path)
@@ -147,3 +149,15 @@ def test_cli_table(capsys, tmp_path):
     bad.write_text("{")
     assert main(["validate", str(bad)]) == 2
     assert "not JSON" in capsys.readouterr().err
+
+
+def test_optional_strategy_fields(tmp_path):
+    path = _small_file(tmp_path)
+    table = json.loads(path.read_text())
+    table["rows"] = [dict(table["rows"][0], name="tiny/zero1", d=2, zero_stage=1,
+                          flash_attention=True, overlap_grad_reduce=True)]
+    path.write_text(json.dumps(table))
+    rep = validate.run(path)
+    row = rep.rows[0]
+    assert row["predicted_s"] > 0 and row["config"]["zero_stage"] == 1
+    assert row["config"]["flash_attention"] and row["config"]["overlap_grad_reduce"]
