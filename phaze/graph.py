@@ -16,6 +16,18 @@ K and V); vector operators ``X`` become ``X.bwd``; the input gradients of the
 column-parallel GEMMs are summed (``qkv.dX_sum``, ``mlp_in.dX_sum``) and, when
 t > 1, all-reduced (``allreduce_qkv.dX``, ``allreduce_fc1.dX``) before they flow on.
 Collectives exist only when t > 1.
+
+Strategy options of :func:`build_layers` (defaults: the graphs above, unchanged):
+``sequence_parallel`` replaces each all-reduce by ``reduce_scatter_*`` and adds
+``allgather_*`` before the column-parallel GEMMs (forward: ``allgather_attn``,
+``reduce_scatter_attn``, ``allgather_mlp``, ``reduce_scatter_mlp``; backward the
+transposes plus ``allgather_ln1.bwd`` / ``allgather_ln2.bwd`` for the weight gradients),
+with norms, dropouts and residuals on s/t tokens; ``flash_attention`` replaces
+``attn_scores, softmax, attn_context`` by ``flash_attn`` and their gradients by
+``flash_attn.bwd``. Reduce-scatter and all-gather are stored as collectives of half
+their tensor's bytes, so the study's ring all-reduce price 2(n−1)/n·comm_bytes/BW is
+exactly their (n−1)/n·bytes/BW (the calibrated model's α then counts 2(n−1) ring
+steps where they take n − 1; ``phaze.step`` prices them with their own ring).
 """
 from __future__ import annotations
 
