@@ -16,6 +16,18 @@ K and V); vector operators ``X`` become ``X.bwd``; the input gradients of the
 column-parallel GEMMs are summed (``qkv.dX_sum``, ``mlp_in.dX_sum``) and, when
 t > 1, all-reduced (``allreduce_qkv.dX``, ``allreduce_fc1.dX``) before they flow on.
 Collectives exist only when t > 1.
+
+Strategy options of :func:`build_layers` (defaults: the graphs above, unchanged):
+``sequence_parallel`` replaces each all-reduce by ``reduce_scatter_*`` and adds
+``allgather_*`` before the column-parallel GEMMs (forward: ``allgather_attn``,
+``reduce_scatter_attn``, ``allgather_mlp``, ``reduce_scatter_mlp``; backward the
+transposes plus ``allgather_ln1.bwd`` / ``allgather_ln2.bwd`` for the weight gradients),
+with norms, dropouts and residuals on s/t tokens; ``flash_attention`` replaces
+``attn_scores, softmax, attn_context`` by ``flash_attn`` and their gradients by
+``flash_attn.bwd``. Reduce-scatter and all-gather are stored as collectives of half
+their tensor's bytes, so the study's ring all-reduce price 2(n−1)/n·comm_bytes/BW is
+exactly their (n−1)/n·bytes/BW (the calibrated model's α then counts 2(n−1) ring
+steps where they take n − 1; ``phaze.step`` prices them with their own ring).
 """
 from __future__ import annotations
 
@@ -287,6 +299,29 @@ class LayerGraph:
     stash_bytes: int
     boundary_bytes: int
     tensor_parallel: bool
+    stash_selective_bytes: int = None
+    stash_full_bytes: int = None
+
+    def __post_init__(self):
+        # Layers that are never checkpointed (embedding, head) keep the same stash in every
+        # recomputation mode.
+        if self.stash_selective_bytes is None:
+            object.__setattr__(self, "stash_selective_bytes", self.stash_bytes)
+        if self.stash_full_bytes is None:
+            object.__setattr__(self, "stash_full_bytes", self.stash_bytes)
+
+    def stash(self, recompute: str = "none") -> int:
+        """Activation bytes kept from forward for backward per microbatch (bytes) under
+        ``recompute`` "none" (``stash_bytes``), "selective" (the attention core's scores,
+        softmax and dropout are recomputed in backward) or "full" (only the layer input is
+        kept: Megatron's checkpointed input)."""
+        if recompute == "none":
+            return self.stash_bytes
+        if recompute == "selective":
+            return self.stash_selective_bytes
+        if recompute == "full":
+            return self.stash_full_bytes
+        raise ValueError(f"recompute must be 'none', 'selective' or 'full', got {recompute!r}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -297,6 +332,8 @@ class ModelGraph:
     microbatch: int
     tensor_parallel: int
     layers: tuple
+    sequence_parallel: bool = False
+    flash_attention: bool = False
 
     def chain(self) -> list:
         """The per-layer chain with counts expanded (n_layers + 2 LayerGraphs, the same
@@ -357,6 +394,35 @@ class _Ops:
                              bytes_in=nbytes, bytes_out=nbytes))
         return name
 
+    def _sp_collective(self, name, preds, nbytes):
+        # Reduce-scatter and all-gather move (n−1)/n of the full tensor per rank in a ring,
+        # half an all-reduce's 2(n−1)/n: they are stored as collectives (kind 3, priced as a
+        # ring all-reduce) of half the bytes, which gives the exact bandwidth term. Their
+        # name prefix ("reduce_scatter_", "allgather_") says what they are; the
+        # training-step model (phaze.step) prices them with their own ring latency (n − 1
+        # steps, where the all-reduce form charges 2(n − 1)).
+        preds = _uniq(preds)
+        if self.t == 1:
+            assert len(preds) == 1
+            return preds[0]
+        self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds, comm_bytes=nbytes // 2,
+                             group_size=self.t, elements=nbytes // self.B,
+                             bytes_in=nbytes, bytes_out=nbytes))
+        return name
+
+    def reduce_scatter(self, name, preds, nbytes):
+        """Reduce-scatter of an ``nbytes`` tensor (bytes per participant before the
+        scatter) over the t slices; none when t = 1. ``name`` must start with
+        ``reduce_scatter_``."""
+        assert name.startswith("reduce_scatter_")
+        return self._sp_collective(name, preds, nbytes)
+
+    def all_gather(self, name, preds, nbytes):
+        """All-gather ending with ``nbytes`` on every slice; none when t = 1. ``name`` must
+        start with ``allgather_``."""
+        assert name.startswith("allgather_")
+        return self._sp_collective(name, preds, nbytes)
+
     def graph(self) -> OpGraph:
         return OpGraph.from_ops(self.ops, bytes_per_element=self.B)
 
@@ -372,10 +438,14 @@ def _uniq(preds):
 class _Shape:
     """The sizes of one slice that every builder needs, computed once."""
 
-    def __init__(self, m, b, t, B):
+    def __init__(self, m, b, t, B, sp=False, flash=False):
         self.m, self.b, self.t, self.B = m, b, t, B
+        self.sp, self.flash = sp, flash
         self.s = m.seq_len
         self.T = b * m.seq_len                       # tokens per microbatch
+        # Tokens of this slice for the norms, dropouts and residuals: all of them, or
+        # their 1/t share under sequence parallelism (s divisible by t is checked).
+        self.Tn = self.T // t if sp else self.T
         self.h = m.hidden
         self.hd = m.head_dim
         self.a_t = m.heads // t                      # query heads of this slice
@@ -393,105 +463,163 @@ class _Shape:
 def _block(sh: _Shape):
     m, B, T, h = sh.m, sh.B, sh.T, sh.h
     b, s = sh.b, sh.s
+    Tn, sp, flash = sh.Tn, sh.sp, sh.flash
     ln, ln_bwd = m.norm, m.norm + "_bwd"
     bias_c = _C["bias"] if m.bias else 0.0
     bias_g = _C["bias_grad"] if m.bias else 0.0
     scores = b * sh.a_t * s * s                      # attention score elements of this slice
     qkv_out = sh.q_dim + 2 * sh.kv_dim
+    # Flash attention keeps the softmax's log-sum-exp per query row and head, in fp32.
+    lse = b * sh.a_t * s * LOSS_BYTES_PER_ELEMENT
 
     # -- forward --------------------------------------------------------------
     f = _Ops(B, sh.t)
-    f.vector("ln1", [], T * h, _C[ln], T * h * B + sh.norm_w * B, T * h * B)
+    f.vector("ln1", [], Tn * h, _C[ln], Tn * h * B + sh.norm_w * B, Tn * h * B)
+    # Sequence parallelism: the norm ran on this slice's s/t tokens; the column-parallel
+    # GEMMs need all of them (Korthikanti et al. 2022 §4.2.2: g = all-gather).
+    src = f.all_gather("allgather_attn", ["ln1"], T * h * B) if sp else "ln1"
     # Column-parallel Q, K, V (separate GEMMs: independent, the scheduler may overlap them).
     for name, width in (("q_proj", sh.q_dim), ("k_proj", sh.kv_dim), ("v_proj", sh.kv_dim)):
-        f.gemm(name, ["ln1"], 1, T, h, width, epilogue=bias_c, extra_in=width * B if m.bias else 0)
+        f.gemm(name, [src], 1, T, h, width, epilogue=bias_c, extra_in=width * B if m.bias else 0)
     q_src = k_src = None
     if m.position == "rotary":
         rot = T * (sh.q_dim + sh.kv_dim)
         q_src = k_src = f.vector("rotary", ["q_proj", "k_proj"], rot, _C["rotary"], rot * B, rot * B)
-    f.gemm("attn_scores", [q_src or "q_proj", k_src or "k_proj"], b * sh.a_t, s, sh.hd, s)
-    f.vector("softmax", ["attn_scores"], scores, _C["scale_mask"] + _C["softmax"] + _C["dropout"],
-             scores * B, scores * (2 * B + MASK_BYTES_PER_ELEMENT))   # probabilities, dropped, mask
-    f.gemm("attn_context", ["softmax", "v_proj"], b * sh.a_t, s, s, sh.hd)
-    # Row-parallel output projection: partial sums, all-reduced; its bias is added after.
-    f.gemm("out_proj", ["attn_context"], 1, T, sh.q_dim, h)
-    src = f.allreduce("allreduce_attn", ["out_proj"], T * h * B)
-    f.vector("residual1", [src], T * h, bias_c + _C["dropout"] + _C["residual"],
-             2 * T * h * B + (h * B if m.bias else 0), T * h * (B + MASK_BYTES_PER_ELEMENT))
-    f.vector("ln2", ["residual1"], T * h, _C[ln], T * h * B + sh.norm_w * B, T * h * B)
+    if flash:
+        # One fused kernel (Dao et al. 2022): QKᵀ and P·V tile by tile with an online
+        # softmax; the b·a·s² scores never reach HBM. Dims carry the FLOPs of both BMMs
+        # (batch b·a/t, M = s, K = head_dim, N = 2s); it reads Q, K, V and writes the
+        # context and the log-sum-exp.
+        f.ops.append(dict(
+            name="flash_attn", kind=KIND_FUSED,
+            preds=_uniq([q_src or "q_proj", k_src or "k_proj", "v_proj"]),
+            dims=(b * sh.a_t, s, sh.hd, 2 * s),
+            cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]) / 2.0,
+            elements=2 * scores,
+            bytes_in=T * (sh.q_dim + 2 * sh.kv_dim) * B, bytes_out=T * sh.q_dim * B + lse))
+        ctx = "flash_attn"
+    else:
+        f.gemm("attn_scores", [q_src or "q_proj", k_src or "k_proj"], b * sh.a_t, s, sh.hd, s)
+        f.vector("softmax", ["attn_scores"], scores, _C["scale_mask"] + _C["softmax"] + _C["dropout"],
+                 scores * B, scores * (2 * B + MASK_BYTES_PER_ELEMENT))   # probabilities, dropped, mask
+        ctx = f.gemm("attn_context", ["softmax", "v_proj"], b * sh.a_t, s, s, sh.hd)
+    # Row-parallel output projection: partial sums, all-reduced (or, with sequence
+    # parallelism, reduce-scattered to the s/t tokens of each slice); its bias is added after.
+    f.gemm("out_proj", [ctx], 1, T, sh.q_dim, h)
+    if sp:
+        src = f.reduce_scatter("reduce_scatter_attn", ["out_proj"], T * h * B)
+    else:
+        src = f.allreduce("allreduce_attn", ["out_proj"], T * h * B)
+    f.vector("residual1", [src], Tn * h, bias_c + _C["dropout"] + _C["residual"],
+             2 * Tn * h * B + (h * B if m.bias else 0), Tn * h * (B + MASK_BYTES_PER_ELEMENT))
+    f.vector("ln2", ["residual1"], Tn * h, _C[ln], Tn * h * B + sh.norm_w * B, Tn * h * B)
+    src = f.all_gather("allgather_mlp", ["ln2"], T * h * B) if sp else "ln2"
     if m.activation == "swiglu":
         for name in ("gate_proj", "up_proj"):
-            f.gemm(name, ["ln2"], 1, T, h, sh.f_t, epilogue=bias_c,
+            f.gemm(name, [src], 1, T, h, sh.f_t, epilogue=bias_c,
                    extra_in=sh.f_t * B if m.bias else 0)
         act = f.vector("swiglu", ["gate_proj", "up_proj"], T * sh.f_t, _C["swiglu"],
                        2 * T * sh.f_t * B, T * sh.f_t * B)
     else:
         # FC1 with its bias and activation fused into the GEMM epilogue.
-        act = f.gemm("fc1", ["ln2"], 1, T, h, sh.f_t, epilogue=bias_c + _C[m.activation],
+        act = f.gemm("fc1", [src], 1, T, h, sh.f_t, epilogue=bias_c + _C[m.activation],
                      extra_in=sh.f_t * B if m.bias else 0)
     f.gemm("fc2", [act], 1, T, sh.f_t, h)
-    src = f.allreduce("allreduce_mlp", ["fc2"], T * h * B)
-    f.vector("residual2", [src], T * h, bias_c + _C["dropout"] + _C["residual"],
-             2 * T * h * B + (h * B if m.bias else 0), T * h * (B + MASK_BYTES_PER_ELEMENT))
+    if sp:
+        src = f.reduce_scatter("reduce_scatter_mlp", ["fc2"], T * h * B)
+    else:
+        src = f.allreduce("allreduce_mlp", ["fc2"], T * h * B)
+    f.vector("residual2", [src], Tn * h, bias_c + _C["dropout"] + _C["residual"],
+             2 * Tn * h * B + (h * B if m.bias else 0), Tn * h * (B + MASK_BYTES_PER_ELEMENT))
 
     # -- backward -------------------------------------------------------------
     g = _Ops(B, sh.t)
-    mask = T * h * MASK_BYTES_PER_ELEMENT
+    mask = Tn * h * MASK_BYTES_PER_ELEMENT
     # Dropout backward of the MLP branch (the residual add passes the gradient through);
     # fc2's bias gradient is a column sum fused into this pass.
-    g.vector("residual2.bwd", [], T * h, _C["dropout_bwd"] + bias_g, T * h * B + mask, T * h * B)
-    g.gemm("fc2.dX", ["residual2.bwd"], 1, T, h, sh.f_t)
-    g.gemm("fc2.dW", ["residual2.bwd"], 1, sh.f_t, T, h)
+    g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"] + bias_g, Tn * h * B + mask, Tn * h * B)
+    # With sequence parallelism the output gradient of a row-parallel GEMM is all-gathered
+    # (the backward of the forward reduce-scatter).
+    dy = g.all_gather("allgather_fc2.dY", ["residual2.bwd"], T * h * B) if sp else "residual2.bwd"
+    g.gemm("fc2.dX", [dy], 1, T, h, sh.f_t)
+    g.gemm("fc2.dW", [dy], 1, sh.f_t, T, h)
+    # Sequence parallelism stashes the norm outputs sharded (s/t tokens) and all-gathers them
+    # again for the weight gradients of the column-parallel GEMMs; Megatron overlaps that
+    # all-gather with the input-gradient GEMM (Korthikanti et al. 2022 §4.2.2).
+    ln2_full = g.all_gather("allgather_ln2.bwd", [], T * h * B) if sp else None
     if m.activation == "swiglu":
         g.vector("swiglu.bwd", ["fc2.dX"], 2 * T * sh.f_t, _C["swiglu_bwd"] + bias_g,
                  3 * T * sh.f_t * B, 2 * T * sh.f_t * B)
         for name in ("gate_proj", "up_proj"):
             g.gemm(name + ".dX", ["swiglu.bwd"], 1, T, sh.f_t, h)
-            g.gemm(name + ".dW", ["swiglu.bwd"], 1, h, T, sh.f_t)
+            g.gemm(name + ".dW", ["swiglu.bwd", ln2_full], 1, h, T, sh.f_t)
         src = g.vector("mlp_in.dX_sum", ["gate_proj.dX", "up_proj.dX"], T * h, _C["add"],
                        2 * T * h * B, T * h * B)
     else:
         g.vector("fc1.act.bwd", ["fc2.dX"], T * sh.f_t, _C[m.activation + "_bwd"] + bias_g,
                  2 * T * sh.f_t * B, T * sh.f_t * B)
         g.gemm("fc1.dX", ["fc1.act.bwd"], 1, T, sh.f_t, h)
-        g.gemm("fc1.dW", ["fc1.act.bwd"], 1, h, T, sh.f_t)
+        g.gemm("fc1.dW", ["fc1.act.bwd", ln2_full], 1, h, T, sh.f_t)
         src = "fc1.dX"
-    src = g.allreduce("allreduce_fc1.dX", [src], T * h * B)
+    if sp:
+        src = g.reduce_scatter("reduce_scatter_fc1.dX", [src], T * h * B)
+    else:
+        src = g.allreduce("allreduce_fc1.dX", [src], T * h * B)
     # LN2 backward, plus the residual stream's gradient (the add of both branches).
-    g.vector("ln2.bwd", [src, "residual2.bwd"], T * h, _C[ln_bwd] + _C["residual"],
-             3 * T * h * B + sh.norm_w * B, T * h * B + sh.norm_w * B)
-    g.vector("residual1.bwd", ["ln2.bwd"], T * h, _C["dropout_bwd"] + bias_g, T * h * B + mask,
-             T * h * B)
-    g.gemm("out_proj.dX", ["residual1.bwd"], 1, T, h, sh.q_dim)
-    g.gemm("out_proj.dW", ["residual1.bwd"], 1, sh.q_dim, T, h)
-    # dP = dO·Vᵀ per query head; dV = Pᵀ·dO summed over the query heads sharing a K/V head
-    # (one GEMM of inner size group·s per K/V head).
-    g.gemm("attn_context.dX", ["out_proj.dX"], b * sh.a_t, s, sh.hd, s)
-    g.gemm("attn_context.dW", ["out_proj.dX"], b * sh.kv_t, s, sh.group * s, sh.hd)
-    g.vector("softmax.bwd", ["attn_context.dX"], scores,
-             _C["dropout_bwd"] + _C["softmax_bwd"] + _C["scale_mask"],
-             scores * (2 * B + MASK_BYTES_PER_ELEMENT), scores * B)
-    # dQ = dS·K; dK = dSᵀ·Q summed over the group.
-    g.gemm("attn_scores.dX", ["softmax.bwd"], b * sh.a_t, s, s, sh.hd)
-    g.gemm("attn_scores.dW", ["softmax.bwd"], b * sh.kv_t, s, sh.group * s, sh.hd)
-    q_grad, k_grad = "attn_scores.dX", "attn_scores.dW"
+    g.vector("ln2.bwd", [src, "residual2.bwd"], Tn * h, _C[ln_bwd] + _C["residual"],
+             3 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
+    g.vector("residual1.bwd", ["ln2.bwd"], Tn * h, _C["dropout_bwd"] + bias_g, Tn * h * B + mask,
+             Tn * h * B)
+    dy = g.all_gather("allgather_out_proj.dY", ["residual1.bwd"], T * h * B) if sp \
+        else "residual1.bwd"
+    g.gemm("out_proj.dX", [dy], 1, T, h, sh.q_dim)
+    g.gemm("out_proj.dW", [dy], 1, sh.q_dim, T, h)
+    if flash:
+        # The fused backward recomputes the scores from Q, K and the log-sum-exp, then
+        # dV = Pᵀ·dO, dP = dO·Vᵀ, dS = softmax backward, dQ = dS·K, dK = dSᵀ·Q: five BMMs of
+        # s·s·head_dim per head (N = 5s). Reads Q, K, V, O, dO, lse; writes dQ, dK, dV.
+        g.ops.append(dict(
+            name="flash_attn.bwd", kind=KIND_FUSED, preds=["out_proj.dX"],
+            dims=(b * sh.a_t, s, sh.hd, 5 * s),
+            cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]
+                                + _C["softmax_bwd"] + _C["dropout_bwd"]) / 5.0,
+            elements=5 * scores,
+            bytes_in=T * (3 * sh.q_dim + 2 * sh.kv_dim) * B + lse,
+            bytes_out=T * (sh.q_dim + 2 * sh.kv_dim) * B))
+        q_grad = k_grad = v_grad = "flash_attn.bwd"
+    else:
+        # dP = dO·Vᵀ per query head; dV = Pᵀ·dO summed over the query heads sharing a K/V head
+        # (one GEMM of inner size group·s per K/V head).
+        g.gemm("attn_context.dX", ["out_proj.dX"], b * sh.a_t, s, sh.hd, s)
+        g.gemm("attn_context.dW", ["out_proj.dX"], b * sh.kv_t, s, sh.group * s, sh.hd)
+        g.vector("softmax.bwd", ["attn_context.dX"], scores,
+                 _C["dropout_bwd"] + _C["softmax_bwd"] + _C["scale_mask"],
+                 scores * (2 * B + MASK_BYTES_PER_ELEMENT), scores * B)
+        # dQ = dS·K; dK = dSᵀ·Q summed over the group.
+        g.gemm("attn_scores.dX", ["softmax.bwd"], b * sh.a_t, s, s, sh.hd)
+        g.gemm("attn_scores.dW", ["softmax.bwd"], b * sh.kv_t, s, sh.group * s, sh.hd)
+        q_grad, k_grad, v_grad = "attn_scores.dX", "attn_scores.dW", "attn_context.dW"
     if m.position == "rotary":
         rot = T * (sh.q_dim + sh.kv_dim)
-        q_grad = k_grad = g.vector("rotary.bwd", [q_grad, k_grad], rot, _C["rotary_bwd"],
+        q_grad = k_grad = g.vector("rotary.bwd", _uniq([q_grad, k_grad]), rot, _C["rotary_bwd"],
                                    rot * B, rot * B)
+    ln1_full = g.all_gather("allgather_ln1.bwd", [], T * h * B) if sp else None
     for name, width, grad in (("q_proj", sh.q_dim, q_grad), ("k_proj", sh.kv_dim, k_grad),
-                              ("v_proj", sh.kv_dim, "attn_context.dW")):
+                              ("v_proj", sh.kv_dim, v_grad)):
         g.gemm(name + ".dX", [grad], 1, T, width, h)
-        g.gemm(name + ".dW", [grad], 1, h, T, width)
+        g.gemm(name + ".dW", [grad, ln1_full], 1, h, T, width)
     if m.bias:
         # Q/K/V bias gradients: column sums of their output gradients (a sink).
-        g.vector("qkv.dbias", [q_grad, k_grad, "attn_context.dW"], qkv_out, T * _C["bias_grad"],
+        g.vector("qkv.dbias", _uniq([q_grad, k_grad, v_grad]), qkv_out, T * _C["bias_grad"],
                  T * qkv_out * B, qkv_out * B)
     src = g.vector("qkv.dX_sum", ["q_proj.dX", "k_proj.dX", "v_proj.dX"], T * h, 2 * _C["add"],
                    3 * T * h * B, T * h * B)
-    src = g.allreduce("allreduce_qkv.dX", [src], T * h * B)
-    g.vector("ln1.bwd", [src, "residual1.bwd"], T * h, _C[ln_bwd] + _C["residual"],
-             3 * T * h * B + sh.norm_w * B, T * h * B + sh.norm_w * B)
+    if sp:
+        src = g.reduce_scatter("reduce_scatter_qkv.dX", [src], T * h * B)
+    else:
+        src = g.allreduce("allreduce_qkv.dX", [src], T * h * B)
+    g.vector("ln1.bwd", [src, "residual1.bwd"], Tn * h, _C[ln_bwd] + _C["residual"],
+             3 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
 
     # -- parameters of the slice ----------------------------------------------------------
     # Sharded: Q/K/V, out_proj and MLP weights, Q/K/V and FC1/gate/up biases.
@@ -508,63 +636,91 @@ def _block(sh: _Shape):
     #   residual2 dropout mask sbh.
     # Generalised: Q/K/V widths follow GQA (a·hd, kv·hd), SwiGLU keeps gate and up outputs
     # (2·f/t) where GELU keeps one, RMSNorm and no-bias keep the same inputs.
+    # Sequence parallelism keeps the norm inputs, the (sharded, re-gathered in backward)
+    # norm outputs and the dropout masks on s/t tokens: sbh·(34/t + 5as/(ht)) (Table 2).
     act_in = (2 if m.activation == "swiglu" else 1) * T * sh.f_t
-    stash = B * (T * h                     # ln1 input
-                 + T * h                   # Q/K/V input (ln1 output)
+    core = 2 * scores                      # softmax output and its dropout output
+    stash = B * (Tn * h                    # ln1 input
+                 + Tn * h                  # Q/K/V input (ln1 output)
                  + T * (sh.q_dim + sh.kv_dim)   # Q and K for the scores
                  + T * sh.kv_dim           # V for the context
-                 + 2 * scores              # softmax output and its dropout output
+                 + (0 if flash else core)
                  + T * sh.q_dim            # out_proj input
-                 + T * h + T * h           # ln2 input, fc1/gate/up input
+                 + Tn * h + Tn * h         # ln2 input, fc1/gate/up input
                  + act_in                  # activation input
                  + T * sh.f_t)             # fc2 input
-    stash += MASK_BYTES_PER_ELEMENT * (scores + 2 * T * h)   # three dropout masks
-    return f.graph(), g.graph(), params * B, stash, T * h * B
+    masks = MASK_BYTES_PER_ELEMENT * 2 * Tn * h    # the two residual dropout masks
+    if flash:
+        # No scores, probabilities or dropout mask (the kernel regenerates the mask from the
+        # RNG state): the log-sum-exp instead.
+        stash += masks + lse
+        selective = stash        # nothing left to recompute: selective = flash's own stash
+    else:
+        stash += masks + MASK_BYTES_PER_ELEMENT * scores   # + the attention dropout mask
+        # Selective recomputation drops the attention core's 5·a·s²·b/t bytes (softmax output,
+        # dropout mask, dropout output) and recomputes them from Q and K: sbh·(10 + 24/t).
+        selective = stash - B * core - MASK_BYTES_PER_ELEMENT * scores
+    # Full recomputation keeps the layer input only: 2·s·b·h (Korthikanti Table 2), its s/t
+    # share under sequence parallelism (the input of a sequence-parallel layer is sharded).
+    full = B * Tn * h
+    return f.graph(), g.graph(), params * B, (stash, selective, full), T * h * B
 
 
 def _embedding(sh: _Shape):
     m, B, T, h, E = sh.m, sh.B, sh.T, sh.h, sh.E
+    Tn, sp = sh.Tn, sh.sp
     learned = m.position == "learned"
     f = _Ops(B, sh.t)
     # Vocab-parallel gather: each slice looks up the ids of its rows (others give zeros) and
-    # the partial embeddings are all-reduced.
+    # the partial embeddings are all-reduced (sequence parallel: reduce-scattered to the
+    # slice's s/t tokens, which the dropout and the first layer's norm then work on).
     f.vector("embed_gather", [], T * E, _C["embedding"], T * TOKEN_ID_BYTES + T * E * B, T * E * B)
-    src = f.allreduce("allreduce_embed", ["embed_gather"], T * E * B)
+    if sp:
+        src = f.reduce_scatter("reduce_scatter_embed", ["embed_gather"], T * E * B)
+    else:
+        src = f.allreduce("allreduce_embed", ["embed_gather"], T * E * B)
     if m.embed_proj:
-        src = f.gemm("project_in", [src], 1, T, E, h)      # replicated on every slice
-    f.vector("embed_out", [src], T * h, (_C["residual"] if learned else 0.0) + _C["dropout"],
-             (2 if learned else 1) * T * h * B, T * h * (B + MASK_BYTES_PER_ELEMENT))
+        src = f.gemm("project_in", [src], 1, Tn, E, h)     # replicated on every slice
+    f.vector("embed_out", [src], Tn * h, (_C["residual"] if learned else 0.0) + _C["dropout"],
+             (2 if learned else 1) * Tn * h * B, Tn * h * (B + MASK_BYTES_PER_ELEMENT))
 
     g = _Ops(B, sh.t)
-    g.vector("embed_out.bwd", [], T * h, _C["dropout_bwd"], T * h * (B + MASK_BYTES_PER_ELEMENT),
-             T * h * B)
+    g.vector("embed_out.bwd", [], Tn * h, _C["dropout_bwd"], Tn * h * (B + MASK_BYTES_PER_ELEMENT),
+             Tn * h * B)
     if learned:
-        g.vector("pos_embed.dW", ["embed_out.bwd"], T * h, _C["embedding_bwd"], T * h * B,
+        g.vector("pos_embed.dW", ["embed_out.bwd"], Tn * h, _C["embedding_bwd"], Tn * h * B,
                  sh.s * h * B)
     src = "embed_out.bwd"
     if m.embed_proj:
-        g.gemm("project_in.dX", [src], 1, T, h, E)
-        g.gemm("project_in.dW", [src], 1, E, T, h)
+        g.gemm("project_in.dX", [src], 1, Tn, h, E)
+        g.gemm("project_in.dW", [src], 1, E, Tn, h)
         src = "project_in.dX"
+    if sp:
+        # Every vocabulary slice scatters the gradients of all tokens into its rows.
+        src = g.all_gather("allgather_embed.dY", [src], T * E * B)
     # Scatter-add into this slice's rows; no collective (the forward all-reduce's backward is
     # the identity on every slice).
     g.vector("embed.dW", [src], T * E, _C["embedding_bwd"], T * TOKEN_ID_BYTES + T * E * B,
              T * E * B)
 
     params = sh.V_rows * E + (m.max_positions * h if learned else 0) + (E * h if m.embed_proj else 0)
-    stash = T * TOKEN_ID_BYTES + T * h * MASK_BYTES_PER_ELEMENT + (T * E * B if m.embed_proj else 0)
-    return f.graph(), g.graph(), params * B, stash, T * h * B
+    stash = T * TOKEN_ID_BYTES + Tn * h * MASK_BYTES_PER_ELEMENT + (Tn * E * B if m.embed_proj else 0)
+    return f.graph(), g.graph(), params * B, stash, Tn * h * B
 
 
 def _head(sh: _Shape):
     m, B, T, h, E = sh.m, sh.B, sh.T, sh.h, sh.E
+    Tn, sp = sh.Tn, sh.sp
     logits = T * sh.V_t
     f = _Ops(B, sh.t)
     src = None
     if m.final_norm:
-        src = f.vector("final_norm", [], T * h, _C[m.norm], T * h * B + sh.norm_w * B, T * h * B)
+        src = f.vector("final_norm", [], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
     if m.embed_proj:
-        src = f.gemm("project_out", [src], 1, T, h, E)      # replicated on every slice
+        src = f.gemm("project_out", [src], 1, Tn, h, E)     # replicated on every slice
+    if sp:
+        # The column-parallel logits need every token (sequence parallel: all-gather).
+        src = f.all_gather("allgather_head", [src], T * E * B)
     # Column-parallel logits over the padded vocabulary (no bias).
     f.gemm("logits", [src], 1, T, E, sh.V_t)
     f.vector("cross_entropy", ["logits"], logits, _C["cross_entropy"], logits * B,
@@ -578,14 +734,17 @@ def _head(sh: _Shape):
              logits * LOSS_BYTES_PER_ELEMENT, logits * B)
     g.gemm("logits.dX", ["cross_entropy.bwd"], 1, T, sh.V_t, E)
     g.gemm("logits.dW", ["cross_entropy.bwd"], 1, E, T, sh.V_t)
-    src = g.allreduce("allreduce_logits.dX", ["logits.dX"], T * E * B)
+    if sp:
+        src = g.reduce_scatter("reduce_scatter_logits.dX", ["logits.dX"], T * E * B)
+    else:
+        src = g.allreduce("allreduce_logits.dX", ["logits.dX"], T * E * B)
     if m.embed_proj:
-        g.gemm("project_out.dX", [src], 1, T, E, h)
-        g.gemm("project_out.dW", [src], 1, h, T, E)
+        g.gemm("project_out.dX", [src], 1, Tn, E, h)
+        g.gemm("project_out.dW", [src], 1, h, Tn, E)
         src = "project_out.dX"
     if m.final_norm:
-        g.vector("final_norm.bwd", [src], T * h, _C[m.norm + "_bwd"],
-                 2 * T * h * B + sh.norm_w * B, T * h * B + sh.norm_w * B)
+        g.vector("final_norm.bwd", [src], Tn * h, _C[m.norm + "_bwd"],
+                 2 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
 
     # The head keeps its own copy of the (sharded) logits weights even when they are tied to
     # the token table: with pipeline placement the two ends of the chain live on different
@@ -593,13 +752,16 @@ def _head(sh: _Shape):
     # vocab·embed_width elements at t = 1 — is the only difference between the chain's
     # parameter bytes and 2·n_params.
     params = sh.V_rows * E + (sh.norm_w if m.final_norm else 0) + (h * E if m.embed_proj else 0)
-    stash = B * ((T * h if m.final_norm else 0) + (T * h if m.embed_proj else 0) + T * E) \
+    # Sequence parallel: the norm and projection inputs and the logits GEMM's input are kept
+    # sharded (s/t tokens; the latter re-gathered in backward like the blocks' norm outputs).
+    stash = B * ((Tn * h if m.final_norm else 0) + (Tn * h if m.embed_proj else 0) + Tn * E) \
         + logits * LOSS_BYTES_PER_ELEMENT
     return f.graph(), g.graph(), params * B, stash, 0
 
 
 def build_layers(model, microbatch, tensor_parallel, *,
-                 bytes_per_element: int = _config.DEFAULT_BYTES_PER_ELEMENT) -> ModelGraph:
+                 bytes_per_element: int = _config.DEFAULT_BYTES_PER_ELEMENT,
+                 sequence_parallel: bool = False, flash_attention: bool = False) -> ModelGraph:
     """Operator graphs of one tensor-parallel slice of ``model`` for one microbatch.
 
     ``model`` is a ModelSpec or a zoo name; ``microbatch`` samples of ``seq_len`` tokens;
@@ -608,6 +770,24 @@ def build_layers(model, microbatch, tensor_parallel, *,
     ``bytes_per_element`` (2: bf16/fp16). Returns a :class:`ModelGraph` whose ``layers`` are
     the embedding (count 1), the transformer block (count n_layers) and the head (count 1).
     Results are memoised: the graphs are immutable.
+
+    Strategy options (keyword-only; the defaults give the study's graphs unchanged):
+
+    - ``sequence_parallel`` (Korthikanti et al. 2022 §4.2.2): the tensor-parallel
+      all-reduces become a reduce-scatter after each row-parallel GEMM and an all-gather
+      before each column-parallel GEMM (``reduce_scatter_*`` / ``allgather_*`` operators,
+      see ``_Ops.reduce_scatter``); norms, dropouts and residual adds run on the slice's
+      s/t tokens and their stashed activations shrink by t; backward all-gathers the
+      sharded norm outputs again for the weight gradients (``allgather_ln*.bwd``). Needs
+      ``seq_len`` divisible by t. A no-op at t = 1 (Megatron-LM turns it off there):
+      the graphs are the plain ones.
+    - ``flash_attention``: the attention core (scores, scale-mask-softmax, dropout,
+      context) is one fused kernel ``flash_attn`` (forward) / ``flash_attn.bwd`` (which
+      recomputes the scores), with the FLOPs of QKᵀ and P·V (and the five BMMs of the
+      backward); no b·a·s² scores are stashed, the fp32 log-sum-exp is.
+
+    Every block carries its stash per recomputation mode (:meth:`LayerGraph.stash`):
+    none, selective (attention core recomputed), full (layer input only).
     """
     from . import models   # graph sits after models in the flow
 
@@ -621,17 +801,25 @@ def build_layers(model, microbatch, tensor_parallel, *,
     if not model.valid_tensor_parallel(t):
         raise ValueError(f"tensor_parallel must divide heads ({model.heads}) and kv_heads "
                          f"({model.kv_heads}) of {model.name}; got {t}")
-    return _build_layers_cached(model, b, t, B)
+    sp = bool(sequence_parallel) and t > 1
+    if sp and model.seq_len % t:
+        raise ValueError(f"sequence_parallel needs seq_len ({model.seq_len}) divisible by "
+                         f"tensor_parallel ({t})")
+    return _build_layers_cached(model, b, t, B, sp, bool(flash_attention))
 
 
 @functools.lru_cache(maxsize=512)
-def _build_layers_cached(model, b, t, B) -> ModelGraph:
-    sh = _Shape(model, b, t, B)
+def _build_layers_cached(model, b, t, B, sp=False, flash=False) -> ModelGraph:
+    sh = _Shape(model, b, t, B, sp, flash)
     layers = []
     for kind, count, builder in (("embedding", 1, _embedding), ("block", model.n_layers, _block),
                                  ("head", 1, _head)):
         fwd, bwd, params, stash, boundary = builder(sh)
+        stash, selective, full = stash if isinstance(stash, tuple) else (stash, stash, stash)
         layers.append(LayerGraph(kind=kind, count=count, forward=fwd, backward=bwd,
                                  param_bytes=int(params), stash_bytes=int(stash),
-                                 boundary_bytes=int(boundary), tensor_parallel=t > 1))
-    return ModelGraph(model=model, microbatch=b, tensor_parallel=t, layers=tuple(layers))
+                                 boundary_bytes=int(boundary), tensor_parallel=t > 1,
+                                 stash_selective_bytes=int(selective),
+                                 stash_full_bytes=int(full)))
+    return ModelGraph(model=model, microbatch=b, tensor_parallel=t, layers=tuple(layers),
+                      sequence_parallel=sp, flash_attention=bool(flash))

@@ -2,7 +2,7 @@
 
 :func:`training_step` prices one iteration (one global batch) of a fixed plan — tensor
 parallel t, pipeline parallel p, data parallel d, microbatch b, global batch B,
-recomputation none/full — on one architecture row with the calibrated operator model
+recomputation none/selective/full and the strategy knobs below — on one architecture row with the calibrated operator model
 (``phaze.cost.op_latencies(..., model="calibrated")``), and breaks down the memory of
 each GPU. It is the model ``phaze validate`` holds against published runs; the search
 still uses the study's model (its placement DP integration comes later).
@@ -74,9 +74,57 @@ and head stashes separately (``activations_other``); ``workspace``: the recomput
 activations of one layer during its backward under full recomputation (allocator
 caches, NCCL and cuBLAS buffers are not modelled).
 
-Not modelled yet (a :class:`StepResult` with ``status="not_modelled"`` and the reason):
-interleaved 1F1B (virtual_stages > 1), sequence parallelism, selective recomputation —
-the strategy-space issue adds them.
+Strategy knobs (issue 14; fixed plans — the search does not use them yet)
+-------------------------------------------------------------------------
+- ``recompute``: "none"; "full" (each transformer layer's forward re-run before its
+  backward, the 2·s·b·h layer input stashed); "selective" (Korthikanti et al. 2022 §5:
+  the attention core — QKᵀ, scale-mask-softmax-dropout, ·V — re-run before the
+  backward, its 5·a·s²·b/t bytes not stashed; workspace: one layer's core). Stashes
+  per mode come from ``graph`` (:meth:`phaze.graph.LayerGraph.stash`).
+- ``sequence_parallel``: the graph's reduce-scatter/all-gather form (``graph``
+  docstring); each reduce-scatter and all-gather is priced here as a ring of n − 1
+  steps over the in-node tensor-parallel group (:func:`ring_allgather_seconds`); the
+  backward re-gathers of the norm outputs run concurrently with the input-gradient
+  GEMMs (Megatron's async all-gather), so only max(0, gather − GEMMs) counts. The
+  pipeline boundary tensor is already split over the t ranks: no all-gather after the
+  scatter/gather send. At t = 1 a no-op (Megatron-LM switches it off): the plan records
+  ``sequence_parallel_effective``.
+- ``flash_attention``: the graph's fused attention kernel (no scores stashed, the
+  backward recomputes them). The calibrated cost prices each fused kernel as a GEMM
+  with the FLOPs of QKᵀ and P·V (backward: the five BMMs) and a softmax epilogue; the
+  GEMM's own tile-traffic rule still applies to it, which for GPT-3 at t = 8 on the
+  A100 leaves it compute-bound (≈ 180 TFLOP/s; 0.14 ms forward against 0.34 ms for the
+  unfused scores–softmax–context kernels). With flash, "selective" has nothing left to
+  recompute and equals "none" in memory and time.
+- ``virtual_stages`` v (interleaved 1F1B, Narayanan et al. 2021 §2.2.2; sheet §5.4):
+  device r runs model chunks (virtual stages) c·p + r, c = 0..v−1, of L/(p·v) layers
+  each; the embedding sits on virtual stage 0, the head on the last. Per microbatch a
+  device's slot is the sum of its chunks' work plus one transfer per chunk boundary it
+  touches (2v − 1 for an end device, 2v for a middle one: v× plain 1F1B's). Pipeline
+  time (m + (p − 1)/v) · slot — the simulated Megatron order gives exactly this for
+  equal chunks (tests/naive.py). In flight on device r: min(2(p − r − 1) + (v − 1)·p + 1,
+  m·v) chunk-microbatches (Megatron's warm-up; the first stage L·(1 + (p−1)/(p·v))
+  layers' worth); ``MemoryBreakdown.in_flight`` counts chunk-microbatches when v > 1.
+  Megatron needs p ≥ 2, L divisible by p·v and m divisible by p; other plans are
+  "infeasible" with that reason.
+- ``zero_stage`` (over the d data-parallel ranks; Megatron's distributed optimizer = 1):
+  memory — optimizer state /d from stage 1, fp32 gradients /d from 2, 16-bit weights
+  /d at 3 (plus two layers' gathered weights as workspace); time — stage 0 all-reduces
+  the fp32 gradients after the last backward; stage 1 reduce-scatters them there and
+  all-gathers the updated 16-bit parameters after the optimizer, which updates N/d
+  parameters; stage 2 reduce-scatters each microbatch's gradients at the end of its
+  backward (DeepSpeed's per-micro-step reduction; in the slot) and all-gathers the
+  parameters after the optimizer; stage 3 as 2, without the final all-gather but with
+  an all-gather of each layer's parameters before its forward, its backward and (full
+  recomputation) its recomputed forward, every microbatch. ZeRO at d = 1 is evaluated
+  as what it is: no sharding, no traffic (= stage 0). ``plan["trainers"]`` says which
+  trainer can launch the plan: Megatron-LM for stages 0–1, DeepSpeed for v = 1 and
+  stages 0–1, or 2–3 without pipeline parallelism.
+- ``overlap_grad_reduce`` (bucketed gradient reduction during the backward): the
+  gradient reduction of stage r (all-reduce for ZeRO 0, reduce-scatter for 1; per
+  microbatch for 2–3) counts only for what exceeds the backward (with recomputation)
+  of one microbatch on that stage: exposed = max(0, reduction − backward_r). The
+  parameter all-gather after the optimizer stays exposed.
 """
 from __future__ import annotations
 
@@ -276,14 +324,48 @@ def _arch_and_efficiency(arch, efficiency):
     return row, eff
 
 
-def _layer_seconds(layer, row, eff):
-    """(forward, backward) seconds of one layer kind, one microbatch: the sum of the
-    operators' intra-op calibrated latencies (one kernel stream; module docstring)."""
-    out = []
-    for g in (layer.forward, layer.backward):
-        _, intra = cost.op_latencies(g, row, model="calibrated", efficiency=eff)
-        out.append(float(intra[:, 0].sum()))
-    return tuple(out)
+#: The backward all-gathers of sequence parallelism that Megatron-LM overlaps with an
+#: input-gradient GEMM (Korthikanti et al. 2022 §4.2.2: the sharded norm output is
+#: all-gathered again for the weight gradient while the input gradient is computed):
+#: all-gather → the GEMMs it runs concurrently with.
+_OVERLAPPED_GATHERS = {
+    "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX"),
+    "allgather_ln2.bwd": ("fc1.dX", "gate_proj.dX", "up_proj.dX"),
+}
+#: The attention-core operators selective recomputation re-runs before the backward.
+_ATTENTION_CORE = ("attn_scores", "softmax", "attn_context")
+
+
+def _op_seconds(g, row, eff, t):
+    """Seconds of each operator of ``g`` (one microbatch): intra-op calibrated latencies,
+    with sequence parallelism's reduce-scatters and all-gathers priced by their own ring
+    form (:func:`ring_allgather_seconds`: n − 1 steps of (n−1)/n of the full tensor over
+    the in-node tensor-parallel group, ranks 0..t−1) instead of the half-size all-reduce
+    the graph stores them as, and the overlapped backward all-gathers charged only for
+    what exceeds the GEMMs they overlap (max(0, gather − GEMMs))."""
+    _, intra = cost.op_latencies(g, row, model="calibrated", efficiency=eff)
+    sec = intra[:, 0].astype(np.float64).copy()
+    index = {n: i for i, n in enumerate(g.names)}
+    for i, name in enumerate(g.names):
+        if name.startswith(("reduce_scatter_", "allgather_")):
+            sec[i] = ring_allgather_seconds(int(g.bytes_in[i]), range(t), row, eff)
+    for name, partners in _OVERLAPPED_GATHERS.items():
+        if name in index:
+            i = index[name]
+            busy = sum(sec[index[q]] for q in partners if q in index)
+            sec[i] = max(0.0, sec[i] - busy)
+    return sec, index
+
+
+def _layer_seconds(layer, row, eff, t=1):
+    """(forward, backward, attention core forward) seconds of one layer kind, one
+    microbatch: the sums of the operators' calibrated latencies (one kernel stream;
+    module docstring; :func:`_op_seconds`). The third is what selective recomputation
+    re-runs (0 with flash attention, whose backward kernel already recomputes)."""
+    fs, findex = _op_seconds(layer.forward, row, eff, t)
+    bs, _ = _op_seconds(layer.backward, row, eff, t)
+    core = sum(float(fs[findex[n]]) for n in _ATTENTION_CORE if n in findex)
+    return float(fs.sum()), float(bs.sum()), core
 
 
 def _not(status, reason, plan):
@@ -291,20 +373,34 @@ def _not(status, reason, plan):
                       plan=plan)
 
 
+def _trainers(p, v, zero):
+    """Which trainers can launch a plan: Megatron-LM (ZeRO 0, or 1 as its distributed
+    optimizer; any p, v), DeepSpeed (ZeRO 0–3, but stages 2–3 refuse pipeline
+    parallelism, and it has no interleaved schedule)."""
+    out = []
+    if zero <= 1:
+        out.append("megatron-lm")
+    if v == 1 and (zero <= 1 or p == 1):
+        out.append("deepspeed")
+    return tuple(out)
+
+
 def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
                   data_parallel: int, microbatch: int, global_batch: int,
                   recompute: str = "full", virtual_stages: int = 1,
                   sequence_parallel: bool = False, precision: str = "bf16",
-                  efficiency=None) -> StepResult:
+                  flash_attention: bool = False, zero_stage: int = 0,
+                  overlap_grad_reduce: bool = False, efficiency=None) -> StepResult:
     """One iteration of a fixed Megatron-LM plan on one architecture (module docstring).
 
     ``model``: zoo name or ``ModelSpec``; ``arch``: preset name or one ``ARCH_DTYPE`` row;
     t, p, d, ``microbatch`` b (samples) and ``global_batch`` B (samples; B divisible by
-    b·d); ``recompute`` "none" | "full" (| "selective": not modelled yet);
-    ``virtual_stages`` 1 (> 1: not modelled yet); ``sequence_parallel`` False (True: not
-    modelled yet); ``precision`` "bf16" | "fp16" (fp16 adds the loss-scaler's unscale pass
-    to the optimizer, sheet §5.2); ``efficiency``: the calibrated parameter set (None:
-    the preset's own for a preset name, ``efficiency.for_rows`` for a row).
+    b·d); ``recompute`` "none" | "selective" | "full"; ``virtual_stages`` v (interleaved
+    1F1B when > 1); ``sequence_parallel``; ``flash_attention``; ``zero_stage`` 0–3;
+    ``overlap_grad_reduce`` (module docstring, "Strategy knobs"); ``precision`` "bf16" |
+    "fp16" (fp16 adds the loss-scaler's unscale pass to the optimizer, sheet §5.2);
+    ``efficiency``: the calibrated parameter set (None: the preset's own for a preset
+    name, ``efficiency.for_rows`` for a row).
 
     Returns a :class:`StepResult`; bad arguments raise ``ValueError``.
     """
@@ -323,20 +419,22 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
         raise ValueError(f"precision must be 'bf16' or 'fp16', got {precision!r}")
+    if isinstance(zero_stage, bool) or not isinstance(zero_stage, (int, np.integer)) \
+            or not 0 <= int(zero_stage) <= 3:
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    zero = int(zero_stage)
     row, eff = _arch_and_efficiency(arch, efficiency)
+    # Sequence parallelism splits over the tensor-parallel group: at t = 1 it is a no-op
+    # (Megatron-LM switches it off there), and the plan records what ran.
+    sp = bool(sequence_parallel) and t > 1
+    flash = bool(flash_attention)
     plan = dict(model=m_spec.name, tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
                 microbatch=b, global_batch=B, recompute=recompute, virtual_stages=v,
-                sequence_parallel=bool(sequence_parallel), precision=precision)
+                sequence_parallel=bool(sequence_parallel), precision=precision,
+                flash_attention=flash, zero_stage=zero,
+                overlap_grad_reduce=bool(overlap_grad_reduce), sequence_parallel_effective=sp,
+                trainers=_trainers(p, v, zero))
 
-    missing = []
-    if v > 1:
-        missing.append(f"interleaved 1F1B (virtual_stages={v})")
-    if sequence_parallel:
-        missing.append("sequence parallelism")
-    if recompute == "selective":
-        missing.append("selective recomputation")
-    if missing:
-        return _not("not_modelled", "not modelled yet: " + ", ".join(missing), plan)
     if B % (b * d):
         return _not("infeasible", f"global batch {B} is not a multiple of microbatch × data "
                                   f"parallel = {b * d}", plan)
@@ -351,11 +449,26 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     except ValueError as exc:
         return _not("infeasible", str(exc), plan)
     m = B // (b * d)
+    if v > 1:
+        # Megatron-LM's interleaved schedule (Narayanan et al. 2021 §2.2.2; sheet §5.4).
+        if p == 1:
+            return _not("infeasible", "interleaved 1F1B (virtual_stages > 1) needs pipeline "
+                                      "parallelism (p ≥ 2)", plan)
+        if m_spec.n_layers % (p * v):
+            return _not("infeasible", f"interleaved 1F1B needs the transformer layers "
+                                      f"({m_spec.n_layers}) divisible by p·v = {p * v}", plan)
+        if m % p:
+            return _not("infeasible", f"interleaved 1F1B needs the microbatches per pipeline "
+                                      f"({m}) divisible by p = {p}", plan)
+    if sp and m_spec.seq_len % t:
+        return _not("infeasible", f"sequence parallelism needs the sequence ({m_spec.seq_len}) "
+                                  f"divisible by tensor parallel {t}", plan)
+    chunk_layers = m_spec.n_layers // (p * v)      # layers of one model chunk
 
-    mg = graph.build_layers(m_spec, b, t)
+    mg = graph.build_layers(m_spec, b, t, sequence_parallel=sp, flash_attention=flash)
     emb, block, head = mg.layers
     e = mg.layers[1].forward.bytes_per_element
-    times = {L.kind: _layer_seconds(L, row, eff) for L in mg.layers}
+    times = {L.kind: _layer_seconds(L, row, eff, t) for L in mg.layers}
     s, h = m_spec.seq_len, m_spec.hidden
 
     # -- pipeline transfers (per microbatch; scatter/gather when t > 1) --------------
@@ -370,10 +483,43 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
                         for i in range(t))
             send = float(cost.p2p_seconds(act_bytes / t, row, inter_node=inter,
                                           model="calibrated", efficiency=eff)[0, 0])
-            gather = ring_allgather_seconds(act_bytes, [_rank(stage_b, j, i, t, d) for i in range(t)],
-                                            row, eff)
+            # With sequence parallelism the boundary tensor is already split over the
+            # t ranks (s/t tokens each): nothing to gather on the receiving side.
+            gather = 0.0 if sp else ring_allgather_seconds(
+                act_bytes, [_rank(stage_b, j, i, t, d) for i in range(t)], row, eff)
             worst = max(worst, send + gather)
         return worst
+
+    def stage_params(r):
+        n = per_stage[r] * block.param_bytes
+        if r == 0:
+            n += emb.param_bytes
+        if r == p - 1:
+            n += head.param_bytes
+        return n // e
+
+    def dp_ranks(r):
+        return [_rank(r, j, 0, t, d) for j in range(d)]
+
+    # ZeRO-3 all-gathers each layer's parameters (2 B each) over the data-parallel group
+    # before its forward and again before its backward (and its recomputed forward under
+    # full recomputation), every microbatch; the embedding and head likewise.
+    def zero3_gathers(r):
+        if zero < 3 or d == 1:
+            return 0.0
+        passes = 3 if recompute == "full" else 2
+        blk = ring_allgather_seconds(WEIGHT_BYTES_PER_PARAM * (block.param_bytes // e) * d,
+                                     dp_ranks(r), row, eff)
+        sec = passes * per_stage[r] * blk
+        for L, here in ((emb, r == 0), (head, r == p - 1)):
+            if here:
+                sec += 2 * ring_allgather_seconds(WEIGHT_BYTES_PER_PARAM * (L.param_bytes // e) * d,
+                                                  dp_ranks(r), row, eff)
+        return sec
+
+    def grad_reduce_scatter(r):
+        """Reduce-scatter of the stage's fp32 gradients over d (ZeRO ≥ 1) (s)."""
+        return ring_allgather_seconds(GRAD_BYTES_PER_PARAM * stage_params(r), dp_ranks(r), row, eff)
 
     slots = []
     for r in range(p):
@@ -386,32 +532,56 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
         if r == p - 1:
             f += times["head"][0]
             bw += times["head"][1]
-        rec = n_blocks * times["block"][0] if recompute == "full" else 0.0
+        rec = 0.0
+        if recompute == "full":
+            rec = n_blocks * times["block"][0]
+        elif recompute == "selective":
+            rec = n_blocks * times["block"][2]
         comm = 0.0
-        if r > 0:
-            comm += transfer(r - 1, r)
-        if r < p - 1:
-            comm += transfer(r, r + 1)
-        slots.append((f + bw + rec + comm, f, bw, rec, comm))
+        # Device r runs the model chunks (virtual stages) c·p + r, c = 0..v−1; each chunk
+        # receives from the previous virtual stage and sends to the next (v× the transfers
+        # of plain 1F1B; chunk boundaries p−1 → 0 wrap around the pipeline).
+        for c in range(v):
+            k = c * p + r
+            if k > 0:
+                comm += transfer((k - 1) % p, r)
+            if k < p * v - 1:
+                comm += transfer(r, (k + 1) % p)
+        extra = zero3_gathers(r)
+        if zero >= 2 and d > 1:
+            # ZeRO-2/3 keep only their gradient shard: each microbatch's gradients are
+            # reduce-scattered as its backward ends (DeepSpeed's per-micro-step reduction);
+            # overlapped with that backward when overlap_grad_reduce.
+            rs = grad_reduce_scatter(r)
+            extra += max(0.0, rs - bw - rec) if overlap_grad_reduce else rs
+        slots.append((f + bw + rec + comm + extra, f, bw, rec, comm))
     crit = max(range(p), key=lambda r: slots[r][0])
     slot = slots[crit][0]
-    steady, bubble = m * slot, (p - 1) * slot
+    # Interleaving cuts the bubble to (p − 1)/v slots (Narayanan et al. 2021 §2.2.2).
+    steady, bubble = m * slot, (p - 1) * slot / v
 
-    # -- parameters per stage (elements of one tensor-parallel slice) ----------------
-    def stage_params(r):
-        n = per_stage[r] * block.param_bytes
-        if r == 0:
-            n += emb.param_bytes
-        if r == p - 1:
-            n += head.param_bytes
-        return n // e
-
-    # -- data-parallel gradient all-reduce, fp32 main grads (sheet §5.3) --------------
+    # -- data-parallel gradient reduction, fp32 main grads (sheet §5.3) --------------
+    # ZeRO 0: all-reduce after the last backward. ZeRO 1 (Megatron's distributed
+    # optimizer): reduce-scatter there, then all-gather the updated 16-bit parameters
+    # after the optimizer. ZeRO 2: the gradients were reduce-scattered per microbatch
+    # (in the slot); the parameter all-gather remains. ZeRO 3: parameters stay sharded
+    # (gathered per layer in the slot). overlap_grad_reduce: the end-of-step reduction
+    # runs bucket by bucket during the last microbatch's backward, so only what exceeds
+    # that backward (with its recomputation) on the stage is exposed.
     dp_s = 0.0
     for r in range(p):
-        ranks = [_rank(r, j, 0, t, d) for j in range(d)]
-        dp_s = max(dp_s, ring_allreduce_seconds(GRAD_BYTES_PER_PARAM * stage_params(r), ranks,
-                                                row, eff))
+        ranks = dp_ranks(r)
+        if zero == 0:
+            red = ring_allreduce_seconds(GRAD_BYTES_PER_PARAM * stage_params(r), ranks, row, eff)
+        elif zero == 1:
+            red = grad_reduce_scatter(r) if d > 1 else 0.0
+        else:
+            red = 0.0
+        if overlap_grad_reduce:
+            red = max(0.0, red - slots[r][2] - slots[r][3])
+        if zero in (1, 2) and d > 1:
+            red += ring_allgather_seconds(WEIGHT_BYTES_PER_PARAM * stage_params(r), ranks, row, eff)
+        dp_s = max(dp_s, red)
     emb_s = 0.0
     if p > 1:
         word = -(-m_spec.vocab // t) * m_spec.embed_width
@@ -423,7 +593,10 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     mp_ranks = [_rank(r, 0, i, t, d) for r in range(p) for i in range(t)]
     tiny = ring_allreduce_seconds(4, mp_ranks, row, eff)
     n_tiny = 2 if precision == "fp16" else 1
-    opt_s = max(stage_params(r) * OPTIMIZER_BYTES_PER_PARAM[precision] / hbm for r in range(p)) \
+    # ZeRO ≥ 1: each data-parallel rank updates its 1/d shard of the parameters.
+    shard = d if zero >= 1 else 1
+    opt_s = max(stage_params(r) / shard * OPTIMIZER_BYTES_PER_PARAM[precision] / hbm
+                for r in range(p)) \
         + _OPTIMIZER_KERNELS[precision] * eff.launch_s + n_tiny * tiny
 
     total = steady + bubble + dp_s + emb_s + opt_s
@@ -434,24 +607,49 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
                        p2p_s=slots[crit][4], microbatches=m, critical_stage=crit)
 
     # -- memory per stage (sheet §5.1, §5.5) ------------------------------------------
-    per_layer_act = block.stash_bytes if recompute == "none" else e * b * s * h
+    per_layer_act = block.stash(recompute)
     limit = int(float(row["hbm_gib"][0]) * 2 ** 30)
+    # ZeRO shards over d: optimizer state from stage 1, gradients from 2, weights at 3.
+    w_div, g_div, o_div = (d if zero >= 3 else 1), (d if zero >= 2 else 1), (d if zero >= 1 else 1)
+    per_param = (WEIGHT_BYTES_PER_PARAM / w_div + GRAD_BYTES_PER_PARAM / g_div
+                 + OPTIMIZER_STATE_BYTES_PER_PARAM / o_div)
     memory = []
     for r in range(p):
         n_par = stage_params(r)
-        in_flight = min(p - r, m)
+        if v == 1:
+            in_flight = min(p - r, m)
+            layers_in_flight = in_flight * per_stage[r]
+            ends_in_flight = in_flight
+        else:
+            # Megatron's interleaved warm-up on rank r: 2(p − r − 1) + (v − 1)·p chunk
+            # forwards, then one more before the first backward (sheet §5.4); each chunk is
+            # L/(p·v) layers — the first stage holds L·(1 + (p − 1)/(p·v)) layers' worth.
+            in_flight = min(2 * (p - r - 1) + (v - 1) * p + 1, m * v)
+            layers_in_flight = in_flight * chunk_layers
+            # The embedding (chunk 0) and head (last chunk) are one chunk of v: their share
+            # of the chunk-microbatches in flight.
+            ends_in_flight = -(-in_flight // v)
         other = 0
         if r == 0:
-            other += in_flight * emb.stash_bytes
+            other += ends_in_flight * emb.stash_bytes
         if r == p - 1:
-            other += in_flight * head.stash_bytes
-        layer_state = per_stage[r] * (block.param_bytes // e) * (
-            WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM + OPTIMIZER_STATE_BYTES_PER_PARAM)
+            other += ends_in_flight * head.stash_bytes
+        layer_state = int(per_stage[r] * (block.param_bytes // e) * per_param)
+        workspace = 0
+        if recompute == "full":
+            workspace = block.stash("none")         # one layer's recomputed activations
+        elif recompute == "selective":
+            workspace = block.stash("none") - block.stash("selective")   # its attention core
+        if zero >= 3 and d > 1:
+            # The gathered (unsharded) parameters of the layer running and the next one
+            # being prefetched.
+            workspace += 2 * WEIGHT_BYTES_PER_PARAM * (block.param_bytes // e)
         memory.append(MemoryBreakdown(
-            stage=r, weights=WEIGHT_BYTES_PER_PARAM * n_par, gradients=GRAD_BYTES_PER_PARAM * n_par,
-            optimizer_state=OPTIMIZER_STATE_BYTES_PER_PARAM * n_par,
-            activations=in_flight * per_stage[r] * per_layer_act, activations_other=other,
-            workspace=block.stash_bytes if recompute == "full" else 0,
-            in_flight=in_flight, layer_param_state=layer_state, limit=limit))
+            stage=r, weights=int(WEIGHT_BYTES_PER_PARAM * n_par / w_div),
+            gradients=int(GRAD_BYTES_PER_PARAM * n_par / g_div),
+            optimizer_state=int(OPTIMIZER_STATE_BYTES_PER_PARAM * n_par / o_div),
+            activations=layers_in_flight * per_layer_act, activations_other=other,
+            workspace=workspace, in_flight=in_flight, layer_param_state=layer_state,
+            limit=limit))
     return StepResult(status="ok", reason="", time_s=total, breakdown=bd, memory=tuple(memory),
                       plan=plan)

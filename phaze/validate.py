@@ -2,8 +2,9 @@
 
 :func:`run` reads a validation table (the built-in ``phaze/data/validation.json`` when
 ``path`` is None), predicts every row with :func:`phaze.step.training_step` (the
-calibrated model) and returns a :class:`Report`. A row phaze cannot model yet
-(interleaving, sequence parallelism, selective recomputation) keeps its place with
+calibrated model) with the row's own configuration (interleaving, sequence parallelism,
+recomputation none/selective/full) and returns a :class:`Report`. A row phaze cannot
+model, or a plan Megatron-LM would refuse, keeps its place with
 ``predicted_s``/``predicted_gib`` None and the ``reason``; no row is dropped.
 
 Errors are signed percentages, ``error = 100·(predicted − published)/published``.
@@ -36,6 +37,10 @@ Validation file schema (JSON; the built-in table follows it)
          "recompute": "none" | "selective" | "full",
          "sequence_parallel": bool,
          "precision": "fp16" | "bf16",
+         "flash_attention": bool,      (optional, default false)
+         "zero_stage": 0..3,           (optional, default 0; Megatron's distributed
+                                        optimizer = 1)
+         "overlap_grad_reduce": bool,  (optional, default false)
          "published_s": float,         kind "time": seconds per iteration
          "quantity": "par_opt" | "act",            kind "memory": parameters + gradients +
          "published_gib": float,       optimizer state of the transformer layers, or their
@@ -65,6 +70,8 @@ __all__ = ["Report", "run", "load_table", "builtin_path"]
 _GIB = float(2 ** 30)
 _CONFIG_KEYS = ("model", "arch", "gpus", "t", "p", "d", "microbatch", "global_batch",
                 "virtual_stages", "recompute", "sequence_parallel", "precision")
+#: Optional strategy fields of a row and their defaults (the runs of 2021–22 used none).
+_OPTIONAL_KEYS = (("flash_attention", False), ("zero_stage", 0), ("overlap_grad_reduce", False))
 _SHAPE_REQUIRED = ("n_layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len")
 
 
@@ -137,6 +144,13 @@ def load_table(path=None) -> dict:
         if row["gpus"] != row["t"] * row["p"] * row["d"]:
             raise ValueError(f"{where}: gpus ({row['gpus']}) != t·p·d "
                              f"({row['t'] * row['p'] * row['d']})")
+        for key, default in _OPTIONAL_KEYS:
+            value = row.get(key, default)
+            ok = (isinstance(value, bool) if isinstance(default, bool)
+                  else isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3)
+            if not ok:
+                raise ValueError(f"{where}: {key} must be "
+                                 f"{'true or false' if isinstance(default, bool) else '0, 1, 2 or 3'}")
         if row["model"] not in shapes and row["model"] not in _models.names():
             raise ValueError(f"{where}: model {row['model']!r} is neither in 'models' nor in the zoo")
     for name, shape in shapes.items():
@@ -175,12 +189,14 @@ def run(path=None) -> Report:
     out = []
     for row in table["rows"]:
         config = {k: row[k] for k in _CONFIG_KEYS}
+        config.update({k: row.get(k, default) for k, default in _OPTIONAL_KEYS})
         res = _step.training_step(
             _model_spec(row["model"], shapes), row["arch"], tensor_parallel=row["t"],
             pipeline_parallel=row["p"], data_parallel=row["d"], microbatch=row["microbatch"],
             global_batch=row["global_batch"], recompute=row["recompute"],
             virtual_stages=row["virtual_stages"], sequence_parallel=row["sequence_parallel"],
-            precision=row["precision"])
+            precision=row["precision"], flash_attention=config["flash_attention"],
+            zero_stage=config["zero_stage"], overlap_grad_reduce=config["overlap_grad_reduce"])
         rec = dict(name=row["name"], kind=row["kind"], held_out=bool(row.get("held_out", False)),
                    reason=res.reason, source=row["source"], config=config,
                    assumptions=list(row.get("assumptions", [])))

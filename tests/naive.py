@@ -594,3 +594,89 @@ def naive_korthikanti_activation_bytes(s, b, h, a, t, layers, recompute):
 def naive_adam_seconds(n_params, bytes_per_param, hbm_bytes_per_s, hbm_efficiency):
     """Memory-bound optimizer step: bytes moved per parameter over achievable HBM bandwidth."""
     return n_params * bytes_per_param / (hbm_bytes_per_s * hbm_efficiency)
+
+
+def naive_korthikanti_table2(s, b, h, a, t, mode):
+    """Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer per GPU,
+    16-bit, for ``mode`` none (tensor parallel), seq (+ sequence parallel), sel (+ selective
+    recomputation), seqsel (both) or full (the 2·s·b·h layer input)."""
+    core = 5 * a * s / (h * t)
+    per = {"none": 10 + 24 / t + core, "seq": 34 / t + core, "sel": 10 + 24 / t,
+           "seqsel": 34 / t, "full": 2}[mode]
+    return s * b * h * per
+
+
+def naive_interleaved_makespan(fwd, bwd, p, v, m):
+    """Megatron-LM's interleaved 1F1B simulated chunk by chunk on ``p`` devices with ``v``
+    model chunks each (virtual stage k = c·p + r on device r), equal chunks of ``fwd`` /
+    ``bwd`` seconds, no transfer time. Forward order of device r: chunk-microbatch i runs
+    chunk (i // p) % v of microbatch (i // (p·v))·p + i % p (backwards: chunks reversed);
+    2(p − r − 1) + (v − 1)·p warm-up forwards (at most m·v), then one forward and one backward alternately, then the remaining backwards. F(k, j) waits for
+    F(k − 1, j); B(k, j) for F(k, j) and B(k + 1, j). Returns the makespan (s)."""
+    n = m * v
+    def fwd_id(i):
+        return (i // (p * v)) * p + i % p, (i // p) % v
+    def bwd_id(i):
+        mb, c = fwd_id(i)
+        return mb, v - 1 - c
+    orders = []
+    for r in range(p):
+        warm = min(2 * (p - r - 1) + (v - 1) * p, n)
+        seq = [("F",) + fwd_id(i) for i in range(warm)]
+        nf, nb = warm, 0
+        while nf < n:
+            seq.append(("F",) + fwd_id(nf))
+            nf += 1
+            seq.append(("B",) + bwd_id(nb))
+            nb += 1
+        seq += [("B",) + bwd_id(i) for i in range(nb, n)]
+        orders.append(seq)
+    done, clock, pos = {}, [0.0] * p, [0] * p
+    while any(pos[r] < len(orders[r]) for r in range(p)):
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(orders[r]):
+                kind, mb, c = orders[r][pos[r]]
+                k = c * p + r
+                if kind == "F":
+                    deps = [] if k == 0 else [("F", k - 1, mb)]
+                else:
+                    deps = [("F", k, mb)] + ([] if k == p * v - 1 else [("B", k + 1, mb)])
+                if any(dep not in done for dep in deps):
+                    break
+                start = max([clock[r]] + [done[dep] for dep in deps])
+                clock[r] = start + (fwd if kind == "F" else bwd)
+                done[(kind, k, mb)] = clock[r]
+                pos[r] += 1
+                progressed = True
+        assert progressed, "interleaved order deadlocked"
+    return max(clock)
+
+
+def naive_interleaved_in_flight(p, v, r, m):
+    """Chunk-microbatches whose activations device r holds at most under Megatron's
+    interleaved order (:func:`naive_interleaved_makespan`), counted by walking the order."""
+    n = m * v
+    warm = min(2 * (p - r - 1) + (v - 1) * p, n)
+    held = peak = 0
+    nf = nb = 0
+    for _ in range(warm):
+        held += 1; nf += 1; peak = max(peak, held)
+    while nf < n:
+        held += 1; nf += 1; peak = max(peak, held)
+        held -= 1; nb += 1
+    return peak
+
+
+def naive_ring_gather_seconds(n, nbytes_total, nodes, link_bw, net_bw, eff):
+    """Ring all-gather / reduce-scatter of a ``nbytes_total`` tensor on n ranks spread
+    over ``nodes`` nodes, step by step: n − 1 steps each moving nbytes_total/n over the
+    slowest tier, α per step by tier (``nodes − 1`` steps cross a node)."""
+    if n <= 1:
+        return 0.0
+    x = nodes - 1
+    bw = (eff.net_efficiency * net_bw if nodes > 1 else eff.link_efficiency * link_bw) * 1e9
+    total = eff.coll_latency_s
+    for step in range(n - 1):
+        total += (eff.net_step_s if step < x else eff.link_step_s) + nbytes_total / n / bw
+    return total
