@@ -245,12 +245,12 @@ def _hf_rope_scaling(raw) -> int:
 
 def _hf_mixtral_moe(raw, cfg, mt) -> dict:
     """ModelSpec fields of Mixtral's experts (every layer an MoE layer), or {} for a dense
-    llama/mistral config. ``num_experts_per_tok`` without ``num_local_experts`` (or the
+    llama/mistral config (no expert key, or only neutral ones: null, 0, 1). ``num_experts_per_tok`` without ``num_local_experts`` (or the
     other way round outside a mixtral config, which has defaults) is ambiguous: refused."""
     src = cfg if mt == "mixtral" else raw
     n, k = src.get("num_local_experts"), src.get("num_experts_per_tok")
-    if n is None and k is None:
-        return {}
+    if _neutral(n) and _neutral(k):
+        return {}           # absent, or one expert and top-1: the dense model it always was
     if n is None:
         raise ValueError(f"config key 'num_experts_per_tok' ({show(k)}) routes tokens to "
                          f"experts but the {mt} config gives no 'num_local_experts'; phaze "

@@ -226,6 +226,7 @@ def test_from_hf_mixtral_keys_are_a_mixture_of_experts_whatever_the_type(model_t
         del cfg["num_experts_per_tok"]
         with pytest.raises(ValueError, match="'num_local_experts'.*no 'num_experts_per_tok'"):
             models.from_hf_config(cfg)
+        assert not models.from_hf_config(dict(cfg, num_local_experts=1)).is_moe  # one expert
         del cfg["num_local_experts"]
         assert not models.from_hf_config(cfg).is_moe   # no MoE key at all: dense, fine
 

@@ -284,3 +284,12 @@ def test_n_params_and_active_match_the_tensor_by_tensor_count(m):
     unrouted = len(m.moe_layer_ids) * (m.n_experts - m.experts_per_token)
     assert m.n_active_params == naive_moe_n_params(m) - unrouted * models.expert_params(m)
     assert (m.n_active_params == m.n_params) == (not m.is_moe or m.experts_per_token == m.n_experts)
+
+
+def test_dense_addition_evaluates_end_to_end():
+    # `phaze evaluate --model llama3-8b --arch a100-80g --tp 8 --pp 1 --dp 1 --microbatch 1`
+    from phaze import search
+
+    r = search.evaluate_point("llama3-8b", "a100-80g", 8, 1, 1, 1, False)
+    assert r["feasible"] and r["time_per_batch_s"] > 0
+    assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 8192)
