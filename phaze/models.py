@@ -3,11 +3,15 @@
 A :class:`ModelSpec` describes a decoder or encoder transformer by its shape
 (layers, widths, heads, vocabulary, sequence length) and the few structural
 choices that change its operators and parameter count (activation, norm,
-position encoding, biases, an embedding projection, tied embeddings).
+position encoding, biases, an embedding projection, tied embeddings), plus the
+mixture-of-experts shape (routed and shared experts, top-k, expert widths, the
+dense layers before the first MoE layer and an MoE-every-n pattern) and
+DeepSeek's multi-head latent attention (MLA).
 
 ``get(name)`` returns a built-in model, ``names()`` lists them, and
 ``from_hf_config(path_or_dict)`` reads a Hugging Face ``config.json`` (GPT-2,
-Llama, Mistral, OPT, BERT) without importing ``transformers``.
+Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, DeepSeek-V2, OPT, BERT) without
+importing ``transformers`` (the reader is ``phaze/_hf_config.py``).
 
 Parameter count (``ModelSpec.n_params``), every weight and bias once:
 
@@ -19,10 +23,26 @@ Parameter count (``ModelSpec.n_params``), every weight and bias once:
   ``hidden × kv_heads·head_dim`` (×2), output ``heads·head_dim × hidden``;
   MLP ``hidden × ffn`` and ``ffn × hidden`` (SwiGLU: gate and up
   ``hidden × ffn`` each, down ``ffn × hidden``); with ``bias`` every linear
-  layer has its bias;
+  layer has its bias, with ``qkv_bias`` (Qwen2) only Q, K and V have one;
+- an MoE block replaces the MLP by ``n_experts`` routed expert MLPs of width
+  ``expert_ffn_hidden``, ``n_shared_experts`` shared expert MLPs of width
+  ``shared_ffn_hidden``, the router ``hidden × n_experts`` (no bias) and, with
+  ``shared_expert_gate`` (Qwen2-MoE), a ``hidden × 1`` gate of the shared expert;
+- an MLA block (``kv_lora_rank > 0``, DeepSeek-V2) replaces Q, K, V by
+  ``hidden × q_lora_rank`` + norm + ``q_lora_rank × heads·(head_dim + qk_rope_head_dim)``
+  (or one ``hidden × heads·(head_dim + qk_rope_head_dim)`` without ``q_lora_rank``),
+  ``hidden × (kv_lora_rank + qk_rope_head_dim)`` + norm +
+  ``kv_lora_rank × heads·(head_dim + v_head_dim)``, and the output by
+  ``heads·v_head_dim × hidden``;
 - a final norm when ``final_norm`` (pre-LN models; OPT-350M is post-LN and has
   none; BERT's embedding LayerNorm has the same size and is counted here);
 - the output projection ``e × vocab`` (no bias) unless the embeddings are tied.
+
+``ModelSpec.n_active_params`` is what one token runs through: ``n_params`` less
+the routed experts it is not sent to (``n_experts − experts_per_token`` per MoE
+layer). The whole token table counts, as in Mistral's "12.9B active" for
+Mixtral-8x7B; DeepSeek's "2.4B activated" for V2-Lite leaves the input table out
+(``n_active_params − vocab·hidden``).
 
 Not modelled (documented differences from the published totals): BERT's
 token-type embeddings (2·hidden), pooler and masked-LM transform
@@ -30,9 +50,7 @@ token-type embeddings (2·hidden), pooler and masked-LM transform
 """
 from __future__ import annotations
 
-import json
 import numbers
-import os
 from dataclasses import dataclass, replace
 
 from . import _config
@@ -48,7 +66,15 @@ POSITIONS = ("learned", "rotary", "none")
 #: wrapping around and every per-layer array within memory: a config with 10**12
 #: layers is an error naming n_layers, not a MemoryError.
 MODEL_LIMITS = {"n_layers": 100_000, "hidden": 2 ** 20, "heads": 2 ** 14, "kv_heads": 2 ** 14,
-                "ffn_hidden": 2 ** 22, "vocab": 2 ** 24, "seq_len": 2 ** 22}
+                "ffn_hidden": 2 ** 22, "vocab": 2 ** 24, "seq_len": 2 ** 22,
+                "n_experts": 2 ** 16}
+
+#: Mixture-of-experts fields and their dense (neutral) values: a dense model holds exactly these.
+_MOE_NEUTRAL = {"experts_per_token": 0, "expert_ffn_hidden": None, "n_shared_experts": 0,
+                "shared_ffn_hidden": None, "shared_expert_gate": False, "first_dense_layers": 0,
+                "moe_every": 1}
+#: Multi-head latent attention fields and their values without MLA.
+_MLA_NEUTRAL = {"q_lora_rank": 0, "qk_rope_head_dim": 0, "v_head_dim": None}
 
 
 @dataclass(frozen=True)
@@ -57,8 +83,8 @@ class ModelSpec:
 
     Fields (docs/design.md §2.1): ``name``, ``n_layers``, ``hidden`` (model width),
     ``heads``, ``kv_heads`` (grouped-query attention: key/value heads, dividing
-    ``heads``), ``ffn_hidden`` (MLP width), ``vocab`` (real, unpadded),
-    ``seq_len`` (tokens per sample in training), ``activation``
+    ``heads``), ``ffn_hidden`` (MLP width of the dense layers), ``vocab`` (real,
+    unpadded), ``seq_len`` (tokens per sample in training), ``activation``
     ('gelu' | 'relu' | 'swiglu'), ``norm`` ('layernorm' | 'rmsnorm'),
     ``position`` ('learned' | 'rotary' | 'none'), ``bias`` (linear layers carry
     biases), ``embed_proj`` (width of the token embedding when it is projected
@@ -66,8 +92,33 @@ class ModelSpec:
 
     Extra optional fields: ``head_dim`` (default ``hidden // heads``),
     ``max_positions`` (rows of the learned position table, default
-    ``seq_len``) and ``final_norm`` (a norm before the output layer; default
-    True).
+    ``seq_len``), ``final_norm`` (a norm before the output layer; default
+    True) and ``qkv_bias`` (Q, K and V carry biases; default ``bias`` — Qwen2
+    has them without any other bias).
+
+    Mixture of experts (all at their dense defaults unless ``n_experts > 0``):
+
+    - ``n_experts``: routed experts of each MoE layer (0: a dense model);
+    - ``experts_per_token``: experts each token is routed to (top-k, 1..n_experts);
+    - ``expert_ffn_hidden``: MLP width of one routed expert (default ``ffn_hidden``);
+    - ``n_shared_experts``: experts every token also runs through (DeepSeek, Qwen2-MoE);
+    - ``shared_ffn_hidden``: MLP width of one shared expert (default ``expert_ffn_hidden``);
+    - ``shared_expert_gate``: a ``hidden × 1`` sigmoid gate on the shared experts' output
+      (Qwen2-MoE);
+    - ``first_dense_layers`` and ``moe_every``: layer ``i`` (from 0) is an MoE layer when
+      ``i >= first_dense_layers`` and ``i % moe_every == 0`` (DeepSeek's
+      ``first_k_dense_replace`` and ``moe_layer_freq``, Megatron-Core's ``moe_layer_freq``);
+      the other layers have the dense MLP of width ``ffn_hidden``.
+
+    Every MoE layer has a router (``hidden × n_experts``, no bias). Experts use the
+    model's ``activation`` and ``bias``.
+
+    Multi-head latent attention (DeepSeek-V2; all 0/None unless ``kv_lora_rank > 0``):
+    ``kv_lora_rank`` (width of the compressed key/value latent), ``q_lora_rank`` (of the
+    compressed query; 0: queries projected directly), ``qk_rope_head_dim`` (the rotary part
+    of each query/key head, beside the ``head_dim`` part without position) and
+    ``v_head_dim`` (default ``head_dim``). MLA has one key/value head per query head
+    (``kv_heads == heads``) and no attention biases.
     """
 
     name: str
@@ -88,6 +139,21 @@ class ModelSpec:
     head_dim: int = None
     max_positions: int = None
     final_norm: bool = True
+    qkv_bias: bool = None
+    # -- mixture of experts --
+    n_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn_hidden: int = None
+    n_shared_experts: int = 0
+    shared_ffn_hidden: int = None
+    shared_expert_gate: bool = False
+    first_dense_layers: int = 0
+    moe_every: int = 1
+    # -- multi-head latent attention --
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -99,7 +165,10 @@ class ModelSpec:
         set_(self, "activation", one_of("activation", self.activation, ACTIVATIONS))
         set_(self, "norm", one_of("norm", self.norm, NORMS))
         set_(self, "position", one_of("position", self.position, POSITIONS))
-        for f in ("bias", "causal", "tied_embeddings", "final_norm"):
+        if self.qkv_bias is None:
+            set_(self, "qkv_bias", self.bias)
+        for f in ("bias", "causal", "tied_embeddings", "final_norm", "qkv_bias",
+                  "shared_expert_gate"):
             v = getattr(self, f)
             if not isinstance(v, bool):
                 raise ValueError(f"{f} must be True or False, got {v!r}")
@@ -120,14 +189,117 @@ class ModelSpec:
         if self.position == "learned" and self.max_positions < self.seq_len:
             raise ValueError(f"max_positions ({self.max_positions}) must be >= seq_len "
                              f"({self.seq_len}) with learned positions")
-        # Cached parameter count: an attribute, not a field (frozen dataclasses allow it).
+        self._check_moe()
+        self._check_mla()
+        # Cached parameter counts: attributes, not fields (frozen dataclasses allow it).
         set_(self, "_n_params", _count_params(self))
+        unrouted = len(self.moe_layer_ids) * (self.n_experts - self.experts_per_token)
+        set_(self, "_n_active_params", self._n_params - unrouted * expert_params(self))
+
+    def _check_moe(self):
+        set_ = object.__setattr__
+        set_(self, "n_experts", nonneg_int("n_experts", self.n_experts, MODEL_LIMITS["n_experts"]))
+        if self.n_experts == 0:
+            # A dense model: every MoE field keeps its neutral value, so that a stray top-k
+            # or expert width never hides in a spec whose count ignores it.
+            for f, neutral in _MOE_NEUTRAL.items():
+                v = getattr(self, f)
+                if (v is None) != (neutral is None) or v != neutral:
+                    raise ValueError(f"{f} must be {neutral!r} without experts (n_experts = 0), "
+                                     f"got {show(v)}")
+                set_(self, f, neutral)       # one canonical dense spec (0, not 0.0 or False)
+            return
+        set_(self, "experts_per_token", positive_int("experts_per_token", self.experts_per_token,
+                                                     self.n_experts))
+        width = self.ffn_hidden if self.expert_ffn_hidden is None else self.expert_ffn_hidden
+        set_(self, "expert_ffn_hidden", positive_int("expert_ffn_hidden", width,
+                                                     MODEL_LIMITS["ffn_hidden"]))
+        set_(self, "n_shared_experts", nonneg_int("n_shared_experts", self.n_shared_experts,
+                                                  MODEL_LIMITS["n_experts"]))
+        if self.n_shared_experts:
+            width = (self.expert_ffn_hidden if self.shared_ffn_hidden is None
+                     else self.shared_ffn_hidden)
+            set_(self, "shared_ffn_hidden", positive_int("shared_ffn_hidden", width,
+                                                         MODEL_LIMITS["ffn_hidden"]))
+        elif self.shared_ffn_hidden is not None or self.shared_expert_gate:
+            f = "shared_ffn_hidden" if self.shared_ffn_hidden is not None else "shared_expert_gate"
+            raise ValueError(f"{f} needs shared experts (n_shared_experts > 0)")
+        set_(self, "moe_every", positive_int("moe_every", self.moe_every, MODEL_LIMITS["n_layers"]))
+        set_(self, "first_dense_layers", nonneg_int("first_dense_layers", self.first_dense_layers,
+                                                    MODEL_LIMITS["n_layers"]))
+        if not any(i % self.moe_every == 0 for i in range(self.first_dense_layers, self.n_layers)):
+            raise ValueError(f"first_dense_layers ({self.first_dense_layers}) and moe_every "
+                             f"({self.moe_every}) leave no MoE layer among the {self.n_layers} "
+                             f"layers; use n_experts = 0 for a dense model")
+
+    def _check_mla(self):
+        set_ = object.__setattr__
+        set_(self, "kv_lora_rank", nonneg_int("kv_lora_rank", self.kv_lora_rank,
+                                              MODEL_LIMITS["hidden"]))
+        if self.kv_lora_rank == 0:
+            for f, neutral in _MLA_NEUTRAL.items():
+                v = getattr(self, f)
+                if (v is None) != (neutral is None) or v != neutral:
+                    raise ValueError(f"{f} must be {neutral!r} without multi-head latent "
+                                     f"attention (kv_lora_rank = 0), got {show(v)}")
+                set_(self, f, neutral)
+            return
+        for f in ("q_lora_rank", "qk_rope_head_dim"):
+            set_(self, f, nonneg_int(f, getattr(self, f), MODEL_LIMITS["hidden"]))
+        v = self.head_dim if self.v_head_dim is None else self.v_head_dim
+        set_(self, "v_head_dim", positive_int("v_head_dim", v, MODEL_LIMITS["hidden"]))
+        if self.kv_heads != self.heads:
+            raise ValueError(f"kv_heads must equal heads ({self.heads}) with multi-head latent "
+                             f"attention (kv_lora_rank > 0), got {self.kv_heads}")
+        if self.bias or self.qkv_bias:
+            raise ValueError("bias and qkv_bias must be False with multi-head latent attention "
+                             "(kv_lora_rank > 0): phaze models DeepSeek-V2's bias-free MLA")
 
     # -- derived ------------------------------------------------------------
     @property
     def n_params(self) -> int:
         """Trainable parameters: every weight and bias once, a tied embedding once."""
         return self._n_params
+
+    @property
+    def n_active_params(self) -> int:
+        """Parameters one token runs through: ``n_params`` less, in each MoE layer, the
+        ``n_experts − experts_per_token`` routed experts it is not sent to (the router and
+        the shared experts count). Equal to ``n_params`` for a dense model."""
+        return self._n_active_params
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model (``n_experts > 0``)."""
+        return self.n_experts > 0
+
+    @property
+    def uses_mla(self) -> bool:
+        """True with DeepSeek's multi-head latent attention (``kv_lora_rank > 0``)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layer_ids(self) -> tuple:
+        """Indices (from 0) of the MoE layers; empty for a dense model."""
+        if not self.n_experts:
+            return ()
+        return tuple(i for i in range(self.first_dense_layers, self.n_layers)
+                     if i % self.moe_every == 0)
+
+    @property
+    def graph_refusal(self) -> str:
+        """Why ``phaze.graph`` cannot build this model's operator graphs yet, in one
+        sentence; '' when it can. Mixture-of-experts layers (router, dispatch, experts)
+        and multi-head latent attention have no operator graphs so far: building a dense
+        graph in their place would be a silently different model."""
+        if self.is_moe:
+            return (f"{self.name} is a mixture of experts ({self.n_experts} routed experts, "
+                    f"top-{self.experts_per_token}), whose operator graphs phaze does not build "
+                    f"yet: dense models only for now")
+        if self.uses_mla:
+            return (f"{self.name} uses multi-head latent attention (kv_lora_rank "
+                    f"{self.kv_lora_rank}), whose operator graphs phaze does not build yet")
+        return ""
 
     @property
     def embed_width(self) -> int:
@@ -163,21 +335,73 @@ class ModelSpec:
         return replace(self, **changes)
 
 
-def _norm_params(m: ModelSpec) -> int:
-    return 2 * m.hidden if m.norm == "layernorm" else m.hidden
+def _norm_params(m: ModelSpec, width: int = None) -> int:
+    """Weights of one norm over ``width`` (default ``hidden``) features: a LayerNorm has
+    a weight and a bias, an RMSNorm a weight only."""
+    width = m.hidden if width is None else width
+    return 2 * width if m.norm == "layernorm" else width
 
 
-def block_params(m: ModelSpec) -> int:
-    """Parameters of one transformer block."""
-    h, hd, f = m.hidden, m.head_dim, m.ffn_hidden
-    q, kv = m.heads * hd, m.kv_heads * hd
-    attn = h * q + 2 * h * kv + q * h
-    mlp = 3 * h * f if m.activation == "swiglu" else 2 * h * f
-    n = attn + mlp + 2 * _norm_params(m)
+def attention_params(m: ModelSpec) -> int:
+    """Parameters of one block's attention: projections and their biases (and, with
+    multi-head latent attention, the norms of the latents)."""
+    h, hd, a = m.hidden, m.head_dim, m.heads
+    if m.uses_mla:
+        # DeepSeek-V2 (modeling_deepseek.py): q_a_proj, q_a_layernorm, q_b_proj (or q_proj),
+        # kv_a_proj_with_mqa (latent + the shared rotary key), kv_a_layernorm, kv_b_proj
+        # (keys without position and values of every head), o_proj; no biases.
+        qk = a * (hd + m.qk_rope_head_dim)
+        if m.q_lora_rank:
+            n = h * m.q_lora_rank + _norm_params(m, m.q_lora_rank) + m.q_lora_rank * qk
+        else:
+            n = h * qk
+        n += h * (m.kv_lora_rank + m.qk_rope_head_dim) + _norm_params(m, m.kv_lora_rank)
+        n += m.kv_lora_rank * a * (hd + m.v_head_dim)
+        return n + a * m.v_head_dim * h
+    q, kv = a * hd, m.kv_heads * hd
+    n = h * q + 2 * h * kv + q * h
+    if m.qkv_bias:
+        n += q + 2 * kv                                          # Q, K, V biases
     if m.bias:
-        n += q + 2 * kv + h                                      # QKV and output biases
-        n += (2 * f if m.activation == "swiglu" else f) + h      # MLP biases
+        n += h                                                   # output bias
     return n
+
+
+def mlp_params(m: ModelSpec, width: int = None) -> int:
+    """Parameters of one MLP of ``width`` (default ``ffn_hidden``): two matrices (three
+    with SwiGLU) and, with ``bias``, their biases. A routed or shared expert is one."""
+    h, f = m.hidden, m.ffn_hidden if width is None else width
+    n = 3 * h * f if m.activation == "swiglu" else 2 * h * f
+    if m.bias:
+        n += (2 * f if m.activation == "swiglu" else f) + h
+    return n
+
+
+def expert_params(m: ModelSpec) -> int:
+    """Parameters of one routed expert (0 for a dense model)."""
+    return mlp_params(m, m.expert_ffn_hidden) if m.is_moe else 0
+
+
+def moe_params(m: ModelSpec) -> int:
+    """Parameters of one MoE layer's MLP part: routed experts, shared experts, the router
+    (``hidden × n_experts``, no bias) and a shared-expert gate (``hidden × 1``)."""
+    if not m.is_moe:
+        raise ValueError(f"{m.name} has no MoE layers (n_experts = 0)")
+    n = m.n_experts * expert_params(m) + m.n_experts * m.hidden
+    if m.n_shared_experts:
+        n += m.n_shared_experts * mlp_params(m, m.shared_ffn_hidden)
+    if m.shared_expert_gate:
+        n += m.hidden
+    return n
+
+
+def block_params(m: ModelSpec, *, moe: bool = None) -> int:
+    """Parameters of one transformer block: attention, two norms and the MLP — the dense
+    MLP, or with ``moe=True`` the MoE layer (default: MoE for a mixture-of-experts model,
+    whose dense layers are ``block_params(m, moe=False)``)."""
+    if moe is None:
+        moe = m.is_moe
+    return attention_params(m) + 2 * _norm_params(m) + (moe_params(m) if moe else mlp_params(m))
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -206,7 +430,11 @@ def head_params(m: ModelSpec, *, count_tied: bool = False) -> int:
 
 
 def _count_params(m: ModelSpec) -> int:
-    return embedding_params(m) + m.n_layers * block_params(m) + head_params(m)
+    n_moe = len(m.moe_layer_ids)
+    blocks = (m.n_layers - n_moe) * block_params(m, moe=False)
+    if n_moe:
+        blocks += n_moe * block_params(m, moe=True)
+    return embedding_params(m) + blocks + head_params(m)
 
 
 # ---------------------------------------------------------------------------
@@ -220,6 +448,15 @@ def _megatron(name, layers, hidden, heads, *, seq_len=2048, causal=True, vocab=5
                      ffn_hidden=4 * hidden, vocab=vocab, seq_len=seq_len, activation="gelu",
                      norm="layernorm", position="learned", bias=True, causal=causal,
                      tied_embeddings=True)
+
+
+def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, **extra):
+    # Llama-family decoder: SwiGLU, RMSNorm (with a final norm), rotary positions, no biases,
+    # untied output layer — Llama 2/3, Mistral, Mixtral, Qwen2, DeepSeek-V2 all share it.
+    return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                     ffn_hidden=ffn, vocab=vocab, seq_len=seq_len, activation="swiglu",
+                     norm="rmsnorm", position="rotary", bias=False, causal=True,
+                     tied_embeddings=False, **extra)
 
 
 def _build_zoo() -> dict:
@@ -240,9 +477,47 @@ def _build_zoo() -> dict:
                   tied_embeddings=True, max_positions=2050, final_norm=False),
         # meta-llama/Llama-2-7b-hf: 32 × 4096, 32 heads, SwiGLU 11008, RMSNorm, rotary, no biases,
         # untied output layer, vocab 32000.
-        ModelSpec(name="llama2-7b", n_layers=32, hidden=4096, heads=32, kv_heads=32,
-                  ffn_hidden=11008, vocab=32000, seq_len=4096, activation="swiglu", norm="rmsnorm",
-                  position="rotary", bias=False, causal=True, tied_embeddings=False),
+        _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+        # Llama 3 (meta-llama/Meta-Llama-3-8B and -70B config.json; "The Llama 3 Herd of
+        # Models", arXiv:2407.21783, Table 3): GQA with 8 K/V heads, vocab 128,256. Sequence:
+        # the 8,192-token pre-training context (Llama 3 model card, §3.4.1 of the paper).
+        # 8,030,261,248 and 70,553,706,496 parameters (the checkpoints' safetensors totals).
+        _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+        _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+        # meta-llama/Llama-3.1-405B config.json: 126 × 16384, 128 heads, 8 K/V heads, FFN
+        # 53,248; rope_scaling "llama3" (factor 8) stretches positions to 131,072 but adds no
+        # weight. Sequence: 8,192, the pre-training length before the long-context stage
+        # (arXiv:2407.21783 §3.4.1-3.4.2; original_max_position_embeddings in the config).
+        # 405,853,388,800 parameters (the checkpoint's safetensors total).
+        _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+        # Qwen/Qwen2-7B config.json: 28 × 3584, 28 heads, 4 K/V heads, FFN 18,944, vocab
+        # 152,064, biases on Q, K, V only (modeling_qwen2.py). Sequence: 4,096, the pre-training
+        # length before the final 32,768-token stage (Qwen2 report, arXiv:2407.10671 §3.2).
+        # 7,615,616,512 parameters (the checkpoint's safetensors total).
+        _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064, 4096, qkv_bias=True),
+        # mistralai/Mixtral-8x7B-v0.1 config.json: Mistral-7B's shape with every MLP replaced by
+        # 8 SwiGLU experts of width 14,336, top-2 routing ("Mixtral of Experts",
+        # arXiv:2401.04088, Table 1). Sequence: 32,768, the context it was pre-trained with
+        # (arXiv:2401.04088 §2). 46,702,792,704 parameters, 12,879,925,248 active per token.
+        _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768,
+               n_experts=8, experts_per_token=2),
+        # mistralai/Mixtral-8x22B-v0.1 config.json: 56 × 6144, 48 heads, 8 K/V heads, 8 experts
+        # of width 16,384, top-2, vocab 32,768. Sequence: 65,536, the context window of the
+        # release (mistral.ai/news/mixtral-8x22b; no separate pre-training length is
+        # published). 140,630,071,296 parameters (the checkpoint's total), 39,161,468,928 active.
+        _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 65536,
+               n_experts=8, experts_per_token=2),
+        # deepseek-ai/DeepSeek-V2-Lite config.json (DeepSeek-V2 report, arXiv:2405.04434,
+        # Appendix B): 27 × 2048, 16 heads with multi-head latent attention (kv_lora_rank 512,
+        # no query compression, 128 + 64 rotary query/key dims, 128 value dims); the first
+        # layer dense (FFN 10,944), the other 26 fine-grained MoE: 64 routed experts of width
+        # 1,408, top-6, and 2 shared experts; vocab 102,400. Sequence: 4,096, the pre-training
+        # length before YaRN extends it to 32K (original_max_position_embeddings in the config).
+        # 15,706,484,224 parameters (the checkpoint's total); 2,661,150,208 active per token,
+        # 2.45 B without the input table (the report's "2.4B activated").
+        _llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 4096,
+               n_experts=64, experts_per_token=6, expert_ffn_hidden=1408, n_shared_experts=2,
+               first_dense_layers=1, kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128),
         _megatron("megatron-bert", 24, 1024, 16, seq_len=512, causal=False),
         _megatron("megatron-gpt2-54", 54, 1920, 20, seq_len=1024),
         _megatron("megatron-gpt2-72", 72, 3072, 24, seq_len=1024),
@@ -264,9 +539,23 @@ def _build_zoo() -> dict:
 _ZOO = _build_zoo()
 
 
-def names() -> list:
-    """Names of the built-in models, in zoo order."""
-    return list(_ZOO)
+def _graph_pending(m: ModelSpec) -> bool:
+    """True for a model whose operator graphs ``phaze.graph`` does not build exactly yet:
+    a mixture of experts or MLA (refused, see ``ModelSpec.graph_refusal``), or biases on
+    Q, K, V alone (Qwen2; the graphs follow ``bias`` for every linear layer)."""
+    return bool(m.graph_refusal) or m.qkv_bias != m.bias
+
+
+def names(*, pending: bool = False) -> list:
+    """Names of the built-in models, in zoo order.
+
+    By default the models phaze can search end to end, with operator graphs that match
+    their parameter counts exactly (what ``phaze models``, the benchmarks and the
+    zoo-wide tests sweep). ``pending=True`` lists every entry, also those whose graphs
+    are not built exactly yet (mixture of experts, multi-head latent attention, Qwen2's
+    Q/K/V-only biases); ``get`` returns any of them.
+    """
+    return [n for n, m in _ZOO.items() if pending or not _graph_pending(m)]
 
 
 def get(name) -> ModelSpec:
@@ -286,269 +575,29 @@ def get(name) -> ModelSpec:
 # Hugging Face config.json
 # ---------------------------------------------------------------------------
 
-_GELU_NAMES = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python",
-               "gelu_accurate", "quick_gelu")
-
-# Library defaults (transformers' configuration_*.py) for the keys phaze reads.
-_HF_DEFAULTS = {
-    "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
-                 n_inner=None, activation_function="gelu_new", tie_word_embeddings=True),
-    "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
-                  num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=None,
-                  hidden_act="silu", max_position_embeddings=2048, tie_word_embeddings=False,
-                  attention_bias=False, mlp_bias=False, head_dim=None),
-    "mistral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336,
-                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-                    hidden_act="silu", max_position_embeddings=4096 * 32,
-                    tie_word_embeddings=False, head_dim=None),
-    "opt": dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
-                max_position_embeddings=2048, do_layer_norm_before=True, word_embed_proj_dim=None,
-                num_attention_heads=12, activation_function="relu", enable_bias=True,
-                layer_norm_elementwise_affine=True, tie_word_embeddings=True),
-    "bert": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                 intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512,
-                 position_embedding_type="absolute", tie_word_embeddings=True, is_decoder=False),
-}
-# GPT-2's attribute_map: the generic names are aliases of its own.
-_GPT2_ALIASES = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
-                 "num_attention_heads": "n_head", "max_position_embeddings": "n_positions",
-                 "intermediate_size": "n_inner"}
-
-
-#: Largest integer a config key may hold (larger sizes are refused by ModelSpec's limits).
-_HF_INT_MAX = 2 ** 31 - 1
-
-
-def _hf_int(cfg, key, *, allow_none=False):
-    v = cfg.get(key)
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-        if isinstance(v, float) and v.is_integer() and 1 <= v <= _HF_INT_MAX:
-            return int(v)
-        raise ValueError(f"config key {key!r} must be a positive integer, got {show(v)}")
-    if v > _HF_INT_MAX:
-        raise ValueError(f"config key {key!r} must be an integer from 1 to {_HF_INT_MAX:,}, "
-                         f"got {show(v)}")
-    return int(v)
-
-
-def _hf_bool(cfg, key):
-    v = cfg.get(key)
-    if not isinstance(v, bool):
-        raise ValueError(f"config key {key!r} must be true or false, got {show(v)}")
-    return v
-
-
-# Keys that change the trained model in a way phaze does not model (yet). A config
-# holding one with a value other than the neutral ones is an error naming the key, not
-# a silently different (e.g. dense instead of mixture-of-experts) model.
-_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
-             "moe_intermediate_size", "n_shared_experts", "num_shared_experts",
-             "shared_expert_intermediate_size", "moe_num_experts", "moe_layer_freq",
-             "expert_interval", "moe_k", "top_k_experts")
-_UNMODELLED_TRUE = {
-    "add_cross_attention": "cross-attention layers",
-    "parallel_attn": "attention and MLP in parallel",
-    "use_parallel_residual": "attention and MLP in parallel",
-    "parallel_residual": "attention and MLP in parallel",
-    "qk_layernorm": "LayerNorms on queries and keys",
-    "use_qk_norm": "norms on queries and keys",
-}
-
-
-def _check_unmodelled(raw: dict, seq_len) -> None:
-    """ValueError naming the first key of ``raw`` that changes the model in a way phaze
-    does not model (mixture of experts, cross-attention, parallel blocks, a sliding
-    attention window shorter than the sequence)."""
-    for key in _MOE_KEYS:
-        v = raw.get(key)
-        if v is not None and v is not False and not (isinstance(v, (int, float))
-                                                     and not isinstance(v, bool) and v <= 1):
-            raise ValueError(f"config key {key!r} ({show(v)}) describes a mixture of experts, "
-                             f"which phaze does not model yet (dense models only)")
-    for key, what in _UNMODELLED_TRUE.items():
-        if raw.get(key) not in (None, False):
-            raise ValueError(f"config key {key!r} ({show(raw[key])}) asks for {what}, which "
-                             f"phaze does not model; it must be false or absent")
-    window = raw.get("sliding_window")
-    if window is not None and raw.get("use_sliding_window", True) is not False:
-        if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:
-            raise ValueError(f"config key 'sliding_window' must be a positive integer or null, "
-                             f"got {show(window)}")
-        if seq_len is not None and window < seq_len:
-            raise ValueError(f"config key 'sliding_window' ({window:,}) is shorter than the "
-                             f"sequence ({seq_len:,} tokens): phaze models full attention only; "
-                             f"pass seq_len <= {window:,} or a config without the window")
-
-
-def _hf_model_type(cfg) -> str:
-    mt = cfg.get("model_type")
-    if mt is None:
-        if "n_embd" in cfg or "n_layer" in cfg:
-            return "gpt2"
-        if "ffn_dim" in cfg or "word_embed_proj_dim" in cfg:
-            return "opt"
-        if "rms_norm_eps" in cfg or "num_key_value_heads" in cfg:
-            return "llama"
-        if "type_vocab_size" in cfg:
-            return "bert"
-        raise ValueError("config key 'model_type' is missing and the config's keys do not "
-                         "identify one of gpt2, llama, mistral, opt, bert")
-    if not isinstance(mt, str) or mt.lower() not in _HF_DEFAULTS:
-        raise ValueError(f"config key 'model_type' must be one of {', '.join(_HF_DEFAULTS)}; "
-                         f"got {mt!r}")
-    return mt.lower()
-
-
-def _gelu_or_relu(cfg, key) -> str:
-    """'gelu' or 'relu' for the activation named by ``cfg[key]``, else ValueError naming the key."""
-    act = cfg[key]
-    if act in _GELU_NAMES:
-        return "gelu"
-    if act == "relu":
-        return "relu"
-    raise ValueError(f"config key '{key}' must be a GELU variant or relu, got {act!r}")
-
-
-def _load_hf(path_or_dict) -> dict:
-    if isinstance(path_or_dict, dict):
-        return dict(path_or_dict)
-    if not isinstance(path_or_dict, (str, os.PathLike)):
-        raise ValueError(f"path_or_dict must be a dict or the path of a config.json, "
-                         f"got {type(path_or_dict).__name__}")
-    path = os.fspath(path_or_dict)
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
-    with open(path, encoding="utf-8") as fh:   # FileNotFoundError names the path
-        try:
-            cfg = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"{path} is not UTF-8 text") from None
-        except ValueError:  # Python refuses integers of more than 4,300 digits
-            raise ValueError(f"{path} holds a number with too many digits") from None
-        except RecursionError:
-            raise ValueError(f"{path} is nested too deeply to be a config") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(cfg).__name__}")
-    return cfg
-
-
 def from_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` (path, directory or dict).
 
-    Understands GPT-2, Llama, Mistral, OPT and BERT configs (``model_type``, or
-    guessed from GPT-2/OPT/Llama/BERT-specific keys). Absent keys take the
-    library's documented defaults; unrelated keys are ignored; a present key
-    whose value phaze cannot model raises ``ValueError`` naming the key, and so
-    does a key that changes the model in a way phaze does not model (mixture of
-    experts such as ``num_local_experts``, cross-attention, parallel attention and
-    MLP, a ``sliding_window`` shorter than the sequence), whatever the model type.
+    Understands GPT-2, Llama (with ``rope_scaling``), Mistral, Mixtral, Qwen2,
+    Qwen2-MoE, DeepSeek-V2 (multi-head latent attention and its MoE), OPT and BERT
+    configs (``model_type``, or guessed from GPT-2/OPT/Llama/BERT-specific keys).
+    Absent keys take the library's documented defaults; unrelated keys are ignored;
+    a present key whose value phaze cannot model raises ``ValueError`` naming the
+    key, and so does a key that changes the model in a way phaze does not model
+    for that type (e.g. ``num_experts`` in a gpt2 config, cross-attention, parallel
+    attention and MLP, a ``sliding_window`` shorter than the sequence). Mixtral's
+    ``num_local_experts`` is read as a mixture of experts in a mixtral, llama,
+    mistral or untyped config alike: never a silently dense model.
 
-    ``seq_len`` (tokens per training sample) defaults to the config's maximum
-    positions; ``name`` defaults to ``_name_or_path`` or the model type.
+    ``seq_len`` (tokens per training sample) defaults to the pre-training context:
+    ``rope_scaling``'s ``original_max_position_embeddings`` when positions are
+    stretched (Llama 3.1: 8,192 of 131,072), else the config's maximum positions;
+    ``name`` defaults to ``_name_or_path`` or the model type.
     """
-    raw = _load_hf(path_or_dict)
-    _check_unmodelled(raw, None)
-    mt = _hf_model_type(raw)
-    cfg = dict(_HF_DEFAULTS[mt])
-    if mt == "gpt2":
-        for alias, own in _GPT2_ALIASES.items():
-            if alias in raw and own not in raw:
-                raw[own] = raw[alias]
-    cfg.update({k: v for k, v in raw.items() if k in cfg})
-    if name is None:
-        name = raw.get("_name_or_path") or mt
-        if not isinstance(name, str) or not name:
-            name = mt
+    # The reader lives in phaze/_hf_config.py (it imports this module: imported here, late).
+    from ._hf_config import read_hf_config
 
-    if mt == "gpt2":
-        hidden = _hf_int(cfg, "n_embd")
-        ffn = _hf_int(cfg, "n_inner", allow_none=True) or 4 * hidden
-        activation = _gelu_or_relu(cfg, "activation_function")
-        heads = _hf_int(cfg, "n_head")
-        positions = _hf_int(cfg, "n_positions")
-        spec = dict(n_layers=_hf_int(cfg, "n_layer"), hidden=hidden, heads=heads, kv_heads=heads,
-                    ffn_hidden=ffn, vocab=_hf_int(cfg, "vocab_size"), activation=activation,
-                    norm="layernorm", position="learned", bias=True, causal=True,
-                    tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
-                    max_positions=positions)
-    elif mt in ("llama", "mistral"):
-        act = cfg["hidden_act"]
-        if act not in ("silu", "swish"):
-            raise ValueError(f"config key 'hidden_act' must be silu (SwiGLU) for {mt}, got {act!r}")
-        bias = False
-        if mt == "llama":
-            bias = _hf_bool(cfg, "attention_bias")
-            if _hf_bool(cfg, "mlp_bias") != bias:
-                raise ValueError("config key 'mlp_bias' must equal attention_bias: phaze models "
-                                 "biases on all linear layers or on none")
-        heads = _hf_int(cfg, "num_attention_heads")
-        kv = _hf_int(cfg, "num_key_value_heads", allow_none=True) or heads
-        positions = _hf_int(cfg, "max_position_embeddings")
-        spec = dict(n_layers=_hf_int(cfg, "num_hidden_layers"), hidden=_hf_int(cfg, "hidden_size"),
-                    heads=heads, kv_heads=kv, ffn_hidden=_hf_int(cfg, "intermediate_size"),
-                    vocab=_hf_int(cfg, "vocab_size"), activation="swiglu", norm="rmsnorm",
-                    position="rotary", bias=bias, causal=True,
-                    tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
-                    head_dim=_hf_int(cfg, "head_dim", allow_none=True))
-        if "rms_norm_eps" in raw:   # read to reject nonsense; the value does not change the cost
-            eps = raw["rms_norm_eps"]
-            if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps > 0:
-                raise ValueError(f"config key 'rms_norm_eps' must be a positive number, got {eps!r}")
-    elif mt == "opt":
-        hidden = _hf_int(cfg, "hidden_size")
-        proj = _hf_int(cfg, "word_embed_proj_dim", allow_none=True) or hidden
-        act = cfg["activation_function"]
-        if act == "relu":
-            activation = "relu"
-        elif act in _GELU_NAMES:
-            activation = "gelu"
-        else:
-            raise ValueError(f"config key 'activation_function' must be relu or a GELU variant, "
-                             f"got {act!r}")
-        if not _hf_bool(cfg, "layer_norm_elementwise_affine"):
-            raise ValueError("config key 'layer_norm_elementwise_affine' must be true: phaze "
-                             "models LayerNorms with weight and bias")
-        heads = _hf_int(cfg, "num_attention_heads")
-        positions = _hf_int(cfg, "max_position_embeddings")
-        spec = dict(n_layers=_hf_int(cfg, "num_hidden_layers"), hidden=hidden, heads=heads,
-                    kv_heads=heads, ffn_hidden=_hf_int(cfg, "ffn_dim"),
-                    vocab=_hf_int(cfg, "vocab_size"), activation=activation, norm="layernorm",
-                    position="learned", bias=_hf_bool(cfg, "enable_bias"),
-                    embed_proj=proj if proj != hidden else 0, causal=True,
-                    tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
-                    # OPT's learned position table has 2 extra rows (its padding offset).
-                    max_positions=positions + 2,
-                    final_norm=_hf_bool(cfg, "do_layer_norm_before"))
-    else:  # bert
-        activation = _gelu_or_relu(cfg, "hidden_act")
-        if cfg["position_embedding_type"] != "absolute":
-            raise ValueError(f"config key 'position_embedding_type' must be 'absolute', "
-                             f"got {cfg['position_embedding_type']!r}")
-        heads = _hf_int(cfg, "num_attention_heads")
-        positions = _hf_int(cfg, "max_position_embeddings")
-        spec = dict(n_layers=_hf_int(cfg, "num_hidden_layers"), hidden=_hf_int(cfg, "hidden_size"),
-                    heads=heads, kv_heads=heads, ffn_hidden=_hf_int(cfg, "intermediate_size"),
-                    vocab=_hf_int(cfg, "vocab_size"), activation=activation, norm="layernorm",
-                    position="learned", bias=True, causal=_hf_bool(cfg, "is_decoder"),
-                    tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
-                    max_positions=positions)
-
-    if seq_len is None:
-        seq_len = positions
-    else:
-        seq_len = positive_int("seq_len", seq_len, MODEL_LIMITS["seq_len"])
-    _check_unmodelled(raw, seq_len)
-    spec.setdefault("max_positions", None)
-    if spec["max_positions"] is not None and spec["position"] != "learned":
-        spec["max_positions"] = None
-    try:
-        return ModelSpec(name=name, seq_len=seq_len, **spec)
-    except ValueError as exc:
-        raise ValueError(f"config does not describe a model phaze can build: {exc}") from None
+    return read_hf_config(path_or_dict, name=name, seq_len=seq_len)
 
 
 def gemm_flops_per_sample(m: ModelSpec) -> float:
@@ -562,4 +611,5 @@ def gemm_flops_per_sample(m: ModelSpec) -> float:
 
 
 __all__ = ["ModelSpec", "ACTIVATIONS", "NORMS", "POSITIONS", "get", "names", "from_hf_config",
-           "block_params", "embedding_params", "head_params", "gemm_flops_per_sample"]
+           "block_params", "attention_params", "mlp_params", "expert_params", "moe_params",
+           "embedding_params", "head_params", "gemm_flops_per_sample"]

@@ -28,15 +28,19 @@ LLAMA2_7B = {  # meta-llama/Llama-2-7b-hf config.json
 }
 
 EXPECTED_NAMES = [
-    "bert-large", "gpt2-xl", "opt-350m", "llama2-7b", "megatron-bert", "megatron-gpt2-54",
+    "bert-large", "gpt2-xl", "opt-350m", "llama2-7b", "llama3-8b", "llama3-70b", "llama3.1-405b",
+    "megatron-bert", "megatron-gpt2-54",
     "megatron-gpt2-72", "gpt3-175b", "megatron-1.7b", "megatron-3.6b", "megatron-7.5b",
     "megatron-18.4b", "megatron-39.1b", "megatron-76.1b", "megatron-145.6b", "megatron-310.1b",
     "megatron-529.6b", "megatron-1t"]
+#: Zoo entries whose operator graphs phaze.graph does not build exactly yet (issue 15).
+PENDING_NAMES = ["qwen2-7b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v2-lite"]
 
 
 def test_zoo_names_exact():
     assert sorted(models.names()) == sorted(EXPECTED_NAMES)
-    for n in models.names():
+    assert sorted(models.names(pending=True)) == sorted(EXPECTED_NAMES + PENDING_NAMES)
+    for n in models.names(pending=True):
         assert models.get(n).name == n
 
 
@@ -199,21 +203,46 @@ def test_with_recomputes_derived_fields():
 # --- issue 17: unmodelled keys and out-of-range numbers are one sentence naming the key ---
 MIXTRAL = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
            "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
-           "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}
+           "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
+           "max_position_embeddings": 32768}
 
 
-@pytest.mark.parametrize("model_type", ["mistral", "llama", None])
-def test_from_hf_mixture_of_experts_is_refused(model_type):
+@pytest.mark.parametrize("model_type", ["mistral", "llama", "mixtral", None])
+def test_from_hf_mixtral_keys_are_a_mixture_of_experts_whatever_the_type(model_type):
+    # Issue 17 item 7: a Mixtral config typed as mistral, llama or untyped was modelled as a
+    # dense 7.24 B model. Its MoE keys now make it the 46.7 B mixture of experts it is.
     cfg = dict(MIXTRAL)
     if model_type:
         cfg["model_type"] = model_type
-    with pytest.raises(ValueError, match="'num_local_experts'.*mixture of experts"):
-        models.from_hf_config(cfg)
-    del cfg["num_local_experts"]
-    with pytest.raises(ValueError, match="'num_experts_per_tok'"):
-        models.from_hf_config(cfg)
-    del cfg["num_experts_per_tok"]
-    assert models.from_hf_config(cfg).n_layers == 32  # dense: fine
+    m = models.from_hf_config(cfg)
+    assert m.is_moe and (m.n_experts, m.experts_per_token) == (8, 2)
+    assert m.n_params == 46_702_792_704 == models.get("mixtral-8x7b").n_params
+    # Half of Mixtral's description is ambiguous: refused naming the key, never dense.
+    if model_type != "mixtral":   # mixtral's own type has library defaults for both keys
+        del cfg["num_local_experts"]
+        with pytest.raises(ValueError, match="'num_experts_per_tok'.*no 'num_local_experts'"):
+            models.from_hf_config(cfg)
+        cfg = dict(MIXTRAL, model_type=model_type) if model_type else dict(MIXTRAL)
+        del cfg["num_experts_per_tok"]
+        with pytest.raises(ValueError, match="'num_local_experts'.*no 'num_experts_per_tok'"):
+            models.from_hf_config(cfg)
+        assert not models.from_hf_config(dict(cfg, num_local_experts=1)).is_moe  # one expert
+        del cfg["num_local_experts"]
+        assert not models.from_hf_config(cfg).is_moe   # no MoE key at all: dense, fine
+
+
+@pytest.mark.parametrize("model_type, key, value", [
+    ("gpt2", "num_experts", 8), ("opt", "num_local_experts", 8), ("qwen2", "num_experts", 60),
+    ("llama", "n_routed_experts", 64), ("mistral", "moe_intermediate_size", 1408),
+    ("llama", "kv_lora_rank", 512), ("qwen2_moe", "q_lora_rank", 1536),
+    ("deepseek_v2", "num_local_experts", 8), ("bert", "mlp_only_layers", [0, 1]),
+])
+def test_from_hf_moe_keys_another_type_does_not_read_are_refused(model_type, key, value):
+    with pytest.raises(ValueError, match=f"config key '{key}'"):
+        models.from_hf_config({"model_type": model_type, key: value})
+    # Neutral values (null, 0, 1, an empty list) leave the model as it is.
+    if key not in ("kv_lora_rank", "q_lora_rank"):
+        assert models.from_hf_config({"model_type": model_type, key: None}).n_params > 0
 
 
 @pytest.mark.parametrize("key, value", [("add_cross_attention", True), ("parallel_attn", True)])

@@ -1,0 +1,439 @@
+"""Hugging Face ``config.json`` → ModelSpec: the reader behind
+``phaze.models.from_hf_config`` (docs/design.md §2.1).
+
+Each model type (gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, deepseek_v2, opt, bert)
+has its library defaults for the keys phaze reads; a present key phaze cannot model is a
+``ValueError`` naming the key. Kept apart from ``phaze.models`` so that each module stays
+one screenful of concerns (and under the layout's line limit).
+"""
+from __future__ import annotations
+
+import json
+import numbers
+import os
+
+from ._validate import positive_int, show
+from .models import MODEL_LIMITS, ModelSpec
+
+_GELU_NAMES = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python",
+               "gelu_accurate", "quick_gelu")
+
+_LLAMA_COMMON = dict(hidden_act="silu", tie_word_embeddings=False, head_dim=None)
+# Library defaults (transformers' configuration_*.py; DeepSeek-V2's configuration_deepseek.py)
+# for the keys phaze reads.
+_HF_DEFAULTS = {
+    "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
+                 n_inner=None, activation_function="gelu_new", tie_word_embeddings=True),
+    "llama": dict(_LLAMA_COMMON, vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+                  num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=None,
+                  max_position_embeddings=2048, attention_bias=False, mlp_bias=False),
+    "mistral": dict(_LLAMA_COMMON, vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                    max_position_embeddings=4096 * 32),
+    "mixtral": dict(_LLAMA_COMMON, vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                    max_position_embeddings=4096 * 32, num_local_experts=8,
+                    num_experts_per_tok=2),
+    "qwen2": dict(_LLAMA_COMMON, vocab_size=151936, hidden_size=4096, intermediate_size=22016,
+                  num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                  max_position_embeddings=32768),
+    "qwen2_moe": dict(_LLAMA_COMMON, vocab_size=151936, hidden_size=2048, intermediate_size=5632,
+                      num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16,
+                      max_position_embeddings=32768, decoder_sparse_step=1,
+                      moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+                      num_experts_per_tok=4, num_experts=60, mlp_only_layers=None),
+    "deepseek_v2": dict(_LLAMA_COMMON, vocab_size=102400, hidden_size=4096,
+                        intermediate_size=11008, moe_intermediate_size=1407, num_hidden_layers=30,
+                        num_attention_heads=32, num_key_value_heads=32, n_shared_experts=None,
+                        n_routed_experts=None, num_experts_per_tok=None, moe_layer_freq=1,
+                        first_k_dense_replace=0, kv_lora_rank=512, q_lora_rank=1536,
+                        qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128,
+                        max_position_embeddings=2048, attention_bias=False, topk_method="greedy"),
+    "opt": dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
+                max_position_embeddings=2048, do_layer_norm_before=True, word_embed_proj_dim=None,
+                num_attention_heads=12, activation_function="relu", enable_bias=True,
+                layer_norm_elementwise_affine=True, tie_word_embeddings=True),
+    "bert": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512,
+                 position_embedding_type="absolute", tie_word_embeddings=True, is_decoder=False),
+}
+#: Model types read by the Llama-family reader (SwiGLU, RMSNorm, rotary, untied by default).
+_LLAMA_FAMILY = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "deepseek_v2")
+# GPT-2's attribute_map: the generic names are aliases of its own.
+_GPT2_ALIASES = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
+                 "num_attention_heads": "n_head", "max_position_embeddings": "n_positions",
+                 "intermediate_size": "n_inner"}
+
+
+#: Largest integer a config key may hold (larger sizes are refused by ModelSpec's limits).
+_HF_INT_MAX = 2 ** 31 - 1
+
+
+def _hf_int(cfg, key, *, allow_none=False):
+    v = cfg.get(key)
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        if isinstance(v, float) and v.is_integer() and 1 <= v <= _HF_INT_MAX:
+            return int(v)
+        raise ValueError(f"config key {key!r} must be a positive integer, got {show(v)}")
+    if v > _HF_INT_MAX:
+        raise ValueError(f"config key {key!r} must be an integer from 1 to {_HF_INT_MAX:,}, "
+                         f"got {show(v)}")
+    return int(v)
+
+
+def _hf_nonneg_int(cfg, key):
+    """``cfg[key]`` as an integer >= 0 (None reads as 0), else ValueError naming the key."""
+    v = cfg.get(key)
+    if v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v == 0):
+        return 0
+    try:
+        return _hf_int(cfg, key)
+    except ValueError:
+        raise ValueError(f"config key {key!r} must be an integer >= 0 or null, "
+                         f"got {show(v)}") from None
+
+
+def _hf_bool(cfg, key):
+    v = cfg.get(key)
+    if not isinstance(v, bool):
+        raise ValueError(f"config key {key!r} must be true or false, got {show(v)}")
+    return v
+
+
+# Keys that describe a mixture of experts or multi-head latent attention. Each model
+# type's reader understands some of them (_MOE_KEYS_READ); any other one present with a
+# value other than the neutral ones (null, false, 0, 1, an empty list) is an error naming
+# the key, never a silently different (e.g. dense instead of mixture-of-experts) model.
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+             "moe_intermediate_size", "n_shared_experts", "num_shared_experts",
+             "shared_expert_intermediate_size", "moe_num_experts", "moe_layer_freq",
+             "expert_interval", "moe_k", "top_k_experts", "decoder_sparse_step",
+             "mlp_only_layers", "first_k_dense_replace")
+_MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")
+_MIXTRAL_KEYS = ("num_local_experts", "num_experts_per_tok")
+_MOE_KEYS_READ = {
+    # Mixtral's two keys are read in llama- and mistral-typed configs too: a Mixtral
+    # checkpoint relabelled (or untyped) is still the mixture of experts it describes.
+    "llama": _MIXTRAL_KEYS, "mistral": _MIXTRAL_KEYS, "mixtral": _MIXTRAL_KEYS,
+    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"),
+    "deepseek_v2": ("n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+                    "moe_intermediate_size", "moe_layer_freq", "first_k_dense_replace")
+    + _MLA_KEYS,
+}
+_UNMODELLED_TRUE = {
+    "add_cross_attention": "cross-attention layers",
+    "parallel_attn": "attention and MLP in parallel",
+    "use_parallel_residual": "attention and MLP in parallel",
+    "parallel_residual": "attention and MLP in parallel",
+    "qk_layernorm": "LayerNorms on queries and keys",
+    "use_qk_norm": "norms on queries and keys",
+    "num_nextn_predict_layers": "multi-token-prediction layers",
+}
+
+
+def _neutral(v) -> bool:
+    """True for a value of a mixture-of-experts key that leaves a model dense."""
+    if v is None or v is False or (isinstance(v, (list, tuple)) and not v):
+        return True
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 1
+
+
+def _check_unmodelled(raw: dict, seq_len, model_type: str) -> None:
+    """ValueError naming the first key of ``raw`` that changes the model in a way phaze
+    does not model for ``model_type`` (mixture-of-experts or latent-attention keys its
+    reader does not read, cross-attention, parallel blocks, multi-token prediction, a
+    sliding attention window shorter than the sequence)."""
+    read = _MOE_KEYS_READ.get(model_type, ())
+    for key in _MOE_KEYS:
+        v = raw.get(key)
+        if key not in read and not _neutral(v):
+            readers = ("mixtral (also llama, mistral: num_local_experts), qwen2_moe "
+                       "and deepseek_v2")
+            raise ValueError(f"config key {key!r} ({show(v)}) describes a mixture of experts, "
+                             f"which phaze reads from {readers} configs only, not "
+                             f"from a {model_type} one")
+    for key in _MLA_KEYS:
+        if key not in read and raw.get(key) not in (None, 0):
+            raise ValueError(f"config key {key!r} ({show(raw[key])}) describes multi-head "
+                             f"latent attention, which phaze reads from deepseek_v2 configs "
+                             f"only, not from a {model_type} one")
+    for key, what in _UNMODELLED_TRUE.items():
+        if raw.get(key) not in (None, False):
+            raise ValueError(f"config key {key!r} ({show(raw[key])}) asks for {what}, which "
+                             f"phaze does not model; it must be false or absent")
+    window = raw.get("sliding_window")
+    if window is not None and raw.get("use_sliding_window", True) is not False:
+        if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:
+            raise ValueError(f"config key 'sliding_window' must be a positive integer or null, "
+                             f"got {show(window)}")
+        if seq_len is not None and window < seq_len:
+            raise ValueError(f"config key 'sliding_window' ({window:,}) is shorter than the "
+                             f"sequence ({seq_len:,} tokens): phaze models full attention only; "
+                             f"pass seq_len <= {window:,} or a config without the window")
+
+
+def _hf_model_type(cfg) -> str:
+    mt = cfg.get("model_type")
+    if mt is None:
+        if "n_embd" in cfg or "n_layer" in cfg:
+            return "gpt2"
+        if "ffn_dim" in cfg or "word_embed_proj_dim" in cfg:
+            return "opt"
+        if "rms_norm_eps" in cfg or "num_key_value_heads" in cfg:
+            return "llama"
+        if "type_vocab_size" in cfg:
+            return "bert"
+        raise ValueError("config key 'model_type' is missing and the config's keys do not "
+                         "identify one of gpt2, llama, mistral, opt, bert")
+    if not isinstance(mt, str) or mt.lower() not in _HF_DEFAULTS:
+        raise ValueError(f"config key 'model_type' must be one of {', '.join(_HF_DEFAULTS)}; "
+                         f"got {show(mt)}")
+    return mt.lower()
+
+
+def _gelu_or_relu(cfg, key) -> str:
+    """'gelu' or 'relu' for the activation named by ``cfg[key]``, else ValueError naming the key."""
+    act = cfg[key]
+    if act in _GELU_NAMES:
+        return "gelu"
+    if act == "relu":
+        return "relu"
+    raise ValueError(f"config key '{key}' must be a GELU variant or relu, got {show(act)}")
+
+
+def _load_hf(path_or_dict) -> dict:
+    if isinstance(path_or_dict, dict):
+        return dict(path_or_dict)
+    if not isinstance(path_or_dict, (str, os.PathLike)):
+        raise ValueError(f"path_or_dict must be a dict or the path of a config.json, "
+                         f"got {type(path_or_dict).__name__}")
+    path = os.fspath(path_or_dict)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    with open(path, encoding="utf-8") as fh:   # FileNotFoundError names the path
+        try:
+            cfg = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not UTF-8 text") from None
+        except ValueError:  # Python refuses integers of more than 4,300 digits
+            raise ValueError(f"{path} holds a number with too many digits") from None
+        except RecursionError:
+            raise ValueError(f"{path} is nested too deeply to be a config") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(cfg).__name__}")
+    return cfg
+
+
+def _hf_rope_scaling(raw) -> int:
+    """The pre-training context of a config whose ``rope_scaling`` stretches positions
+    (``original_max_position_embeddings``), else None. Rope scaling (Llama 3.1's "llama3",
+    YaRN, linear, dynamic) changes no weight: it is accepted and only sets that default."""
+    rs = raw.get("rope_scaling")
+    if rs is None:
+        return None
+    if not isinstance(rs, dict):
+        raise ValueError(f"config key 'rope_scaling' must be an object or null, got {show(rs)}")
+    if rs.get("original_max_position_embeddings") is None:
+        return None
+    return _hf_int(rs, "original_max_position_embeddings")
+
+
+def _hf_mixtral_moe(raw, cfg, mt) -> dict:
+    """ModelSpec fields of Mixtral's experts (every layer an MoE layer), or {} for a dense
+    llama/mistral config (no expert key, or only neutral ones: null, 0, 1). ``num_experts_per_tok`` without ``num_local_experts`` (or the
+    other way round outside a mixtral config, which has defaults) is ambiguous: refused."""
+    src = cfg if mt == "mixtral" else raw
+    n, k = src.get("num_local_experts"), src.get("num_experts_per_tok")
+    if _neutral(n) and _neutral(k):
+        return {}           # absent, or one expert and top-1: the dense model it always was
+    if n is None:
+        raise ValueError(f"config key 'num_experts_per_tok' ({show(k)}) routes tokens to "
+                         f"experts but the {mt} config gives no 'num_local_experts'; phaze "
+                         f"will not read it as a dense model")
+    if k is None:
+        raise ValueError(f"config key 'num_local_experts' ({show(n)}) describes a mixture of "
+                         f"experts but the {mt} config gives no 'num_experts_per_tok' (top-k)")
+    return dict(n_experts=_hf_int(src, "num_local_experts"),
+                experts_per_token=_hf_int(src, "num_experts_per_tok"))
+
+
+def _hf_qwen2_moe(cfg) -> dict:
+    """ModelSpec fields of a Qwen2-MoE config (modeling_qwen2_moe.py: layer i is sparse when
+    it is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0; one shared expert
+    of width shared_expert_intermediate_size behind a hidden × 1 sigmoid gate)."""
+    layers = _hf_int(cfg, "num_hidden_layers")
+    n = _hf_nonneg_int(cfg, "num_experts")
+    if n == 0:
+        return {}
+    step = _hf_int(cfg, "decoder_sparse_step")
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, (list, tuple)) or not all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in only):
+        raise ValueError(f"config key 'mlp_only_layers' must be a list of layer indices, "
+                         f"got {show(only)}")
+    first = len(only)
+    if sorted(only) != list(range(first)) or (step > 1 and first):
+        raise ValueError(f"config key 'mlp_only_layers' ({show(only)}) must list the first "
+                         f"layers 0, 1, ... (and decoder_sparse_step be 1): phaze models dense "
+                         f"layers before the first MoE layer only")
+    if step > 1:
+        # (i + 1) % step == 0 puts the MoE layers at step − 1, 2·step − 1, ...; phaze's
+        # pattern (i >= first and i % every == 0) has them at multiples of its period.
+        raise ValueError(f"config key 'decoder_sparse_step' ({step}) must be 1: phaze's "
+                         f"MoE-every-n pattern starts at layer 0, Qwen2-MoE's at layer {step - 1}")
+    shared = _hf_nonneg_int(cfg, "shared_expert_intermediate_size")
+    return dict(n_experts=n, experts_per_token=_hf_int(cfg, "num_experts_per_tok"),
+                expert_ffn_hidden=_hf_int(cfg, "moe_intermediate_size"),
+                n_shared_experts=1 if shared else 0, shared_ffn_hidden=shared or None,
+                shared_expert_gate=bool(shared), first_dense_layers=min(first, layers))
+
+
+def _hf_deepseek_v2(cfg) -> dict:
+    """ModelSpec fields of a DeepSeek-V2 config: multi-head latent attention and, with
+    n_routed_experts, the fine-grained MoE (layer i is sparse when i >= first_k_dense_replace
+    and i % moe_layer_freq == 0; n_shared_experts experts of moe_intermediate_size)."""
+    if _hf_bool(cfg, "attention_bias"):
+        raise ValueError("config key 'attention_bias' must be false: phaze models DeepSeek-V2's "
+                         "bias-free multi-head latent attention")
+    method = cfg.get("topk_method")
+    if method not in (None, "greedy", "group_limited_greedy"):
+        # noaux_tc (DeepSeek-V3) adds a bias per expert to the router.
+        raise ValueError(f"config key 'topk_method' must be greedy or group_limited_greedy, "
+                         f"got {show(method)}: phaze models DeepSeek-V2's bias-free router")
+    nope = _hf_int(cfg, "qk_nope_head_dim")
+    spec = dict(kv_lora_rank=_hf_int(cfg, "kv_lora_rank"),
+                q_lora_rank=_hf_nonneg_int(cfg, "q_lora_rank"),
+                qk_rope_head_dim=_hf_nonneg_int(cfg, "qk_rope_head_dim"),
+                v_head_dim=_hf_int(cfg, "v_head_dim"), head_dim=nope)
+    n = _hf_nonneg_int(cfg, "n_routed_experts")
+    if n:
+        shared = _hf_nonneg_int(cfg, "n_shared_experts")
+        spec.update(n_experts=n, experts_per_token=_hf_int(cfg, "num_experts_per_tok"),
+                    expert_ffn_hidden=_hf_int(cfg, "moe_intermediate_size"),
+                    n_shared_experts=shared, first_dense_layers=_hf_nonneg_int(
+                        cfg, "first_k_dense_replace"), moe_every=_hf_int(cfg, "moe_layer_freq"))
+    return spec
+
+
+def read_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> ModelSpec:
+    """The reader behind ``phaze.models.from_hf_config`` (see its docstring)."""
+    raw = _load_hf(path_or_dict)
+    mt = _hf_model_type(raw)
+    _check_unmodelled(raw, None, mt)
+    cfg = dict(_HF_DEFAULTS[mt])
+    if mt == "gpt2":
+        for alias, own in _GPT2_ALIASES.items():
+            if alias in raw and own not in raw:
+                raw[own] = raw[alias]
+    cfg.update({k: v for k, v in raw.items() if k in cfg})
+    if name is None:
+        name = raw.get("_name_or_path") or mt
+        if not isinstance(name, str) or not name:
+            name = mt
+
+    if mt == "gpt2":
+        hidden = _hf_int(cfg, "n_embd")
+        ffn = _hf_int(cfg, "n_inner", allow_none=True) or 4 * hidden
+        activation = _gelu_or_relu(cfg, "activation_function")
+        heads = _hf_int(cfg, "n_head")
+        positions = _hf_int(cfg, "n_positions")
+        spec = dict(n_layers=_hf_int(cfg, "n_layer"), hidden=hidden, heads=heads, kv_heads=heads,
+                    ffn_hidden=ffn, vocab=_hf_int(cfg, "vocab_size"), activation=activation,
+                    norm="layernorm", position="learned", bias=True, causal=True,
+                    tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
+                    max_positions=positions)
+    elif mt in _LLAMA_FAMILY:
+        act = cfg["hidden_act"]
+        if act not in ("silu", "swish"):
+            raise ValueError(f"config key 'hidden_act' must be silu (SwiGLU) for {mt}, "
+                             f"got {show(act)}")
+        bias = False
+        if mt == "llama":
+            bias = _hf_bool(cfg, "attention_bias")
+            if _hf_bool(cfg, "mlp_bias") != bias:
+                raise ValueError("config key 'mlp_bias' must equal attention_bias: phaze models "
+                                 "biases on all linear layers or on none")
+        heads = _hf_int(cfg, "num_attention_heads")
+        kv = _hf_int(cfg, "num_key_value_heads", allow_none=True) or heads
+        positions = _hf_int(cfg, "max_position_embeddings")
+        spec = dict(n_layers=_hf_int(cfg, "num_hidden_layers"), hidden=_hf_int(cfg, "hidden_size"),
+                    heads=heads, kv_heads=kv, ffn_hidden=_hf_int(cfg, "intermediate_size"),
+                    vocab=_hf_int(cfg, "vocab_size"), activation="swiglu", norm="rmsnorm",
+                    position="rotary", bias=bias, causal=True,
+                    tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
+                    head_dim=_hf_int(cfg, "head_dim", allow_none=True))
+        if mt in ("qwen2", "qwen2_moe"):
+            spec["qkv_bias"] = True      # hard-wired in modeling_qwen2*.py: no config key
+        if mt in ("llama", "mistral", "mixtral"):
+            spec.update(_hf_mixtral_moe(raw, cfg, mt))
+        elif mt == "qwen2_moe":
+            spec.update(_hf_qwen2_moe(cfg))
+        elif mt == "deepseek_v2":
+            spec.update(_hf_deepseek_v2(cfg))
+        if "rms_norm_eps" in raw:   # read to reject nonsense; the value does not change the cost
+            eps = raw["rms_norm_eps"]
+            if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps > 0:
+                raise ValueError(f"config key 'rms_norm_eps' must be a positive number, "
+                                 f"got {show(eps)}")
+        original = _hf_rope_scaling(raw)
+        if original is not None:
+            positions = original
+    elif mt == "opt":
+        hidden = _hf_int(cfg, "hidden_size")
+        proj = _hf_int(cfg, "word_embed_proj_dim", allow_none=True) or hidden
+        act = cfg["activation_function"]
+        if act == "relu":
+            activation = "relu"
+        elif act in _GELU_NAMES:
+            activation = "gelu"
+        else:
+            raise ValueError(f"config key 'activation_function' must be relu or a GELU variant, "
+                             f"got {show(act)}")
+        if not _hf_bool(cfg, "layer_norm_elementwise_affine"):
+            raise ValueError("config key 'layer_norm_elementwise_affine' must be true: phaze "
+                             "models LayerNorms with weight and bias")
+        heads = _hf_int(cfg, "num_attention_heads")
+        positions = _hf_int(cfg, "max_position_embeddings")
+        spec = dict(n_layers=_hf_int(cfg, "num_hidden_layers"), hidden=hidden, heads=heads,
+                    kv_heads=heads, ffn_hidden=_hf_int(cfg, "ffn_dim"),
+                    vocab=_hf_int(cfg, "vocab_size"), activation=activation, norm="layernorm",
+                    position="learned", bias=_hf_bool(cfg, "enable_bias"),
+                    embed_proj=proj if proj != hidden else 0, causal=True,
+                    tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
+                    # OPT's learned position table has 2 extra rows (its padding offset).
+                    max_positions=positions + 2,
+                    final_norm=_hf_bool(cfg, "do_layer_norm_before"))
+    else:  # bert
+        activation = _gelu_or_relu(cfg, "hidden_act")
+        if cfg["position_embedding_type"] != "absolute":
+            raise ValueError(f"config key 'position_embedding_type' must be 'absolute', "
+                             f"got {show(cfg['position_embedding_type'])}")
+        heads = _hf_int(cfg, "num_attention_heads")
+        positions = _hf_int(cfg, "max_position_embeddings")
+        spec = dict(n_layers=_hf_int(cfg, "num_hidden_layers"), hidden=_hf_int(cfg, "hidden_size"),
+                    heads=heads, kv_heads=heads, ffn_hidden=_hf_int(cfg, "intermediate_size"),
+                    vocab=_hf_int(cfg, "vocab_size"), activation=activation, norm="layernorm",
+                    position="learned", bias=True, causal=_hf_bool(cfg, "is_decoder"),
+                    tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
+                    max_positions=positions)
+
+    if seq_len is None:
+        seq_len = positions
+    else:
+        seq_len = positive_int("seq_len", seq_len, MODEL_LIMITS["seq_len"])
+    _check_unmodelled(raw, seq_len, mt)
+    spec.setdefault("max_positions", None)
+    if spec["max_positions"] is not None and spec["position"] != "learned":
+        spec["max_positions"] = None
+    try:
+        return ModelSpec(name=name, seq_len=seq_len, **spec)
+    except ValueError as exc:
+        raise ValueError(f"config does not describe a model phaze can build: {exc}") from None
+
+
+__all__ = ["read_hf_config"]
