@@ -798,6 +798,8 @@ def build_layers(model, microbatch, tensor_parallel, *,
     b = positive_int("microbatch", microbatch)
     t = positive_int("tensor_parallel", tensor_parallel)
     B = positive_int("bytes_per_element", bytes_per_element)
+    if model.graph_refusal:  # e.g. mixture-of-experts layers: no operator graphs for them yet
+        raise ValueError(model.graph_refusal)
     if not model.valid_tensor_parallel(t):
         raise ValueError(f"tensor_parallel must divide heads ({model.heads}) and kv_heads "
                          f"({model.kv_heads}) of {model.name}; got {t}")

@@ -293,3 +293,15 @@ def test_dense_addition_evaluates_end_to_end():
     r = search.evaluate_point("llama3-8b", "a100-80g", 8, 1, 1, 1, False)
     assert r["feasible"] and r["time_per_batch_s"] > 0
     assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 8192)
+
+
+def test_moe_models_are_refused_by_graph_and_search_before_any_work():
+    """No dense graph is silently built for a mixture-of-experts model (issue 15 pending)."""
+    import pytest as _pytest
+
+    from phaze import graph, search
+
+    with _pytest.raises(ValueError, match="mixture of experts"):
+        graph.build_layers("mixtral-8x7b", 1, 1)
+    with _pytest.raises(ValueError, match="models: mixtral-8x7b is a mixture of experts"):
+        search.search("mixtral-8x7b", devices=8, space=None, executor="serial", progress=False)

@@ -35,6 +35,9 @@ def resolve_models(models) -> list:
                     from None
         else:
             raise ValueError(f"models must contain names or ModelSpec objects, got {m!r}")
+    for m in out:
+        if m.graph_refusal:  # refuse before any chunk runs, not after its retries
+            raise ValueError(f"models: {m.graph_refusal}")
     names = [m.name for m in out]
     if len(set(names)) != len(names):
         raise ValueError(f"models: each model may appear once, got {', '.join(names)}")
