@@ -51,31 +51,7 @@ import dataclasses
 import numpy as np
 
 from . import presets
-
-#: One architecture's efficiency parameters per row (field meanings in the module docstring).
-EFFICIENCY_DTYPE = np.dtype([
-    ("tile_m_mult", np.int64),
-    ("tile_n_mult", np.int64),
-    ("tile_k_mult", np.int64),
-    ("cores_per_tile", np.int64),
-    ("k_stages", np.int64),
-    ("tile_efficiency", np.float64),
-    ("hbm_efficiency", np.float64),
-    ("launch_s", np.float64),
-    ("coll_latency_s", np.float64),
-    ("link_step_s", np.float64),
-    ("net_step_s", np.float64),
-    ("link_efficiency", np.float64),
-    ("net_efficiency", np.float64),
-    ("link_p2p_latency_s", np.float64),
-    ("link_p2p_efficiency", np.float64),
-    ("net_p2p_latency_s", np.float64),
-    ("net_p2p_efficiency", np.float64),
-])
-
-_INT_FIELDS = tuple(n for n in EFFICIENCY_DTYPE.names if EFFICIENCY_DTYPE[n] == np.int64)
-_FRACTIONS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("efficiency"))
-_SECONDS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("_s"))
+from ._efields import EFFICIENCY_DTYPE, check_row as _check_row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,21 +85,6 @@ class Efficiency:
         for f in EFFICIENCY_DTYPE.names:
             out[f] = getattr(self, f)
         return out
-
-
-def _check_row(values):
-    for f in _INT_FIELDS:
-        v = np.asarray(values[f], dtype=np.float64)
-        if np.any(~np.isfinite(v)) or np.any(v < 1) or np.any(v != np.floor(v)):
-            raise ValueError(f"efficiency {f} must be an integer >= 1, got {values[f]!r}")
-    for f in _FRACTIONS:
-        v = np.asarray(values[f], dtype=np.float64)
-        if np.any(~np.isfinite(v)) or np.any(v <= 0) or np.any(v > 1):
-            raise ValueError(f"efficiency {f} must be a fraction in (0, 1], got {values[f]!r}")
-    for f in _SECONDS:
-        v = np.asarray(values[f], dtype=np.float64)
-        if np.any(~np.isfinite(v)) or np.any(v < 0):
-            raise ValueError(f"efficiency {f} must be a finite time >= 0 s, got {values[f]!r}")
 
 
 #: Parameter sets by name: every preset of ``phaze.arch.presets`` plus ``"template"``.

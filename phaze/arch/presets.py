@@ -1,8 +1,12 @@
 """Architecture presets: real accelerators expressed in phaze's template.
 
-Each preset is a one-row ``ARCH_DTYPE`` array (``get(name)``); its area comes from
-the same area model as every other row. Peak FLOP/s = num_tc·tc_width·tc_depth·2·clock.
-Bandwidths are per direction, decimal GB/s; memory sizes are binary (GiB, MiB).
+Each preset is a one-row ``ARCH_DTYPE`` array (``get(name)``) whose knobs and efficiency
+set are read from a chip file shipped in the package, ``phaze/arch/chips/NAME.json``
+(``path(name)``; the format of ``phaze.arch.load_chip``, so ``phaze archs --show NAME``
+prints a file to copy and edit); ``chip(name)`` gives the whole ``Chip``. Each file's
+``source`` summarises where its numbers come from; the full citations are below.
+Its area comes from the same area model as every other row.
+Peak FLOP/s = num_tc·tc_width·tc_depth·2·clock. Bandwidths are per direction, decimal GB/s; memory sizes are binary (GiB, MiB).
 
 ``tpuv4`` — Google TPU v4 (Jouppi et al., "TPU v4: An Optically Reconfigurable
 Supercomputer for Machine Learning", ISCA 2023, Table 1; Google Cloud TPU v4 docs):
@@ -102,57 +106,68 @@ an array's fill and drain is already in the template's array model.
 """
 from __future__ import annotations
 
+import json
+from importlib import resources
+
 import numpy as np
 
+from . import _chipfile
+from ._efields import EFFICIENCY_DTYPE, INT_FIELDS
 from ._rows import build_rows
 
 #: 4 GiB/s (the original study's device-to-device bandwidth) in decimal GB/s.
 ORIGINAL_STUDY_GB_PER_S = 4 * 2**30 / 1e9
 
-_PRESETS = {
-    "tpuv4": dict(num_tc=8, tc_width=128, tc_depth=128, num_vc=2, vc_width=128,
-                  buffer_mib=128.0, hbm_gib=32.0, hbm_gb_per_s=1200.0, clock_ghz=1.05,
-                  link_gb_per_s=50.0, net_gb_per_s=50.0, node_size=4096),
-    "a100-80g": dict(num_tc=432, tc_width=16, tc_depth=16, num_vc=432, vc_width=16,
-                     buffer_mib=40.0, hbm_gib=80.0, hbm_gb_per_s=2039.0, clock_ghz=1.41,
-                     link_gb_per_s=300.0, net_gb_per_s=25.0, node_size=8),
-    "h100-sxm": dict(num_tc=528, tc_width=16, tc_depth=32, num_vc=528, vc_width=32,
-                     buffer_mib=50.0, hbm_gib=80.0, hbm_gb_per_s=3350.0, clock_ghz=1.83,
-                     link_gb_per_s=450.0, net_gb_per_s=50.0, node_size=8),
-}
+#: Preset names, in their fixed order; preset ``NAME`` is the package file ``chips/NAME.json``.
+_NAMES = ("tpuv4", "a100-80g", "h100-sxm")
+
+
+def path(name: str):
+    """The chip file of preset ``name`` (an ``importlib.resources`` Traversable inside the
+    package; ``str()`` of it is a path in an ordinary install); KeyError lists the names."""
+    if name not in _NAMES:
+        raise KeyError(f"unknown architecture preset {name!r}; known presets: {', '.join(_NAMES)}")
+    return resources.files(__package__) / "chips" / f"{name}.json"
+
+
+def _read(name: str) -> tuple:
+    """(knobs, efficiency, source) of preset ``name``'s file, checked like any chip file."""
+    where = f"preset file chips/{name}.json"
+    try:
+        data = json.loads(path(name).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # a broken install
+        raise ImportError(f"phaze.arch: cannot read {where}: {exc}") from None
+    knobs, eff, given, source = _chipfile.parse_fields(data, where)
+    if given != name or eff is None or set(eff) != set(EFFICIENCY_DTYPE.names):
+        raise ImportError(f"phaze.arch: {where} must be named {name!r} and give every "
+                          f"efficiency field")
+    return knobs, eff, source
+
+
+_FILES = {name: _read(name) for name in _NAMES}
+#: Knobs of each preset (read from its chip file).
+_PRESETS = {name: knobs for name, (knobs, _, _) in _FILES.items()}
+#: Where each preset's numbers come from (each file's ``source``; the full citations are
+#: this module's docstring).
+SOURCES = {name: source for name, (_, _, source) in _FILES.items()}
 
 #: Vendor peak dense bf16 FLOP/s each preset is meant to reproduce (checked by the tests).
 VENDOR_PEAK_FLOPS = {"tpuv4": 275e12, "a100-80g": 312e12, "h100-sxm": 989e12}
 
-
-# A100's fractions and latencies: the defaults of chips without their own source (see above).
-_A100_FRACTIONS = dict(
-    tile_efficiency=0.869 / ((320 / 324) * (160 / 162)),   # 0.8909, MAMF best shape over rule losses
-    hbm_efficiency=0.88, launch_s=1e-6,
-    coll_latency_s=8.4e-6, link_step_s=3.4e-6, net_step_s=28e-6,
-    link_efficiency=235.0 / 300.0, net_efficiency=24.0 / 25.0,
-    link_p2p_latency_s=16.5e-6, link_p2p_efficiency=195.1 / 300.0,
-    net_p2p_latency_s=2.0e-5, net_p2p_efficiency=24.0 / 25.0)
-_GPU_TILE = dict(tile_m_mult=16, tile_n_mult=8, tile_k_mult=2, cores_per_tile=4, k_stages=3)
+# The template's tile rule: one weight-stationary array per tile, no per-tile K fill.
 _TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_tile=1, k_stages=1)
 
-#: Efficiency parameters per preset, plus ``"template"`` for rows that are no preset
-#: (fields: ``phaze.arch.efficiency``; sources: this module's docstring).
-EFFICIENCY = {
-    "tpuv4": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
-    "a100-80g": dict(_GPU_TILE, **_A100_FRACTIONS),
-    "h100-sxm": dict(_GPU_TILE, **dict(
-        _A100_FRACTIONS,
-        tile_efficiency=0.803 / ((128 / 132) * (208 / 210)),  # 0.8361
-        hbm_efficiency=0.90, net_step_s=14e-6,
-        link_efficiency=367.61 / 450.0, net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0)),
-    "template": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
-}
+#: Efficiency parameters per preset (each file's ``efficiency``), plus ``"template"`` for
+#: rows that are no preset: the template's tile rule with a100-80g's fractions and
+#: latencies (fields: ``phaze.arch.efficiency``; sources: this module's docstring).
+EFFICIENCY = {name: dict(eff) for name, (_, eff, _) in _FILES.items()}
+EFFICIENCY["template"] = dict(_TEMPLATE_TILE, **{f: v for f, v in EFFICIENCY["a100-80g"].items()
+                                                 if f not in INT_FIELDS})
 
 
 def names() -> list:
     """Preset names, in a fixed order."""
-    return list(_PRESETS)
+    return list(_NAMES)
 
 
 def get(name: str) -> np.ndarray:
@@ -162,3 +177,14 @@ def get(name: str) -> np.ndarray:
     except (KeyError, TypeError):
         raise KeyError(f"unknown architecture preset {name!r}; known presets: {', '.join(_PRESETS)}") from None
     return build_rows(**knobs)
+
+
+def chip(name: str):
+    """The preset ``name`` as a ``phaze.arch.Chip`` (its row, efficiency set, name and
+    source); KeyError lists the names."""
+    from .efficiency import Efficiency
+
+    row = get(name)
+    row.setflags(write=False)
+    return _chipfile.Chip(name=name, row=row, efficiency=Efficiency(**EFFICIENCY[name]),
+                          source=SOURCES[name], path=str(path(name)))

@@ -1,0 +1,53 @@
+"""The efficiency parameters' fields and their ranges (private to ``phaze.arch``).
+
+A leaf module: :mod:`phaze.arch.presets` reads its chip files, efficiency sets included,
+while it is imported, before :mod:`phaze.arch.efficiency` (which builds its parameter
+sets from the presets) exists. Field meanings and units: :mod:`phaze.arch.efficiency`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: One architecture's efficiency parameters per row (field meanings: ``phaze.arch.efficiency``).
+EFFICIENCY_DTYPE = np.dtype([
+    ("tile_m_mult", np.int64),
+    ("tile_n_mult", np.int64),
+    ("tile_k_mult", np.int64),
+    ("cores_per_tile", np.int64),
+    ("k_stages", np.int64),
+    ("tile_efficiency", np.float64),
+    ("hbm_efficiency", np.float64),
+    ("launch_s", np.float64),
+    ("coll_latency_s", np.float64),
+    ("link_step_s", np.float64),
+    ("net_step_s", np.float64),
+    ("link_efficiency", np.float64),
+    ("net_efficiency", np.float64),
+    ("link_p2p_latency_s", np.float64),
+    ("link_p2p_efficiency", np.float64),
+    ("net_p2p_latency_s", np.float64),
+    ("net_p2p_efficiency", np.float64),
+])
+
+#: Integer fields (≥ 1): the GEMM tile rule's multiples, cores per tile, pipeline stages.
+INT_FIELDS = tuple(n for n in EFFICIENCY_DTYPE.names if EFFICIENCY_DTYPE[n] == np.int64)
+#: Fractions in (0, 1]: achieved / ideal.
+FRACTIONS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("efficiency"))
+#: Times in seconds, finite and ≥ 0.
+SECONDS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("_s"))
+
+
+def check_row(values) -> None:
+    """ValueError naming the first field of ``values`` (field → scalar or array) out of its range."""
+    for f in INT_FIELDS:
+        v = np.asarray(values[f], dtype=np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v < 1) or np.any(v != np.floor(v)):
+            raise ValueError(f"efficiency {f} must be an integer >= 1, got {values[f]!r}")
+    for f in FRACTIONS:
+        v = np.asarray(values[f], dtype=np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v <= 0) or np.any(v > 1):
+            raise ValueError(f"efficiency {f} must be a fraction in (0, 1], got {values[f]!r}")
+    for f in SECONDS:
+        v = np.asarray(values[f], dtype=np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(f"efficiency {f} must be a finite time >= 0 s, got {values[f]!r}")
