@@ -28,6 +28,10 @@ def _cmd_models(args) -> int:
 def _cmd_archs(args) -> int:
     from . import arch
 
+    if args.show is not None:
+        # A chip file on stdout: `phaze archs --show a100-80g > mine.json`, edit, --arch mine.json.
+        print(arch.resolve_chip(args.show).to_json(), end="")
+        return 0
     print(f"{'name':<10} {'tensor cores':>16} {'vector cores':>13} {'buf MiB':>7} {'HBM GiB':>7} "
           f"{'HBM GB/s':>8} {'GHz':>5} {'TFLOP/s':>7} {'link GB/s':>9} {'net GB/s':>8} {'node':>5} "
           f"{'area mm2':>8}")
@@ -106,13 +110,18 @@ def _add_search_arguments(p) -> None:
     p.add_argument("--devices", type=int, default=1024, help="accelerators (default 1024)")
     p.add_argument("--global-batch", type=int, default=4096, help="samples per batch (default 4096)")
     p.add_argument("--microbatch", default="1,2,4,8", help="microbatch sizes (default 1,2,4,8)")
-    p.add_argument("--hbm-gib", default="32,64,80", help="HBM capacities in GiB (default 32,64,80)")
+    p.add_argument("--hbm-gib", default=None,
+                   help="HBM capacities in GiB (default 32,64,80; with --arch the chip's own)")
     p.add_argument("--recompute", choices=sorted(_RECOMPUTE), default="both",
                    help="activation recomputation (default both)")
     p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel widths (default 1,2,4,8)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     p.add_argument("--space-every", type=int, default=1, metavar="K",
                    help="keep every K-th architecture of the default space (quick looks)")
+    p.add_argument("--arch", metavar="NAME|FILE",
+                   help="search only the training knobs and placement on this one chip (a "
+                        "preset or a chip file; see `phaze archs --show NAME`): no "
+                        "architecture sweep, no baselines")
     p.add_argument("--prune", nargs="?", const="best", choices=("best", "front"), default=None,
                    help="skip points that cannot matter: 'best' (bare --prune) skips what cannot "
                         "beat the best found (same best; the Pareto front may be partial), "
@@ -172,10 +181,15 @@ def _cmd_search(args) -> int:
     if every < 1:
         raise ValueError(f"--space-every must be a positive integer, got {every}")
     space = None if every == 1 else arch.ArchSpace.default().configs[::every]
+    if args.arch is not None and space is not None:
+        raise ValueError("--space-every thins the architecture space; --arch searches one chip "
+                         "and takes no space: give one of them")
+    hbm = (_float_list(args.hbm_gib) if args.hbm_gib is not None
+           else None if args.arch is not None else (32, 64, 80))  # None: the chip's own
     try:
         result = search.search(
             model_list, devices=args.devices, global_batch=args.global_batch,
-            microbatch=_int_list(args.microbatch), hbm_gib=_float_list(args.hbm_gib),
+            microbatch=_int_list(args.microbatch), hbm_gib=hbm, arch=args.arch,
             recompute=_RECOMPUTE[args.recompute], tensor_parallel=_int_list(args.tp), space=space,
             optimizer=args.optimizer, prune=args.prune or False,
             executor="serial" if args.serial else None, progress=args.progress, out=args.out,
@@ -193,16 +207,50 @@ def _cmd_search(args) -> int:
         print(f"phaze search: error: {str(exc).splitlines()[0] if str(exc) else exc}{kept}",
               file=sys.stderr)
         return 1
-    print(result.format_summary())
+    print(_fixed_system_summary(result) if args.arch is not None else result.format_summary())
     if args.out:
         print(f"results: {args.out}")
     return 0
 
 
+def _fixed_system_summary(result) -> str:
+    """What ``phaze search --arch`` prints: the chip, then each model's best plan on it
+    (no architecture, Pareto front or baseline lines: there is one chip)."""
+    meta, best = result.metadata, result.best
+    inp, chip = meta.get("inputs", {}), meta.get("chip") or {}
+    lines = [f"phaze search: {', '.join(result.models)} on {inp.get('devices')} x "
+             f"{chip.get('name', 'one chip')} (fixed system), global batch "
+             f"{inp.get('global_batch')}: {meta.get('points_evaluated'):,} of "
+             f"{meta.get('points_total'):,} points evaluated ({meta.get('points_pruned'):,} "
+             f"pruned) in {meta.get('sweep_time_s', 0):.1f} s"]
+    if chip:
+        peak = chip["num_tc"] * chip["tc_width"] * chip["tc_depth"] * 2 * chip["clock_ghz"] / 1e3
+        lines.append(f"{chip['name']}: {chip['num_tc']} TC {chip['tc_width']}x{chip['tc_depth']}, "
+                     f"{chip['num_vc']} VC x{chip['vc_width']}, {chip['buffer_mib']:g} MiB buffer, "
+                     f"{chip['clock_ghz']:g} GHz ({peak:,.1f} TFLOP/s), HBM {chip['hbm_gib']:g} GiB "
+                     f"at {chip['hbm_gb_per_s']:g} GB/s, link {chip['link_gb_per_s']:g} GB/s in "
+                     f"nodes of {chip['node_size']}, network {chip['net_gb_per_s']:g} GB/s")
+    lines.append(f"best plan{'s' if len(result.models) > 1 else ''}:")
+    lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>3} "
+                 f"{'samples/s':>11} {'tokens/s':>13}  layers per stage")
+    for model in result.models:
+        r = (best.get("plans") or {}).get(model)
+        if r is None or not r.get("feasible"):
+            reason = (r or {}).get("reason") or best.get("reason") or "infeasible"
+            lines.append(f"{model:<18} no feasible plan: {reason}")
+            continue
+        lines.append(f"{model:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
+                     f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>5g} "
+                     f"{'on' if r['recompute'] else 'off':>3} {r['samples_per_s']:>11,.1f} "
+                     f"{r['tokens_per_s']:>13,.0f}  {r['stage_layers']}")
+    return "\n".join(lines)
+
+
 def _add_evaluate_arguments(p) -> None:
     p.add_argument("--model", help="zoo model name")
     p.add_argument("--hf-config", metavar="PATH", help="Hugging Face config.json instead of --model")
-    p.add_argument("--arch", default="tpuv4", help="architecture preset (default tpuv4)")
+    p.add_argument("--arch", default="tpuv4", metavar="NAME|FILE",
+                   help="architecture: a preset or a chip file (default tpuv4; see `phaze archs`)")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel width t")
     p.add_argument("--pp", type=int, required=True, help="pipeline stages p")
     p.add_argument("--dp", type=int, required=True, help="data-parallel degree d")
@@ -210,7 +258,7 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--recompute", action="store_true")
     p.add_argument("--devices", type=int, help="devices available (default t·p·d)")
     p.add_argument("--global-batch", type=int, default=4096)
-    p.add_argument("--hbm-gib", type=float, help="HBM per chip, GiB (default: the preset's)")
+    p.add_argument("--hbm-gib", type=float, help="HBM per chip, GiB (default: the chip's own)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
 
@@ -228,8 +276,10 @@ def _cmd_evaluate(args) -> int:
     if args.json:
         print(json.dumps(search.json_safe(r), indent=1))
         return 0
-    print(f"{r['model']} on {args.arch}: t={r['tensor_parallel']} p={r['pipeline_parallel']} "
-          f"d={r['data_parallel']} microbatch {r['microbatch']} recompute "
+    from .arch import resolve_chip
+
+    print(f"{r['model']} on {resolve_chip(args.arch).name}: t={r['tensor_parallel']} "
+          f"p={r['pipeline_parallel']} d={r['data_parallel']} microbatch {r['microbatch']} recompute "
           f"{'on' if r['recompute'] else 'off'}, {r['devices']} devices, HBM {r['hbm_gib']:g} GiB")
     if r["feasible"]:
         b = r["breakdown"]
@@ -348,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_models)
 
     p = sub.add_parser("archs", help="list the architecture presets and the default space")
+    p.add_argument("--show", metavar="NAME|FILE",
+                   help="print one chip (a preset or a chip file) as a chip file (JSON) to edit "
+                        "and pass back with --arch")
     p.set_defaults(func=_cmd_archs)
 
     p = sub.add_parser("place", help="solve a placement problem in the original study's JSON")

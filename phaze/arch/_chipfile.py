@@ -62,7 +62,8 @@ MAX_INT = 2 ** 31 - 1
 #: What each knob is, with its unit (used in the error messages).
 KNOB_UNITS = {
     "num_tc": "tensor cores", "tc_width": "systolic array columns",
-    "tc_depth": "systolic array rows", "num_vc": "vector cores", "vc_width": "lanes per vector core",
+    "tc_depth": "systolic array rows", "num_vc": "vector cores",
+    "vc_width": "lanes per vector core",
     "buffer_mib": "MiB", "hbm_gib": "GiB", "hbm_gb_per_s": "GB/s of the whole chip",
     "clock_ghz": "GHz", "link_gb_per_s": "GB/s per direction inside a node",
     "net_gb_per_s": "GB/s per direction between nodes", "node_size": "devices per node",

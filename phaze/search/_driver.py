@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from .. import __version__, _config
+from ..arch import resolve_chip
 from .._validate import nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files
 from ._baselines import baselines as run_baselines
@@ -63,10 +64,19 @@ class _Progress:
             sys.stderr.flush()
 
 
-def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm_gib=(32, 64, 80),
-           recompute=(False, True), tensor_parallel=(1, 2, 4, 8), space=None, optimizer="sgd",
-           prune=False, executor=None, progress=None, *, out=None, resume=False, workers=None,
-           address=None, gap=None, chunk_archs=None, baselines=True, force=False) -> SearchResult:
+class _Unset(tuple):
+    """A default argument that reads as its value but tells that it was not given."""
+
+
+#: hbm_gib's default: the study's capacities for a space, each chip's own with ``arch``.
+_STUDY_HBM_GIB = _Unset((32, 64, 80))
+
+
+def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
+           hbm_gib=_STUDY_HBM_GIB, recompute=(False, True), tensor_parallel=(1, 2, 4, 8),
+           space=None, optimizer="sgd", prune=False, executor=None, progress=None, *, out=None,
+           resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
+           force=False, arch=None) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -94,11 +104,25 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     accepted schedule gap (default ``_config.SCHEDULE_GAP``). ``baselines``: also
     evaluate the three baselines of docs/design.md §2.8.
 
+    ``arch``: one fixed system instead of a space — a preset name, a chip file (JSON, see
+    ``phaze.arch.load_chip``), a ``phaze.arch.Chip`` or one architecture row. Only the
+    training knobs and the placement are searched (one architecture: seconds); ``space``
+    must then be None, ``hbm_gib`` defaults to the chip's own capacity, no baselines run
+    (each compares architectures) and ``metadata["inputs"]["arch"]`` names the chip.
+
     Throughput: samples/s = global_batch / time per batch (seconds), tokens/s =
     samples/s × the model's seq_len.
     """
     wall0 = time.perf_counter()
     model_list = resolve_models(models)
+    chip = None
+    if arch is not None:
+        if space is not None:
+            raise ValueError("give space or arch, not both: arch fixes the system to one chip")
+        chip = resolve_chip(arch)
+        space, baselines = chip.row, False
+        if isinstance(hbm_gib, _Unset):
+            hbm_gib = None  # the chip's own capacity
     devices = positive_int("devices", devices)
     global_batch = positive_int("global_batch", global_batch)
     microbatch = int_tuple("microbatch", microbatch)
@@ -148,19 +172,21 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
         # What an arch_id numbers: the default space's rows, or the given space's.
         "arch_ids": "default space" if in_default else "given space",
     }
+    if chip is not None:
+        inputs["arch"] = chip.name  # a fixed system (absent otherwise: old files still resume)
     journal = (_files.Journal(out, _files.inputs_hash(inputs), resume=resume, force=force)
                if out is not None else None)
     try:
         return _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped,
                     executor=executor, workers=workers, address=address, prune=prune,
-                    baselines=baselines, progress=progress, wall0=wall0)
+                    baselines=baselines, progress=progress, wall0=wall0, chip=chip)
     finally:
         if journal is not None:
             journal.close()
 
 
 def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped, *, executor,
-         workers, address, prune, baselines, progress, wall0) -> SearchResult:
+         workers, address, prune, baselines, progress, wall0, chip=None) -> SearchResult:
     """The sweep proper once the inputs are checked and the result file (if any) is locked."""
     n_archs = archs.shape[0]
     sweep = _Sweep(settings, archs, ids, chunk_archs, journal, want_block=bool(baselines),
@@ -221,6 +247,8 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         # --prune best may skip points of smaller area that are on the front.
         "pareto_exact": prune != "best",
     }
+    if chip is not None:
+        metadata["chip"] = chip.to_dict()  # the fixed system, as a chip file
     result = SearchResult(table=table, best=best, baselines=base, metadata=metadata,
                           models=model_names)
     if journal is not None:

@@ -6,6 +6,8 @@ the argument and what it accepts.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .._validate import positive_float, positive_int
@@ -99,15 +101,16 @@ def resolve_recompute(recompute) -> tuple:
 
 def resolve_space(space) -> np.ndarray:
     """Architecture rows of ``space``: None (the default space), an ArchSpace, a preset
-    name or structured rows (checked by ``phaze.arch.validate``)."""
+    name or chip file (``phaze.arch.resolve_chip``), a Chip, or structured rows (checked
+    by ``phaze.arch.validate``)."""
     from .. import arch
 
     if space is None:
         return arch.ArchSpace.default().configs
     if isinstance(space, arch.ArchSpace):
         rows = space.configs
-    elif isinstance(space, str):
-        rows = arch.presets.get(space)
+    elif isinstance(space, (str, os.PathLike, arch.Chip)):
+        rows = arch.resolve_chip(space).row
     else:
         rows = space
     if isinstance(rows, np.ndarray) and rows.dtype.names is not None and rows.size == 0:
@@ -161,11 +164,12 @@ def valid_widths(model, widths) -> tuple[list, dict]:
 
 
 def arch_row(arch) -> np.ndarray:
-    """One architecture: a preset name, a structured row or a one-row array."""
+    """One architecture: a preset name or chip file (``phaze.arch.resolve_chip``), a Chip,
+    a structured row or a one-row array (a fresh, writable one-row ``ARCH_DTYPE`` array)."""
     from .. import arch as arch_mod
 
-    if isinstance(arch, str):
-        return arch_mod.presets.get(arch)
+    if isinstance(arch, (str, os.PathLike, arch_mod.Chip)):
+        return arch_mod.resolve_chip(arch).row.copy()
     rows = arch_mod.validate(arch)
     if rows.shape[0] != 1:
         raise ValueError(f"arch must be one architecture, got {rows.shape[0]} rows")

@@ -1,0 +1,407 @@
+"""Chip files (issue 16, item 1): a chip described in JSON, the presets shipped as such
+files, ``phaze archs --show``, ``--arch NAME|FILE`` for evaluate and a fixed-system search."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phaze import arch, cli, models, search
+from phaze.arch import Chip, efficiency, load_chip, presets, resolve_chip
+from phaze.arch._rows import build_rows
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The presets' values as they were written in presets.py before they moved into chip files
+# (the files must reproduce them bit for bit).
+_TODAY_KNOBS = {
+    "tpuv4": dict(num_tc=8, tc_width=128, tc_depth=128, num_vc=2, vc_width=128,
+                  buffer_mib=128.0, hbm_gib=32.0, hbm_gb_per_s=1200.0, clock_ghz=1.05,
+                  link_gb_per_s=50.0, net_gb_per_s=50.0, node_size=4096),
+    "a100-80g": dict(num_tc=432, tc_width=16, tc_depth=16, num_vc=432, vc_width=16,
+                     buffer_mib=40.0, hbm_gib=80.0, hbm_gb_per_s=2039.0, clock_ghz=1.41,
+                     link_gb_per_s=300.0, net_gb_per_s=25.0, node_size=8),
+    "h100-sxm": dict(num_tc=528, tc_width=16, tc_depth=32, num_vc=528, vc_width=32,
+                     buffer_mib=50.0, hbm_gib=80.0, hbm_gb_per_s=3350.0, clock_ghz=1.83,
+                     link_gb_per_s=450.0, net_gb_per_s=50.0, node_size=8),
+}
+_A100_FRACTIONS = dict(
+    tile_efficiency=0.869 / ((320 / 324) * (160 / 162)), hbm_efficiency=0.88, launch_s=1e-6,
+    coll_latency_s=8.4e-6, link_step_s=3.4e-6, net_step_s=28e-6,
+    link_efficiency=235.0 / 300.0, net_efficiency=24.0 / 25.0,
+    link_p2p_latency_s=16.5e-6, link_p2p_efficiency=195.1 / 300.0,
+    net_p2p_latency_s=2.0e-5, net_p2p_efficiency=24.0 / 25.0)
+_GPU_TILE = dict(tile_m_mult=16, tile_n_mult=8, tile_k_mult=2, cores_per_tile=4, k_stages=3)
+_TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_tile=1, k_stages=1)
+_TODAY_EFFICIENCY = {
+    "tpuv4": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
+    "a100-80g": dict(_GPU_TILE, **_A100_FRACTIONS),
+    "h100-sxm": dict(_GPU_TILE, **dict(
+        _A100_FRACTIONS, tile_efficiency=0.803 / ((128 / 132) * (208 / 210)),
+        hbm_efficiency=0.90, net_step_s=14e-6, link_efficiency=367.61 / 450.0,
+        net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0)),
+    "template": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
+}
+
+TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
+                        vocab=512, seq_len=64)
+
+# A hypothetical chip: every knob, no efficiency object.
+MY_CHIP = dict(name="my-chip", source="made up for the tests", num_tc=64, tc_width=64,
+               tc_depth=64, num_vc=64, vc_width=64, buffer_mib=64, hbm_gib=96,
+               hbm_gb_per_s=3000, clock_ghz=1.5, link_gb_per_s=200, net_gb_per_s=50, node_size=8)
+
+
+def _write(tmp_path, data, name="chip.json"):
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return p
+
+
+# --- the presets are chip files with today's values ------------------------------------
+
+@pytest.mark.parametrize("name", presets.names())
+def test_presets_equal_todays_values_exactly(name):
+    assert presets.get(name).tobytes() == build_rows(**_TODAY_KNOBS[name]).tobytes()
+    assert presets._PRESETS[name] == _TODAY_KNOBS[name]
+    assert presets.EFFICIENCY[name] == _TODAY_EFFICIENCY[name]
+    assert efficiency.get(name) == efficiency.Efficiency(**_TODAY_EFFICIENCY[name])
+
+
+def test_template_set_unchanged_and_names_in_order():
+    assert presets.names() == ["tpuv4", "a100-80g", "h100-sxm"]
+    assert presets.EFFICIENCY["template"] == _TODAY_EFFICIENCY["template"]
+    assert efficiency.TEMPLATE == efficiency.Efficiency(**_TODAY_EFFICIENCY["template"])
+    assert efficiency.names() == ["tpuv4", "a100-80g", "h100-sxm", "template"]
+
+
+@pytest.mark.parametrize("name", presets.names())
+def test_every_preset_round_trips_through_its_file(name, tmp_path):
+    chip = load_chip(str(presets.path(name)))
+    assert chip.name == name
+    assert chip.row.tobytes() == presets.get(name).tobytes()
+    assert chip.efficiency == efficiency.get(name)
+    assert "\n" in chip.source and chip.source == presets.SOURCES[name]
+    # written out and read back: the same chip
+    again = load_chip(_write(tmp_path, chip.to_json(), f"{name}.json"))
+    assert again.row.tobytes() == chip.row.tobytes()
+    assert again.efficiency == chip.efficiency
+    assert (again.name, again.source) == (chip.name, chip.source)
+    assert resolve_chip(name).to_json() == chip.to_json()
+
+
+def test_chip_folder_holds_exactly_the_presets_and_is_package_data():
+    folder = REPO / "phaze" / "arch" / "chips"
+    assert sorted(p.stem for p in folder.glob("*.json")) == sorted(presets.names())
+    assert sorted(os.listdir(folder)) == sorted(f"{n}.json" for n in presets.names())
+    text = (REPO / "pyproject.toml").read_text()
+    assert '"phaze.arch" = ["chips/*.json"]' in text
+
+
+def test_citations_stay_with_the_presets():
+    doc = presets.__doc__
+    for needle in ("ISCA 2023", "A100 Tensor Core GPU Architecture", "H100 Tensor Core GPU",
+                   "cutlass_tensorop_h16816gemm_256x128_32x3", "NVIDIA/nccl #568"):
+        assert needle in doc
+    for name in presets.names():
+        assert "presets.py" in presets.SOURCES[name]
+
+
+# --- a user's chip ------------------------------------------------------------------------
+
+def test_user_chip_without_efficiency(tmp_path):
+    chip = load_chip(_write(tmp_path, MY_CHIP))
+    assert isinstance(chip, Chip)
+    assert chip.name == "my-chip" and chip.source == "made up for the tests"
+    expect = arch.make_archs(**{k: v for k, v in MY_CHIP.items() if k not in ("name", "source")})
+    assert chip.row.tobytes() == expect.tobytes()
+    assert chip.row.dtype == arch.ARCH_DTYPE and chip.row.shape == (1,)
+    assert chip.efficiency is None
+    assert chip.efficiency_set() == efficiency.TEMPLATE
+    assert "efficiency" not in json.loads(chip.to_json())
+    assert chip.path == str(tmp_path / "chip.json")
+
+
+def test_name_defaults_to_the_file_name_and_integral_floats_are_counts(tmp_path):
+    data = {k: v for k, v in MY_CHIP.items() if k != "name"}
+    data["num_tc"] = 64.0
+    chip = load_chip(_write(tmp_path, data, "fast-one.json"))
+    assert chip.name == "fast-one" and chip.row["num_tc"][0] == 64
+
+
+def test_partial_efficiency_takes_the_rest_from_the_default_set(tmp_path):
+    chip = load_chip(_write(tmp_path, dict(MY_CHIP, efficiency={"hbm_efficiency": 0.5,
+                                                              "cores_per_tile": 2})))
+    want = dict(_TODAY_EFFICIENCY["template"], hbm_efficiency=0.5, cores_per_tile=2)
+    assert chip.efficiency == efficiency.Efficiency(**want)
+    assert json.loads(chip.to_json())["efficiency"] == want
+    # a chip with a preset's knobs under its own name: the rest from that preset's set
+    knobs = dict(_TODAY_KNOBS["a100-80g"], name="my-a100", efficiency={"launch_s": 2e-6})
+    chip = load_chip(_write(tmp_path, knobs, "a.json"))
+    assert chip.efficiency == efficiency.Efficiency(**dict(_TODAY_EFFICIENCY["a100-80g"],
+                                                           launch_s=2e-6))
+
+
+def test_resolve_chip_accepts_names_files_rows_and_chips(tmp_path):
+    path = _write(tmp_path, MY_CHIP, "mine.json")
+    by_file = resolve_chip(str(path))
+    assert resolve_chip(path).row.tobytes() == by_file.row.tobytes()  # os.PathLike
+    assert resolve_chip(by_file) is by_file
+    row = resolve_chip(presets.get("h100-sxm"))
+    assert row.name == "h100-sxm" and row.efficiency == efficiency.get("h100-sxm")
+    custom = resolve_chip(by_file.row)
+    assert custom.name == "custom" and custom.efficiency is None
+    with pytest.raises(KeyError, match="neither a preset .* nor a chip file"):
+        resolve_chip("no-such-chip")
+    with pytest.raises(FileNotFoundError):
+        resolve_chip(str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="one architecture, got 2 rows"):
+        resolve_chip(arch.ArchSpace.default().configs[:2])
+    with pytest.raises(ValueError, match="arch must be"):
+        resolve_chip(3.5)
+
+
+def test_toml_chip_file(tmp_path):
+    text = "\n".join(f"{k} = {json.dumps(v)}" for k, v in MY_CHIP.items())
+    text += "\n[efficiency]\nhbm_efficiency = 0.7\n"
+    path = _write(tmp_path, text, "mine.toml")
+    if sys.version_info < (3, 11):
+        with pytest.raises(ValueError, match="TOML chip files need Python 3.11"):
+            load_chip(path)
+        return
+    chip = load_chip(path)
+    assert chip.row.tobytes() == load_chip(_write(tmp_path, MY_CHIP)).row.tobytes()
+    assert chip.efficiency.hbm_efficiency == 0.7
+    with pytest.raises(ValueError, match="is not valid TOML"):
+        load_chip(_write(tmp_path, "num_tc = = 3", "bad.toml"))
+
+
+# --- bad files: one sentence each, naming the field ---------------------------------------
+
+def _knobs(**changes):
+    data = dict(MY_CHIP)
+    for k, v in changes.items():
+        if v is _DROP:
+            data.pop(k)
+        else:
+            data[k] = v
+    return data
+
+
+_DROP = object()
+
+BAD = [
+    (_knobs(num_tcs=3), "unknown field 'num_tcs' (did you mean 'num_tc'?)"),
+    (_knobs(hbm_gib=_DROP), "missing field hbm_gib"),
+    (_knobs(hbm_gib=_DROP, clock_ghz=_DROP), "missing fields hbm_gib, clock_ghz"),
+    (_knobs(num_tc="8"), "num_tc must be an integer from 1 to 2,147,483,647, got '8'"),
+    (_knobs(num_tc=True), "num_tc must be an integer"),
+    (_knobs(num_tc=8.5), "num_tc must be an integer"),
+    (_knobs(num_tc=0), "num_tc must be an integer from 1"),
+    (_knobs(node_size=-8), "node_size must be an integer from 1"),
+    (_knobs(num_tc=2 ** 31), "num_tc must be an integer from 1 to 2,147,483,647, got 2147483648"),
+    (_knobs(node_size=10 ** 40),
+     "node_size must be an integer from 1 to 2,147,483,647, got an integer"),
+    (_knobs(clock_ghz="fast"), "clock_ghz must be a finite number > 0 (GHz), got 'fast'"),
+    (_knobs(hbm_gb_per_s=-1), "hbm_gb_per_s must be a finite number > 0 (GB/s of the whole chip)"),
+    (_knobs(buffer_mib=0), "buffer_mib must be a finite number > 0 (MiB), got 0"),
+    (_knobs(link_gb_per_s=None), "link_gb_per_s must be a finite number > 0"),
+    (_knobs(hbm_gib=10 ** 400), "hbm_gib must be a finite number > 0 (GiB), got an integer"),
+    (_knobs(area_mm2=100.0), "area_mm2 is not a field: the area model computes it"),
+    (_knobs(name=3), "name must be a non-empty line of printable text, got 3"),
+    (_knobs(name=""), "name must be a non-empty line"),
+    (_knobs(name="two\nlines"), "name must be a non-empty line"),
+    (_knobs(source=5), "source must be text or a list of lines of text, got 5"),
+    (_knobs(source=["a", 1]), "source must be text or a list of lines"),
+    (_knobs(name="a100-80g"), "name 'a100-80g' is a preset's, but num_tc is 64 where the preset "
+                              "has 432; give the changed chip its own name"),
+    (_knobs(efficiency=[0.5]), "efficiency must be an object of efficiency parameters"),
+    (_knobs(efficiency={"hbm_eff": 0.5}),
+     "unknown efficiency field 'hbm_eff' (did you mean 'hbm_efficiency'?)"),
+    (_knobs(efficiency={"hbm_efficiency": 1.5}),
+     "efficiency.hbm_efficiency must be a fraction in (0, 1], got 1.5"),
+    (_knobs(efficiency={"hbm_efficiency": "high"}), "efficiency.hbm_efficiency must be a fraction"),
+    (_knobs(efficiency={"launch_s": -1e-6}),
+     "efficiency.launch_s must be a finite time >= 0 (seconds), got -1e-06"),
+    (_knobs(efficiency={"k_stages": 0}), "efficiency.k_stages must be an integer from 1"),
+    ([MY_CHIP], "must hold one object of the chip's fields"),
+    ("", "is empty"),
+    ("{", "is not valid JSON: Expecting property name enclosed in double quotes "
+          "(line 1, column 2)"),
+    ('{"num_tc": 8, "num_tc": 16}', "field 'num_tc' is given twice"),
+    (json.dumps(MY_CHIP).replace('"clock_ghz": 1.5', '"clock_ghz": NaN'),
+     "clock_ghz must be a finite number > 0 (GHz), got nan"),
+    (json.dumps(MY_CHIP).replace('"clock_ghz": 1.5', '"clock_ghz": Infinity'),
+     "clock_ghz must be a finite number > 0 (GHz), got inf"),
+    (json.dumps(MY_CHIP).replace('"clock_ghz": 1.5', '"clock_ghz": 1e400'),
+     "clock_ghz must be a finite number > 0 (GHz), got inf"),
+    (json.dumps(MY_CHIP).replace('"num_tc": 64', '"num_tc": ' + "9" * 5000), "cannot be read"),
+    ("[" * 100000, "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize("data,message", BAD, ids=[m[:40] for _, m in BAD])
+def test_bad_chip_file_is_one_sentence(tmp_path, data, message):
+    path = _write(tmp_path, data)
+    with pytest.raises(ValueError) as info:
+        load_chip(path)
+    text = str(info.value)
+    assert message in text
+    assert text.startswith(f"chip file {str(path)!r}")
+    assert "\n" not in text
+
+
+def test_not_utf8_is_one_sentence(tmp_path):
+    path = tmp_path / "chip.json"
+    path.write_bytes(b"\xff\xfe{\x00")
+    with pytest.raises(ValueError, match="is not UTF-8 text$"):
+        load_chip(path)
+
+
+@pytest.mark.parametrize("data,message", BAD[::4], ids=[m[:40] for _, m in BAD[::4]])
+@pytest.mark.parametrize("command", ["show", "evaluate", "search"])
+def test_bad_chip_file_on_the_command_line_exits_2(tmp_path, capsys, data, message, command):
+    path = str(_write(tmp_path, data))
+    argv = {"show": ["archs", "--show", path],
+            "evaluate": ["evaluate", "--model", "gpt2-xl", "--arch", path, "--tp", "1",
+                         "--pp", "1", "--dp", "1"],
+            "search": ["search", "--model", "gpt2-xl", "--arch", path, "--serial"]}[command]
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and message in lines[0], err
+
+
+def test_missing_file_and_unknown_name_on_the_command_line(tmp_path, capsys):
+    assert cli.main(["archs", "--show", str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No such file" in err and "nope.json" in err
+    assert cli.main(["evaluate", "--model", "gpt2-xl", "--arch", "nope", "--tp", "1",
+                     "--pp", "1", "--dp", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown architecture 'nope'" in err
+
+
+# --- phaze archs --show -------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", presets.names())
+def test_archs_show_prints_a_chip_file_that_loads_back(name, tmp_path, capsys):
+    assert cli.main(["archs", "--show", name]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["name"] == name
+    back = load_chip(_write(tmp_path, out, "shown.json"))
+    assert back.row.tobytes() == presets.get(name).tobytes()
+    assert back.efficiency == efficiency.get(name)
+    # shown again from the file: the same text
+    assert cli.main(["archs", "--show", str(tmp_path / "shown.json")]) == 0
+    assert capsys.readouterr().out == out
+
+
+def test_archs_show_of_a_user_file_fills_in_a_partial_efficiency(tmp_path, capsys):
+    path = _write(tmp_path, dict(MY_CHIP, efficiency={"tile_efficiency": 0.75}))
+    assert cli.main(["archs", "--show", str(path)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["efficiency"] == dict(_TODAY_EFFICIENCY["template"], tile_efficiency=0.75)
+    assert {k: shown[k] for k in MY_CHIP} == MY_CHIP
+
+
+def test_archs_without_show_still_lists_the_presets(capsys):
+    assert cli.main(["archs"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in presets.names()) and "default space" in out
+
+
+# --- evaluate --arch FILE -----------------------------------------------------------------
+
+def test_evaluate_with_a_chip_file_equals_the_preset(tmp_path, capsys):
+    path = _write(tmp_path, presets.chip("a100-80g").to_json(), "copy.json")
+    argv = ["evaluate", "--model", "gpt2-xl", "--tp", "1", "--pp", "8", "--dp", "8",
+            "--global-batch", "512", "--json"]
+    assert cli.main(argv + ["--arch", "a100-80g"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    assert cli.main(argv + ["--arch", str(path)]) == 0
+    by_file = json.loads(capsys.readouterr().out)
+    assert by_file == by_name and by_name["feasible"]
+    mine = _write(tmp_path, MY_CHIP, "mine.json")
+    assert cli.main(argv[:-1] + ["--arch", str(mine)]) == 0
+    assert capsys.readouterr().out.startswith("gpt2-xl on my-chip: t=1 p=8 d=8")
+    r = search.evaluate_point("gpt2-xl", str(mine), 1, 8, 8, 1, False, global_batch=512)
+    assert r["hbm_gib"] == 96.0 and r["arch"]["num_tc"] == 64
+
+
+# --- search on one fixed system -----------------------------------------------------------
+
+def test_search_arch_best_equals_evaluate_point_of_its_plan(capsys):
+    kw = dict(devices=16, global_batch=64, microbatch=(1, 2, 4), executor="serial",
+              progress=False)
+    result = search.search(TINY, arch="a100-80g", **kw)
+    assert len(result) == 3 * 1 * 2  # microbatches x the chip's own HBM x recompute
+    assert set(result.table["hbm_gib"]) == {80.0}
+    assert result.baselines == {}
+    assert result.metadata["inputs"]["arch"] == "a100-80g"
+    assert result.metadata["chip"] == presets.chip("a100-80g").to_dict()
+    best = result.best
+    assert best["feasible"]
+    sizes = [int(x) for x in best["stage_layers"].split(",")]
+    r = search.evaluate_point(TINY, "a100-80g", best["tensor_parallel"], len(sizes),
+                              best["data_parallel"], best["microbatch"], best["recompute"],
+                              devices=16, global_batch=64, hbm_gib=best["hbm_gib"], stages=sizes)
+    assert r["feasible"]
+    assert r["samples_per_s"] == pytest.approx(best["samples_per_s"], rel=1e-9)
+    # The same search as a one-row space (what arch= reuses), with the chip's own HBM.
+    space = search.search(TINY, space=presets.get("a100-80g"), hbm_gib=None, baselines=False, **kw)
+    assert space.best["samples_per_s"] == best["samples_per_s"]
+    # arch as a file, a row and a Chip: the same answer; an explicit HBM grid is kept
+    for spec in (str(presets.path("a100-80g")), presets.get("a100-80g"), presets.chip("a100-80g")):
+        assert search.search(TINY, arch=spec, **kw).best["samples_per_s"] == best["samples_per_s"]
+    grid = search.search(TINY, arch="a100-80g", hbm_gib=(40, 80), **kw)
+    assert set(grid.table["hbm_gib"]) == {40.0, 80.0}
+
+
+def test_search_arch_and_space_together_is_refused():
+    with pytest.raises(ValueError, match="give space or arch, not both"):
+        search.search(TINY, arch="a100-80g", space=presets.get("tpuv4"), executor="serial")
+
+
+def test_cli_search_arch_on_a_small_model(capsys, tmp_path):
+    argv = ["search", "--model", "opt-350m", "--devices", "16", "--global-batch", "64",
+            "--arch", "a100-80g", "--serial", "--out", str(tmp_path / "r.json")]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("phaze search: opt-350m on 16 x a100-80g (fixed system), "
+                               "global batch 64: 8 of 8 points evaluated")
+    assert lines[1].startswith("a100-80g: 432 TC 16x16, 432 VC x16, 40 MiB buffer")
+    assert "best plan:" in out and "layers per stage" in out
+    assert "vs tpuv4" not in out and "Pareto" not in out and "baselines" not in out
+    loaded = search.load_result(tmp_path / "r.json")
+    best = loaded.best
+    row = next(ln for ln in lines if ln.startswith("opt-350m "))
+    assert f"{best['samples_per_s']:,.1f}" in row
+    sizes = [int(x) for x in best["stage_layers"].split(",")]
+    r = search.evaluate_point("opt-350m", "a100-80g", best["tensor_parallel"], len(sizes),
+                              best["data_parallel"], best["microbatch"], best["recompute"],
+                              devices=16, global_batch=64, hbm_gib=best["hbm_gib"], stages=sizes)
+    assert r["samples_per_s"] == pytest.approx(best["samples_per_s"], rel=1e-9)
+    # the stored chip is itself a chip file
+    chip = arch.chip_from_dict(loaded.metadata["chip"])
+    assert chip.row.tobytes() == presets.get("a100-80g").tobytes()
+
+
+def test_cli_search_arch_with_space_every_is_refused(capsys):
+    assert cli.main(["search", "--model", "opt-350m", "--arch", "a100-80g",
+                     "--space-every", "40"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--space-every" in err and "--arch" in err
+
+
+def test_search_signature_keeps_the_study_hbm_default():
+    import inspect
+
+    param = inspect.signature(search.search).parameters["hbm_gib"]
+    assert param.default == (32, 64, 80)
+    assert "arch" in inspect.signature(search.search).parameters
+    np.testing.assert_equal(search.search.__kwdefaults__["arch"], None)
