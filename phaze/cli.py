@@ -213,6 +213,34 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--hbm-gib", type=float, help="HBM per chip, GiB (default: the preset's)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument("--emit", choices=("megatron", "deepspeed"),
+                   help="print the plan's launch arguments instead: Megatron-LM, or "
+                        "Megatron-DeepSpeed with its ds_config JSON (phaze.launch)")
+
+
+def _emit_plan(args, model) -> int:
+    """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``); a plan the
+    trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
+    from . import launch
+
+    recompute = getattr(args, "recompute", False)
+    plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
+                microbatch=args.microbatch, global_batch=args.global_batch,
+                recompute=recompute if isinstance(recompute, str) else bool(recompute))
+    # Strategy knobs evaluate may carry (each only when the option exists).
+    for key in ("virtual_stages", "sequence_parallel", "flash_attention", "zero_stage",
+                "overlap_grad_reduce"):
+        if getattr(args, key, None) is not None:
+            plan[key] = getattr(args, key)
+    if getattr(args, "dtype", None):
+        plan["precision"] = args.dtype
+    try:
+        text = launch.emit(args.emit, model, **plan)
+    except launch.NotLaunchable as exc:
+        trainer = "Megatron-LM" if args.emit == "megatron" else "DeepSpeed"
+        raise ValueError(f"--emit {args.emit}: {trainer} cannot launch this plan: {exc}") from None
+    sys.stdout.write(text)
+    return 0
 
 
 def _cmd_evaluate(args) -> int:
@@ -222,6 +250,8 @@ def _cmd_evaluate(args) -> int:
     if bool(args.model) == bool(args.hf_config):
         raise ValueError("give exactly one of --model or --hf-config")
     model = args.model or models.from_hf_config(args.hf_config)
+    if getattr(args, "emit", None):
+        return _emit_plan(args, model)
     r = search.evaluate_point(model, args.arch, args.tp, args.pp, args.dp, args.microbatch,
                               args.recompute, devices=args.devices, global_batch=args.global_batch,
                               hbm_gib=args.hbm_gib, optimizer=args.optimizer)
