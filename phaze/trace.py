@@ -343,6 +343,12 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
     ``layer_schedule`` adds the per-stage operator schedule of one transformer layer
     (``gap``: its accepted schedule gap, default ``phaze._config.SCHEDULE_GAP``).
 
+    ``devices``, ``hbm_gib`` and ``optimizer`` act on the study's model only (the step
+    model prices a plan's time on t·p·d GPUs of the preset; its memory is not drawn).
+    The trace holds about 5·p·c pipeline events (c microbatches per pipeline: the
+    global batch / (microbatch·d)), some 100 bytes each, plus p times one layer's
+    operators.
+
     Returns ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"phaze":
     summary}}`` with ``ts``/``dur`` in microseconds; the summary holds the plan, the cost
     model, ``time_per_batch_s`` (seconds; equals the last event's end / 1e6 up to

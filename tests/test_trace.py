@@ -201,6 +201,9 @@ def test_assign_lanes_uses_the_overlap_width():
 
 
 def test_refusals():
+    with pytest.raises(ValueError, match="step model cannot price"):
+        trace.events("llama2-7b", "a100-80g", tensor_parallel=1, pipeline_parallel=3,
+                     data_parallel=1, global_batch=8, calibrated=True)
     with pytest.raises(ValueError, match="interleaved"):
         trace.events("opt-350m", virtual_stages=2, **PLAN)
     with pytest.raises(ValueError, match="calibrated=True"):
@@ -261,3 +264,15 @@ def test_layer_schedule_on_one_core_lanes():
     assert 1 < len(tc) <= int(row["num_tc"][0])
     r = search.evaluate_point("opt-350m", row, 1, 2, 1, 1, False, global_batch=8)
     _check_pipeline(tr, 2, 8, [x["compute_s"] for x in r["stages"]], r["time_per_batch_s"])
+    # the makespans are those of schedule_layer on the study's operator latencies
+    from phaze import cost, graph, schedule
+
+    block = graph.build_layers("opt-350m", 1, 1).layers[1]
+    for direction, g in (("forward", block.forward), ("backward", block.backward)):
+        single, intra = cost.op_latencies(g, row)
+        sch = schedule.schedule_layer(g, single[:, 0], intra[:, 0], int(row["num_tc"][0]),
+                                      int(row["num_vc"][0]))
+        assert not schedule.check_schedule(g, single[:, 0], intra[:, 0], int(row["num_tc"][0]),
+                                           int(row["num_vc"][0]), sch)
+        for info in s["layer_schedules"]:
+            assert info[direction]["makespan_s"] == sch.makespan
