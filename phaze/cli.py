@@ -1,4 +1,5 @@
-"""Command-line interface: ``phaze search | evaluate | place | models | archs | plot | validate``.
+"""Command-line interface: ``phaze search | evaluate | place | models | archs | plot |
+validate | trace``.
 
 Thin layer on top of the public modules: parse, call, print. Errors in user
 input are printed as one line on stderr with exit status 2; operating-system
@@ -261,6 +262,34 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--hbm-gib", type=float, help="HBM per chip, GiB (default: the chip's own)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument("--emit", choices=("megatron", "deepspeed"),
+                   help="print the plan's launch arguments instead: Megatron-LM, or "
+                        "Megatron-DeepSpeed with its ds_config JSON (phaze.launch)")
+
+
+def _emit_plan(args, model) -> int:
+    """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``); a plan the
+    trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
+    from . import launch
+
+    recompute = getattr(args, "recompute", False)
+    plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
+                microbatch=args.microbatch, global_batch=args.global_batch,
+                recompute=recompute if isinstance(recompute, str) else bool(recompute))
+    # Strategy knobs evaluate may carry (each only when the option exists).
+    for key in ("virtual_stages", "sequence_parallel", "flash_attention", "zero_stage",
+                "overlap_grad_reduce"):
+        if getattr(args, key, None) is not None:
+            plan[key] = getattr(args, key)
+    if getattr(args, "dtype", None):
+        plan["precision"] = args.dtype
+    try:
+        text = launch.emit(args.emit, model, **plan)
+    except launch.NotLaunchable as exc:
+        trainer = "Megatron-LM" if args.emit == "megatron" else "DeepSpeed"
+        raise ValueError(f"--emit {args.emit}: {trainer} cannot launch this plan: {exc}") from None
+    sys.stdout.write(text)
+    return 0
 
 
 def _cmd_evaluate(args) -> int:
@@ -270,6 +299,8 @@ def _cmd_evaluate(args) -> int:
     if bool(args.model) == bool(args.hf_config):
         raise ValueError("give exactly one of --model or --hf-config")
     model = args.model or models.from_hf_config(args.hf_config)
+    if getattr(args, "emit", None):
+        return _emit_plan(args, model)
     r = search.evaluate_point(model, args.arch, args.tp, args.pp, args.dp, args.microbatch,
                               args.recompute, devices=args.devices, global_batch=args.global_batch,
                               hbm_gib=args.hbm_gib, optimizer=args.optimizer)
@@ -298,6 +329,55 @@ def _cmd_evaluate(args) -> int:
               f"{s['compute_s']:>11.5g} {s['communication_s']:>11.5g} {s['load_s']:>11.5g} "
               f"{s['memory_bytes'] / 2**30:>10.2f} {s['memory_limit_bytes'] / 2**30:>6.1f}"
               f"{'' if s['fits'] else '  (does not fit)'}")
+    return 0
+
+
+def _add_trace_arguments(p) -> None:
+    _add_evaluate_arguments(p)   # the same plan arguments (and knobs) as evaluate
+    for action in p._actions:    # evaluate's output options: hidden here, refused if given
+        if action.dest in ("json", "emit"):
+            action.help = argparse.SUPPRESS
+    p.add_argument("--calibrated", action="store_true",
+                   help="price the pipeline with the training-step model (phaze.step) "
+                        "instead of the study's placement model")
+    p.add_argument("--no-layer-schedule", dest="layer_schedule", action="store_false",
+                   help="leave out the per-stage operator schedule of one transformer layer")
+    p.add_argument("-o", "--out", default="trace.json",
+                   help="trace file to write (default trace.json; open in ui.perfetto.dev)")
+
+
+def _cmd_trace(args) -> int:
+    """``phaze trace``: a Chrome/Perfetto trace of one training step (phaze.trace)."""
+    from . import models, trace
+
+    if bool(args.model) == bool(args.hf_config):
+        raise ValueError("give exactly one of --model or --hf-config")
+    if getattr(args, "json", False) or getattr(args, "emit", None):
+        raise ValueError("--json and --emit belong to phaze evaluate; phaze trace writes "
+                         "the trace file given by -o")
+    model = args.model or models.from_hf_config(args.hf_config)
+    plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
+                microbatch=args.microbatch, recompute=args.recompute,
+                global_batch=args.global_batch, calibrated=args.calibrated,
+                layer_schedule=args.layer_schedule)
+    if not args.calibrated:
+        plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer)
+    # Strategy knobs evaluate may carry (each only when the option exists); the study's
+    # model refuses them in one sentence.
+    for key in ("virtual_stages", "sequence_parallel", "flash_attention", "zero_stage",
+                "overlap_grad_reduce"):
+        if getattr(args, key, None) is not None:
+            plan[key] = getattr(args, key)
+    if args.calibrated and getattr(args, "dtype", None) in ("bf16", "fp16"):
+        plan["precision"] = args.dtype
+    try:
+        info = trace.write(args.out, model, args.arch, **plan)
+    except OSError as exc:
+        raise OSError(exc.errno, f"-o/--out: {exc.strerror}") from None
+    print(f"wrote {args.out}: one step of {info['model']} on {args.arch}, "
+          f"{info['time_per_batch_s']:.6g} s ({info['cost_model']} model), "
+          f"{info['pipeline_parallel']} stages x {info['microbatches_per_pipeline']} "
+          f"microbatches; open it in https://ui.perfetto.dev or chrome://tracing")
     return 0
 
 
@@ -415,6 +495,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="evaluate one architecture and strategy")
     _add_evaluate_arguments(p)
     p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser("trace", help="write a Chrome/Perfetto timeline of one training step")
+    _add_trace_arguments(p)
+    p.set_defaults(func=_cmd_trace)
 
     p = sub.add_parser("plot", help="plot throughput vs area from a result file")
     _add_plot_arguments(p)

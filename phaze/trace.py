@@ -1,0 +1,444 @@
+"""A timeline of one training step as a Chrome/Perfetto trace (issue 16 item 4; ``phaze trace``).
+
+:func:`events` builds, and :func:`write` writes, a Trace Event Format JSON object
+(``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``) that
+chrome://tracing and ui.perfetto.dev open. Every event is a complete event (``"ph": "X"``)
+with ``ts`` (start) and ``dur`` in **microseconds**, as the format requires: phaze
+computes in seconds and each time is written as ``seconds × 1e6`` (no rounding; JSON keeps
+the float). Metadata events (``"ph": "M"``) name the processes and tracks.
+
+What is drawn (one data-parallel replica; the others run the same timeline):
+
+- **Pipeline** — one process per pipeline stage ("stage 1" … "stage p", 1-based as
+  ``phaze evaluate`` prints them) with the tracks *compute* (forward ``F i`` and
+  backward ``B i`` of every microbatch i of the pipeline in Megatron's 1F1B order —
+  p − r − 1 warm-up forwards on stage r (0-based), then one forward one backward, then the
+  cool-down backwards — and ``recompute F i`` when activations are recomputed),
+  *p2p* (the point-to-point transfer of activations or gradients a stage waits for),
+  and *collectives* (gradient sync, embedding all-reduce, ZeRO traffic, optimizer). The
+  bubbles are the idle gaps between events.
+- **Layer schedule** — per stage a second process ("stage r · layer schedule") with the
+  certified operator schedule of one transformer layer (forward, then backward) on the
+  chip's cores, from :func:`phaze.schedule.schedule_layer` on the study's operator
+  latencies (:func:`phaze.cost.op_latencies`): each operator on one lane, "tensor core
+  k", "vector core k" (a one-core fused operator holds one of each and is drawn on both),
+  "link" (collectives), or "all cores (intra-op)"; lanes are assigned greedily in start
+  order, which never needs more lanes than the chip has cores because the schedule
+  respects the core counts. The forward layer is placed where the stage's first forward
+  computation starts, the backward layer where its first backward computation starts.
+
+The cost model of the pipeline part (``calibrated``):
+
+- ``False`` (default, as ``phaze evaluate``): the study's placement model,
+  :func:`phaze.placement.breakdown` of the plan ``phaze.search.evaluate_point`` costs.
+  Each stage's per-microbatch load = forward walk (waiting ``edge bytes / bandwidth`` for
+  its input, then its layers' forwards) + backward walk (the recomputed forward when
+  recomputing and not the last stage, the wait for the incoming gradient overlapping it,
+  then the backwards). The model charges a transfer to the receiving stage, so p2p events
+  sit on the receiver. Time per batch = max load · (⌈m/d⌉ + p − 1) + gradient sync,
+  ⌈m/d⌉ the microbatches of one pipeline. The model has no optimizer time.
+- ``True``: the training-step model :func:`phaze.step.training_step` (calibrated
+  operators, Megatron-LM's 1F1B). That model prices every stage at the critical stage's
+  slot (its breakdown gives that stage's forward, backward, recomputation and p2p, not
+  the others'), so every stage is drawn with those; after the pipeline come the
+  data-parallel gradient reduction, the tied-embedding all-reduce (first and last stage)
+  and the optimizer step, one after another as the model adds them. ZeRO-2/3 traffic
+  inside the slot is drawn as one "ZeRO collectives" event per microbatch.
+
+How the 1F1B timeline realises the model's time exactly: stage r gets a forward window
+φ_r (its forward work) and a backward window L − φ_r per microbatch, L the largest
+per-microbatch load (slot); the operations are placed as soon as their dependencies allow
+(forward i on stage r after forward i on stage r − 1, backward i after backward i on
+stage r + 1, each stage in 1F1B order). The chain of windows F(0,0) … F(p−1,0), then the
+last stage's 2m windows, then B(p−2,m−1) … B(0,m−1) has length (m + p − 1)·L, and this
+placement attains it, so the pipeline ends at exactly the model's (m + p − 1)·L. Inside a
+forward window the work starts at the window's start; inside a backward window it ends at
+the window's end (the idle time before it is the wait for the next stage's gradient), so
+the last backward of the first stage ends at the pipeline's end and every dependency
+still holds. The idle gaps are the bubbles (warm-up, cool-down) and the imbalance of
+stages lighter than the slowest.
+Interleaved schedules (``virtual_stages`` > 1) are not drawn yet.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from ._validate import positive_int
+
+__all__ = ["events", "write", "one_f_one_b", "assign_lanes"]
+
+_US = 1e6  # microseconds per second (the trace format's unit)
+
+
+# ---------------------------------------------------------------------------
+# 1F1B windows
+# ---------------------------------------------------------------------------
+
+def one_f_one_b(forward_windows, slot, microbatches):
+    """Start times (seconds) of the 1F1B windows of one pipeline.
+
+    ``forward_windows[r]``: seconds of stage r's forward window (≤ ``slot``); the
+    backward window is ``slot − forward_windows[r]``; ``microbatches`` c per pipeline.
+    Returns ``(order, fstart, bstart)``: ``order[r]`` the list of ("F"|"B", i) in stage r's
+    1F1B order, ``fstart[r][i]`` and ``bstart[r][i]`` the windows' starts; each operation
+    starts as soon as its stage's previous operation and its dependency (forward i on
+    stage r − 1, backward i on stage r + 1) have ended. The last window ends at
+    (c + p − 1)·slot (module docstring).
+    """
+    p, c = len(forward_windows), int(microbatches)
+    phi = [float(x) for x in forward_windows]
+    beta = [float(slot) - x for x in phi]
+    order = []
+    for r in range(p):
+        w = min(p - r - 1, c)
+        ops = [("F", i) for i in range(w)]
+        for i in range(c - w):
+            ops += [("F", w + i), ("B", i)]
+        ops += [("B", i) for i in range(c - w, c)]
+        order.append(ops)
+    fstart = [[None] * c for _ in range(p)]
+    bstart = [[None] * c for _ in range(p)]
+    fend = [[None] * c for _ in range(p)]
+    bend = [[None] * c for _ in range(p)]
+    pos, free = [0] * p, [0.0] * p
+    remaining = p * 2 * c
+    while remaining:
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(order[r]):
+                kind, i = order[r][pos[r]]
+                if kind == "F":
+                    dep = 0.0 if r == 0 else fend[r - 1][i]
+                else:
+                    dep = bend[r + 1][i] if r < p - 1 else 0.0
+                if dep is None:
+                    break
+                start = max(free[r], dep)
+                if kind == "F":
+                    fstart[r][i], fend[r][i] = start, start + phi[r]
+                    free[r] = fend[r][i]
+                else:
+                    bstart[r][i], bend[r][i] = start, start + beta[r]
+                    free[r] = bend[r][i]
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # pragma: no cover - the 1F1B order has no cycle
+            raise RuntimeError("1F1B order deadlocked")
+    return order, fstart, bstart
+
+
+def assign_lanes(starts, finishes, tol=0.0):
+    """Greedy interval partitioning: lane index (0-based) per interval, intervals taken in
+    start order, each to the lowest lane free at its start (free when its last interval
+    ended no later than ``start + tol``). Uses as many lanes as the most intervals
+    overlapping at once."""
+    order = np.lexsort((np.asarray(finishes), np.asarray(starts)))
+    lane_end, lanes = [], np.empty(len(order), dtype=np.int64)
+    for i in order:
+        s, f = float(starts[i]), float(finishes[i])
+        for k, end in enumerate(lane_end):
+            if end <= s + tol:
+                lanes[i], lane_end[k] = k, f
+                break
+        else:
+            lanes[i] = len(lane_end)
+            lane_end.append(f)
+    return lanes
+
+
+# ---------------------------------------------------------------------------
+# the trace
+# ---------------------------------------------------------------------------
+
+class _Trace:
+    def __init__(self):
+        self.events = []
+
+    def meta(self, pid, name, tid=None, sort=None):
+        if tid is None:
+            self.events.append({"ph": "M", "pid": pid, "name": "process_name",
+                                "args": {"name": name}})
+            if sort is not None:
+                self.events.append({"ph": "M", "pid": pid, "name": "process_sort_index",
+                                    "args": {"sort_index": sort}})
+        else:
+            self.events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                                "args": {"name": name}})
+            if sort is not None:
+                self.events.append({"ph": "M", "pid": pid, "tid": tid,
+                                    "name": "thread_sort_index", "args": {"sort_index": sort}})
+
+    def span(self, pid, tid, name, cat, start_s, dur_s, **args):
+        """One complete event; start and duration given in seconds, written in µs."""
+        if dur_s <= 0:
+            return
+        self.events.append({"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat,
+                            "ts": start_s * _US, "dur": dur_s * _US, "args": args})
+
+
+_COMPUTE, _P2P, _COLL = 1, 2, 3
+
+
+def _study_stages(model, arch, t, p, d, mb, recompute, devices, global_batch, hbm_gib,
+                  optimizer):
+    """The study's model: per stage the window contents, the slot, the tail phases."""
+    from . import search
+    from .search._chunk import chain_static, model_graph
+    from .search._inputs import arch_row, resolve_models
+
+    r = search.evaluate_point(model, arch, t, p, d, mb, recompute, devices=devices,
+                              global_batch=global_batch, hbm_gib=hbm_gib, optimizer=optimizer)
+    if not r["feasible"]:
+        raise ValueError(f"the plan is infeasible ({r['reason']}); there is no step to trace")
+    spec = resolve_models(model)[0]
+    row = arch_row(arch)
+    _, _, _, E = chain_static(model_graph(spec, mb, t))
+    bandwidth = float(row["net_gb_per_s"][0]) * 1e9
+    n_chain = len(E) + 1
+    stages = []
+    for k, s in enumerate(r["stages"]):
+        first, last = s["layers"]
+        wait_in = float(E[first - 1]) / bandwidth if first > 0 else 0.0
+        wait_out = float(E[last]) / bandwidth if last < n_chain - 1 else 0.0
+        sum_fw = s["forward_s"] - wait_in
+        sum_bw = s["backward_s"] - wait_out
+        recomputes = bool(recompute) and k < p - 1   # every stage but the last
+        fwd = [(_P2P, "recv activations", "p2p", 0.0, wait_in),
+               (_COMPUTE, "F", "forward", wait_in, sum_fw)]
+        if recomputes:
+            bwd = [(_COMPUTE, "recompute F", "recompute", 0.0, sum_fw),
+                   (_P2P, "recv gradients", "p2p", 0.0, wait_out),
+                   (_COMPUTE, "B", "backward", max(sum_fw, wait_out), sum_bw)]
+        else:
+            bwd = [(_P2P, "recv gradients", "p2p", 0.0, wait_out),
+                   (_COMPUTE, "B", "backward", wait_out, sum_bw)]
+        stages.append({"phi": s["forward_s"], "forward": fwd, "backward": bwd,
+                       "compute_s": s["compute_s"], "load_s": s["load_s"]})
+    bd = r["breakdown"]
+    slot = max(s["load_s"] for s in r["stages"])
+    c = math.ceil(r["microbatches"] / d)
+    tail = [("gradient sync", "grad_sync", bd["grad_sync_s"], range(p))]
+    info = {"cost_model": "study", "time_per_batch_s": r["time_per_batch_s"],
+            "steady_s": bd["steady_s"], "bubble_s": bd["bubble_s"],
+            "grad_sync_s": bd["grad_sync_s"], "critical_stage": bd["critical_stage"]}
+    return stages, slot, c, tail, info, row
+
+
+def _calibrated_stages(model, arch, t, p, d, mb, recompute, global_batch, knobs):
+    """The step model: every stage at the critical stage's slot (module docstring)."""
+    from . import step
+    from .search._inputs import arch_row
+
+    rec = recompute if isinstance(recompute, str) else ("full" if recompute else "none")
+    res = step.training_step(model, arch, tensor_parallel=t, pipeline_parallel=p,
+                             data_parallel=d, microbatch=mb, global_batch=global_batch,
+                             recompute=rec, **knobs)
+    if not res.ok:
+        raise ValueError(f"the step model cannot price this plan ({res.reason}); there is no "
+                         f"step to trace")
+    b = res.breakdown
+    half = b.p2p_s / 2.0
+    zero_s = b.slot_s - (b.forward_s + b.backward_s + b.recompute_s + b.p2p_s)
+    fwd = [(_P2P, "recv activations", "p2p", 0.0, half),
+           (_COMPUTE, "F", "forward", half, b.forward_s)]
+    bwd = [(_COMPUTE, "recompute F", "recompute", 0.0, b.recompute_s),
+           (_COMPUTE, "B", "backward", b.recompute_s, b.backward_s),
+           (_P2P, "send/recv gradients", "p2p", b.recompute_s + b.backward_s, half),
+           (_COLL, "ZeRO collectives", "zero", b.recompute_s + b.backward_s + half,
+            max(0.0, zero_s))]
+    compute = b.forward_s + b.backward_s + b.recompute_s
+    stages = [{"phi": half + b.forward_s, "forward": fwd, "backward": bwd,
+               "compute_s": compute, "load_s": b.slot_s} for _ in range(p)]
+    tail = [("gradient reduction (data parallel)", "grad_sync", b.dp_allreduce_s, range(p)),
+            ("embedding all-reduce", "embedding", b.embedding_allreduce_s,
+             sorted({0, p - 1})),
+            ("optimizer step", "optimizer", b.optimizer_s, range(p))]
+    info = {"cost_model": "calibrated", "time_per_batch_s": res.time_s,
+            "steady_s": b.steady_s, "bubble_s": b.bubble_s, "grad_sync_s": b.dp_allreduce_s,
+            "embedding_allreduce_s": b.embedding_allreduce_s, "optimizer_s": b.optimizer_s,
+            "critical_stage": b.critical_stage + 1}
+    return stages, b.slot_s, b.microbatches, tail, info, arch_row(arch)
+
+
+def _layer_schedule(tr, pid, spec, mb, t, row, gap, offsets):
+    """Draw the certified schedule of one transformer layer (forward at ``offsets[0]``,
+    backward at ``offsets[1]``, seconds) on the lanes of process ``pid``; returns a dict
+    per direction: makespan_s, status, offset_s, and each operator's (name, start_s,
+    finish_s) relative to the layer start."""
+    from . import _config, cost, schedule
+    from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
+    from .search._chunk import model_graph
+
+    layer = model_graph(spec, mb, t).layers[1]            # the transformer block
+    ntc, nvc = int(row["num_tc"][0]), int(row["num_vc"][0])
+    gap = _config.SCHEDULE_GAP if gap is None else gap
+    lane_tid = {}
+    out = {}
+
+    def tid_of(lane_kind, k):
+        key = (lane_kind, k)
+        if key not in lane_tid:
+            base = {"tc": 100, "vc": 100 + ntc, "link": 100 + ntc + nvc,
+                    "intra": 101 + ntc + nvc}[lane_kind]
+            name = {"tc": f"tensor core {k}", "vc": f"vector core {k}", "link": "link",
+                    "intra": "all cores (intra-op)"}[lane_kind]
+            lane_tid[key] = base + k
+            tr.meta(pid, name, tid=base + k, sort=base + k)
+        return lane_tid[key]
+
+    for direction, g, offset in (("forward", layer.forward, offsets[0]),
+                                 ("backward", layer.backward, offsets[1])):
+        single, intra = cost.op_latencies(g, row)
+        single = np.ascontiguousarray(single[:, 0], dtype=np.float64)
+        intra = np.ascontiguousarray(intra[:, 0], dtype=np.float64)
+        sch = schedule.schedule_layer(g, single, intra, ntc, nvc, gap=gap)
+        dur = np.where(sch.modes == 1, intra, single)
+        start, finish = sch.starts, sch.starts + dur
+        tol = 1e-9 * max(float(sch.makespan), 1e-300)
+        kind, modes = g.kind, sch.modes
+        one = modes == 0
+        uses_tc = one & ((kind == KIND_GEMM) | (kind == KIND_FUSED)) & (dur > 0)
+        uses_vc = one & ((kind == KIND_VECTOR) | (kind == KIND_FUSED)) & (dur > 0)
+        lanes = {}
+        for name_, mask in (("tc", uses_tc), ("vc", uses_vc)):
+            idx = np.flatnonzero(mask)
+            for i, k in zip(idx, assign_lanes(start[idx], finish[idx], tol)):
+                lanes.setdefault(int(i), []).append((name_, int(k)))
+        for i in range(g.n_ops):
+            if kind[i] == KIND_COLLECTIVE:
+                lanes[i] = [("link", 0)]
+            elif modes[i] == 1:
+                lanes[i] = [("intra", 0)]
+            elif i not in lanes:                       # zero-length one-core operator
+                lanes[i] = [("tc" if kind[i] in (KIND_GEMM, KIND_FUSED) else "vc", 0)]
+        for i in range(g.n_ops):
+            for lane_kind, k in lanes[i]:
+                tr.span(pid, tid_of(lane_kind, k), g.names[i], f"layer_{direction}",
+                        offset + float(start[i]), float(dur[i]), op=int(i),
+                        direction=direction, mode="intra-op" if modes[i] == 1 else "one core",
+                        preds=[int(q) for q in g.preds(i)])
+        out[direction] = {"makespan_s": float(sch.makespan), "status": sch.status,
+                          "lower_bound_s": float(sch.lower_bound), "offset_s": float(offset)}
+    return out
+
+
+def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_parallel,
+           microbatch=1, recompute=False, devices=None, global_batch=4096, hbm_gib=None,
+           optimizer="sgd", calibrated=False, layer_schedule=True, gap=None,
+           virtual_stages=1, sequence_parallel=False, flash_attention=False, zero_stage=0,
+           overlap_grad_reduce=False, precision="bf16") -> dict:
+    """The Chrome/Perfetto trace (a JSON-ready dict) of one training step of a plan.
+
+    Plan arguments as :func:`phaze.search.evaluate_point` (``model`` zoo name or
+    ModelSpec, ``arch`` preset name or row, t, p, d, ``microbatch`` and ``global_batch``
+    in samples, ``recompute`` bool — or "none" | "selective" | "full" with
+    ``calibrated`` — ``devices``, ``hbm_gib`` GiB, ``optimizer``); ``calibrated``
+    chooses the step model instead of the study's (module docstring), which also takes
+    the strategy knobs of :func:`phaze.step.training_step` (``sequence_parallel``,
+    ``flash_attention``, ``zero_stage``, ``overlap_grad_reduce``, ``precision``);
+    ``layer_schedule`` adds the per-stage operator schedule of one transformer layer
+    (``gap``: its accepted schedule gap, default ``phaze._config.SCHEDULE_GAP``).
+
+    ``devices``, ``hbm_gib`` and ``optimizer`` act on the study's model only (the step
+    model prices a plan's time on t·p·d GPUs of the preset; its memory is not drawn).
+    The trace holds about 5·p·c pipeline events (c microbatches per pipeline: the
+    global batch / (microbatch·d)), some 100 bytes each, plus p times one layer's
+    operators.
+
+    Returns ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"phaze":
+    summary}}`` with ``ts``/``dur`` in microseconds; the summary holds the plan, the cost
+    model, ``time_per_batch_s`` (seconds; equals the last event's end / 1e6 up to
+    rounding), ``slot_s``, ``microbatches_per_pipeline``, per stage ``compute_s`` per
+    microbatch, and the layer schedules' makespans (seconds). A plan the model finds
+    infeasible, or one it cannot price, raises ``ValueError`` with the reason.
+    """
+    t = positive_int("tensor_parallel", tensor_parallel)
+    p = positive_int("pipeline_parallel", pipeline_parallel)
+    d = positive_int("data_parallel", data_parallel)
+    mb = positive_int("microbatch", microbatch)
+    if positive_int("virtual_stages", virtual_stages) > 1:
+        raise ValueError("phaze trace draws plain 1F1B; interleaved schedules "
+                         "(virtual_stages > 1) are not drawn yet")
+    knobs = dict(sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                 zero_stage=zero_stage, overlap_grad_reduce=overlap_grad_reduce,
+                 precision=precision)
+    if calibrated:
+        stages, slot, c, tail, info, row = _calibrated_stages(
+            model, arch, t, p, d, mb, recompute, global_batch, knobs)
+    else:
+        if recompute not in (True, False) and not isinstance(recompute, np.bool_):
+            raise ValueError(f"recompute must be True or False for the study's model, got "
+                             f"{recompute!r} (selective recomputation: use calibrated=True)")
+        if sequence_parallel or flash_attention or zero_stage or overlap_grad_reduce:
+            raise ValueError("the study's model has no sequence parallelism, flash attention, "
+                             "ZeRO or overlapped gradient reduction; use calibrated=True")
+        stages, slot, c, tail, info, row = _study_stages(
+            model, arch, t, p, d, mb, bool(recompute), devices, global_batch, hbm_gib,
+            optimizer)
+    from .search._inputs import resolve_models
+
+    spec = resolve_models(model)[0]
+    tr = _Trace()
+    order, fstart, bstart = one_f_one_b([s["phi"] for s in stages], slot, c)
+    first_f, first_b = [], []
+    for r, st in enumerate(stages):
+        pid = r + 1
+        tr.meta(pid, f"stage {r + 1} (pipeline)", sort=2 * r)
+        tr.meta(pid, "compute", tid=_COMPUTE, sort=_COMPUTE)
+        tr.meta(pid, "p2p", tid=_P2P, sort=_P2P)
+        tr.meta(pid, "collectives and optimizer", tid=_COLL, sort=_COLL)
+        # Forward work starts with its window, backward work ends with its window (the
+        # slack before it is the wait for the gradient; module docstring).
+        used = max(off + dur for _, _, _, off, dur in st["backward"])
+        shift = max(0.0, (slot - st["phi"]) - used)
+        for kind, i in order[r]:
+            base = fstart[r][i] if kind == "F" else bstart[r][i] + shift
+            for tid, label, cat, off, dur in st["forward" if kind == "F" else "backward"]:
+                tr.span(pid, tid, f"{label} {i}", cat, base + off, dur, microbatch=i, stage=r + 1)
+        fw_off = next(off for tid, lab, cat, off, dur in st["forward"] if cat == "forward")
+        bw_off = shift + next(off for tid, lab, cat, off, dur in st["backward"]
+                              if cat == "backward")
+        first_f.append(fstart[r][0] + fw_off if c else 0.0)
+        first_b.append(bstart[r][0] + bw_off if c else 0.0)
+    clock = (c + p - 1) * slot
+    pipeline_end = clock
+    for name, cat, dur, where in tail:
+        for r in where:
+            tr.span(r + 1, _COLL, name, cat, clock, dur)
+        clock += dur
+    layers = []
+    if layer_schedule:
+        for r in range(p):
+            pid = p + 1 + r
+            tr.meta(pid, f"stage {r + 1} · layer schedule on {t}-way slice", sort=2 * r + 1)
+            layers.append(_layer_schedule(tr, pid, spec, mb, t, row, gap,
+                                          (first_f[r], first_b[r])))
+    summary = dict(info, model=spec.name, tensor_parallel=t, pipeline_parallel=p,
+                   data_parallel=d, microbatch=mb, global_batch=int(global_batch),
+                   recompute=recompute, slot_s=slot, microbatches_per_pipeline=c,
+                   pipeline_s=pipeline_end, end_s=clock,
+                   stages=[{"stage": r + 1, "compute_s": st["compute_s"],
+                            "load_s": st["load_s"]} for r, st in enumerate(stages)],
+                   layer_schedules=layers, time_unit="ts and dur in microseconds "
+                   "(seconds x 1e6)")
+    return {"traceEvents": tr.events, "displayTimeUnit": "ms",
+            "otherData": {"phaze": summary}}
+
+
+def write(path, model, arch="tpuv4", **plan) -> dict:
+    """Write :func:`events` (same arguments) as JSON to ``path``; returns the trace's
+    summary (``otherData["phaze"]``). ``OSError`` names the path when it cannot be
+    written."""
+    trace = events(model, arch, **plan)
+    text = json.dumps(trace, separators=(",", ":"))
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write the trace to {str(path)!r} "
+                                 f"({exc.strerror})") from None
+    return trace["otherData"]["phaze"]
