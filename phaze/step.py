@@ -130,12 +130,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import numpy as np
 
 from . import cost, graph, models
 from .arch import efficiency as _efficiency
-from .arch import presets
+from .arch import resolve_chip
 from .arch import validate as _validate_archs
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
@@ -305,9 +306,10 @@ def _rank(stage, dp, tp, t, d):
 # ---------------------------------------------------------------------------
 
 def _arch_and_efficiency(arch, efficiency):
-    if isinstance(arch, str):
-        row = presets.get(arch)
-        eff = efficiency if efficiency is not None else arch
+    if isinstance(arch, (str, os.PathLike)):  # a preset name or a chip file (its efficiency too)
+        chip = resolve_chip(arch)
+        row = chip.row
+        eff = efficiency if efficiency is not None else chip.efficiency_set()
     else:
         row = _validate_archs(arch)
         if row.shape[0] != 1:
