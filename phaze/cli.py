@@ -103,6 +103,12 @@ def _add_search_arguments(p) -> None:
                    help="zoo model name (repeat or comma-separate for several; see `phaze models`)")
     p.add_argument("--hf-config", action="append", default=[], metavar="PATH",
                    help="Hugging Face config.json of a model to search (repeatable)")
+    p.add_argument("--name", action="append", default=[],
+                   help="name of the --hf-config model (one per --hf-config, in order; default: "
+                        "the config's _name_or_path or model_type)")
+    p.add_argument("--seq-len", type=int, metavar="TOKENS",
+                   help="tokens per sample for every model (default: the model's own; a Hugging "
+                        "Face config's own is its full context, e.g. 131,072 for Llama 3.1)")
     p.add_argument("--devices", type=int, default=1024, help="accelerators (default 1024)")
     p.add_argument("--global-batch", type=int, default=4096, help="samples per batch (default 4096)")
     p.add_argument("--microbatch", default="1,2,4,8", help="microbatch sizes (default 1,2,4,8)")
@@ -137,8 +143,18 @@ def _models_from_args(args):
     from . import models
 
     out = [name.strip() for item in args.model for name in item.split(",") if name.strip()]
-    for path in args.hf_config:
-        out.append(models.from_hf_config(path))
+    names = args.name or [None] * len(args.hf_config)
+    if len(names) != len(args.hf_config):
+        raise ValueError(f"--name: give one per --hf-config, in order (got {len(args.name)} "
+                         f"for {len(args.hf_config)} configs)")
+    seen = {}
+    for path, name in zip(args.hf_config, names):
+        spec = models.from_hf_config(path, name=name, seq_len=args.seq_len)
+        if spec.name in seen:
+            raise ValueError(f"--name: {seen[spec.name]} and {path} are both called "
+                             f"{spec.name!r}; name them apart with one --name per --hf-config")
+        seen[spec.name] = path
+        out.append(spec)
     if not out:
         raise ValueError("give at least one --model or --hf-config")
     return out
@@ -180,7 +196,7 @@ def _cmd_search(args) -> int:
             optimizer=args.optimizer, prune=args.prune or False,
             executor="serial" if args.serial else None, progress=args.progress, out=args.out,
             resume=args.resume, workers=args.workers, address=args.address,
-            baselines=not args.no_baselines, force=args.force)
+            baselines=not args.no_baselines, force=args.force, seq_len=args.seq_len)
     except KeyboardInterrupt:
         if args.out:
             print(f"phaze search: interrupted; finished chunks are in {args.out} "
@@ -202,6 +218,11 @@ def _cmd_search(args) -> int:
 def _add_evaluate_arguments(p) -> None:
     p.add_argument("--model", help="zoo model name")
     p.add_argument("--hf-config", metavar="PATH", help="Hugging Face config.json instead of --model")
+    p.add_argument("--name", help="name of the --hf-config model (default: the config's "
+                                  "_name_or_path or model_type)")
+    p.add_argument("--seq-len", type=int, metavar="TOKENS",
+                   help="tokens per sample (default: the model's own; a Hugging Face config's "
+                        "own is its full context)")
     p.add_argument("--arch", default="tpuv4", help="architecture preset (default tpuv4)")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel width t")
     p.add_argument("--pp", type=int, required=True, help="pipeline stages p")
@@ -221,10 +242,14 @@ def _cmd_evaluate(args) -> int:
 
     if bool(args.model) == bool(args.hf_config):
         raise ValueError("give exactly one of --model or --hf-config")
-    model = args.model or models.from_hf_config(args.hf_config)
+    if args.name is not None and not args.hf_config:
+        raise ValueError("--name names a --hf-config model; zoo models keep their names")
+    model = args.model or models.from_hf_config(args.hf_config, name=args.name,
+                                                seq_len=args.seq_len)
     r = search.evaluate_point(model, args.arch, args.tp, args.pp, args.dp, args.microbatch,
                               args.recompute, devices=args.devices, global_batch=args.global_batch,
-                              hbm_gib=args.hbm_gib, optimizer=args.optimizer)
+                              hbm_gib=args.hbm_gib, optimizer=args.optimizer,
+                              seq_len=args.seq_len)
     if args.json:
         print(json.dumps(search.json_safe(r), indent=1))
         return 0

@@ -124,7 +124,8 @@ class _Progress:
 def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm_gib=(32, 64, 80),
            recompute=(False, True), tensor_parallel=(1, 2, 4, 8), space=None, optimizer="sgd",
            prune=False, executor=None, progress=None, *, out=None, resume=False, workers=None,
-           address=None, gap=None, chunk_archs=None, baselines=True, force=False) -> SearchResult:
+           address=None, gap=None, chunk_archs=None, baselines=True, force=False,
+           seq_len=None) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -150,13 +151,15 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8), hbm
     it, ``force`` replaces an existing one (without either an existing file is an
     error; a file another search is writing is refused in any case: it is locked). ``gap``:
     accepted schedule gap (default ``_config.SCHEDULE_GAP``). ``baselines``: also
-    evaluate the three baselines of docs/design.md §2.8.
+    evaluate the three baselines of docs/design.md §2.8. ``seq_len``: tokens per sample
+    for every model (default: each model's own; a Hugging Face config's own is its
+    context length, often far longer than a training run's).
 
     Throughput: samples/s = global_batch / time per batch (seconds), tokens/s =
     samples/s × the model's seq_len.
     """
     wall0 = time.perf_counter()
-    model_list = resolve_models(models)
+    model_list = resolve_models(models, seq_len)
     devices = positive_int("devices", devices)
     global_batch = positive_int("global_batch", global_batch)
     microbatch = int_tuple("microbatch", microbatch)
@@ -266,7 +269,8 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
     metadata = {
         "phaze_version": __version__,
         "inputs": {k: v for k, v in inputs.items() if k not in ("models",)} | {
-            "models": model_names, "space_rows": n_archs, "executor": executor,
+            "models": model_names, "seq_len": {m.name: m.seq_len for m in model_list},
+            "space_rows": n_archs, "executor": executor,
             "address": address, "workers": workers},
         "wall_time_s": wall_s, "sweep_time_s": sweep_s,
         "points_total": n_archs * settings.points_per_arch, "points_evaluated": sweep.n_evaluated,

@@ -31,7 +31,7 @@ def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
 
 def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                    recompute, *, devices=None, global_batch=4096, hbm_gib=None, optimizer="sgd",
-                   gap=None, stages=None) -> dict:
+                   gap=None, stages=None, seq_len=None) -> dict:
     """Evaluate one architecture with one strategy and say where the time goes.
 
     ``model``: zoo name or ModelSpec; ``arch``: preset name or one structured row;
@@ -40,7 +40,8 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     ``devices`` (default t·p·d); ``hbm_gib`` overrides the row's HBM (GiB);
     ``gap``: accepted schedule gap (None: ``phaze._config.SCHEDULE_GAP``);
     ``stages``: layers per stage (default: blocks spread evenly, embedding in the
-    first stage, head in the last).
+    first stage, head in the last); ``seq_len``: tokens per sample (default: the
+    model's own).
 
     Returns a dict: feasible, reason, time_per_batch_s (that of
     ``phaze.placement.evaluate``), samples_per_s, tokens_per_s, ``stages`` (per stage:
@@ -50,7 +51,7 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     (p − 1), grad_sync; the critical stage (1-based) and its load's compute and
     communication seconds per microbatch; devices_used).
     """
-    model = resolve_models(model)[0]
+    model = resolve_models(model, seq_len)[0]
     row = arch_row(arch)
     t = positive_int("tensor_parallel", tensor_parallel)
     p = positive_int("pipeline_parallel", pipeline_parallel)
@@ -110,7 +111,7 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         "model": model.name, "arch": {f: json_safe(row[f][0]) for f in row.dtype.names},
         "tensor_parallel": t, "pipeline_parallel": p, "data_parallel": d, "microbatch": mb,
         "recompute": recompute, "devices": devices, "global_batch": global_batch,
-        "microbatches": m, "hbm_gib": hbm, "optimizer": optimizer, "feasible": feasible,
+        "microbatches": m, "hbm_gib": hbm, "seq_len": model.seq_len, "optimizer": optimizer, "feasible": feasible,
         "reason": reason, "time_per_batch_s": tpb, "samples_per_s": sps,
         "tokens_per_s": sps * model.seq_len,
         "stages": [{"layers": [s.first, s.last], "n_layers": s.n_layers, "devices": s.devices,

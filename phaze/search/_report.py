@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +143,7 @@ def choose_best(table, model_names) -> dict:
         best = dict(row)
         best["plans"] = {model_names[0]: row}
         if not row["feasible"]:
-            best["reason"] = "no feasible point: " + (row["reason"] or "infeasible")
+            best["reason"] = "no feasible point: " + why_infeasible(table, model_names[0])
         return best
     cols = per_arch(table, model_names)
     order = np.lexsort((cols["arch_id"], cols["area_mm2"], -cols["score"]))
@@ -151,9 +152,53 @@ def choose_best(table, model_names) -> dict:
     plans = {name: best_row_of(table, name, aid) for name in model_names}
     best = {"arch_id": aid, "score": float(cols["score"][i]),
             "feasible": bool(cols["score"][i] > 0), "plans": plans}
+    if not best["feasible"]:
+        none = [n for n in model_names if not table["feasible"][table["model"].astype(str) == n].any()]
+        best["reason"] = "no feasible point: " + "; ".join(
+            f"{n}: {why_infeasible(table, n)}" for n in none or model_names)
     for f in ARCH_FIELDS:
         best[f] = json_safe(cols[f][i])
     return best
+
+
+#: Kinds of infeasibility, by words of the reasons the placement and the chunks write.
+_CAUSES = (
+    ("memory per device", ("memory", "bytes per device", "does not fit")),
+    ("too few microbatches", ("microbatches per batch",)),
+    ("no layer schedule", ("schedule",)),
+    ("no valid tensor-parallel width", ("tensor-parallel width",)),
+    ("too few devices", ("devices",)),
+)
+
+
+def infeasible_cause(reason) -> str:
+    """The kind of an infeasible row's ``reason``: "memory per device", "too few
+    microbatches", "no layer schedule", "no valid tensor-parallel width", "too few
+    devices", or the reason itself."""
+    text = str(reason or "infeasible")
+    for cause, words in _CAUSES:
+        if any(w in text for w in words):
+            return cause
+    return text
+
+
+def why_infeasible(table, model_name) -> str:
+    """Why ``model_name`` has no feasible point in ``table``: the most common cause over
+    its rows, how many rows it stopped, and one of their reasons as an example."""
+    sel = (table["model"].astype(str) == model_name) & ~np.asarray(table["feasible"], dtype=bool)
+    reasons = [str(r or "infeasible") for r in np.asarray(table["reason"])[sel]]
+    if not reasons:
+        return "no point was evaluated"
+    counts = Counter(infeasible_cause(r) for r in reasons)
+    cause, n = counts.most_common(1)[0]
+    example = next(r for r in reasons if infeasible_cause(r) == cause)
+    text = f"{cause} in {n:,} of {len(reasons):,} points"
+    if example != cause:
+        text += f" (e.g. {example})"
+    if cause == "memory per device":
+        text += ("; more HBM, recomputation, a smaller microbatch, a shorter sequence or more "
+                 "devices may fit")
+    return text
 
 
 def load_result(path) -> SearchResult:
@@ -211,8 +256,14 @@ def format_summary(summary: dict, model_names) -> str:
     meta, best, base = summary["metadata"], summary["best"], summary["baselines"]
     lines = []
     inp = meta.get("inputs", {})
+    seqs = inp.get("seq_len") if isinstance(inp.get("seq_len"), dict) else {}
+    if len(set(seqs.values())) == 1:
+        seq_txt = f", sequence {next(iter(seqs.values())):,} tokens"
+    else:
+        seq_txt = "".join(f", {n} sequence {v:,} tokens" for n, v in seqs.items())
     lines.append(f"phaze search: {', '.join(model_names)} on {inp.get('devices')} devices, "
-                 f"global batch {inp.get('global_batch')}: {meta.get('points_evaluated'):,} of "
+                 f"global batch {inp.get('global_batch')}{seq_txt}: "
+                 f"{meta.get('points_evaluated'):,} of "
                  f"{meta.get('points_total'):,} points evaluated ({meta.get('points_pruned'):,} pruned) "
                  f"in {meta.get('sweep_time_s', 0):.1f} s "
                  f"({(meta.get('points_per_s') or 0):,.0f} points/s)")
