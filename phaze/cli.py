@@ -57,11 +57,12 @@ def _cmd_place(args) -> int:
         print(f"time per batch {plan.time_per_batch:.9g} s   tensor {plan.tensor_parallel}   "
               f"data {plan.data_parallel}   pipeline {plan.pipeline_parallel}   "
               f"devices {plan.devices_used} of {problem.devices}")
-        print(f"{'stage':>5}  {'layers':<24} {'devices':>7} {'load_s':>14} {'memory_bytes':>16}")
+        print(f"{'stage':>5}  {'layers':<24} {'devices':>7} {'load (s)':>14} "
+              f"{'memory (GiB)':>12}")
         for s, ((ids, devices), load, memory) in enumerate(
-                zip(plan.stages, plan.stage_loads, plan.stage_memory)):
+                zip(plan.stages, plan.stage_loads, plan.stage_memory), start=1):
             layers = f"{ids[0]}..{ids[-1]} ({len(ids)})" if len(ids) > 1 else f"{ids[0]} (1)"
-            print(f"{s:>5}  {layers:<24} {devices:>7} {load:>14.9g} {memory:>16.6g}")
+            print(f"{s:>5}  {layers:<24} {devices:>7} {load:>14.9g} {memory / 2**30:>12.2f}")
     else:
         print(f"infeasible: {plan.reason}")
     if args.out:
@@ -266,12 +267,15 @@ def _cmd_evaluate(args) -> int:
               f"per microbatch")
     else:
         print(f"infeasible: {r['reason']}")
-    print(f"{'stage':>5} {'layers':>9} {'dev':>4} {'compute_s':>11} {'comm_s':>11} {'load_s':>11} "
-          f"{'memory GiB':>10} {'of':>6}")
+    print(f"microbatches per pipeline {r['microbatches_per_pipeline']} (global batch "
+          f"{r['global_batch']} / (microbatch {r['microbatch']} x d {r['data_parallel']})), "
+          f"sequence {r['seq_len']:,} tokens")
+    print(f"{'stage':>5} {'layers':>9} {'dev':>4} {'compute (s)':>11} {'comm (s)':>11} "
+          f"{'load (s)':>11} {'memory (GiB)':>12} {'of (GiB)':>8}")
     for i, s in enumerate(r["stages"]):
         print(f"{i + 1:>5} {s['layers'][0]:>4}-{s['layers'][1]:<4} {s['devices']:>4} "
               f"{s['compute_s']:>11.5g} {s['communication_s']:>11.5g} {s['load_s']:>11.5g} "
-              f"{s['memory_bytes'] / 2**30:>10.2f} {s['memory_limit_bytes'] / 2**30:>6.1f}"
+              f"{s['memory_bytes'] / 2**30:>12.2f} {s['memory_limit_bytes'] / 2**30:>8.1f}"
               f"{'' if s['fits'] else '  (does not fit)'}")
     return 0
 
@@ -359,6 +363,19 @@ def _cmd_validate(args) -> int:
     return 0
 
 
+#: How place, evaluate and search print numbers (the epilog of their --help).
+OUTPUT_CONVENTIONS = """\
+output conventions (place, evaluate, search):
+  stages      numbered from 1 (the first pipeline stage) in every table and sentence
+  memory      GiB per device (2^30 bytes); the unit is in the column header, e.g. 'memory (GiB)'
+  time        seconds: 's' after a number, '(s)' in a column header
+  area        mm2;  throughput: samples/s and tokens/s (samples/s x sequence length)
+  layers      place: the problem file's layer ids; evaluate: positions in the layer chain
+              (0 the embedding, 1..L the transformer blocks, L+1 the head)
+  JSON        keys carry their unit: _s seconds, _bytes bytes, _gib GiB (place -o keeps the
+              original study's keys: stageLoads in seconds, stageMemory in bytes)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``phaze`` argument parser: one sub-command per job, each with its handler."""
     from . import __version__
@@ -375,16 +392,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("archs", help="list the architecture presets and the default space")
     p.set_defaults(func=_cmd_archs)
 
-    p = sub.add_parser("place", help="solve a placement problem in the original study's JSON")
+    p = sub.add_parser("place", help="solve a placement problem in the original study's JSON",
+                       epilog=OUTPUT_CONVENTIONS,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="placement problem JSON")
     p.add_argument("-o", "--out", help="write the plan as JSON here")
     p.set_defaults(func=_cmd_place)
 
-    p = sub.add_parser("search", help="joint architecture and placement search")
+    p = sub.add_parser("search", help="joint architecture and placement search",
+                       epilog=OUTPUT_CONVENTIONS,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_search_arguments(p)
     p.set_defaults(func=_cmd_search)
 
-    p = sub.add_parser("evaluate", help="evaluate one architecture and strategy")
+    p = sub.add_parser("evaluate", help="evaluate one architecture and strategy",
+                       epilog=OUTPUT_CONVENTIONS,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_evaluate_arguments(p)
     p.set_defaults(func=_cmd_evaluate)
 

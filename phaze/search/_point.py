@@ -44,12 +44,16 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     model's own).
 
     Returns a dict: feasible, reason, time_per_batch_s (that of
-    ``phaze.placement.evaluate``), samples_per_s, tokens_per_s, ``stages`` (per stage:
-    layers [first, last] chain positions, devices, forward_s, backward_s, compute_s,
-    communication_s, load_s, memory_bytes, memory_limit_bytes, fits) and ``breakdown``
-    (seconds per batch: steady = max load × ⌈microbatches/d⌉, bubble = max load ×
-    (p − 1), grad_sync; the critical stage (1-based) and its load's compute and
-    communication seconds per microbatch; devices_used).
+    ``phaze.placement.evaluate``), samples_per_s, tokens_per_s,
+    ``microbatches_per_pipeline`` (microbatches each of the d pipelines runs per batch,
+    ⌈global_batch / (microbatch · d)⌉), seq_len, ``stages`` (in pipeline order, stage
+    1 first; per stage: layers [first, last] chain positions (0 the embedding, 1..L
+    the blocks, L+1 the head), devices, forward_s, backward_s, compute_s,
+    communication_s, load_s, memory_bytes, memory_limit_bytes (per device), fits) and
+    ``breakdown`` (seconds per batch: steady = max load × microbatches_per_pipeline,
+    bubble = max load × (p − 1), grad_sync; the critical stage (numbered from 1) and
+    its load's compute and communication seconds per microbatch; devices_used). Units
+    are in the key: ``_s`` seconds, ``_bytes`` bytes, ``_gib`` GiB.
     """
     model = resolve_models(model, seq_len)[0]
     row = arch_row(arch)
@@ -111,7 +115,8 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         "model": model.name, "arch": {f: json_safe(row[f][0]) for f in row.dtype.names},
         "tensor_parallel": t, "pipeline_parallel": p, "data_parallel": d, "microbatch": mb,
         "recompute": recompute, "devices": devices, "global_batch": global_batch,
-        "microbatches": m, "hbm_gib": hbm, "seq_len": model.seq_len, "optimizer": optimizer, "feasible": feasible,
+        "microbatches_per_pipeline": -(-m // d), "hbm_gib": hbm, "seq_len": model.seq_len,
+        "optimizer": optimizer, "feasible": feasible,
         "reason": reason, "time_per_batch_s": tpb, "samples_per_s": sps,
         "tokens_per_s": sps * model.seq_len,
         "stages": [{"layers": [s.first, s.last], "n_layers": s.n_layers, "devices": s.devices,

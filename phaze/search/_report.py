@@ -285,7 +285,7 @@ def format_summary(summary: dict, model_names) -> str:
                      f"among them (--prune front keeps the front exact)")
     else:
         lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
-    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>3} "
+    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} {'rc':>3} "
            f"{'samples/s':>11} {'tokens/s':>13} {'vs tpuv4':>9} {'vs fixed':>9} {'vs block':>9}")
     lines.append(hdr)
     for name in model_names:
@@ -300,7 +300,7 @@ def format_summary(summary: dict, model_names) -> str:
             lines.append(f"{name:<18} infeasible: {r['reason']}")
             continue
         lines.append(f"{name:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
-                     f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>5g} "
+                     f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>7g} "
                      f"{'on' if r['recompute'] else 'off':>3} {r['samples_per_s']:>11,.1f} "
                      f"{r['tokens_per_s']:>13,.0f} {gains[0]:>9} {gains[1]:>9} {gains[2]:>9}")
     if base:
