@@ -376,6 +376,25 @@ output conventions (place, evaluate, search):
               original study's keys: stageLoads in seconds, stageMemory in bytes)"""
 
 
+#: The columns of `phaze search`'s summary (the epilog of its --help; the README's legend).
+SEARCH_LEGEND = """\
+summary columns (one row per model: its best plan on the best architecture):
+  t / p / d   tensor-parallel width / pipeline stages / data-parallel degree (t*p*d devices)
+  mb          microbatch: samples per pipeline step (global batch / (mb * d) of them per
+              pipeline per batch)
+  HBM GiB     HBM capacity per chip at which the plan was found
+  rc          activation recomputation: on = every stage but the last re-runs its forward
+              before the backward (less activation memory, one more forward pass), off = not
+  samples/s   global batch / time per batch;  tokens/s = samples/s x sequence length
+  vs tpuv4    samples/s of the plan / samples/s of tpuv4 with the searched placement and knobs
+  vs fixed    ... / tpuv4 with the original study's fixed strategy (n/a: the model has none)
+  vs block    ... / the architecture fastest at one transformer block (t = 1, microbatch 1),
+              given the same placement and knob search (a placement-blind chip search)
+              (a gain: 1.50x = 50 % more samples/s; n/a = baseline infeasible or not run)
+  normalised score (several models): the mean over the models of the architecture's
+              samples/s / that model's best samples/s anywhere in the space (1 = best for all)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``phaze`` argument parser: one sub-command per job, each with its handler."""
     from . import __version__
@@ -400,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_place)
 
     p = sub.add_parser("search", help="joint architecture and placement search",
-                       epilog=OUTPUT_CONVENTIONS,
+                       epilog=SEARCH_LEGEND + "\n\n" + OUTPUT_CONVENTIONS,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_search_arguments(p)
     p.set_defaults(func=_cmd_search)

@@ -67,3 +67,23 @@ def test_search_summary_header_has_units(capsys):
                    "--hbm-gib", "80", "--recompute", "on"])
     out = capsys.readouterr().out
     assert rc == 0 and "HBM GiB" in out and " s (" in out
+
+
+def test_search_help_has_the_column_legend(capsys):
+    text = _help(capsys, "search")
+    legend = text[text.index("summary columns"):]
+    for column in ("t / p / d", "mb ", "HBM GiB", "rc ", "samples/s", "tokens/s", "vs tpuv4",
+                   "vs fixed", "vs block", "normalised score"):
+        assert column in legend, column
+
+
+def test_legend_names_every_summary_column(capsys):
+    rc = cli.main(["search", "--model", "gpt2-xl", "--space-every", "20000", "--serial",
+                   "--no-progress", "--tp", "1", "--microbatch", "1", "--hbm-gib", "80",
+                   "--recompute", "on"])
+    out = capsys.readouterr().out
+    header = next(ln for ln in out.splitlines() if ln.startswith("model "))
+    legend = cli.SEARCH_LEGEND
+    for word in header.replace("vs ", "vs_").replace("HBM GiB", "HBM_GiB").split()[1:]:
+        word = word.replace("_", " ")
+        assert word in legend, word
