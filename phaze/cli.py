@@ -260,7 +260,7 @@ def _cmd_evaluate(args) -> int:
     if r["feasible"]:
         b = r["breakdown"]
         print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} samples/s   "
-              f"{r['tokens_per_s']:,.0f} tokens/s")
+              f"{r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f}%")
         print(f"  steady pipeline {b['steady_s']:.6g} s + bubble {b['bubble_s']:.6g} s + gradient sync "
               f"{b['grad_sync_s']:.6g} s; critical stage {b['critical_stage']}: compute "
               f"{b['critical_compute_s']:.6g} s + communication {b['critical_communication_s']:.6g} s "
@@ -386,6 +386,10 @@ summary columns (one row per model: its best plan on the best architecture):
   rc          activation recomputation: on = every stage but the last re-runs its forward
               before the backward (less activation memory, one more forward pass), off = not
   samples/s   global batch / time per batch;  tokens/s = samples/s x sequence length
+  MFU         model FLOPs utilisation: model FLOPs per sample x samples/s / (devices used x
+              peak FLOP/s of the chip); model FLOPs per sample = 6*N*s + 12*L*a*s^2 (PaLM's
+              count: N parameters used by matrix products, s sequence, L layers, a = heads x
+              head_dim; recomputation not counted)
   vs tpuv4    samples/s of the plan / samples/s of tpuv4 with the searched placement and knobs
   vs fixed    ... / tpuv4 with the original study's fixed strategy (n/a: the model has none)
   vs block    ... / the architecture fastest at one transformer block (t = 1, microbatch 1),

@@ -29,7 +29,7 @@ from ._inputs import (check_some_width, int_tuple, resolve_hbm, resolve_models, 
                       resolve_recompute, resolve_space, space_ids, valid_widths)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
-from ._table import concat_tables, expand, take
+from ._table import concat_tables, expand, fill_mfu, take
 
 
 class _Progress:
@@ -315,6 +315,8 @@ class _Sweep:
         self.models = list(settings.models)
         self.n_chunks = (archs.shape[0] + chunk_archs - 1) // chunk_archs
         self.tables = [journal.previous] if journal is not None else []
+        for tab in self.tables:  # rows of a file written before the mfu column
+            fill_mfu(tab, self.models, archs, self.rows_of_ids(tab["arch_id"]))
         self.chunk_facts = dict(journal.chunks) if journal is not None else {}
         self.todo = [c for c in range(self.n_chunks) if c not in self.chunk_facts]
         # Pruning floors: the best throughput an evaluated point of the space reached, per model.

@@ -15,7 +15,7 @@ from .. import _config, placement
 from .._validate import nonneg_float, one_of, positive_float, positive_int
 from ._chunk import chain_kind_index, chain_static, latencies, layer_times, model_graph
 from ._inputs import arch_row, resolve_models
-from ._table import json_safe
+from ._table import json_safe, mfu, model_flops_per_sample, peak_flops_of
 
 
 def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
@@ -46,7 +46,9 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     Returns a dict: feasible, reason, time_per_batch_s (that of
     ``phaze.placement.evaluate``), samples_per_s, tokens_per_s,
     ``microbatches_per_pipeline`` (microbatches each of the d pipelines runs per batch,
-    ⌈global_batch / (microbatch · d)⌉), seq_len, ``stages`` (in pipeline order, stage
+    ⌈global_batch / (microbatch · d)⌉), seq_len, model_flops_per_sample and ``mfu``
+    (model FLOPs utilisation over the devices used, ``_table.model_flops_per_sample``;
+    0 when infeasible), ``stages`` (in pipeline order, stage
     1 first; per stage: layers [first, last] chain positions (0 the embedding, 1..L
     the blocks, L+1 the head), devices, forward_s, backward_s, compute_s,
     communication_s, load_s, memory_bytes, memory_limit_bytes (per device), fits) and
@@ -119,6 +121,9 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         "optimizer": optimizer, "feasible": feasible,
         "reason": reason, "time_per_batch_s": tpb, "samples_per_s": sps,
         "tokens_per_s": sps * model.seq_len,
+        "model_flops_per_sample": model_flops_per_sample(model),
+        "mfu": float(mfu(model_flops_per_sample(model), sps, bd.devices_used,
+                         peak_flops_of(row)[0])),
         "stages": [{"layers": [s.first, s.last], "n_layers": s.n_layers, "devices": s.devices,
                     "forward_s": s.forward_s, "backward_s": s.backward_s,
                     "compute_s": s.compute_s, "communication_s": s.communication_s,

@@ -28,7 +28,8 @@ class SearchResult:
     ``phaze.search._table.TABLE_COLUMNS``: model, arch_id and the architecture's knobs,
     area_mm2, microbatch, hbm_gib, recompute, feasible, time_per_batch_s,
     samples_per_s, tokens_per_s, tensor_parallel, data_parallel, pipeline_parallel,
-    devices_used, stage_layers (layers per stage), reason). ``best``: the winning
+    devices_used, stage_layers (layers per stage), reason, mfu (model FLOPs utilisation,
+    ``_table.model_flops_per_sample``; NaN in rows of older files)). ``best``: the winning
     architecture with each model's plan (``plans``), plus, for one model, that plan's
     fields at top level. ``baselines``: name → {title, model → row or infeasible
     reason, gain}. ``metadata``: version, inputs, wall time, points/s, counts,
@@ -286,7 +287,8 @@ def format_summary(summary: dict, model_names) -> str:
     else:
         lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
     hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} {'rc':>3} "
-           f"{'samples/s':>11} {'tokens/s':>13} {'vs tpuv4':>9} {'vs fixed':>9} {'vs block':>9}")
+           f"{'samples/s':>11} {'tokens/s':>13} {'MFU':>6} {'vs tpuv4':>9} {'vs fixed':>9} "
+           f"{'vs block':>9}")
     lines.append(hdr)
     for name in model_names:
         r = best["plans"].get(name)
@@ -302,7 +304,8 @@ def format_summary(summary: dict, model_names) -> str:
         lines.append(f"{name:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
                      f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>7g} "
                      f"{'on' if r['recompute'] else 'off':>3} {r['samples_per_s']:>11,.1f} "
-                     f"{r['tokens_per_s']:>13,.0f} {gains[0]:>9} {gains[1]:>9} {gains[2]:>9}")
+                     f"{r['tokens_per_s']:>13,.0f} {_percent(r.get('mfu')):>6} {gains[0]:>9} "
+                     f"{gains[1]:>9} {gains[2]:>9}")
     if base:
         lines.append("baselines:")
     for key in BASELINE_NAMES:
@@ -314,9 +317,19 @@ def format_summary(summary: dict, model_names) -> str:
                 lines.append(f"  {key:<15} {name:<18} {r['samples_per_s']:>11,.1f} samples/s "
                              f"(t={r.get('tensor_parallel')}, p={r.get('pipeline_parallel')}, "
                              f"d={r.get('data_parallel')}, mb={r.get('microbatch')}, "
+                             f"MFU {_percent(r.get('mfu'))}, "
                              f"area {r.get('area_mm2', float('nan')):.2f} mm2)")
             elif r.get("applicable") is False:
                 lines.append(f"  {key:<15} {name:<18} not applicable: {r.get('reason')}")
             else:
                 lines.append(f"  {key:<15} {name:<18} infeasible: {r.get('reason')}")
     return "\n".join(lines)
+
+
+def _percent(fraction) -> str:
+    """A fraction as a percentage with one decimal ('n/a' when not recorded)."""
+    try:
+        value = float(fraction)
+    except (TypeError, ValueError):
+        return "n/a"
+    return f"{100 * value:.1f}%" if math.isfinite(value) else "n/a"
