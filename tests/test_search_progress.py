@@ -80,3 +80,9 @@ def test_cli_progress_into_a_log(capsys):
                    "--hbm-gib", "80", "--recompute", "on"])
     err = capsys.readouterr().err
     assert rc == 0 and "\r" not in err and "100%" in err
+
+
+def test_nothing_to_do_writes_no_plain_line():
+    stream = io.StringIO()
+    _driver._Progress(0, True, stream=stream).close()
+    assert stream.getvalue() == ""

@@ -110,13 +110,15 @@ class _Progress:
         self._last_line = now
 
     def close(self):
-        """End the display (plain mode: a last line unless the last one already said 100 %)."""
+        """End the display (plain mode: a last line unless the last one already said 100 %
+        or there was nothing to do, as when a resumed sweep had every chunk)."""
         if self._bar is not None:
             self._bar.set_postfix_str(self._postfix(time.perf_counter() - self.start),
                                       refresh=False)
             self._bar.close()
             self._bar = None
-        elif self.enabled and self._plain and self._last_step * self.LOG_EVERY_FRACTION < 1.0 - 1e-9:
+        elif (self.enabled and self._plain and self.total
+              and self._last_step * self.LOG_EVERY_FRACTION < 1.0 - 1e-9):
             self._line(time.perf_counter())
             self._last_step = int(round(1.0 / self.LOG_EVERY_FRACTION))
 
