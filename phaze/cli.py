@@ -62,11 +62,12 @@ def _cmd_place(args) -> int:
         print(f"time per batch {plan.time_per_batch:.9g} s   tensor {plan.tensor_parallel}   "
               f"data {plan.data_parallel}   pipeline {plan.pipeline_parallel}   "
               f"devices {plan.devices_used} of {problem.devices}")
-        print(f"{'stage':>5}  {'layers':<24} {'devices':>7} {'load_s':>14} {'memory_bytes':>16}")
+        print(f"{'stage':>5}  {'layers':<24} {'devices':>7} {'load (s)':>14} "
+              f"{'memory (GiB)':>12}")
         for s, ((ids, devices), load, memory) in enumerate(
-                zip(plan.stages, plan.stage_loads, plan.stage_memory)):
+                zip(plan.stages, plan.stage_loads, plan.stage_memory), start=1):
             layers = f"{ids[0]}..{ids[-1]} ({len(ids)})" if len(ids) > 1 else f"{ids[0]} (1)"
-            print(f"{s:>5}  {layers:<24} {devices:>7} {load:>14.9g} {memory:>16.6g}")
+            print(f"{s:>5}  {layers:<24} {devices:>7} {load:>14.9g} {memory / 2**30:>12.2f}")
     else:
         print(f"infeasible: {plan.reason}")
     if args.out:
@@ -108,6 +109,12 @@ def _add_search_arguments(p) -> None:
                    help="zoo model name (repeat or comma-separate for several; see `phaze models`)")
     p.add_argument("--hf-config", action="append", default=[], metavar="PATH",
                    help="Hugging Face config.json of a model to search (repeatable)")
+    p.add_argument("--name", action="append", default=[],
+                   help="name of the --hf-config model (one per --hf-config, in order; default: "
+                        "the config's _name_or_path or model_type)")
+    p.add_argument("--seq-len", type=int, metavar="TOKENS",
+                   help="tokens per sample for every model (default: the model's own; a Hugging "
+                        "Face config's own is its full context, e.g. 131,072 for Llama 3.1)")
     p.add_argument("--devices", type=int, default=1024, help="accelerators (default 1024)")
     p.add_argument("--global-batch", type=int, default=4096, help="samples per batch (default 4096)")
     p.add_argument("--microbatch", default="1,2,4,8", help="microbatch sizes (default 1,2,4,8)")
@@ -147,8 +154,18 @@ def _models_from_args(args):
     from . import models
 
     out = [name.strip() for item in args.model for name in item.split(",") if name.strip()]
-    for path in args.hf_config:
-        out.append(models.from_hf_config(path))
+    names = args.name or [None] * len(args.hf_config)
+    if len(names) != len(args.hf_config):
+        raise ValueError(f"--name: give one per --hf-config, in order (got {len(args.name)} "
+                         f"for {len(args.hf_config)} configs)")
+    seen = {}
+    for path, name in zip(args.hf_config, names):
+        spec = models.from_hf_config(path, name=name, seq_len=args.seq_len)
+        if spec.name in seen:
+            raise ValueError(f"--name: {seen[spec.name]} and {path} are both called "
+                             f"{spec.name!r}; name them apart with one --name per --hf-config")
+        seen[spec.name] = path
+        out.append(spec)
     if not out:
         raise ValueError("give at least one --model or --hf-config")
     return out
@@ -195,7 +212,7 @@ def _cmd_search(args) -> int:
             optimizer=args.optimizer, prune=args.prune or False,
             executor="serial" if args.serial else None, progress=args.progress, out=args.out,
             resume=args.resume, workers=args.workers, address=args.address,
-            baselines=not args.no_baselines, force=args.force)
+            baselines=not args.no_baselines, force=args.force, seq_len=args.seq_len)
     except KeyboardInterrupt:
         if args.out:
             print(f"phaze search: interrupted; finished chunks are in {args.out} "
@@ -250,6 +267,11 @@ def _fixed_system_summary(result) -> str:
 def _add_evaluate_arguments(p) -> None:
     p.add_argument("--model", help="zoo model name")
     p.add_argument("--hf-config", metavar="PATH", help="Hugging Face config.json instead of --model")
+    p.add_argument("--name", help="name of the --hf-config model (default: the config's "
+                                  "_name_or_path or model_type)")
+    p.add_argument("--seq-len", type=int, metavar="TOKENS",
+                   help="tokens per sample (default: the model's own; a Hugging Face config's "
+                        "own is its full context)")
     p.add_argument("--arch", default="tpuv4", metavar="NAME|FILE",
                    help="architecture: a preset or a chip file (default tpuv4; see `phaze archs`)")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel width t")
@@ -298,12 +320,16 @@ def _cmd_evaluate(args) -> int:
 
     if bool(args.model) == bool(args.hf_config):
         raise ValueError("give exactly one of --model or --hf-config")
-    model = args.model or models.from_hf_config(args.hf_config)
+    if args.name is not None and not args.hf_config:
+        raise ValueError("--name names a --hf-config model; zoo models keep their names")
+    model = args.model or models.from_hf_config(args.hf_config, name=args.name,
+                                                seq_len=args.seq_len)
     if getattr(args, "emit", None):
         return _emit_plan(args, model)
     r = search.evaluate_point(model, args.arch, args.tp, args.pp, args.dp, args.microbatch,
                               args.recompute, devices=args.devices, global_batch=args.global_batch,
-                              hbm_gib=args.hbm_gib, optimizer=args.optimizer)
+                              hbm_gib=args.hbm_gib, optimizer=args.optimizer,
+                              seq_len=args.seq_len)
     if args.json:
         print(json.dumps(search.json_safe(r), indent=1))
         return 0
@@ -315,19 +341,22 @@ def _cmd_evaluate(args) -> int:
     if r["feasible"]:
         b = r["breakdown"]
         print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} samples/s   "
-              f"{r['tokens_per_s']:,.0f} tokens/s")
+              f"{r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f}%")
         print(f"  steady pipeline {b['steady_s']:.6g} s + bubble {b['bubble_s']:.6g} s + gradient sync "
               f"{b['grad_sync_s']:.6g} s; critical stage {b['critical_stage']}: compute "
               f"{b['critical_compute_s']:.6g} s + communication {b['critical_communication_s']:.6g} s "
               f"per microbatch")
     else:
         print(f"infeasible: {r['reason']}")
-    print(f"{'stage':>5} {'layers':>9} {'dev':>4} {'compute_s':>11} {'comm_s':>11} {'load_s':>11} "
-          f"{'memory GiB':>10} {'of':>6}")
+    print(f"microbatches per pipeline {r['microbatches_per_pipeline']} (global batch "
+          f"{r['global_batch']} / (microbatch {r['microbatch']} x d {r['data_parallel']})), "
+          f"sequence {r['seq_len']:,} tokens")
+    print(f"{'stage':>5} {'layers':>9} {'dev':>4} {'compute (s)':>11} {'comm (s)':>11} "
+          f"{'load (s)':>11} {'memory (GiB)':>12} {'of (GiB)':>8}")
     for i, s in enumerate(r["stages"]):
         print(f"{i + 1:>5} {s['layers'][0]:>4}-{s['layers'][1]:<4} {s['devices']:>4} "
               f"{s['compute_s']:>11.5g} {s['communication_s']:>11.5g} {s['load_s']:>11.5g} "
-              f"{s['memory_bytes'] / 2**30:>10.2f} {s['memory_limit_bytes'] / 2**30:>6.1f}"
+              f"{s['memory_bytes'] / 2**30:>12.2f} {s['memory_limit_bytes'] / 2**30:>8.1f}"
               f"{'' if s['fits'] else '  (does not fit)'}")
     return 0
 
@@ -464,6 +493,42 @@ def _cmd_validate(args) -> int:
     return 0
 
 
+#: How place, evaluate and search print numbers (the epilog of their --help).
+OUTPUT_CONVENTIONS = """\
+output conventions (place, evaluate, search):
+  stages      numbered from 1 (the first pipeline stage) in every table and sentence
+  memory      GiB per device (2^30 bytes); the unit is in the column header, e.g. 'memory (GiB)'
+  time        seconds: 's' after a number, '(s)' in a column header
+  area        mm2;  throughput: samples/s and tokens/s (samples/s x sequence length)
+  layers      place: the problem file's layer ids; evaluate: positions in the layer chain
+              (0 the embedding, 1..L the transformer blocks, L+1 the head)
+  JSON        keys carry their unit: _s seconds, _bytes bytes, _gib GiB (place -o keeps the
+              original study's keys: stageLoads in seconds, stageMemory in bytes)"""
+
+
+#: The columns of `phaze search`'s summary (the epilog of its --help; the README's legend).
+SEARCH_LEGEND = """\
+summary columns (one row per model: its best plan on the best architecture):
+  t / p / d   tensor-parallel width / pipeline stages / data-parallel degree (t*p*d devices)
+  mb          microbatch: samples per pipeline step (global batch / (mb * d) of them per
+              pipeline per batch)
+  HBM GiB     HBM capacity per chip at which the plan was found
+  rc          activation recomputation: on = every stage but the last re-runs its forward
+              before the backward (less activation memory, one more forward pass), off = not
+  samples/s   global batch / time per batch;  tokens/s = samples/s x sequence length
+  MFU         model FLOPs utilisation: model FLOPs per sample x samples/s / (devices used x
+              peak FLOP/s of the chip); model FLOPs per sample = 6*N*s + 12*L*a*s^2 (PaLM's
+              count: N parameters used by matrix products, s sequence, L layers, a = heads x
+              head_dim; recomputation not counted)
+  vs tpuv4    samples/s of the plan / samples/s of tpuv4 with the searched placement and knobs
+  vs fixed    ... / tpuv4 with the original study's fixed strategy (n/a: the model has none)
+  vs block    ... / the architecture fastest at one transformer block (t = 1, microbatch 1),
+              given the same placement and knob search (a placement-blind chip search)
+              (a gain: 1.50x = 50 % more samples/s; n/a = baseline infeasible or not run)
+  normalised score (several models): the mean over the models of the architecture's
+              samples/s / that model's best samples/s anywhere in the space (1 = best for all)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``phaze`` argument parser: one sub-command per job, each with its handler."""
     from . import __version__
@@ -483,16 +548,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "and pass back with --arch")
     p.set_defaults(func=_cmd_archs)
 
-    p = sub.add_parser("place", help="solve a placement problem in the original study's JSON")
+    p = sub.add_parser("place", help="solve a placement problem in the original study's JSON",
+                       epilog=OUTPUT_CONVENTIONS,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="placement problem JSON")
     p.add_argument("-o", "--out", help="write the plan as JSON here")
     p.set_defaults(func=_cmd_place)
 
-    p = sub.add_parser("search", help="joint architecture and placement search")
+    p = sub.add_parser("search", help="joint architecture and placement search",
+                       epilog=SEARCH_LEGEND + "\n\n" + OUTPUT_CONVENTIONS,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_search_arguments(p)
     p.set_defaults(func=_cmd_search)
 
-    p = sub.add_parser("evaluate", help="evaluate one architecture and strategy")
+    p = sub.add_parser("evaluate", help="evaluate one architecture and strategy",
+                       epilog=OUTPUT_CONVENTIONS,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_evaluate_arguments(p)
     p.set_defaults(func=_cmd_evaluate)
 

@@ -220,7 +220,7 @@ def _study_stages(model, arch, t, p, d, mb, recompute, devices, global_batch, hb
                        "compute_s": s["compute_s"], "load_s": s["load_s"]})
     bd = r["breakdown"]
     slot = max(s["load_s"] for s in r["stages"])
-    c = math.ceil(r["microbatches"] / d)
+    c = int(r["microbatches_per_pipeline"])  # ⌈global / (microbatch · d)⌉
     tail = [("gradient sync", "grad_sync", bd["grad_sync_s"], range(p))]
     info = {"cost_model": "study", "time_per_batch_s": r["time_per_batch_s"],
             "steady_s": bd["steady_s"], "bubble_s": bd["bubble_s"],

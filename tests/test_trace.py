@@ -113,7 +113,7 @@ def test_study_trace_matches_the_breakdown(recompute):
     tr = trace.events("opt-350m", "tpuv4", recompute=recompute, **PLAN)
     r = search.evaluate_point("opt-350m", "tpuv4", 1, 4, 2, 1, recompute, global_batch=32)
     s = tr["otherData"]["phaze"]
-    c = math.ceil(r["microbatches"] / 2)
+    c = int(r["microbatches_per_pipeline"])
     assert s["cost_model"] == "study" and s["microbatches_per_pipeline"] == c
     assert s["time_per_batch_s"] == r["time_per_batch_s"]
     _check_pipeline(tr, 4, c, [st_["compute_s"] for st_ in r["stages"]], r["time_per_batch_s"])

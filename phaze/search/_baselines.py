@@ -92,7 +92,7 @@ def fixed_baseline(settings, model, tpu) -> dict:
                 "reason": f"fixed strategy p/d/t = {p}/{d}/{t} is infeasible: {reasons[0]}"}
     row = {k: best[k] for k in ("feasible", "microbatch", "hbm_gib", "recompute", "time_per_batch_s",
                                 "samples_per_s", "tokens_per_s", "tensor_parallel",
-                                "pipeline_parallel", "data_parallel", "reason")}
+                                "pipeline_parallel", "data_parallel", "reason", "mfu")}
     row["model"] = model.name
     row["area_mm2"] = float(tpu["area_mm2"][0])
     row["stage_layers"] = ",".join(str(s["n_layers"]) for s in best["stages"])

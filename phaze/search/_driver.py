@@ -30,38 +30,98 @@ from ._inputs import (check_some_width, int_tuple, resolve_hbm, resolve_models, 
                       resolve_recompute, resolve_space, space_ids, valid_widths)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
-from ._table import concat_tables, expand, take
+from ._table import concat_tables, expand, fill_mfu, take
 
 
 class _Progress:
-    """Points done, points/s and the best samples/s so far, on one stderr line (at most
-    every 0.5 s)."""
+    """The sweep's progress on stderr, through ``tqdm``: percent of the points done
+    (evaluated or pruned), elapsed time, ETA, the rate of *evaluated* points (pruned
+    points are counted apart, not in the rate) and the best samples/s so far.
 
-    def __init__(self, total_points, enabled):
-        self.total = total_points
-        self.enabled = enabled
+    On a terminal: tqdm's one self-updating line. Elsewhere (``--progress`` into a log
+    file or pipe): plain lines, each a complete record, at a bounded rate — one when the
+    sweep crosses each ``LOG_EVERY_FRACTION`` of the points or ``LOG_EVERY_S`` seconds
+    have passed since the last line, whichever comes first, and one at the end.
+    """
+
+    #: Plain-line mode: a line per this fraction of the points ...
+    LOG_EVERY_FRACTION = 0.10
+    #: ... or after this many seconds without one.
+    LOG_EVERY_S = 60.0
+    _FORMAT = "{desc} {percentage:3.0f}% {n_fmt}/{total_fmt} points [{elapsed}<{remaining}{postfix}]"
+
+    def __init__(self, total_points, enabled, stream=None):
+        self.total = int(total_points)
+        self.enabled = bool(enabled)
+        self.stream = sys.stderr if stream is None else stream
         self.start = time.perf_counter()
-        self.done = 0
-        self.last = 0.0
+        self.done = 0          # evaluated + pruned points
+        self.evaluated = 0
+        self.pruned = 0
+        self.best = 0.0
+        self._bar = None
+        self._plain = False
+        self._last_line = self.start
+        self._last_step = 0
+        if not self.enabled:
+            return
+        isatty = getattr(self.stream, "isatty", None)
+        self._plain = not (callable(isatty) and isatty())
+        if not self._plain:
+            from tqdm import tqdm
 
-    def update(self, points, best):
-        self.done += points
+            self._bar = tqdm(total=self.total, file=self.stream, desc="phaze search",
+                             bar_format=self._FORMAT.replace("{desc} ", "{desc} {bar:20} "),
+                             mininterval=0.5, dynamic_ncols=True, leave=True)
+
+    def _postfix(self, elapsed) -> str:
+        rate = self.evaluated / elapsed if elapsed > 0 else 0.0
+        best = f"{self.best:,.1f} samples/s" if self.best > 0 else "none yet"
+        pruned = f", {self.pruned:,} pruned" if self.pruned else ""
+        return f"{rate:,.0f} evaluated points/s{pruned}, best {best}"
+
+    def update(self, evaluated, pruned, best):
+        """A finished chunk: ``evaluated`` and ``pruned`` points, the best samples/s so far
+        (0: none yet, or several models)."""
+        evaluated, pruned = int(evaluated), int(pruned)
+        self.evaluated += evaluated
+        self.pruned += pruned
+        self.done += evaluated + pruned
+        self.best = max(self.best, float(best))
         if not self.enabled:
             return
         now = time.perf_counter()
-        if now - self.last < 0.5 and self.done < self.total:
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._postfix(now - self.start), refresh=False)
+            self._bar.update(evaluated + pruned)
             return
-        self.last = now
-        rate = self.done / max(now - self.start, 1e-9)
-        best_txt = f"{best:,.1f} samples/s" if best > 0 else "none yet"
-        sys.stderr.write(f"\rphaze search: {self.done:,}/{self.total:,} points  "
-                         f"{rate:,.0f} points/s  best {best_txt}   ")
-        sys.stderr.flush()
+        step = int(self.done / self.total / self.LOG_EVERY_FRACTION) if self.total else 0
+        if step > self._last_step or now - self._last_line >= self.LOG_EVERY_S:
+            self._line(now)
+            self._last_step = step
+
+    def _line(self, now) -> None:
+        from tqdm import tqdm
+
+        elapsed = now - self.start
+        text = tqdm.format_meter(self.done, self.total, elapsed, prefix="phaze search",
+                                 bar_format=self._FORMAT, postfix=self._postfix(elapsed))
+        self.stream.write(text + "\n")
+        self.stream.flush()
+        self._last_line = now
 
     def close(self):
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        """End the display (plain mode: a last line unless the last one already said 100 %
+        or there was nothing to do, as when a resumed sweep had every chunk)."""
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._postfix(time.perf_counter() - self.start),
+                                      refresh=False)
+            self._bar.close()
+            self._bar = None
+        elif (self.enabled and self._plain and self.total
+              and self._last_step * self.LOG_EVERY_FRACTION < 1.0 - 1e-9):
+            self._line(time.perf_counter())
+            self._last_step = int(round(1.0 / self.LOG_EVERY_FRACTION))
 
 
 class _Unset(tuple):
@@ -76,7 +136,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
            hbm_gib=_STUDY_HBM_GIB, recompute=(False, True), tensor_parallel=(1, 2, 4, 8),
            space=None, optimizer="sgd", prune=False, executor=None, progress=None, *, out=None,
            resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
-           force=False, arch=None) -> SearchResult:
+           force=False, arch=None, seq_len=None) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -102,7 +162,9 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     it, ``force`` replaces an existing one (without either an existing file is an
     error; a file another search is writing is refused in any case: it is locked). ``gap``:
     accepted schedule gap (default ``_config.SCHEDULE_GAP``). ``baselines``: also
-    evaluate the three baselines of docs/design.md §2.8.
+    evaluate the three baselines of docs/design.md §2.8. ``seq_len``: tokens per sample
+    for every model (default: each model's own; a Hugging Face config's own is its
+    context length, often far longer than a training run's).
 
     ``arch``: one fixed system instead of a space — a preset name, a chip file (JSON, see
     ``phaze.arch.load_chip``), a ``phaze.arch.Chip`` or one architecture row. Only the
@@ -114,7 +176,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     samples/s × the model's seq_len.
     """
     wall0 = time.perf_counter()
-    model_list = resolve_models(models)
+    model_list = resolve_models(models, seq_len)
     chip = None
     if arch is not None:
         if space is not None:
@@ -234,14 +296,15 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
     metadata = {
         "phaze_version": __version__,
         "inputs": {k: v for k, v in inputs.items() if k not in ("models",)} | {
-            "models": model_names, "space_rows": n_archs, "executor": executor,
+            "models": model_names, "seq_len": {m.name: m.seq_len for m in model_list},
+            "space_rows": n_archs, "executor": executor,
             "address": address, "workers": workers},
         "wall_time_s": wall_s, "sweep_time_s": sweep_s,
         "points_total": n_archs * settings.points_per_arch, "points_evaluated": sweep.n_evaluated,
         "points_pruned": n_pruned,
-        # Rate of this run: points of the chunks it evaluated (resumed ones excluded).
-        "points_per_s": (sweep.progress.total / sweep_s if sweep_s > 0 and sweep.progress.total
-                         else None),
+        # Rate of this run: points it evaluated (resumed chunks and pruned points excluded).
+        "points_per_s": (sweep.progress.evaluated / sweep_s
+                         if sweep_s > 0 and sweep.progress.evaluated else None),
         "skipped_tensor_parallel": {m: {str(t): r for t, r in s.items()} for m, s in skipped.items()},
         "resumed_chunks": sweep.n_chunks - len(sweep.todo),
         # --prune best may skip points of smaller area that are on the front.
@@ -281,6 +344,8 @@ class _Sweep:
         self.models = list(settings.models)
         self.n_chunks = (archs.shape[0] + chunk_archs - 1) // chunk_archs
         self.tables = [journal.previous] if journal is not None else []
+        for tab in self.tables:  # rows of a file written before the mfu column
+            fill_mfu(tab, self.models, archs, self.rows_of_ids(tab["arch_id"]))
         self.chunk_facts = dict(journal.chunks) if journal is not None else {}
         self.todo = [c for c in range(self.n_chunks) if c not in self.chunk_facts]
         # Pruning floors: the best throughput an evaluated point of the space reached, per model.
@@ -332,7 +397,7 @@ class _Sweep:
         update_floors(tab, self.models, self.floors, self.incumbents)
         if self.settings.prune_mode == "front":
             update_front(tab, self.models, self.front)
-        self.progress.update(self.rows_of(cid).size * self.settings.points_per_arch,
+        self.progress.update(len(tab["arch_id"]), int(res.pruned),
                              max(self.floors) if len(self.floors) == 1 else 0.0)
 
 

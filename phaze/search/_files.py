@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._table import COLUMN_DTYPES, COLUMN_NAMES, TABLE_COLUMNS, empty_table, json_safe, take
+from ._table import (COLUMN_DTYPES, COLUMN_NAMES, LATE_COLUMNS, TABLE_COLUMNS, empty_table,
+                     json_safe, take)
 
 FORMATS = (".csv", ".csv.gz", ".json", ".parquet")
 
@@ -136,7 +137,7 @@ def read_rows_csv(path, *, strict: bool = True) -> tuple[dict, np.ndarray]:
     except csv.Error as exc:
         raise _damaged(path, f"it is not valid CSV ({exc})") from None
     header = parsed[0]
-    missing = [c for c in COLUMN_NAMES if c not in header]
+    missing = [c for c in COLUMN_NAMES if c not in header and c not in LATE_COLUMNS]
     if missing:
         raise ValueError(f"{path}: not a phaze search result (missing columns {', '.join(missing)})")
     pos = {name: header.index(name) for name in header}
@@ -149,6 +150,9 @@ def read_rows_csv(path, *, strict: bool = True) -> tuple[dict, np.ndarray]:
     columns = list(zip(*rows)) if rows else [()] * len(header)
     table = {}
     for name in COLUMN_NAMES:
+        if name not in pos:  # a column newer than the file
+            table[name] = np.full(len(rows), LATE_COLUMNS[name], dtype=COLUMN_DTYPES[name])
+            continue
         try:
             table[name] = _parse_column(name, columns[pos[name]])
         except (ValueError, OverflowError):
@@ -531,7 +535,11 @@ def load_table(path) -> tuple[dict, dict]:
             raise _damaged(path, "it must hold a JSON object with a list 'top_rows'")
         rows = doc.pop("top_rows", [])
         try:
-            table = {name: np.array([(_none_inf(r.get(name), dt)) for r in rows], dtype=dt)
+            # A column newer than the file (absent) or not recorded (null) reads as its
+            # LATE_COLUMNS value; elsewhere null is an infinite float (json_safe wrote it).
+            table = {name: np.array([LATE_COLUMNS[name]
+                                     if name in LATE_COLUMNS and r.get(name) is None
+                                     else _none_inf(r.get(name), dt) for r in rows], dtype=dt)
                      for name, dt in TABLE_COLUMNS}
         except (AttributeError, TypeError, ValueError, OverflowError):
             raise _damaged(path, "its 'top_rows' hold values of the wrong type") from None
@@ -542,7 +550,9 @@ def load_table(path) -> tuple[dict, dict]:
         raise ValueError("reading .parquet needs pyarrow: pip install 'phaze[parquet]'") from None
     try:
         tab = pq.read_table(path)
-        table = {name: np.array(tab.column(name).to_pylist(), dtype=dt)
+        table = {name: (np.array(tab.column(name).to_pylist(), dtype=dt)
+                        if name in tab.column_names or name not in LATE_COLUMNS
+                        else np.full(tab.num_rows, LATE_COLUMNS[name], dtype=dt))
                  for name, dt in TABLE_COLUMNS}
         meta = tab.schema.metadata or {}
         if b"phaze" in meta:

@@ -12,8 +12,9 @@ import numpy as np
 
 from .._validate import positive_float, positive_int
 
-def resolve_models(models) -> list:
-    """``models`` (a zoo name, a ModelSpec or a list of them) as a list of distinct ModelSpecs."""
+def resolve_models(models, seq_len=None) -> list:
+    """``models`` (a zoo name, a ModelSpec or a list of them) as a list of distinct ModelSpecs;
+    ``seq_len`` (tokens per sample), when given, replaces each model's own (a copy)."""
     from .. import models as zoo
 
     if isinstance(models, (str, zoo.ModelSpec)):
@@ -37,6 +38,9 @@ def resolve_models(models) -> list:
                     from None
         else:
             raise ValueError(f"models must contain names or ModelSpec objects, got {m!r}")
+    if seq_len is not None:
+        seq_len = positive_int("seq_len", seq_len, zoo.MODEL_LIMITS["seq_len"])
+        out = [m if m.seq_len == seq_len else m.with_(seq_len=seq_len) for m in out]
     for m in out:
         if m.graph_refusal:  # refuse before any chunk runs, not after its retries
             raise ValueError(f"models: {m.graph_refusal}")

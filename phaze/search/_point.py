@@ -15,7 +15,7 @@ from .. import _config, placement
 from .._validate import nonneg_float, one_of, positive_float, positive_int
 from ._chunk import chain_kind_index, chain_static, latencies, layer_times, model_graph
 from ._inputs import arch_row, resolve_models
-from ._table import json_safe
+from ._table import json_safe, mfu, model_flops_per_sample, peak_flops_of
 
 
 def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
@@ -31,7 +31,7 @@ def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
 
 def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                    recompute, *, devices=None, global_batch=4096, hbm_gib=None, optimizer="sgd",
-                   gap=None, stages=None) -> dict:
+                   gap=None, stages=None, seq_len=None) -> dict:
     """Evaluate one architecture with one strategy and say where the time goes.
 
     ``model``: zoo name or ModelSpec; ``arch``: preset name or one structured row;
@@ -40,17 +40,24 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     ``devices`` (default t·p·d); ``hbm_gib`` overrides the row's HBM (GiB);
     ``gap``: accepted schedule gap (None: ``phaze._config.SCHEDULE_GAP``);
     ``stages``: layers per stage (default: blocks spread evenly, embedding in the
-    first stage, head in the last).
+    first stage, head in the last); ``seq_len``: tokens per sample (default: the
+    model's own).
 
     Returns a dict: feasible, reason, time_per_batch_s (that of
-    ``phaze.placement.evaluate``), samples_per_s, tokens_per_s, ``stages`` (per stage:
-    layers [first, last] chain positions, devices, forward_s, backward_s, compute_s,
-    communication_s, load_s, memory_bytes, memory_limit_bytes, fits) and ``breakdown``
-    (seconds per batch: steady = max load × ⌈microbatches/d⌉, bubble = max load ×
-    (p − 1), grad_sync; the critical stage (1-based) and its load's compute and
-    communication seconds per microbatch; devices_used).
+    ``phaze.placement.evaluate``), samples_per_s, tokens_per_s,
+    ``microbatches_per_pipeline`` (microbatches each of the d pipelines runs per batch,
+    ⌈global_batch / (microbatch · d)⌉), seq_len, model_flops_per_sample and ``mfu``
+    (model FLOPs utilisation over the devices used, ``_table.model_flops_per_sample``;
+    0 when infeasible), ``stages`` (in pipeline order, stage
+    1 first; per stage: layers [first, last] chain positions (0 the embedding, 1..L
+    the blocks, L+1 the head), devices, forward_s, backward_s, compute_s,
+    communication_s, load_s, memory_bytes, memory_limit_bytes (per device), fits) and
+    ``breakdown`` (seconds per batch: steady = max load × microbatches_per_pipeline,
+    bubble = max load × (p − 1), grad_sync; the critical stage (numbered from 1) and
+    its load's compute and communication seconds per microbatch; devices_used). Units
+    are in the key: ``_s`` seconds, ``_bytes`` bytes, ``_gib`` GiB.
     """
-    model = resolve_models(model)[0]
+    model = resolve_models(model, seq_len)[0]
     row = arch_row(arch)
     t = positive_int("tensor_parallel", tensor_parallel)
     p = positive_int("pipeline_parallel", pipeline_parallel)
@@ -110,9 +117,13 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         "model": model.name, "arch": {f: json_safe(row[f][0]) for f in row.dtype.names},
         "tensor_parallel": t, "pipeline_parallel": p, "data_parallel": d, "microbatch": mb,
         "recompute": recompute, "devices": devices, "global_batch": global_batch,
-        "microbatches": m, "hbm_gib": hbm, "optimizer": optimizer, "feasible": feasible,
+        "microbatches_per_pipeline": -(-m // d), "hbm_gib": hbm, "seq_len": model.seq_len,
+        "optimizer": optimizer, "feasible": feasible,
         "reason": reason, "time_per_batch_s": tpb, "samples_per_s": sps,
         "tokens_per_s": sps * model.seq_len,
+        "model_flops_per_sample": model_flops_per_sample(model),
+        "mfu": float(mfu(model_flops_per_sample(model), sps, bd.devices_used,
+                         peak_flops_of(row)[0])),
         "stages": [{"layers": [s.first, s.last], "n_layers": s.n_layers, "devices": s.devices,
                     "forward_s": s.forward_s, "backward_s": s.backward_s,
                     "compute_s": s.compute_s, "communication_s": s.communication_s,

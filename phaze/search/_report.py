@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,8 @@ class SearchResult:
     ``phaze.search._table.TABLE_COLUMNS``: model, arch_id and the architecture's knobs,
     area_mm2, microbatch, hbm_gib, recompute, feasible, time_per_batch_s,
     samples_per_s, tokens_per_s, tensor_parallel, data_parallel, pipeline_parallel,
-    devices_used, stage_layers (layers per stage), reason). ``best``: the winning
+    devices_used, stage_layers (layers per stage), reason, mfu (model FLOPs utilisation,
+    ``_table.model_flops_per_sample``; NaN in rows of older files)). ``best``: the winning
     architecture with each model's plan (``plans``), plus, for one model, that plan's
     fields at top level. ``baselines``: name → {title, model → row or infeasible
     reason, gain}. ``metadata``: version, inputs, wall time, points/s, counts,
@@ -142,7 +144,7 @@ def choose_best(table, model_names) -> dict:
         best = dict(row)
         best["plans"] = {model_names[0]: row}
         if not row["feasible"]:
-            best["reason"] = "no feasible point: " + (row["reason"] or "infeasible")
+            best["reason"] = "no feasible point: " + why_infeasible(table, model_names[0])
         return best
     cols = per_arch(table, model_names)
     order = np.lexsort((cols["arch_id"], cols["area_mm2"], -cols["score"]))
@@ -151,9 +153,53 @@ def choose_best(table, model_names) -> dict:
     plans = {name: best_row_of(table, name, aid) for name in model_names}
     best = {"arch_id": aid, "score": float(cols["score"][i]),
             "feasible": bool(cols["score"][i] > 0), "plans": plans}
+    if not best["feasible"]:
+        none = [n for n in model_names if not table["feasible"][table["model"].astype(str) == n].any()]
+        best["reason"] = "no feasible point: " + "; ".join(
+            f"{n}: {why_infeasible(table, n)}" for n in none or model_names)
     for f in ARCH_FIELDS:
         best[f] = json_safe(cols[f][i])
     return best
+
+
+#: Kinds of infeasibility, by words of the reasons the placement and the chunks write.
+_CAUSES = (
+    ("memory per device", ("memory", "bytes per device", "does not fit")),
+    ("too few microbatches", ("microbatches per batch",)),
+    ("no layer schedule", ("schedule",)),
+    ("no valid tensor-parallel width", ("tensor-parallel width",)),
+    ("too few devices", ("devices",)),
+)
+
+
+def infeasible_cause(reason) -> str:
+    """The kind of an infeasible row's ``reason``: "memory per device", "too few
+    microbatches", "no layer schedule", "no valid tensor-parallel width", "too few
+    devices", or the reason itself."""
+    text = str(reason or "infeasible")
+    for cause, words in _CAUSES:
+        if any(w in text for w in words):
+            return cause
+    return text
+
+
+def why_infeasible(table, model_name) -> str:
+    """Why ``model_name`` has no feasible point in ``table``: the most common cause over
+    its rows, how many rows it stopped, and one of their reasons as an example."""
+    sel = (table["model"].astype(str) == model_name) & ~np.asarray(table["feasible"], dtype=bool)
+    reasons = [str(r or "infeasible") for r in np.asarray(table["reason"])[sel]]
+    if not reasons:
+        return "no point was evaluated"
+    counts = Counter(infeasible_cause(r) for r in reasons)
+    cause, n = counts.most_common(1)[0]
+    example = next(r for r in reasons if infeasible_cause(r) == cause)
+    text = f"{cause} in {n:,} of {len(reasons):,} points"
+    if example != cause:
+        text += f" (e.g. {example})"
+    if cause == "memory per device":
+        text += ("; more HBM, recomputation, a smaller microbatch, a shorter sequence or more "
+                 "devices may fit")
+    return text
 
 
 def load_result(path) -> SearchResult:
@@ -211,8 +257,14 @@ def format_summary(summary: dict, model_names) -> str:
     meta, best, base = summary["metadata"], summary["best"], summary["baselines"]
     lines = []
     inp = meta.get("inputs", {})
+    seqs = inp.get("seq_len") if isinstance(inp.get("seq_len"), dict) else {}
+    if len(set(seqs.values())) == 1:
+        seq_txt = f", sequence {next(iter(seqs.values())):,} tokens"
+    else:
+        seq_txt = "".join(f", {n} sequence {v:,} tokens" for n, v in seqs.items())
     lines.append(f"phaze search: {', '.join(model_names)} on {inp.get('devices')} devices, "
-                 f"global batch {inp.get('global_batch')}: {meta.get('points_evaluated'):,} of "
+                 f"global batch {inp.get('global_batch')}{seq_txt}: "
+                 f"{meta.get('points_evaluated'):,} of "
                  f"{meta.get('points_total'):,} points evaluated ({meta.get('points_pruned'):,} pruned) "
                  f"in {meta.get('sweep_time_s', 0):.1f} s "
                  f"({(meta.get('points_per_s') or 0):,.0f} points/s)")
@@ -234,8 +286,9 @@ def format_summary(summary: dict, model_names) -> str:
                      f"among them (--prune front keeps the front exact)")
     else:
         lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
-    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>3} "
-           f"{'samples/s':>11} {'tokens/s':>13} {'vs tpuv4':>9} {'vs fixed':>9} {'vs block':>9}")
+    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} {'rc':>3} "
+           f"{'samples/s':>11} {'tokens/s':>13} {'MFU':>6} {'vs tpuv4':>9} {'vs fixed':>9} "
+           f"{'vs block':>9}")
     lines.append(hdr)
     for name in model_names:
         r = best["plans"].get(name)
@@ -249,9 +302,10 @@ def format_summary(summary: dict, model_names) -> str:
             lines.append(f"{name:<18} infeasible: {r['reason']}")
             continue
         lines.append(f"{name:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
-                     f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>5g} "
+                     f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>7g} "
                      f"{'on' if r['recompute'] else 'off':>3} {r['samples_per_s']:>11,.1f} "
-                     f"{r['tokens_per_s']:>13,.0f} {gains[0]:>9} {gains[1]:>9} {gains[2]:>9}")
+                     f"{r['tokens_per_s']:>13,.0f} {_percent(r.get('mfu')):>6} {gains[0]:>9} "
+                     f"{gains[1]:>9} {gains[2]:>9}")
     if base:
         lines.append("baselines:")
     for key in BASELINE_NAMES:
@@ -263,9 +317,19 @@ def format_summary(summary: dict, model_names) -> str:
                 lines.append(f"  {key:<15} {name:<18} {r['samples_per_s']:>11,.1f} samples/s "
                              f"(t={r.get('tensor_parallel')}, p={r.get('pipeline_parallel')}, "
                              f"d={r.get('data_parallel')}, mb={r.get('microbatch')}, "
+                             f"MFU {_percent(r.get('mfu'))}, "
                              f"area {r.get('area_mm2', float('nan')):.2f} mm2)")
             elif r.get("applicable") is False:
                 lines.append(f"  {key:<15} {name:<18} not applicable: {r.get('reason')}")
             else:
                 lines.append(f"  {key:<15} {name:<18} infeasible: {r.get('reason')}")
     return "\n".join(lines)
+
+
+def _percent(fraction) -> str:
+    """A fraction as a percentage with one decimal ('n/a' when not recorded)."""
+    try:
+        value = float(fraction)
+    except (TypeError, ValueError):
+        return "n/a"
+    return f"{100 * value:.1f}%" if math.isfinite(value) else "n/a"

@@ -19,10 +19,14 @@ TABLE_COLUMNS = (
     ("time_per_batch_s", np.float64), ("samples_per_s", np.float64), ("tokens_per_s", np.float64),
     ("tensor_parallel", np.int64), ("data_parallel", np.int64), ("pipeline_parallel", np.int64),
     ("devices_used", np.int64), ("stage_layers", object), ("reason", object),
+    ("mfu", np.float64),
 )
 COLUMN_NAMES = tuple(name for name, _ in TABLE_COLUMNS)
 #: Column name → numpy dtype.
 COLUMN_DTYPES = dict(TABLE_COLUMNS)
+#: Columns added after the first result files were written, with the value they read as
+#: in a file that lacks them (NaN: not recorded), so older files still load.
+LATE_COLUMNS = {"mfu": math.nan}
 #: Architecture knobs copied into every row (and into per-architecture summaries).
 ARCH_FIELDS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "buffer_mib", "area_mm2")
 #: Columns a chunk's rows carry as they are (the rest come from the model and the row).
@@ -70,7 +74,63 @@ def expand(columns, archs, models, ids=None) -> dict:
         table[name] = columns[name]
     seq = np.array([models[i].seq_len for i in columns["model"]], dtype=np.float64)
     table["tokens_per_s"] = columns["samples_per_s"] * seq
+    flops = np.array([model_flops_per_sample(models[i]) for i in columns["model"]],
+                     dtype=np.float64)
+    table["mfu"] = mfu(flops, columns["samples_per_s"], columns["devices_used"],
+                       peak_flops_of(rows))
     return {name: np.asarray(table[name], dtype=dt) for name, dt in TABLE_COLUMNS}
+
+
+def model_flops_per_sample(model) -> float:
+    """Model FLOPs of one training sample, forward and backward: PaLM's count (Chowdhery
+    et al. 2022, appendix B), 6·N·s + 12·L·a·s², where s = seq_len, L = n_layers,
+    a = heads · head_dim (attention counted in full, as PaLM does, causal or not) and N
+    the parameters a token's matrix products use: the active parameters less the input
+    lookup tables (the token table unless it is tied to the head, learned positions).
+    Recomputation is not counted: these are the model's FLOPs, not the hardware's."""
+    n = model.n_active_params
+    if not model.tied_embeddings:
+        n -= model.vocab * model.embed_width
+    if model.position == "learned":
+        n -= model.max_positions * model.hidden
+    s = float(model.seq_len)
+    return 6.0 * n * s + 12.0 * model.n_layers * model.heads * model.head_dim * s * s
+
+
+def mfu(flops_per_sample, samples_per_s, devices_used, peak_flops) -> np.ndarray:
+    """Model FLOPs utilisation: flops_per_sample × samples/s ÷ (devices used × peak FLOP/s of
+    one chip), element-wise; 0 where nothing runs (an infeasible point)."""
+    flops = np.asarray(flops_per_sample, dtype=np.float64)
+    sps = np.asarray(samples_per_s, dtype=np.float64)
+    dev = np.asarray(devices_used, dtype=np.float64)
+    peak = np.asarray(peak_flops, dtype=np.float64)
+    ok = (sps > 0) & (dev > 0) & (peak > 0) & np.isfinite(sps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, flops * sps / (dev * peak), 0.0)
+
+
+def peak_flops_of(rows) -> np.ndarray:
+    """Peak tensor FLOP/s of architecture rows (``phaze.arch.peak_flops``; none for no rows)."""
+    if not len(rows):
+        return np.array([], dtype=np.float64)
+    from ..arch import peak_flops
+
+    return peak_flops(rows)
+
+
+def fill_mfu(table, models, archs, rows_of_ids) -> None:
+    """Compute the ``mfu`` column (in place) where it is NaN: rows read from a file written
+    before the column existed. ``rows_of_ids``: the row of ``archs`` of each table row."""
+    missing = np.isnan(np.asarray(table["mfu"], dtype=np.float64))
+    if not missing.any():
+        return
+    by_name = {m.name: model_flops_per_sample(m) for m in models}
+    idx = np.flatnonzero(missing)
+    flops = np.array([by_name.get(str(n), math.nan) for n in table["model"][idx]])
+    col = np.array(table["mfu"], dtype=np.float64)
+    col[idx] = mfu(flops, table["samples_per_s"][idx], table["devices_used"][idx],
+                   peak_flops_of(archs[np.asarray(rows_of_ids)[idx]]))
+    table["mfu"] = col
 
 
 def ranking(table) -> np.ndarray:
