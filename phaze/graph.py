@@ -791,10 +791,7 @@ def build_layers(model, microbatch, tensor_parallel, *,
     """
     from . import models   # graph sits after models in the flow
 
-    if isinstance(model, str):
-        model = models.get(model)
-    elif not isinstance(model, models.ModelSpec):
-        raise ValueError(f"model must be a ModelSpec or a zoo name, got {type(model).__name__}")
+    model = models.resolve(model)
     b = positive_int("microbatch", microbatch)
     t = positive_int("tensor_parallel", tensor_parallel)
     B = positive_int("bytes_per_element", bytes_per_element)

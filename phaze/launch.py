@@ -84,9 +84,7 @@ class NotLaunchable(ValueError):
 def _plan(model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, global_batch,
           recompute, virtual_stages, zero_stage, precision):
     """Validated plan values (bad input: ValueError naming the field)."""
-    spec = models.get(model) if isinstance(model, str) else model
-    if not isinstance(spec, models.ModelSpec):
-        raise ValueError(f"model must be a ModelSpec or a zoo name, got {type(model).__name__}")
+    spec = models.resolve(model)
     t = positive_int("tensor_parallel", tensor_parallel)
     p = positive_int("pipeline_parallel", pipeline_parallel)
     d = positive_int("data_parallel", data_parallel)
@@ -274,7 +272,7 @@ def emit(trainer, model, **plan) -> str:
     or ``ValueError`` as those functions do."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
-    spec = models.get(model) if isinstance(model, str) else model
+    spec = models.resolve(model)
     gpus = (int(plan.get("tensor_parallel", 1)) * int(plan.get("pipeline_parallel", 1))
             * int(plan.get("data_parallel", 1)))
     script = "pretrain_gpt.py" if getattr(spec, "causal", True) else "pretrain_bert.py"

@@ -571,6 +571,16 @@ def get(name) -> ModelSpec:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(_ZOO)}") from None
 
 
+def resolve(model) -> ModelSpec:
+    """``model`` as a ModelSpec: a zoo name (unknown: ``KeyError`` listing the names) or a
+    ModelSpec; anything else is a ``ValueError`` naming ``model``."""
+    if isinstance(model, str):
+        return get(model)
+    if not isinstance(model, ModelSpec):
+        raise ValueError(f"model must be a ModelSpec or a zoo name, got {type(model).__name__}")
+    return model
+
+
 # ---------------------------------------------------------------------------
 # Hugging Face config.json
 # ---------------------------------------------------------------------------

@@ -408,9 +408,7 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     """
     from ._validate import positive_int
 
-    m_spec = models.get(model) if isinstance(model, str) else model
-    if not isinstance(m_spec, models.ModelSpec):
-        raise ValueError(f"model must be a ModelSpec or a zoo name, got {type(model).__name__}")
+    m_spec = models.resolve(model)
     t = positive_int("tensor_parallel", tensor_parallel)
     p = positive_int("pipeline_parallel", pipeline_parallel)
     d = positive_int("data_parallel", data_parallel)
