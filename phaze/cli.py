@@ -278,7 +278,10 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--pp", type=int, required=True, help="pipeline stages p")
     p.add_argument("--dp", type=int, required=True, help="data-parallel degree d")
     p.add_argument("--microbatch", type=int, default=1)
-    p.add_argument("--recompute", action="store_true")
+    p.add_argument("--recompute", nargs="?", const="full", default=None,
+                   choices=("none", "selective", "full"),
+                   help="activation recomputation: none (the default when absent), selective "
+                        "(attention core only; needs --calibrated) or full (bare --recompute)")
     p.add_argument("--devices", type=int, help="devices available (default t·p·d)")
     p.add_argument("--global-batch", type=int, default=4096)
     p.add_argument("--hbm-gib", type=float, help="HBM per chip, GiB (default: the chip's own)")
@@ -287,6 +290,44 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--emit", choices=("megatron", "deepspeed"),
                    help="print the plan's launch arguments instead: Megatron-LM, or "
                         "Megatron-DeepSpeed with its ds_config JSON (phaze.launch)")
+    # Strategy knobs of the training-step model (phaze.step); None = not given, so that the
+    # study's model can refuse them by name.
+    p.add_argument("--sequence-parallel", action="store_true", default=None,
+                   help="sequence parallelism over the tensor-parallel group (needs --calibrated)")
+    p.add_argument("--virtual-stages", type=int, metavar="V",
+                   help="interleaved 1F1B with V model chunks per device (default 1; V > 1 "
+                        "needs --calibrated)")
+    p.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3),
+                   help="ZeRO stage over the data-parallel group (default 0; 1 = Megatron-LM's "
+                        "distributed optimizer; > 0 needs --calibrated)")
+    p.add_argument("--flash-attention", action="store_true", default=None,
+                   help="fused attention kernel, no materialised scores (needs --calibrated)")
+    p.add_argument("--overlap-grad-reduce", action="store_true", default=None,
+                   help="overlap the gradient reduction with the backward pass (needs "
+                        "--calibrated)")
+    p.add_argument("--precision", choices=("bf16", "fp16"),
+                   help="mixed-precision format (default bf16; needs --calibrated)")
+
+
+#: evaluate's options that only the training-step model has: (dest, flag, given?).
+_STEP_ONLY = (
+    ("sequence_parallel", "--sequence-parallel", lambda v: bool(v)),
+    ("virtual_stages", "--virtual-stages", lambda v: v is not None and v != 1),
+    ("zero_stage", "--zero-stage", lambda v: bool(v)),
+    ("flash_attention", "--flash-attention", lambda v: bool(v)),
+    ("overlap_grad_reduce", "--overlap-grad-reduce", lambda v: bool(v)),
+    ("precision", "--precision", lambda v: v is not None),
+)
+
+
+def _check_study_knobs(args) -> None:
+    """The study's model has none of the step-only knobs: one sentence naming the first
+    one given (never a silent switch of cost model)."""
+    if getattr(args, "recompute", None) == "selective":
+        raise ValueError("selective recomputation needs --calibrated")
+    for dest, flag, given in _STEP_ONLY:
+        if given(getattr(args, dest, None)):
+            raise ValueError(f"{flag} needs the training-step model: add --calibrated")
 
 
 def _emit_plan(args, model) -> int:
@@ -303,8 +344,9 @@ def _emit_plan(args, model) -> int:
                 "overlap_grad_reduce"):
         if getattr(args, key, None) is not None:
             plan[key] = getattr(args, key)
-    if getattr(args, "dtype", None):
-        plan["precision"] = args.dtype
+    precision = getattr(args, "precision", None) or getattr(args, "dtype", None)
+    if precision:
+        plan["precision"] = precision
     try:
         text = launch.emit(args.emit, model, **plan)
     except launch.NotLaunchable as exc:
@@ -326,8 +368,11 @@ def _cmd_evaluate(args) -> int:
                                                 seq_len=args.seq_len)
     if getattr(args, "emit", None):
         return _emit_plan(args, model)
+    if getattr(args, "calibrated", False):
+        return _evaluate_calibrated(args, model)
+    _check_study_knobs(args)
     r = search.evaluate_point(model, args.arch, args.tp, args.pp, args.dp, args.microbatch,
-                              args.recompute, devices=args.devices, global_batch=args.global_batch,
+                              args.recompute == "full", devices=args.devices, global_batch=args.global_batch,
                               hbm_gib=args.hbm_gib, optimizer=args.optimizer,
                               seq_len=args.seq_len)
     if args.json:
@@ -361,6 +406,138 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
+def _add_calibrated_argument(p) -> None:
+    p.add_argument("--calibrated", action="store_true",
+                   help="evaluate with the training-step model (phaze.step: Megatron-LM 1F1B "
+                        "on the calibrated operator model) and its strategy knobs, instead of "
+                        "the study's placement model")
+
+
+def _calibrated_result(args, model) -> dict:
+    """``evaluate --calibrated``: the plan through ``phaze.step.training_step``, as one
+    JSON-ready dict (seconds ``_s``, GiB ``_gib``; stages numbered from 1)."""
+    from . import step
+    from .arch import resolve_chip
+    from .search._inputs import resolve_models
+
+    # --seq-len as the study's path reads it (a --hf-config model already has it).
+    spec = resolve_models(model, seq_len=args.seq_len if args.model else None)[0]
+    chip = resolve_chip(args.arch)
+    arch = chip.row
+    if args.hbm_gib is not None:
+        if not args.hbm_gib > 0:
+            raise ValueError(f"--hbm-gib must be positive, got {args.hbm_gib:g}")
+        arch = arch.copy()
+        arch["hbm_gib"] = args.hbm_gib
+    if args.virtual_stages is not None and args.virtual_stages < 1:
+        raise ValueError(f"--virtual-stages must be a positive integer, got "
+                         f"{args.virtual_stages}")
+    used = args.tp * args.pp * args.dp
+    if args.devices is not None and args.devices < used:
+        raise ValueError(f"--devices {args.devices} is fewer than t·p·d = {used}")
+    res = step.training_step(
+        spec, arch, tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
+        microbatch=args.microbatch, global_batch=args.global_batch,
+        recompute=args.recompute or "none",
+        virtual_stages=1 if args.virtual_stages is None else args.virtual_stages,
+        sequence_parallel=bool(args.sequence_parallel),
+        flash_attention=bool(args.flash_attention), zero_stage=args.zero_stage or 0,
+        overlap_grad_reduce=bool(args.overlap_grad_reduce),
+        precision=args.precision or "bf16", efficiency=chip.efficiency_set())
+    gib = 2 ** 30
+    plan = dict(res.plan)
+    plan["trainers"] = list(plan.get("trainers", ()))
+    out = {"model": spec.name, "arch": chip.name, "cost_model": "calibrated",
+           "schedule": "interleaved 1F1B" if plan["virtual_stages"] > 1 else "1F1B",
+           "optimizer": "adam", "devices": used, "seq_len": spec.seq_len, **plan,
+           "hbm_gib": float(arch["hbm_gib"][0]), "status": res.status,
+           "reason": res.reason, "feasible": False}
+    if not res.ok:
+        return out
+    b = res.breakdown
+    stages = []
+    for mb in res.memory:
+        stages.append({
+            "stage": mb.stage + 1, "microbatches_in_flight": mb.in_flight,
+            "weights_gib": mb.weights / gib, "gradients_gib": mb.gradients / gib,
+            "optimizer_state_gib": mb.optimizer_state / gib,
+            "activations_gib": (mb.activations + mb.activations_other) / gib,
+            "workspace_gib": mb.workspace / gib, "total_gib": mb.total / gib,
+            "hbm_gib": mb.limit / gib, "fits": mb.fits})
+    short = [s for s in stages if not s["fits"]]
+    if short:
+        s0 = short[0]
+        out["reason"] = (f"stage {s0['stage']} needs {s0['total_gib']:.2f} GiB per device, "
+                         f"more than its HBM ({s0['hbm_gib']:g} GiB)")
+    out.update(
+        feasible=not short, time_per_batch_s=res.time_s,
+        samples_per_s=args.global_batch / res.time_s,
+        tokens_per_s=args.global_batch * spec.seq_len / res.time_s,
+        microbatches_per_pipeline=b.microbatches,
+        breakdown={"steady_s": b.steady_s, "bubble_s": b.bubble_s,
+                   "gradient_reduction_s": b.dp_allreduce_s,
+                   "embedding_allreduce_s": b.embedding_allreduce_s,
+                   "optimizer_s": b.optimizer_s, "pipeline_s": b.pipeline_s,
+                   "critical_stage": b.critical_stage + 1, "slot_s": b.slot_s,
+                   "forward_s": b.forward_s, "backward_s": b.backward_s,
+                   "recompute_s": b.recompute_s, "p2p_s": b.p2p_s},
+        stages=stages)
+    return out
+
+
+def _evaluate_calibrated(args, model) -> int:
+    """Print ``evaluate --calibrated`` (text, or one JSON object with --json)."""
+    r = _calibrated_result(args, model)
+    if args.json:
+        print(json.dumps(r, indent=1))
+        return 0
+    onoff = {True: "on", False: "off"}
+    print(f"{r['model']} on {r['arch']} (training-step model, Megatron-LM {r['schedule']}, "
+          f"calibrated): t={r['tensor_parallel']} p={r['pipeline_parallel']} "
+          f"d={r['data_parallel']} microbatch {r['microbatch']} global batch "
+          f"{r['global_batch']}, {r['devices']} devices, HBM {r['hbm_gib']:g} GiB")
+    sp = onoff[r["sequence_parallel"]]
+    if r["sequence_parallel"] and not r["sequence_parallel_effective"]:
+        sp += " (no-op at t = 1)"
+    print(f"  recompute {r['recompute']}, virtual stages {r['virtual_stages']}, sequence "
+          f"parallel {sp}, flash attention {onoff[r['flash_attention']]}, ZeRO stage "
+          f"{r['zero_stage']}, overlap grad reduce {onoff[r['overlap_grad_reduce']]}, "
+          f"precision {r['precision']}, optimizer Adam")
+    trainers = {"megatron-lm": "Megatron-LM", "deepspeed": "DeepSpeed"}
+    print("  launchable by: " + (", ".join(trainers.get(x, x) for x in r["trainers"])
+                                 or "no trainer (DeepSpeed refuses ZeRO 2-3 with pipeline "
+                                    "parallelism and has no interleaving; Megatron-LM has "
+                                    "ZeRO 0-1 only)"))
+    if r["status"] != "ok":
+        print(f"{'not modelled' if r['status'] == 'not_modelled' else 'infeasible'}: "
+              f"{r['reason']}")
+        return 0
+    b = r["breakdown"]
+    print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} samples/s   "
+          f"{r['tokens_per_s']:,.0f} tokens/s")
+    print(f"  pipeline steady {b['steady_s']:.6g} s + bubble {b['bubble_s']:.6g} s + gradient "
+          f"reduction {b['gradient_reduction_s']:.6g} s + embedding all-reduce "
+          f"{b['embedding_allreduce_s']:.6g} s + optimizer {b['optimizer_s']:.6g} s")
+    print(f"  per microbatch on critical stage {b['critical_stage']}: forward "
+          f"{b['forward_s']:.6g} s + backward {b['backward_s']:.6g} s + recompute "
+          f"{b['recompute_s']:.6g} s + p2p {b['p2p_s']:.6g} s")
+    if not r["feasible"]:
+        print(f"infeasible: {r['reason']}")
+    print(f"microbatches per pipeline {r['microbatches_per_pipeline']} (global batch "
+          f"{r['global_batch']} / (microbatch {r['microbatch']} x d {r['data_parallel']})), "
+          f"sequence {r['seq_len']:,} tokens")
+    print(f"{'stage':>5} {'in flight':>9} {'weights (GiB)':>13} {'grads (GiB)':>11} "
+          f"{'optimizer (GiB)':>15} {'activations (GiB)':>17} {'workspace (GiB)':>15} "
+          f"{'total (GiB)':>11} {'HBM (GiB)':>9}")
+    for s in r["stages"]:
+        print(f"{s['stage']:>5} {s['microbatches_in_flight']:>9} {s['weights_gib']:>13.2f} "
+              f"{s['gradients_gib']:>11.2f} {s['optimizer_state_gib']:>15.2f} "
+              f"{s['activations_gib']:>17.2f} {s['workspace_gib']:>15.2f} "
+              f"{s['total_gib']:>11.2f} {s['hbm_gib']:>9.1f}"
+              f"{'' if s['fits'] else '  (does not fit)'}")
+    return 0
+
+
 def _add_trace_arguments(p) -> None:
     _add_evaluate_arguments(p)   # the same plan arguments (and knobs) as evaluate
     for action in p._actions:    # evaluate's output options: hidden here, refused if given
@@ -386,7 +563,9 @@ def _cmd_trace(args) -> int:
                          "the trace file given by -o")
     model = args.model or models.from_hf_config(args.hf_config)
     plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
-                microbatch=args.microbatch, recompute=args.recompute,
+                microbatch=args.microbatch,
+                recompute={None: False, "none": False, "full": True}.get(args.recompute,
+                                                                         args.recompute),
                 global_batch=args.global_batch, calibrated=args.calibrated,
                 layer_schedule=args.layer_schedule)
     if not args.calibrated:
@@ -397,8 +576,9 @@ def _cmd_trace(args) -> int:
                 "overlap_grad_reduce"):
         if getattr(args, key, None) is not None:
             plan[key] = getattr(args, key)
-    if args.calibrated and getattr(args, "dtype", None) in ("bf16", "fp16"):
-        plan["precision"] = args.dtype
+    precision = getattr(args, "precision", None) or getattr(args, "dtype", None)
+    if args.calibrated and precision in ("bf16", "fp16"):
+        plan["precision"] = precision
     try:
         info = trace.write(args.out, model, args.arch, **plan)
     except OSError as exc:
@@ -565,6 +745,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=OUTPUT_CONVENTIONS,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_evaluate_arguments(p)
+    _add_calibrated_argument(p)
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("trace", help="write a Chrome/Perfetto timeline of one training step")
