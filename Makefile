@@ -29,10 +29,12 @@ bench: build
 	$(PYTHON) bench/bench_search.py sweep --mode both
 	$(PYTHON) bench/bench_search.py models
 
-# Also clears numba's on-disk caches (the __pycache__ folders): numba keys a kernel's cache
-# on its own source file, so after editing a kernel that another file's kernel calls,
-# `make clean` is how to make sure nothing stale is loaded.
+# Also clears numba's on-disk caches (phaze's per-user folder, see phaze/__init__.py, and any
+# __pycache__ ones): numba keys a kernel's cache on its own source file, so after editing a
+# kernel that another file's kernel calls, `make clean` is how to make sure nothing stale is
+# loaded. (A NUMBA_CACHE_DIR you set yourself is yours to clear.)
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf "$${XDG_CACHE_HOME:-$$HOME/.cache}/phaze"
 	find phaze -name '*.so' -delete -o -name '*.c' -delete -o -name '*.html' -delete
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
