@@ -8,11 +8,10 @@ one screenful of concerns (and under the layout's line limit).
 """
 from __future__ import annotations
 
-import json
 import numbers
 import os
 
-from ._validate import positive_int, show
+from ._validate import positive_int, read_json, show
 from .models import MODEL_LIMITS, ModelSpec
 
 _GELU_NAMES = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python",
@@ -213,17 +212,7 @@ def _load_hf(path_or_dict) -> dict:
     path = os.fspath(path_or_dict)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    with open(path, encoding="utf-8") as fh:   # FileNotFoundError names the path
-        try:
-            cfg = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"{path} is not UTF-8 text") from None
-        except ValueError:  # Python refuses integers of more than 4,300 digits
-            raise ValueError(f"{path} holds a number with too many digits") from None
-        except RecursionError:
-            raise ValueError(f"{path} is nested too deeply to be a config") from None
+    cfg = read_json(path, "a config")
     if not isinstance(cfg, dict):
         raise ValueError(f"{path} must hold a JSON object, got {type(cfg).__name__}")
     return cfg

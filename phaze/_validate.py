@@ -3,6 +3,7 @@
 Each raises ``ValueError`` with one sentence naming the field and what is allowed,
 so that bad input never reaches a compiled kernel.
 """
+import json
 import math
 import numbers
 
@@ -104,3 +105,20 @@ def one_of(name: str, value, allowed) -> str:
         raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; "
                          f"got {show(value)}")
     return v
+
+
+def read_json(path, what: str):
+    """The JSON document in the file ``path``; anything that keeps it from being read is a
+    ``ValueError`` in one sentence naming the path (``what``, e.g. "a config", says what the
+    file should have been). A missing file raises ``FileNotFoundError`` naming it."""
+    with open(path, encoding="utf-8") as fh:
+        try:
+            return json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not UTF-8 text") from None
+        except ValueError:  # Python refuses integers of more than 4,300 digits
+            raise ValueError(f"{path} holds a number with too many digits") from None
+        except RecursionError:
+            raise ValueError(f"{path} is nested too deeply to be {what}") from None

@@ -28,7 +28,6 @@ Conventions:
 """
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -335,17 +334,7 @@ def load_phaze_json(path) -> PlacementProblem:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{path} is a folder; give the placement problem's JSON file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text") from None
-    except ValueError:  # Python refuses integers of more than 4,300 digits
-        raise ValueError(f"{path}: holds a number with too many digits") from None
-    except RecursionError:
-        raise ValueError(f"{path}: nested too deeply to be a placement problem") from None
+    data = _validate.read_json(path, "a placement problem")
     return problem_from_phaze_dict(data, where=str(path))
 
 

@@ -58,12 +58,12 @@ not modelled), ``reason`` ("" when modelled), ``held_out``, ``source``, ``config
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from importlib import resources
 
 from . import models as _models
 from . import step as _step
+from ._validate import read_json
 
 __all__ = ["Report", "run", "load_table", "builtin_path"]
 
@@ -103,11 +103,7 @@ def load_table(path=None) -> dict:
     """The validation table at ``path`` (None: the built-in one), checked against the schema;
     ``ValueError`` names the first bad row and field."""
     path = builtin_path() if path is None else os.fspath(path)
-    with open(path, encoding="utf-8") as fh:
-        try:
-            table = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not JSON: {exc}") from None
+    table = read_json(path, "a validation table")
     if not isinstance(table, dict) or not isinstance(table.get("rows"), list):
         raise ValueError(f"{path}: a validation table is an object with a 'rows' list")
     shapes = table.get("models", {})

@@ -148,7 +148,7 @@ def test_cli_table(capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     assert main(["validate", str(bad)]) == 2
-    assert "not JSON" in capsys.readouterr().err
+    assert "not valid JSON" in capsys.readouterr().err
 
 
 def test_optional_strategy_fields(tmp_path):
