@@ -382,14 +382,16 @@ class _Ops:
                              bytes_out=bytes_out))
         return name
 
-    def allreduce(self, name, preds, nbytes):
+    def allreduce(self, name, preds, nbytes, comm_bytes=None):
         """An all-reduce of ``nbytes`` per participant over the t slices; none when t = 1
-        (then the producer itself is what follows wait on)."""
+        (then the producer itself is what follows wait on). ``comm_bytes``: the bytes the
+        ring prices (default ``nbytes``)."""
         preds = _uniq(preds)
         if self.t == 1:
             assert len(preds) == 1
             return preds[0]
-        self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds, comm_bytes=nbytes,
+        self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds,
+                             comm_bytes=nbytes if comm_bytes is None else comm_bytes,
                              group_size=self.t, elements=nbytes // self.B,
                              bytes_in=nbytes, bytes_out=nbytes))
         return name
@@ -401,14 +403,7 @@ class _Ops:
         # name prefix ("reduce_scatter_", "allgather_") says what they are; the
         # training-step model (phaze.step) prices them with their own ring latency (n − 1
         # steps, where the all-reduce form charges 2(n − 1)).
-        preds = _uniq(preds)
-        if self.t == 1:
-            assert len(preds) == 1
-            return preds[0]
-        self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds, comm_bytes=nbytes // 2,
-                             group_size=self.t, elements=nbytes // self.B,
-                             bytes_in=nbytes, bytes_out=nbytes))
-        return name
+        return self.allreduce(name, preds, nbytes, comm_bytes=nbytes // 2)
 
     def reduce_scatter(self, name, preds, nbytes):
         """Reduce-scatter of an ``nbytes`` tensor (bytes per participant before the

@@ -129,6 +129,7 @@ Strategy knobs (issue 14; fixed plans — the search does not use them yet)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 
@@ -474,15 +475,19 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     # -- pipeline transfers (per microbatch; scatter/gather when t > 1) --------------
     act_bytes = e * b * s * h                      # one activation (or gradient) tensor
 
+    # A send costs the same on every boundary of one tier: price each tier once.
+    send_s = {x: float(cost.p2p_seconds(act_bytes / t, row, inter_node=x, model="calibrated",
+                                        efficiency=eff)[0, 0]) for x in (False, True)}
+    nodes = int(row["node_size"][0])
+
+    @functools.lru_cache(maxsize=None)  # stage pairs recur (both sides, every virtual stage)
     def transfer(stage_a, stage_b):
         """Seconds of one boundary crossing between two adjacent stages (worst rank)."""
         worst = 0.0
-        nodes = int(row["node_size"][0])
         for j in range(d):
             inter = any((_rank(stage_a, j, i, t, d) // nodes) != (_rank(stage_b, j, i, t, d) // nodes)
                         for i in range(t))
-            send = float(cost.p2p_seconds(act_bytes / t, row, inter_node=inter,
-                                          model="calibrated", efficiency=eff)[0, 0])
+            send = send_s[inter]
             # With sequence parallelism the boundary tensor is already split over the
             # t ranks (s/t tokens each): nothing to gather on the receiving side.
             gather = 0.0 if sp else ring_allgather_seconds(

@@ -264,11 +264,11 @@ def _calibrated_stages(model, arch, t, p, d, mb, recompute, global_batch, knobs)
     return stages, b.slot_s, b.microbatches, tail, info, arch_row(arch)
 
 
-def _layer_schedule(tr, pid, spec, mb, t, row, gap, offsets):
-    """Draw the certified schedule of one transformer layer (forward at ``offsets[0]``,
-    backward at ``offsets[1]``, seconds) on the lanes of process ``pid``; returns a dict
-    per direction: makespan_s, status, offset_s, and each operator's (name, start_s,
-    finish_s) relative to the layer start."""
+def _layer_plan(spec, mb, t, row, gap):
+    """The certified schedule of one transformer layer on ``row``'s cores, per direction
+    ("forward", "backward"): (graph, schedule, start_s, dur_s, lanes), where ``lanes[i]``
+    lists the (lane kind, index) operator i occupies. The same for every stage: computed
+    once per trace."""
     from . import _config, cost, schedule
     from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
     from .search._chunk import model_graph
@@ -276,22 +276,8 @@ def _layer_schedule(tr, pid, spec, mb, t, row, gap, offsets):
     layer = model_graph(spec, mb, t).layers[1]            # the transformer block
     ntc, nvc = int(row["num_tc"][0]), int(row["num_vc"][0])
     gap = _config.SCHEDULE_GAP if gap is None else gap
-    lane_tid = {}
-    out = {}
-
-    def tid_of(lane_kind, k):
-        key = (lane_kind, k)
-        if key not in lane_tid:
-            base = {"tc": 100, "vc": 100 + ntc, "link": 100 + ntc + nvc,
-                    "intra": 101 + ntc + nvc}[lane_kind]
-            name = {"tc": f"tensor core {k}", "vc": f"vector core {k}", "link": "link",
-                    "intra": "all cores (intra-op)"}[lane_kind]
-            lane_tid[key] = base + k
-            tr.meta(pid, name, tid=base + k, sort=base + k)
-        return lane_tid[key]
-
-    for direction, g, offset in (("forward", layer.forward, offsets[0]),
-                                 ("backward", layer.backward, offsets[1])):
+    plan = {}
+    for direction, g in (("forward", layer.forward), ("backward", layer.backward)):
         single, intra = cost.op_latencies(g, row)
         single = np.ascontiguousarray(single[:, 0], dtype=np.float64)
         intra = np.ascontiguousarray(intra[:, 0], dtype=np.float64)
@@ -315,6 +301,32 @@ def _layer_schedule(tr, pid, spec, mb, t, row, gap, offsets):
                 lanes[i] = [("intra", 0)]
             elif i not in lanes:                       # zero-length one-core operator
                 lanes[i] = [("tc" if kind[i] in (KIND_GEMM, KIND_FUSED) else "vc", 0)]
+        plan[direction] = (g, sch, start, dur, lanes)
+    return plan
+
+
+def _layer_schedule(tr, pid, plan, row, offsets):
+    """Draw the layer schedule ``plan`` (:func:`_layer_plan`; forward at ``offsets[0]``,
+    backward at ``offsets[1]``, seconds) on the lanes of process ``pid``; returns a dict
+    per direction: makespan_s, status, lower_bound_s, offset_s."""
+    ntc, nvc = int(row["num_tc"][0]), int(row["num_vc"][0])
+    lane_tid = {}
+    out = {}
+
+    def tid_of(lane_kind, k):
+        key = (lane_kind, k)
+        if key not in lane_tid:
+            base = {"tc": 100, "vc": 100 + ntc, "link": 100 + ntc + nvc,
+                    "intra": 101 + ntc + nvc}[lane_kind]
+            name = {"tc": f"tensor core {k}", "vc": f"vector core {k}", "link": "link",
+                    "intra": "all cores (intra-op)"}[lane_kind]
+            lane_tid[key] = base + k
+            tr.meta(pid, name, tid=base + k, sort=base + k)
+        return lane_tid[key]
+
+    for direction, offset in (("forward", offsets[0]), ("backward", offsets[1])):
+        g, sch, start, dur, lanes = plan[direction]
+        modes = sch.modes
         for i in range(g.n_ops):
             for lane_kind, k in lanes[i]:
                 tr.span(pid, tid_of(lane_kind, k), g.names[i], f"layer_{direction}",
@@ -412,11 +424,11 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
         clock += dur
     layers = []
     if layer_schedule:
+        plan = _layer_plan(spec, mb, t, row, gap)
         for r in range(p):
             pid = p + 1 + r
             tr.meta(pid, f"stage {r + 1} · layer schedule on {t}-way slice", sort=2 * r + 1)
-            layers.append(_layer_schedule(tr, pid, spec, mb, t, row, gap,
-                                          (first_f[r], first_b[r])))
+            layers.append(_layer_schedule(tr, pid, plan, row, (first_f[r], first_b[r])))
     summary = dict(info, model=spec.name, tensor_parallel=t, pipeline_parallel=p,
                    data_parallel=d, microbatch=mb, global_batch=int(global_batch),
                    recompute=recompute, slot_s=slot, microbatches_per_pipeline=c,

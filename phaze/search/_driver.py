@@ -281,9 +281,10 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
 
     # Rows in a fixed order (chunks finish in any order): model, arch id, knobs.
     model_names = [m.name for m in model_list]
+    model_index = {name: i for i, name in enumerate(model_names)}
     table = concat_tables(sweep.tables)
     order = np.lexsort((table["recompute"], table["hbm_gib"], table["microbatch"], table["arch_id"],
-                        np.array([model_names.index(str(x)) for x in table["model"]],
+                        np.array([model_index[str(x)] for x in table["model"]],
                                  dtype=np.int64)))
     table = take(table, order)
     best = choose_best(table, model_names)

@@ -113,6 +113,7 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     sps = global_batch / tpb if feasible and tpb > 0 else 0.0
     reason = "" if feasible else (bd.reason or "no layer schedule found")
     crit = bd.stages[bd.critical_stage]
+    flops = model_flops_per_sample(model)
     return {
         "model": model.name, "arch": {f: json_safe(row[f][0]) for f in row.dtype.names},
         "tensor_parallel": t, "pipeline_parallel": p, "data_parallel": d, "microbatch": mb,
@@ -121,8 +122,8 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         "optimizer": optimizer, "feasible": feasible,
         "reason": reason, "time_per_batch_s": tpb, "samples_per_s": sps,
         "tokens_per_s": sps * model.seq_len,
-        "model_flops_per_sample": model_flops_per_sample(model),
-        "mfu": float(mfu(model_flops_per_sample(model), sps, bd.devices_used,
+        "model_flops_per_sample": flops,
+        "mfu": float(mfu(flops, sps, bd.devices_used,
                          peak_flops_of(row)[0])),
         "stages": [{"layers": [s.first, s.last], "n_layers": s.n_layers, "devices": s.devices,
                     "forward_s": s.forward_s, "backward_s": s.backward_s,

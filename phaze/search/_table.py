@@ -64,18 +64,19 @@ def expand(columns, archs, models, ids=None) -> dict:
     """
     n = len(columns["arch_id"])
     aid = columns["arch_id"]
+    mi = np.asarray(columns["model"], dtype=np.int64)
     table = {}
-    table["model"] = np.array([models[i].name for i in columns["model"]], dtype=object)
+    # Per-model values, looked up per row (a chunk has up to hundreds of thousands of rows).
+    table["model"] = np.array([m.name for m in models], dtype=object)[mi]
     table["arch_id"] = (aid if ids is None else np.asarray(ids)[aid]).astype(np.int64)
     rows = archs[aid] if n else archs[:0]
     for f in ARCH_FIELDS:
         table[f] = rows[f].astype(COLUMN_DTYPES[f])
     for name in _CHUNK_PLAN_COLUMNS:
         table[name] = columns[name]
-    seq = np.array([models[i].seq_len for i in columns["model"]], dtype=np.float64)
+    seq = np.array([m.seq_len for m in models], dtype=np.float64)[mi]
     table["tokens_per_s"] = columns["samples_per_s"] * seq
-    flops = np.array([model_flops_per_sample(models[i]) for i in columns["model"]],
-                     dtype=np.float64)
+    flops = np.array([model_flops_per_sample(m) for m in models], dtype=np.float64)[mi]
     table["mfu"] = mfu(flops, columns["samples_per_s"], columns["devices_used"],
                        peak_flops_of(rows))
     return {name: np.asarray(table[name], dtype=dt) for name, dt in TABLE_COLUMNS}
