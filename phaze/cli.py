@@ -330,6 +330,15 @@ def _check_study_knobs(args) -> None:
             raise ValueError(f"{flag} needs the training-step model: add --calibrated")
 
 
+def _strategy_knobs(args) -> dict:
+    """The strategy knobs given on the command line (``evaluate``/``trace``), by their
+    Python keyword names; a knob left out is not in the dict."""
+    return {key: getattr(args, key) for key in ("virtual_stages", "sequence_parallel",
+                                                "flash_attention", "zero_stage",
+                                                "overlap_grad_reduce")
+            if getattr(args, key) is not None}
+
+
 def _emit_plan(args, model) -> int:
     """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``); a plan the
     trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
@@ -339,14 +348,9 @@ def _emit_plan(args, model) -> int:
     plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
                 microbatch=args.microbatch, global_batch=args.global_batch,
                 recompute=recompute if isinstance(recompute, str) else bool(recompute))
-    # Strategy knobs evaluate may carry (each only when the option exists).
-    for key in ("virtual_stages", "sequence_parallel", "flash_attention", "zero_stage",
-                "overlap_grad_reduce"):
-        if getattr(args, key, None) is not None:
-            plan[key] = getattr(args, key)
-    precision = getattr(args, "precision", None) or getattr(args, "dtype", None)
-    if precision:
-        plan["precision"] = precision
+    plan.update(_strategy_knobs(args))
+    if args.precision:
+        plan["precision"] = args.precision
     try:
         text = launch.emit(args.emit, model, **plan)
     except launch.NotLaunchable as exc:
@@ -570,15 +574,9 @@ def _cmd_trace(args) -> int:
                 layer_schedule=args.layer_schedule)
     if not args.calibrated:
         plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer)
-    # Strategy knobs evaluate may carry (each only when the option exists); the study's
-    # model refuses them in one sentence.
-    for key in ("virtual_stages", "sequence_parallel", "flash_attention", "zero_stage",
-                "overlap_grad_reduce"):
-        if getattr(args, key, None) is not None:
-            plan[key] = getattr(args, key)
-    precision = getattr(args, "precision", None) or getattr(args, "dtype", None)
-    if args.calibrated and precision in ("bf16", "fp16"):
-        plan["precision"] = precision
+    plan.update(_strategy_knobs(args))  # the study's model refuses them in one sentence
+    if args.calibrated and args.precision:
+        plan["precision"] = args.precision
     try:
         info = trace.write(args.out, model, args.arch, **plan)
     except OSError as exc:
@@ -607,7 +605,7 @@ def _cmd_plot(args) -> int:
         raise ValueError(f"{args.file} has nothing to plot: it holds no feasible architecture "
                          f"and no Pareto front")
     try:
-        _plot_result(result, args.out)
+        _plot_result(result, args.out, per_arch, front)
     except OSError as exc:
         raise OSError(exc.errno, f"-o/--out: cannot write the image {args.out!r} "
                                  f"({exc.strerror})") from None
@@ -615,8 +613,10 @@ def _cmd_plot(args) -> int:
     return 0
 
 
-def _plot_result(result, out_path) -> None:
-    """Throughput (or normalised score) vs area: every architecture, the frontier, baselines."""
+def _plot_result(result, out_path, per_arch, front) -> None:
+    """Throughput (or normalised score) vs area: every architecture (``per_arch``, from
+    ``result.per_arch()``), the frontier (``front``, ``result.pareto()``: the stored front
+    of a loaded file, as a .json keeps only the top rows), baselines."""
     try:
         import matplotlib
 
@@ -624,10 +624,6 @@ def _plot_result(result, out_path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("plotting needs matplotlib: pip install 'phaze[plot]'") from None
-    per_arch = result.per_arch()
-    # The stored front of a loaded file (a .json keeps only the top rows, from which
-    # no front can be derived).
-    front = result.pareto()
     several = len(result.models) > 1
     partial = result.metadata.get("pareto_exact") is False
     ylabel = "mean normalised throughput" if several else "samples/s"

@@ -214,10 +214,12 @@ def _prepared(archs):
     return prep
 
 
-def _check_model(model):
+def _check_model(model, efficiency):
+    """``model`` is one of MODELS, and ``efficiency`` is given only with the calibrated one."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, got {model!r}")
-    return model
+    if model == "study" and efficiency is not None:
+        raise ValueError("efficiency applies only to model='calibrated'")
 
 
 _TILE_FIELDS = ("tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile", "k_stages")
@@ -292,9 +294,7 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         the models.
     """
     op_graph = _check_graph(op_graph)
-    _check_model(model)
-    if model == "study" and efficiency is not None:
-        raise ValueError("efficiency applies only to model='calibrated'")
+    _check_model(model, efficiency)
     prep = _prepared(archs)
     from . import _cost_kernels as kern
 
@@ -331,9 +331,7 @@ def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", effici
     (efficiency · bandwidth) with the tier's ``*_p2p_latency_s`` and ``*_p2p_efficiency``
     of ``efficiency`` (as in :func:`op_latencies`); a zero-byte transfer costs 0 (no message).
     """
-    _check_model(model)
-    if model == "study" and efficiency is not None:
-        raise ValueError("efficiency applies only to model='calibrated'")
+    _check_model(model, efficiency)
     size = np.asarray(nbytes, dtype=np.float64).reshape(-1)
     if size.size == 0 or np.any(~np.isfinite(size)) or np.any(size < 0):
         raise ValueError(f"nbytes must be finite byte counts >= 0, got {nbytes!r}")

@@ -227,7 +227,7 @@ class ModelSpec:
         set_(self, "moe_every", positive_int("moe_every", self.moe_every, MODEL_LIMITS["n_layers"]))
         set_(self, "first_dense_layers", nonneg_int("first_dense_layers", self.first_dense_layers,
                                                     MODEL_LIMITS["n_layers"]))
-        if not any(i % self.moe_every == 0 for i in range(self.first_dense_layers, self.n_layers)):
+        if not self.moe_layer_ids:  # n_experts > 0 here
             raise ValueError(f"first_dense_layers ({self.first_dense_layers}) and moe_every "
                              f"({self.moe_every}) leave no MoE layer among the {self.n_layers} "
                              f"layers; use n_experts = 0 for a dense model")

@@ -109,18 +109,14 @@ class _Rows:
 # --------------------------------------------------------------------------
 # Latencies → layer times → bounds
 # --------------------------------------------------------------------------
-def latencies(model, mb, widths, archs, *, bounds=False):
+def latencies(model, mb, widths, archs):
     """Operator latencies of every layer graph: {(t, kind index, 0 fw | 1 bw): (single, intra)},
-    seconds, each (operators, architectures).
-
-    ``bounds``: cheap lower bounds on them instead (``phaze.cost.roofline_bounds``).
-    """
-    fn = cost.roofline_bounds if bounds else cost.op_latencies
+    seconds, each (operators, architectures)."""
     out = {}
     for t in widths:
         for k, layer in enumerate(model_graph(model, mb, t).layers):
             for direction, g in enumerate((layer.forward, layer.backward)):
-                out[t, k, direction] = fn(g, archs)
+                out[t, k, direction] = cost.op_latencies(g, archs)
     return out
 
 
