@@ -260,41 +260,36 @@ def _knob(row, name) -> float:
     return float(np.asarray(row[name]).reshape(-1)[0])
 
 
-def _ring(ranks, node_size):
+def _ring_seconds(nbytes, ranks, row, eff, passes) -> float:
+    """A ring collective over global ``ranks`` that goes ``passes`` times round the ring
+    (2: all-reduce = reduce-scatter + all-gather; 1: one of them), seconds; 0 for one rank.
+
+    α = coll_latency_s + (passes·(n−1) − x)·link_step_s + x·net_step_s, where
+    x = passes·(nodes − 1) steps cross a node boundary; β = passes·(n−1)/n · bytes / (η·BW)
+    on the between-node tier when the ring spans nodes, else the in-node link
+    (``phaze.cost`` module docstring).
+    """
     ranks = list(ranks)
     n = len(ranks)
+    if n <= 1:
+        return 0.0
+    node_size = int(_knob(row, "node_size"))
     nodes = len({r // node_size for r in ranks})
-    crossing = 2 * (nodes - 1) if nodes > 1 else 0
-    return n, nodes, crossing
+    x = passes * (nodes - 1)
+    alpha = eff.coll_latency_s + (passes * (n - 1) - x) * eff.link_step_s + x * eff.net_step_s
+    bw = (eff.net_efficiency * _knob(row, "net_gb_per_s") if nodes > 1
+          else eff.link_efficiency * _knob(row, "link_gb_per_s")) * 1e9
+    return alpha + passes * (n - 1) / n * float(nbytes) / bw
 
 
 def ring_allreduce_seconds(nbytes, ranks, row, eff) -> float:
-    """Ring all-reduce of ``nbytes`` per rank over global ``ranks`` (s); 0 for one rank.
-
-    α = coll_latency_s + (2(n−1) − x)·link_step_s + x·net_step_s (x = 2·(nodes − 1) steps
-    cross a node boundary), β = 2(n−1)/n · bytes / (η·BW) on the between-node tier when
-    the ring spans nodes, else the in-node link (``phaze.cost`` module docstring).
-    """
-    n, nodes, x = _ring(ranks, int(_knob(row, "node_size")))
-    if n <= 1:
-        return 0.0
-    alpha = eff.coll_latency_s + (2 * (n - 1) - x) * eff.link_step_s + x * eff.net_step_s
-    bw = (eff.net_efficiency * _knob(row, "net_gb_per_s") if nodes > 1
-          else eff.link_efficiency * _knob(row, "link_gb_per_s")) * 1e9
-    return alpha + 2.0 * (n - 1) / n * float(nbytes) / bw
+    """Ring all-reduce of ``nbytes`` per rank over global ``ranks`` (s): two passes."""
+    return _ring_seconds(nbytes, ranks, row, eff, 2)
 
 
 def ring_allgather_seconds(nbytes_total, ranks, row, eff) -> float:
-    """Ring all-gather ending with ``nbytes_total`` on every rank (s): α with n − 1 steps,
-    β = (n−1)/n · bytes / (η·BW), tiers as :func:`ring_allreduce_seconds`."""
-    n, nodes, _ = _ring(ranks, int(_knob(row, "node_size")))
-    if n <= 1:
-        return 0.0
-    x = nodes - 1 if nodes > 1 else 0
-    alpha = eff.coll_latency_s + (n - 1 - x) * eff.link_step_s + x * eff.net_step_s
-    bw = (eff.net_efficiency * _knob(row, "net_gb_per_s") if nodes > 1
-          else eff.link_efficiency * _knob(row, "link_gb_per_s")) * 1e9
-    return alpha + (n - 1) / n * float(nbytes_total) / bw
+    """Ring all-gather ending with ``nbytes_total`` on every rank (s): one pass."""
+    return _ring_seconds(nbytes_total, ranks, row, eff, 1)
 
 
 def _rank(stage, dp, tp, t, d):
