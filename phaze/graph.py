@@ -47,6 +47,10 @@ KIND_VECTOR = 1      # element-wise or reduction work, runs on vector cores
 KIND_FUSED = 2       # GEMM with a vector epilogue: one TC + one VC (or all TCs + all VCs)
 KIND_COLLECTIVE = 3  # all-reduce over the tensor-parallel group, runs on the chip's link
 
+#: Kernel sets of ``build_layers(kernels=...)``: the study's fusions (the default), or the
+#: kernels Megatron-LM launches (what the calibrated step model prices).
+KERNEL_SETS = ("study", "megatron")
+
 
 @dataclass(frozen=True, eq=False)
 class OpGraph:
@@ -334,6 +338,7 @@ class ModelGraph:
     layers: tuple
     sequence_parallel: bool = False
     flash_attention: bool = False
+    kernels: str = "study"
 
     def chain(self) -> list:
         """The per-layer chain with counts expanded (n_layers + 2 LayerGraphs, the same
@@ -433,9 +438,10 @@ def _uniq(preds):
 class _Shape:
     """The sizes of one slice that every builder needs, computed once."""
 
-    def __init__(self, m, b, t, B, sp=False, flash=False):
+    def __init__(self, m, b, t, B, sp=False, flash=False, kernels="study"):
         self.m, self.b, self.t, self.B = m, b, t, B
         self.sp, self.flash = sp, flash
+        self.megatron = kernels == "megatron"
         self.s = m.seq_len
         self.T = b * m.seq_len                       # tokens per microbatch
         # Tokens of this slice for the norms, dropouts and residuals: all of them, or
@@ -495,9 +501,19 @@ def _block(sh: _Shape):
         ctx = "flash_attn"
     else:
         f.gemm("attn_scores", [q_src or "q_proj", k_src or "k_proj"], b * sh.a_t, s, sh.hd, s)
-        f.vector("softmax", ["attn_scores"], scores, _C["scale_mask"] + _C["softmax"] + _C["dropout"],
-                 scores * B, scores * (2 * B + MASK_BYTES_PER_ELEMENT))   # probabilities, dropped, mask
-        ctx = f.gemm("attn_context", ["softmax", "v_proj"], b * sh.a_t, s, s, sh.hd)
+        if sh.megatron:
+            # Megatron-LM's FusedScaleMaskSoftmax writes the probabilities; the attention
+            # dropout is a separate PyTorch kernel that reads them again and writes the
+            # dropped probabilities and the mask.
+            f.vector("softmax", ["attn_scores"], scores, _C["scale_mask"] + _C["softmax"],
+                     scores * B, scores * B)
+            probs = f.vector("attn_dropout", ["softmax"], scores, _C["dropout"], scores * B,
+                             scores * (B + MASK_BYTES_PER_ELEMENT))
+        else:
+            probs = f.vector("softmax", ["attn_scores"], scores,
+                             _C["scale_mask"] + _C["softmax"] + _C["dropout"], scores * B,
+                             scores * (2 * B + MASK_BYTES_PER_ELEMENT))  # probabilities, dropped, mask
+        ctx = f.gemm("attn_context", [probs, "v_proj"], b * sh.a_t, s, s, sh.hd)
     # Row-parallel output projection: partial sums, all-reduced (or, with sequence
     # parallelism, reduce-scattered to the s/t tokens of each slice); its bias is added after.
     f.gemm("out_proj", [ctx], 1, T, sh.q_dim, h)
@@ -515,6 +531,12 @@ def _block(sh: _Shape):
                    extra_in=sh.f_t * B if m.bias else 0)
         act = f.vector("swiglu", ["gate_proj", "up_proj"], T * sh.f_t, _C["swiglu"],
                        2 * T * sh.f_t * B, T * sh.f_t * B)
+    elif sh.megatron:
+        # Megatron-LM: FC1 without its bias (skip_bias_add), then one fused bias + GeLU
+        # elementwise kernel (--bias-gelu-fusion) that reads the GEMM output back from HBM.
+        f.gemm("fc1", [src], 1, T, h, sh.f_t)
+        act = f.vector("fc1_act", ["fc1"], T * sh.f_t, bias_c + _C[m.activation],
+                       T * sh.f_t * B + (sh.f_t * B if m.bias else 0), T * sh.f_t * B)
     else:
         # FC1 with its bias and activation fused into the GEMM epilogue.
         act = f.gemm("fc1", [src], 1, T, h, sh.f_t, epilogue=bias_c + _C[m.activation],
@@ -587,9 +609,17 @@ def _block(sh: _Shape):
         # (one GEMM of inner size group·s per K/V head).
         g.gemm("attn_context.dX", ["out_proj.dX"], b * sh.a_t, s, sh.hd, s)
         g.gemm("attn_context.dW", ["out_proj.dX"], b * sh.kv_t, s, sh.group * s, sh.hd)
-        g.vector("softmax.bwd", ["attn_context.dX"], scores,
-                 _C["dropout_bwd"] + _C["softmax_bwd"] + _C["scale_mask"],
-                 scores * (2 * B + MASK_BYTES_PER_ELEMENT), scores * B)
+        if sh.megatron:
+            # The dropout's backward (gradient and mask in) and the fused softmax's
+            # backward (probabilities and gradient in) are two kernels.
+            g.vector("attn_dropout.bwd", ["attn_context.dX"], scores, _C["dropout_bwd"],
+                     scores * (B + MASK_BYTES_PER_ELEMENT), scores * B)
+            g.vector("softmax.bwd", ["attn_dropout.bwd"], scores,
+                     _C["softmax_bwd"] + _C["scale_mask"], scores * 2 * B, scores * B)
+        else:
+            g.vector("softmax.bwd", ["attn_context.dX"], scores,
+                     _C["dropout_bwd"] + _C["softmax_bwd"] + _C["scale_mask"],
+                     scores * (2 * B + MASK_BYTES_PER_ELEMENT), scores * B)
         # dQ = dS·K; dK = dSᵀ·Q summed over the group.
         g.gemm("attn_scores.dX", ["softmax.bwd"], b * sh.a_t, s, s, sh.hd)
         g.gemm("attn_scores.dW", ["softmax.bwd"], b * sh.kv_t, s, sh.group * s, sh.hd)
@@ -756,7 +786,8 @@ def _head(sh: _Shape):
 
 def build_layers(model, microbatch, tensor_parallel, *,
                  bytes_per_element: int = _config.DEFAULT_BYTES_PER_ELEMENT,
-                 sequence_parallel: bool = False, flash_attention: bool = False) -> ModelGraph:
+                 sequence_parallel: bool = False, flash_attention: bool = False,
+                 kernels: str = "study") -> ModelGraph:
     """Operator graphs of one tensor-parallel slice of ``model`` for one microbatch.
 
     ``model`` is a ModelSpec or a zoo name; ``microbatch`` samples of ``seq_len`` tokens;
@@ -780,6 +811,12 @@ def build_layers(model, microbatch, tensor_parallel, *,
       context) is one fused kernel ``flash_attn`` (forward) / ``flash_attn.bwd`` (which
       recomputes the scores), with the FLOPs of QKᵀ and P·V (and the five BMMs of the
       backward); no b·a·s² scores are stashed, the fp32 log-sum-exp is.
+    - ``kernels``: "study" (the study's fusions: scale-mask-softmax and the attention
+      dropout in one pass; bias and activation in FC1's GEMM epilogue) or "megatron" (the
+      kernels Megatron-LM launches, which the calibrated step model prices:
+      ``FusedScaleMaskSoftmax`` then a separate ``attn_dropout`` kernel, and their two
+      backward kernels ``attn_dropout.bwd`` and ``softmax.bwd``; FC1 as a plain GEMM
+      followed by the fused bias + GeLU kernel ``fc1_act``). Stashes are the same.
 
     Every block carries its stash per recomputation mode (:meth:`LayerGraph.stash`):
     none, selective (attention core recomputed), full (layer input only).
@@ -799,12 +836,14 @@ def build_layers(model, microbatch, tensor_parallel, *,
     if sp and model.seq_len % t:
         raise ValueError(f"sequence_parallel needs seq_len ({model.seq_len}) divisible by "
                          f"tensor_parallel ({t})")
-    return _build_layers_cached(model, b, t, B, sp, bool(flash_attention))
+    if kernels not in KERNEL_SETS:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_SETS)}, got {kernels!r}")
+    return _build_layers_cached(model, b, t, B, sp, bool(flash_attention), kernels)
 
 
 @functools.lru_cache(maxsize=512)
-def _build_layers_cached(model, b, t, B, sp=False, flash=False) -> ModelGraph:
-    sh = _Shape(model, b, t, B, sp, flash)
+def _build_layers_cached(model, b, t, B, sp=False, flash=False, kernels="study") -> ModelGraph:
+    sh = _Shape(model, b, t, B, sp, flash, kernels)
     layers = []
     for kind, count, builder in (("embedding", 1, _embedding), ("block", model.n_layers, _block),
                                  ("head", 1, _head)):
@@ -816,4 +855,4 @@ def _build_layers_cached(model, b, t, B, sp=False, flash=False) -> ModelGraph:
                                  stash_selective_bytes=int(selective),
                                  stash_full_bytes=int(full)))
     return ModelGraph(model=model, microbatch=b, tensor_parallel=t, layers=tuple(layers),
-                      sequence_parallel=sp, flash_attention=bool(flash))
+                      sequence_parallel=sp, flash_attention=bool(flash), kernels=kernels)

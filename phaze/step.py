@@ -19,7 +19,10 @@ kernel starts when it ends (tensor-parallel all-reduces are synchronous in the
 Megatron versions of the published runs). ``phaze.schedule``'s model — operators on
 separate cores overlapping in time — does not describe that stream, so the layer time
 here is the plain sum of the operators' intra-op calibrated latencies (each already
-carries its kernel launch gap, ``launch_s``). For a template (multi-core
+carries its kernel launch gap, ``launch_s``). The graphs are built with
+``kernels="megatron"`` (``phaze.graph.build_layers``): the kernels Megatron-LM launches
+— the attention dropout after the fused scale-mask-softmax and the bias + GeLU after
+FC1 as their own memory-bound kernels — not the study's fusions. For a template (multi-core
 hypothetical) row this sum is an upper bound of its certified schedule; this module
 is meant for GPU presets, where it is the honest model.
 
@@ -331,7 +334,7 @@ _OVERLAPPED_GATHERS = {
     "allgather_ln2.bwd": ("fc1.dX", "gate_proj.dX", "up_proj.dX"),
 }
 #: The attention-core operators selective recomputation re-runs before the backward.
-_ATTENTION_CORE = ("attn_scores", "softmax", "attn_context")
+_ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context")
 
 
 def _op_seconds(g, row, eff, t):
@@ -461,7 +464,8 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
                                   f"divisible by tensor parallel {t}", plan)
     chunk_layers = m_spec.n_layers // (p * v)      # layers of one model chunk
 
-    mg = graph.build_layers(m_spec, b, t, sequence_parallel=sp, flash_attention=flash)
+    mg = graph.build_layers(m_spec, b, t, sequence_parallel=sp, flash_attention=flash,
+                            kernels="megatron")
     emb, block, head = mg.layers
     e = mg.layers[1].forward.bytes_per_element
     times = {L.kind: _layer_seconds(L, row, eff, t) for L in mg.layers}

@@ -254,3 +254,37 @@ def test_random_width_not_dividing_heads(m, t):
     if not m.valid_tensor_parallel(t):
         with pytest.raises(ValueError, match="tensor_parallel must divide heads"):
             build_layers(m, 1, t)
+
+
+# -- the kernels Megatron-LM launches (kernels="megatron", the calibrated step's graphs) ----
+
+@pytest.mark.parametrize("name,b,t", [("gpt3-175b", 1, 8), ("bert-large", 2, 1), ("opt-350m", 4, 2)])
+def test_megatron_kernels_split_the_study_fusions(name, b, t):
+    """Same GEMM FLOPs, stashes and parameters; the attention dropout and the bias + GeLU
+    become their own kernels, which read their input back: more HBM bytes, never fewer."""
+    from phaze.graph import build_layers
+    study = build_layers(name, b, t).layers[1]
+    mega = build_layers(name, b, t, kernels="megatron").layers[1]
+    for a, m in ((study.forward, mega.forward), (study.backward, mega.backward)):
+        assert a.flops.sum() == m.flops.sum()
+        assert (m.bytes_in.sum() + m.bytes_out.sum()) > (a.bytes_in.sum() + a.bytes_out.sum())
+    for mode in ("none", "selective", "full"):
+        assert study.stash(mode) == mega.stash(mode)
+    assert study.param_bytes == mega.param_bytes and study.boundary_bytes == mega.boundary_bytes
+    fw = {n: i for i, n in enumerate(mega.forward.names)}
+    assert {"softmax", "attn_dropout", "fc1_act"} <= set(fw)
+    scores = b * (build_layers(name, b, t).model.heads // t) * build_layers(name, b, t).model.seq_len ** 2
+    e = mega.forward.bytes_per_element
+    # softmax: scores in, probabilities out; dropout: probabilities in, dropped + 1-byte mask out
+    assert mega.forward.bytes_out[fw["softmax"]] == scores * e
+    assert mega.forward.bytes_in[fw["attn_dropout"]] == scores * e
+    assert mega.forward.bytes_out[fw["attn_dropout"]] == scores * (e + 1)
+    bw = {n: i for i, n in enumerate(mega.backward.names)}
+    assert mega.backward.bytes_in[bw["attn_dropout.bwd"]] == scores * (e + 1)
+    assert mega.backward.bytes_in[bw["softmax.bwd"]] == 2 * scores * e
+
+
+def test_kernels_option_is_checked():
+    from phaze.graph import build_layers
+    with pytest.raises(ValueError, match="kernels must be one of study, megatron"):
+        build_layers("bert-large", 1, 1, kernels="fused")

@@ -80,7 +80,7 @@ def test_bubble_vanishes_at_one_stage(d):
 def test_stage_times_are_sums_of_calibrated_kernels(recompute):
     model = _small()
     row = presets.get("a100-80g")
-    mg = build_layers(model, 2, 2)
+    mg = build_layers(model, 2, 2, kernels="megatron")
     eff = A100.row()
     t = {}
     for layer in mg.layers:
