@@ -5,9 +5,10 @@
 - ``"bf16"`` (the default) and ``"fp16"``: mixed-precision training as Megatron-LM runs
   it. Every tensor of the operator graphs is 16-bit (2 bytes per element), except the
   few the graphs say otherwise (fp32 loss softmax and log-sum-exp, int64 token ids,
-  1-byte dropout masks). fp16 and bf16 run at the same tensor-core rate on every chip
-  phaze knows (H100: 989.4 TFLOP/s dense for both; A100: 312), so their graphs and costs
-  are identical; fp16 differs only in the optimizer's loss-scaler pass (``phaze.step``).
+  1-byte dropout masks). fp16 is priced as bf16 on every chip: A100 and H100 have the
+  same dense rate for both (312 and 989.4 TFLOP/s); TPU v4's MXUs multiply bf16 only, so
+  there fp16 stands for bf16. Their graphs and costs are identical; fp16 differs only in
+  the optimizer's loss-scaler pass (``phaze.step``).
 - ``"fp8"``: FP8 training as NVIDIA Transformer Engine (TE) runs it with its default
   recipe (``DelayedScaling``, ``Format.HYBRID``: E4M3 in forward, E5M2 for gradients).
   TE runs only the GEMMs of its linear modules in FP8; every other operation keeps its
@@ -48,9 +49,13 @@ Memory per parameter (:data:`MEMORY_BYTES_PER_PARAM`, for ``phaze.step``): the
 Adam's two fp32 moments (12 B) — 18 B/param for bf16 and fp16 (Megatron-LM
 docs/api-guide/dist_optimizer.md; Korthikanti et al. 2022 Figure 1). Under fp8 the
 master weights and optimizer state stay fp32 and the gradients stay fp32 (TE's FP8
-changes only the GEMMs' operands), and TE keeps one FP8 copy of each linear layer's
-weight for the dgrad GEMM (the ``weightmat`` it saves for backward, TE PR #1596):
-+1 B per parameter of the FP8 GEMMs (``fp8_weight``), 19 B for those parameters.
+changes only the GEMMs' operands), and TE keeps an FP8 copy of each linear layer's
+weight in both layouts — row-wise for the forward GEMM and column-wise (its transpose)
+for the dgrad GEMM, since Hopper's FP8 GEMMs take only the TN layout ("Weight with
+column-wise usage is needed for dgrad GEMM", TE PR #1596) — cached across the step's
+microbatches (Megatron passes TE's ``is_first_microbatch``): +2 B per parameter of the
+FP8 GEMMs (``fp8_weight``), 20 B for those parameters, 18 B for the rest (norms,
+biases, embedding, head).
 """
 from __future__ import annotations
 
@@ -67,13 +72,13 @@ FP8_BYTES = 1
 FP8_GEMMS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "gate_proj", "up_proj", "fc2")
 
 #: Bytes per parameter held per GPU (before any ZeRO sharding), by datatype:
-#: ``weights`` (16-bit model weights), ``fp8_weight`` (TE's FP8 copy, only for the
-#: parameters of :data:`FP8_GEMMS`), ``gradients`` (fp32 main gradients),
+#: ``weights`` (16-bit model weights), ``fp8_weight`` (TE's FP8 copies in both layouts,
+#: only for the weights of :data:`FP8_GEMMS`), ``gradients`` (fp32 main gradients),
 #: ``optimizer_state`` (fp32 master weight + Adam m + Adam v). Sources: module docstring.
 MEMORY_BYTES_PER_PARAM = {
     "bf16": dict(weights=2, fp8_weight=0, gradients=4, optimizer_state=12),
     "fp16": dict(weights=2, fp8_weight=0, gradients=4, optimizer_state=12),
-    "fp8": dict(weights=2, fp8_weight=1, gradients=4, optimizer_state=12),
+    "fp8": dict(weights=2, fp8_weight=2, gradients=4, optimizer_state=12),
 }
 
 

@@ -270,4 +270,5 @@ def test_memory_bytes_per_param_keep_fp32_master_and_optimizer():
     for dtype in precision.DTYPES:
         mem = precision.MEMORY_BYTES_PER_PARAM[dtype]
         assert mem["weights"] == 2 and mem["gradients"] == 4 and mem["optimizer_state"] == 12
-    assert precision.MEMORY_BYTES_PER_PARAM["fp8"]["fp8_weight"] == 1
+    assert precision.MEMORY_BYTES_PER_PARAM["fp8"]["fp8_weight"] == 2
+    assert precision.MEMORY_BYTES_PER_PARAM["bf16"]["fp8_weight"] == 0
