@@ -25,15 +25,28 @@ def _cdiv(a, b):
 
 
 @njit(cache=True, nogil=True)
-def _gemm_traffic_bytes(batch, m, k, n, elem_bytes, acc_bytes, cap_bytes, tc_width, tc_depth):
+def _sum_bytes(in_bytes, out_bytes, a, b, c):
+    """in_bytes·(a + b) + out_bytes·c: operand elements a, b and output elements c. With
+    one element size it is computed as in_bytes·(a + b + c), the 16-bit graphs' old sum."""
+    if in_bytes == out_bytes:
+        return in_bytes * (a + b + c)
+    return in_bytes * (a + b) + out_bytes * c
+
+
+@njit(cache=True, nogil=True)
+def _gemm_traffic_bytes(batch, m, k, n, elem_bytes, acc_bytes, cap_bytes, tc_width, tc_depth,
+                        in_bytes):
     """HBM bytes moved by a batch of M×K×N GEMMs staged through ``cap_bytes`` of buffer.
 
     The least traffic of three tilings (see phaze.cost): output-stationary C tiles with
     double-buffered K-strips, an A row-block kept resident, or a B column-block kept
-    resident. Falls back to no reuse at all when not even a 1×1 tile fits.
+    resident. Falls back to no reuse at all when not even a 1×1 tile fits. A and B have
+    ``in_bytes`` per element (1 for an FP8 GEMM), C ``elem_bytes``.
     """
     if batch == 0.0 or m == 0.0 or k == 0.0 or n == 0.0:
         return 0.0
+    e_out = elem_bytes
+    elem_bytes = in_bytes  # the operands' element size sets the strips and resident blocks
     kc = min(tc_depth, k)
     best = math.inf
     # (a) output-stationary: a tm×tn tile of C accumulates in the buffer while
@@ -47,7 +60,7 @@ def _gemm_traffic_bytes(batch, m, k, n, elem_bytes, acc_bytes, cap_bytes, tc_wid
         if room > 0.0:
             tn = min(n, math.floor(room / (acc_bytes * tm + 2.0 * elem_bytes * kc)))
             if tn >= 1.0:
-                t = elem_bytes * (m * k * _cdiv(n, tn) + k * n * _cdiv(m, tm) + m * n)
+                t = _sum_bytes(elem_bytes, e_out, m * k * _cdiv(n, tn), k * n * _cdiv(m, tm), m * n)
                 if t < best:
                     best = t
         if tm <= 1.0:
@@ -60,7 +73,7 @@ def _gemm_traffic_bytes(batch, m, k, n, elem_bytes, acc_bytes, cap_bytes, tc_wid
     if room > 0.0:
         tm = min(m, math.floor(room / (elem_bytes * k + acc_bytes * tn)))
         if tm >= 1.0:
-            t = elem_bytes * (m * k + k * n * _cdiv(m, tm) + m * n)
+            t = _sum_bytes(elem_bytes, e_out, m * k, k * n * _cdiv(m, tm), m * n)
             if t < best:
                 best = t
     # (c) B resident: a K×tn block of B stays while tm×kc strips of A (tm = one array
@@ -70,11 +83,11 @@ def _gemm_traffic_bytes(batch, m, k, n, elem_bytes, acc_bytes, cap_bytes, tc_wid
     if room > 0.0:
         tn = min(n, math.floor(room / (elem_bytes * k + acc_bytes * tm)))
         if tn >= 1.0:
-            t = elem_bytes * (m * k * _cdiv(n, tn) + k * n + m * n)
+            t = _sum_bytes(elem_bytes, e_out, m * k * _cdiv(n, tn), k * n, m * n)
             if t < best:
                 best = t
     if best == math.inf:  # nothing fits: every multiply-accumulate fetches both operands
-        best = elem_bytes * (2.0 * m * k * n + m * n)
+        best = _sum_bytes(elem_bytes, e_out, m * k * n, m * k * n, m * n)
     return batch * best
 
 
@@ -117,17 +130,21 @@ def _vector_cycles(elements, cycles_per_element, lanes):
 # the search already runs one process per core; nogil lets threads call it in parallel.
 @njit(cache=True, nogil=True)
 def _gemm_array_terms(b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
-                      single_buffer_fraction, split_w, split_d, split_cores):
+                      single_buffer_fraction, split_w, split_d, split_cores, in_bytes):
     """The systolic-array terms of one GEMM that both cost models share.
 
     Returns (cycles on one array, HBM bytes with the single-core buffer share, HBM bytes
     with the whole buffer) per distinct core shape, and cycles intra-op per distinct
     (shape, core count) split. Bytes the operator moves besides its GEMM operands (a
-    fused bias or residual) are added once to each traffic.
+    fused bias or residual) are added once to each traffic. ``in_bytes``: element size of
+    A and B (``elem_bytes``, or 1 for an FP8 GEMM).
     """
     n_shapes = shape_w.shape[0]
     n_splits = split_w.shape[0]
-    compulsory = elem_bytes * b * (m * k + k * n + m * n)
+    if in_bytes == elem_bytes:
+        compulsory = elem_bytes * b * (m * k + k * n + m * n)
+    else:
+        compulsory = b * (in_bytes * (m * k + k * n) + elem_bytes * m * n)
     extra = max(0.0, moved - compulsory)  # bytes the op moves besides its GEMM operands
     cyc1 = np.empty(n_shapes)
     bytes1 = np.empty(n_shapes)
@@ -136,12 +153,14 @@ def _gemm_array_terms(b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d
         w = float(shape_w[u])
         d = float(shape_d[u])
         cyc1[u] = _gemm_cycles(b, m, k, n, w, d, 1.0)
-        bytes_all[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shape_cap[u], w, d) + extra
+        bytes_all[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shape_cap[u], w, d,
+                                           in_bytes) + extra
         if single_buffer_fraction == 1.0:
             bytes1[u] = bytes_all[u]
         else:
             bytes1[u] = _gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes,
-                                            shape_cap[u] * single_buffer_fraction, w, d) + extra
+                                            shape_cap[u] * single_buffer_fraction, w, d,
+                                            in_bytes) + extra
     cycp = np.empty(n_splits)
     for v in range(n_splits):
         cycp[v] = _gemm_cycles(b, m, k, n, float(split_w[v]), float(split_d[v]), float(split_cores[v]))
@@ -154,11 +173,13 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                   shape_w, shape_d, shape_cap, shape_of_arch,
                   split_w, split_d, split_cores, split_of_arch,
                   num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
-                  node_size, single, intra):
+                  node_size, in_bytes, fp8_op, fp8_rate, single, intra):
     """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds.
 
     GEMM quantities are computed once per distinct (w, d, buffer) — "shapes" — and
     per distinct (w, d, num_tc) — "splits" — then broadcast to the architectures.
+    Per operator: ``in_bytes`` (its GEMM operands' element size) and ``fp8_op`` (its GEMM
+    runs at ``fp8_rate[a]`` × the array rate of architecture a).
     """
     n_ops = kind.shape[0]
     n_archs = clock_hz.shape[0]
@@ -195,7 +216,7 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
         n = float(dims[i, 3])
         cyc1, bytes1, bytes_all, cycp = _gemm_array_terms(
             b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
-            single_buffer_fraction, split_w, split_d, split_cores)
+            single_buffer_fraction, split_w, split_d, split_cores, in_bytes[i])
         fused = kd == KIND_FUSED
         el = float(elements[i])
         for a in range(n_archs):
@@ -203,8 +224,9 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
             v = split_of_arch[a]
             hz = clock_hz[a]
             bw = hbm_bytes_per_s[a]
-            t1 = max(cyc1[u] / hz, bytes1[u] / bw)
-            tp = max(cycp[v] / hz, bytes_all[u] / bw)
+            gemm_hz = hz * fp8_rate[a] if fp8_op[i] else hz  # array steps per second
+            t1 = max(cyc1[u] / gemm_hz, bytes1[u] / bw)
+            tp = max(cycp[v] / gemm_hz, bytes_all[u] / bw)
             if fused:
                 # the epilogue consumes output tiles as the arrays drain them: the slower
                 # stage sets the pace (one VC with one TC; all VCs with all TCs)
@@ -271,12 +293,13 @@ def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes,
                              num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
                              node_size, tile_efficiency, hbm_efficiency, launch_s,
                              coll_latency_s, link_step_s, net_step_s, link_efficiency, net_efficiency,
-                             single, intra):
+                             in_bytes, fp8_op, fp8_rate, single, intra):
     """Fill ``single`` and ``intra`` (n_ops, n_archs) with the calibrated latencies, seconds.
 
     As ``_op_latencies`` (shapes, splits), plus "tiles": distinct (split, tile
     parameters) combinations; ``tile_split[x]`` is the split of tile combination x.
     Per-architecture arrays: the fractions and latencies of phaze.arch.efficiency.
+    ``in_bytes``, ``fp8_op``, ``fp8_rate``: as in ``_op_latencies``.
     """
     n_ops = kind.shape[0]
     n_archs = clock_hz.shape[0]
@@ -312,7 +335,7 @@ def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes,
         n = float(dims[i, 3])
         cyc1, bytes1, bytes_all, cycp = _gemm_array_terms(
             b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
-            single_buffer_fraction, split_w, split_d, split_cores)
+            single_buffer_fraction, split_w, split_d, split_cores, in_bytes[i])
         # the array model's quantisation and the tile rule's are both real limits: the larger holds
         tile1 = np.empty(n_tiles)
         tilep = np.empty(n_tiles)
@@ -332,6 +355,8 @@ def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes,
             v = split_of_arch[a]
             x = tile_of_arch[a]
             rate = clock_hz[a] * tile_efficiency[a]
+            if fp8_op[i]:
+                rate = rate * fp8_rate[a]
             bw = hbm_bytes_per_s[a] * hbm_efficiency[a]
             t1 = max(max(cyc1[u], tile1[x]) / rate, bytes1[u] / bw)
             tp = max(max(cycp[v], tilep[x]) / rate, bytes_all[u] / bw)

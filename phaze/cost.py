@@ -65,6 +65,14 @@ one TC + one VC (single) or all TCs + all VCs (intra-op).
 (the group sits inside one node) and ``net_gb_per_s`` otherwise; 0 when n = 1. The
 same value is reported for single and intra (the chip's link does the work).
 
+**Datatype** (``OpGraph.dtype``; :mod:`phaze.precision`): bf16 and fp16 graphs are
+priced alike. In an fp8 graph the operators flagged ``OpGraph.fp8`` (the linear layers'
+GEMMs) read their A and B operands at 1 byte per element in the buffer tiling above (C
+stays e bytes), and their array cycles run ``fp8_rate`` times faster (the chip's dense
+FP8 rate over its 16-bit rate, ``phaze.arch.dtype_rates``; ``fp8_rate=`` of
+:func:`op_latencies`) in both models; every other operator is priced as in bf16. With
+``fp8_rate`` ≥ 1 an FP8 GEMM is never slower than the same GEMM in bf16.
+
 The calibrated model (``model="calibrated"``)
 ---------------------------------------------
 The same rules for every row; each rule is a pure function of the row's knobs and
@@ -109,8 +117,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import _config
-from .arch import ARCH_DTYPE
+from . import _config, precision
+from .arch import ARCH_DTYPE, dtype_rates
 from .arch import efficiency as _efficiency
 from .arch import validate as _validate_archs
 from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
@@ -264,7 +272,24 @@ def _calibrated_inputs(prep, efficiency):
     return inputs
 
 
-def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=None):
+def _dtype_inputs(op_graph, n_archs, fp8_rate):
+    """Per-operator GEMM operand bytes and FP8 flags, and the per-row fp8 multiplier (all
+    ones when the graph has no FP8 GEMM); a row without fp8 tensor cores is refused."""
+    fp8 = op_graph.fp8
+    in_bytes = np.where(fp8, float(precision.FP8_BYTES), float(op_graph.bytes_per_element))
+    if not np.any(fp8):
+        return in_bytes, fp8, np.ones(n_archs)
+    rates = dtype_rates.per_row(fp8_rate, n_archs)
+    if np.any(rates == 0):
+        row = int(np.flatnonzero(rates == 0)[0])
+        raise ValueError(f"the graph's dtype fp8 needs fp8 tensor cores, which architecture row "
+                         f"{row} does not have (its fp8_rate is 0); build the graph with dtype "
+                         f"bf16 or fp16")
+    return in_bytes, fp8, rates
+
+
+def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=None,
+                 fp8_rate=None):
     """Latency of every operator on every architecture, seconds.
 
     Parameters
@@ -284,6 +309,13 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         (``phaze.arch.efficiency.for_rows(archs)`` gives each preset row its own set and
         every other row the template's); ``None`` takes the ``"template"`` set
         (hypothetical chips) for every row.
+    fp8_rate : None, number or sequence
+        Used only when the graph has FP8 GEMMs (``OpGraph.fp8``, ``dtype="fp8"``): each
+        row's dense FP8 tensor rate as a multiple of its 16-bit rate — one number, or one
+        per row (``phaze.arch.dtype_rates.for_rows(archs)`` gives preset rows their own,
+        ``Chip.tensor_rate("fp8")`` a chip's); ``None`` takes the template rule (2) for every
+        row. 0 means no FP8 tensor cores: ``ValueError``. Both models divide an FP8 GEMM's
+        array cycles by it; its operands are read at 1 byte per element.
 
     Returns
     -------
@@ -299,6 +331,7 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
     from . import _cost_kernels as kern
 
     n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
+    dt = _dtype_inputs(op_graph, n_archs, fp8_rate)
     single = np.empty((n_ops, n_archs), dtype=np.float64)
     intra = np.empty((n_ops, n_archs), dtype=np.float64)
     bytes_moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
@@ -311,14 +344,14 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
     if model == "study":
         kern._op_latencies(
             *common, prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
-            prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"], single, intra)
+            prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"], *dt, single, intra)
         return single, intra
     c = _calibrated_inputs(prep, efficiency)
     kern._op_latencies_calibrated(
         *common, c["tile_split"], *(c[f] for f in _TILE_FIELDS), c["tile_of_arch"],
         prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
         prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
-        *(c[f] for f in _RATE_FIELDS), single, intra)
+        *(c[f] for f in _RATE_FIELDS), *dt, single, intra)
     return single, intra
 
 
@@ -347,27 +380,35 @@ def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", effici
     return np.ascontiguousarray(np.where(size[:, None] > 0, t, 0.0))
 
 
-def roofline_bounds(op_graph: OpGraph, archs):
+def roofline_bounds(op_graph: OpGraph, archs, *, fp8_rate=None):
     """Lower bounds (single, intra), seconds, shape (n_ops, n_archs), that no latency beats.
 
     Per operator: ``max(work / peak of the cores used, compulsory bytes / HBM bandwidth)``,
-    where work is 2·batch·M·K·N FLOPs on tensor cores (peak w·d·2·clock per core) and/or
+    where work is 2·batch·M·K·N FLOPs on tensor cores (peak w·d·2·clock per core, times
+    ``fp8_rate`` for an FP8 GEMM, as in :func:`op_latencies`) and/or
     elements·cycles_per_element lane-cycles on vector cores, and compulsory bytes are
-    the larger of ``bytes_in + bytes_out`` and e·batch·(MK + KN + MN). Collectives: the
-    ring all-reduce time itself. Cheap (numpy only).
+    the larger of ``bytes_in + bytes_out`` and batch·(e_in·(MK + KN) + e·MN) (e_in = 1 for
+    an FP8 GEMM's operands, else e). Collectives: the ring all-reduce time itself. Cheap
+    (numpy only).
     """
     op_graph = _check_graph(op_graph)
     archs = _validate_archs(archs)
     col = _si(archs)
+    in_bytes, fp8, rates = _dtype_inputs(op_graph, archs.shape[0], fp8_rate)
     kind = op_graph.kind[:, None]
     d = op_graph.dims.astype(np.float64)
     flops = (2.0 * d[:, 0] * d[:, 1] * d[:, 2] * d[:, 3])[:, None]
     e = float(op_graph.bytes_per_element)
-    gemm_bytes = e * d[:, 0] * (d[:, 1] * d[:, 2] + d[:, 2] * d[:, 3] + d[:, 1] * d[:, 3])
+    if np.any(fp8):
+        gemm_bytes = d[:, 0] * (in_bytes * (d[:, 1] * d[:, 2] + d[:, 2] * d[:, 3])
+                                + e * d[:, 1] * d[:, 3])
+    else:
+        gemm_bytes = e * d[:, 0] * (d[:, 1] * d[:, 2] + d[:, 2] * d[:, 3] + d[:, 1] * d[:, 3])
     moved = np.maximum((op_graph.bytes_in + op_graph.bytes_out).astype(np.float64), gemm_bytes)
     traffic = moved[:, None] / col["hbm_bytes_per_s"][None, :]
     hz = col["clock_hz"][None, :]
     core_peak = (col["tc_width"] * col["tc_depth"] * 2.0)[None, :] * hz
+    core_peak = np.where(fp8[:, None], core_peak * rates[None, :], core_peak)
     lane_work = (op_graph.elements * op_graph.cycles_per_element)[:, None]
     lanes = col["vc_width"].astype(np.float64)[None, :]
     has_gemm = (kind == KIND_GEMM) | (kind == KIND_FUSED)

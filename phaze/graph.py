@@ -1,7 +1,8 @@
 """Operator graphs of one layer of one tensor-parallel slice (docs/design.md §2.2).
 
-An :class:`OpGraph` is a struct of numpy arrays, one entry per operator, with
-predecessors in CSR form; it is what ``phaze.cost`` and ``phaze.schedule`` consume.
+An :class:`OpGraph` (defined in ``phaze/_opgraph.py``) is a struct of numpy arrays, one
+entry per operator, with predecessors in CSR form; it is what ``phaze.cost`` and
+``phaze.schedule`` consume.
 
 :func:`build_layers` turns a model into a :class:`ModelGraph`: for each layer kind
 (embedding, transformer block, head + loss) a :class:`LayerGraph` holding the
@@ -32,14 +33,12 @@ steps where they take n − 1; ``phaze.step`` prices them with their own ring).
 from __future__ import annotations
 
 import functools
-import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
-
-from . import _config
-from ._native._dag import topological_order
+from . import _config, precision
+from ._opgraph import OpGraph
 from ._validate import positive_int
+
 
 #: Operator kinds (the ``kind`` array of an OpGraph).
 KIND_GEMM = 0        # tensor GEMM / batched matmul, runs on tensor cores
@@ -50,164 +49,6 @@ KIND_COLLECTIVE = 3  # all-reduce over the tensor-parallel group, runs on the ch
 #: Kernel sets of ``build_layers(kernels=...)``: the study's fusions (the default), or the
 #: kernels Megatron-LM launches (what the calibrated step model prices).
 KERNEL_SETS = ("study", "megatron")
-
-
-@dataclass(frozen=True, eq=False)
-class OpGraph:
-    """Operators of one layer's forward or backward pass (one tensor-parallel slice).
-
-    Arrays, one entry per operator (n = ``len(names)``):
-
-    - ``kind`` int8: 0 GEMM/BMM, 1 vector, 2 fused GEMM+epilogue, 3 collective.
-    - ``dims`` int64 (n, 4): batch, M, K, N of the GEMM part (zeros otherwise).
-    - ``cycles_per_element`` float64: vector cycles per output element (0 for pure GEMMs).
-    - ``elements`` int64: output elements.
-    - ``bytes_in`` / ``bytes_out`` int64: bytes read from / written to HBM at minimum.
-    - ``comm_bytes`` int64: bytes each participant contributes to a collective (0 otherwise).
-    - ``group_size`` int32: participants of a collective (the tensor-parallel width; 1 otherwise).
-    - ``pred_ptr`` int32 (n+1), ``pred_idx`` int32: CSR lists of predecessors.
-    - ``names``: list of str.
-    - ``bytes_per_element``: element size the byte counts were computed with.
-    """
-
-    kind: np.ndarray
-    dims: np.ndarray
-    cycles_per_element: np.ndarray
-    elements: np.ndarray
-    bytes_in: np.ndarray
-    bytes_out: np.ndarray
-    comm_bytes: np.ndarray
-    pred_ptr: np.ndarray
-    pred_idx: np.ndarray
-    names: list
-    group_size: np.ndarray = None
-    bytes_per_element: int = 2
-    _order: np.ndarray = field(default=None, repr=False)
-
-    def __post_init__(self):
-        n = len(self.names)
-        set_ = object.__setattr__
-        set_(self, "kind", np.ascontiguousarray(self.kind, dtype=np.int8).reshape(n))
-        set_(self, "dims", np.ascontiguousarray(self.dims, dtype=np.int64).reshape(n, 4))
-        set_(self, "cycles_per_element",
-             np.ascontiguousarray(self.cycles_per_element, dtype=np.float64).reshape(n))
-        for name in ("elements", "bytes_in", "bytes_out", "comm_bytes"):
-            set_(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int64).reshape(n))
-        gs = np.ones(n, dtype=np.int32) if self.group_size is None else self.group_size
-        set_(self, "group_size", np.ascontiguousarray(gs, dtype=np.int32).reshape(n))
-        set_(self, "pred_ptr", np.ascontiguousarray(self.pred_ptr, dtype=np.int32).reshape(n + 1))
-        set_(self, "pred_idx", np.ascontiguousarray(self.pred_idx, dtype=np.int32).reshape(-1))
-        set_(self, "names", list(self.names))
-        self._validate()
-        for name in ("kind", "dims", "cycles_per_element", "elements", "bytes_in", "bytes_out",
-                     "comm_bytes", "group_size", "pred_ptr", "pred_idx"):
-            getattr(self, name).setflags(write=False)
-
-    # -- construction helpers -------------------------------------------------
-    @classmethod
-    def from_ops(cls, ops, *, bytes_per_element: int = 2) -> "OpGraph":
-        """Build from a list of dicts with keys name, kind, preds (names or indices) and
-        any of dims, cycles_per_element, elements, bytes_in, bytes_out, comm_bytes,
-        group_size (absent numeric keys are 0; group_size defaults to 1)."""
-        index = {}
-        for i, op in enumerate(ops):
-            if op["name"] in index:
-                raise ValueError(f"operator name {op['name']!r} appears twice")
-            index[op["name"]] = i
-        ptr = [0]
-        idx = []
-        for op in ops:
-            for p in op.get("preds", ()):
-                if isinstance(p, str):
-                    if p not in index:
-                        raise ValueError(f"operator {op['name']!r} has unknown predecessor {p!r}")
-                    p = index[p]
-                idx.append(int(p))
-            ptr.append(len(idx))
-        n = len(ops)
-        get = lambda key, default=0: [op.get(key, default) for op in ops]  # noqa: E731
-        dims = np.array([list(op.get("dims", (0, 0, 0, 0))) for op in ops], dtype=np.int64)
-        return cls(
-            kind=np.array(get("kind"), dtype=np.int8),
-            dims=dims.reshape(n, 4),
-            cycles_per_element=np.array(get("cycles_per_element", 0.0), dtype=np.float64),
-            elements=np.array(get("elements"), dtype=np.int64),
-            bytes_in=np.array(get("bytes_in"), dtype=np.int64),
-            bytes_out=np.array(get("bytes_out"), dtype=np.int64),
-            comm_bytes=np.array(get("comm_bytes"), dtype=np.int64),
-            group_size=np.array(get("group_size", 1), dtype=np.int32),
-            pred_ptr=np.array(ptr, dtype=np.int32),
-            pred_idx=np.array(idx, dtype=np.int32),
-            names=[op["name"] for op in ops],
-            bytes_per_element=bytes_per_element,
-        )
-
-    # -- validation -----------------------------------------------------------
-    def _validate(self):
-        n = self.n_ops
-        if n == 0:
-            raise ValueError("an OpGraph needs at least one operator")
-        if np.any((self.kind < 0) | (self.kind > 3)):
-            bad = int(np.flatnonzero((self.kind < 0) | (self.kind > 3))[0])
-            raise ValueError(f"operator {self.names[bad]!r}: kind must be 0, 1, 2 or 3")
-        if self.pred_ptr[0] != 0 or np.any(np.diff(self.pred_ptr) < 0) \
-                or self.pred_ptr[-1] != self.pred_idx.shape[0]:
-            raise ValueError("pred_ptr must start at 0, never decrease and end at len(pred_idx)")
-        if self.pred_idx.size and (self.pred_idx.min() < 0 or self.pred_idx.max() >= n):
-            raise ValueError(f"pred_idx entries must lie in [0, {n})")
-        for name in ("dims", "elements", "bytes_in", "bytes_out", "comm_bytes"):
-            arr = getattr(self, name)
-            if np.any(arr < 0):
-                row = int(np.flatnonzero((arr < 0).reshape(n, -1).any(axis=1))[0])
-                raise ValueError(f"operator {self.names[row]!r}: {name} must be >= 0")
-        cpe = self.cycles_per_element
-        if not np.all(np.isfinite(cpe)) or np.any(cpe < 0):
-            row = int(np.flatnonzero(~np.isfinite(cpe) | (cpe < 0))[0])
-            raise ValueError(f"operator {self.names[row]!r}: cycles_per_element must be finite and >= 0")
-        if np.any(self.group_size < 1):
-            row = int(np.flatnonzero(self.group_size < 1)[0])
-            raise ValueError(f"operator {self.names[row]!r}: group_size must be >= 1")
-        order, done = topological_order(self.pred_ptr, self.pred_idx)
-        if done < n:
-            on_cycle = sorted(set(range(n)) - set(order[:done].tolist()))
-            raise ValueError(
-                f"operator graph has a cycle through {', '.join(repr(self.names[i]) for i in on_cycle[:5])}")
-        order.setflags(write=False)
-        object.__setattr__(self, "_order", order)
-
-    # -- derived views --------------------------------------------------------
-    @property
-    def n_ops(self) -> int:
-        return len(self.names)
-
-    @property
-    def order(self) -> np.ndarray:
-        """A topological order of the operators (int32)."""
-        return self._order
-
-    def preds(self, i: int) -> np.ndarray:
-        """Predecessor indices of operator ``i``."""
-        return self.pred_idx[self.pred_ptr[i]:self.pred_ptr[i + 1]]
-
-    @property
-    def flops(self) -> np.ndarray:
-        """Floating-point operations of each operator's GEMM part: 2·batch·M·K·N (float64)."""
-        d = self.dims.astype(np.float64)
-        return 2.0 * d[:, 0] * d[:, 1] * d[:, 2] * d[:, 3]
-
-    def content_hash(self) -> str:
-        """Stable digest of the graph's structure and sizes (names excluded), for memoisation."""
-        h = hashlib.blake2b(digest_size=16)
-        for arr in (self.kind, self.dims, self.cycles_per_element, self.elements, self.bytes_in,
-                    self.bytes_out, self.comm_bytes, self.group_size, self.pred_ptr, self.pred_idx):
-            h.update(arr.tobytes())
-        h.update(str(self.bytes_per_element).encode())
-        return h.hexdigest()
-
-    def __repr__(self):
-        counts = np.bincount(self.kind, minlength=4)
-        return (f"OpGraph({self.n_ops} ops: {counts[0]} gemm, {counts[1]} vector, "
-                f"{counts[2]} fused, {counts[3]} collective)")
 
 
 # ---------------------------------------------------------------------------
@@ -339,6 +180,7 @@ class ModelGraph:
     sequence_parallel: bool = False
     flash_attention: bool = False
     kernels: str = "study"
+    dtype: str = precision.DEFAULT_DTYPE
 
     def chain(self) -> list:
         """The per-layer chain with counts expanded (n_layers + 2 LayerGraphs, the same
@@ -366,19 +208,24 @@ class ModelGraph:
 class _Ops:
     """Collects operator dicts for OpGraph.from_ops with compulsory HBM traffic filled in."""
 
-    def __init__(self, bytes_per_element: int, tensor_parallel: int):
+    def __init__(self, bytes_per_element: int, tensor_parallel: int, dtype: str = "bf16"):
         self.B = bytes_per_element
         self.t = tensor_parallel
+        self.dtype = dtype
         self.ops = []
 
     def gemm(self, name, preds, batch, m, k, n, *, epilogue=0.0, extra_in=0):
         """GEMM/BMM (batch, M, K, N); both operands read once, output written once. A
-        positive ``epilogue`` (vector cycles per output element) makes it a fused op."""
+        positive ``epilogue`` (vector cycles per output element) makes it a fused op.
+        Under dtype "fp8" the linear layers (``precision.is_fp8_gemm``) read both operands
+        in FP8 (1 byte per element) and write their output in 16-bit."""
+        fp8 = self.dtype == "fp8" and precision.is_fp8_gemm(name)
+        e_in = precision.FP8_BYTES if fp8 else self.B
         self.ops.append(dict(
             name=name, kind=KIND_FUSED if epilogue > 0 else KIND_GEMM, preds=_uniq(preds),
             dims=(batch, m, k, n), cycles_per_element=float(epilogue), elements=batch * m * n,
-            bytes_in=batch * (m * k + k * n) * self.B + extra_in,
-            bytes_out=batch * m * n * self.B))
+            bytes_in=batch * (m * k + k * n) * e_in + extra_in,
+            bytes_out=batch * m * n * self.B, fp8=fp8))
         return name
 
     def vector(self, name, preds, elements, cycles, bytes_in, bytes_out):
@@ -424,7 +271,7 @@ class _Ops:
         return self._sp_collective(name, preds, nbytes)
 
     def graph(self) -> OpGraph:
-        return OpGraph.from_ops(self.ops, bytes_per_element=self.B)
+        return OpGraph.from_ops(self.ops, bytes_per_element=self.B, dtype=self.dtype)
 
 
 def _uniq(preds):
@@ -438,10 +285,12 @@ def _uniq(preds):
 class _Shape:
     """The sizes of one slice that every builder needs, computed once."""
 
-    def __init__(self, m, b, t, B, sp=False, flash=False, kernels="study"):
+    def __init__(self, m, b, t, B, sp=False, flash=False, dtype="bf16", kernels="study"):
         self.m, self.b, self.t, self.B = m, b, t, B
-        self.sp, self.flash = sp, flash
+        self.sp, self.flash, self.dtype = sp, flash, dtype
         self.megatron = kernels == "megatron"
+        # Element size of the stashed FP8 GEMM inputs (precision module docstring).
+        self.B8 = precision.FP8_BYTES if dtype == "fp8" else B
         self.s = m.seq_len
         self.T = b * m.seq_len                       # tokens per microbatch
         # Tokens of this slice for the norms, dropouts and residuals: all of them, or
@@ -474,7 +323,7 @@ def _block(sh: _Shape):
     lse = b * sh.a_t * s * LOSS_BYTES_PER_ELEMENT
 
     # -- forward --------------------------------------------------------------
-    f = _Ops(B, sh.t)
+    f = _Ops(B, sh.t, sh.dtype)
     f.vector("ln1", [], Tn * h, _C[ln], Tn * h * B + sh.norm_w * B, Tn * h * B)
     # Sequence parallelism: the norm ran on this slice's s/t tokens; the column-parallel
     # GEMMs need all of them (Korthikanti et al. 2022 §4.2.2: g = all-gather).
@@ -550,7 +399,7 @@ def _block(sh: _Shape):
              2 * Tn * h * B + (h * B if m.bias else 0), Tn * h * (B + MASK_BYTES_PER_ELEMENT))
 
     # -- backward -------------------------------------------------------------
-    g = _Ops(B, sh.t)
+    g = _Ops(B, sh.t, sh.dtype)
     mask = Tn * h * MASK_BYTES_PER_ELEMENT
     # Dropout backward of the MLP branch (the residual add passes the gradient through);
     # fc2's bias gradient is a column sum fused into this pass.
@@ -665,15 +514,19 @@ def _block(sh: _Shape):
     # norm outputs and the dropout masks on s/t tokens: sbh·(34/t + 5as/(ht)) (Table 2).
     act_in = (2 if m.activation == "swiglu" else 1) * T * sh.f_t
     core = 2 * scores                      # softmax output and its dropout output
-    stash = B * (Tn * h                    # ln1 input
-                 + Tn * h                  # Q/K/V input (ln1 output)
-                 + T * (sh.q_dim + sh.kv_dim)   # Q and K for the scores
-                 + T * sh.kv_dim           # V for the context
-                 + (0 if flash else core)
-                 + T * sh.q_dim            # out_proj input
-                 + Tn * h + Tn * h         # ln2 input, fc1/gate/up input
-                 + act_in                  # activation input
-                 + T * sh.f_t)             # fc2 input
+    # Under fp8 the inputs of the FP8 GEMMs are kept in FP8 (B8 = 1 byte; phaze.precision).
+    stash = (B * (Tn * h                   # ln1 input
+                  + T * (sh.q_dim + sh.kv_dim)  # Q and K for the scores
+                  + T * sh.kv_dim          # V for the context
+                  + (0 if flash else core)
+                  + Tn * h                 # ln2 input
+                  + act_in)                # activation input
+             + sh.B8 * (Tn * h             # Q/K/V input (ln1 output)
+                        + T * sh.q_dim     # out_proj input
+                        + Tn * h           # fc1/gate/up input (ln2 output)
+                        + T * sh.f_t))     # fc2 input
+    if flash and sh.B8 != B:
+        stash += B * T * sh.q_dim          # the 16-bit attention output flash's backward reads
     masks = MASK_BYTES_PER_ELEMENT * 2 * Tn * h    # the two residual dropout masks
     if flash:
         # No scores, probabilities or dropout mask (the kernel regenerates the mask from the
@@ -695,7 +548,7 @@ def _embedding(sh: _Shape):
     m, B, T, h, E = sh.m, sh.B, sh.T, sh.h, sh.E
     Tn, sp = sh.Tn, sh.sp
     learned = m.position == "learned"
-    f = _Ops(B, sh.t)
+    f = _Ops(B, sh.t, sh.dtype)
     # Vocab-parallel gather: each slice looks up the ids of its rows (others give zeros) and
     # the partial embeddings are all-reduced (sequence parallel: reduce-scattered to the
     # slice's s/t tokens, which the dropout and the first layer's norm then work on).
@@ -709,7 +562,7 @@ def _embedding(sh: _Shape):
     f.vector("embed_out", [src], Tn * h, (_C["residual"] if learned else 0.0) + _C["dropout"],
              (2 if learned else 1) * Tn * h * B, Tn * h * (B + MASK_BYTES_PER_ELEMENT))
 
-    g = _Ops(B, sh.t)
+    g = _Ops(B, sh.t, sh.dtype)
     g.vector("embed_out.bwd", [], Tn * h, _C["dropout_bwd"], Tn * h * (B + MASK_BYTES_PER_ELEMENT),
              Tn * h * B)
     if learned:
@@ -737,7 +590,7 @@ def _head(sh: _Shape):
     m, B, T, h, E = sh.m, sh.B, sh.T, sh.h, sh.E
     Tn, sp = sh.Tn, sh.sp
     logits = T * sh.V_t
-    f = _Ops(B, sh.t)
+    f = _Ops(B, sh.t, sh.dtype)
     src = None
     if m.final_norm:
         src = f.vector("final_norm", [], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
@@ -754,7 +607,7 @@ def _head(sh: _Shape):
     # exponentials, target logit).
     f.allreduce("allreduce_loss", ["cross_entropy"], 3 * T * LOSS_BYTES_PER_ELEMENT)
 
-    g = _Ops(B, sh.t)
+    g = _Ops(B, sh.t, sh.dtype)
     g.vector("cross_entropy.bwd", [], logits, _C["cross_entropy_bwd"],
              logits * LOSS_BYTES_PER_ELEMENT, logits * B)
     g.gemm("logits.dX", ["cross_entropy.bwd"], 1, T, sh.V_t, E)
@@ -787,13 +640,14 @@ def _head(sh: _Shape):
 def build_layers(model, microbatch, tensor_parallel, *,
                  bytes_per_element: int = _config.DEFAULT_BYTES_PER_ELEMENT,
                  sequence_parallel: bool = False, flash_attention: bool = False,
-                 kernels: str = "study") -> ModelGraph:
+                 dtype: str = precision.DEFAULT_DTYPE, kernels: str = "study") -> ModelGraph:
     """Operator graphs of one tensor-parallel slice of ``model`` for one microbatch.
 
     ``model`` is a ModelSpec or a zoo name; ``microbatch`` samples of ``seq_len`` tokens;
     ``tensor_parallel`` t must divide heads and kv_heads (else ``ValueError``); the
     vocabulary is padded to a multiple of 128·t for compute. Byte counts use
-    ``bytes_per_element`` (2: bf16/fp16). Returns a :class:`ModelGraph` whose ``layers`` are
+    ``bytes_per_element`` (2: bf16/fp16; under fp8 the size of every tensor that is not
+    FP8). Returns a :class:`ModelGraph` whose ``layers`` are
     the embedding (count 1), the transformer block (count n_layers) and the head (count 1).
     Results are memoised: the graphs are immutable.
 
@@ -818,6 +672,11 @@ def build_layers(model, microbatch, tensor_parallel, *,
       backward kernels ``attn_dropout.bwd`` and ``softmax.bwd``; FC1 as a plain GEMM
       followed by the fused bias + GeLU kernel ``fc1_act``). Stashes are the same.
 
+    - ``dtype``: "bf16" (default) or "fp16" (the same graphs), or "fp8": the linear
+      layers' GEMMs read FP8 operands (1 byte per element; ``OpGraph.fp8`` marks them for
+      the chip's fp8 tensor rate) and their inputs are stashed in FP8; everything else
+      stays 16-bit. Which tensors, and the sources: :mod:`phaze.precision`.
+
     Every block carries its stash per recomputation mode (:meth:`LayerGraph.stash`):
     none, selective (attention core recomputed), full (layer input only).
     """
@@ -827,6 +686,7 @@ def build_layers(model, microbatch, tensor_parallel, *,
     b = positive_int("microbatch", microbatch)
     t = positive_int("tensor_parallel", tensor_parallel)
     B = positive_int("bytes_per_element", bytes_per_element)
+    dtype = precision.check_dtype(dtype)
     if model.graph_refusal:  # e.g. mixture-of-experts layers: no operator graphs for them yet
         raise ValueError(model.graph_refusal)
     if not model.valid_tensor_parallel(t):
@@ -838,12 +698,13 @@ def build_layers(model, microbatch, tensor_parallel, *,
                          f"tensor_parallel ({t})")
     if kernels not in KERNEL_SETS:
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_SETS)}, got {kernels!r}")
-    return _build_layers_cached(model, b, t, B, sp, bool(flash_attention), kernels)
+    return _build_layers_cached(model, b, t, B, sp, bool(flash_attention), dtype, kernels)
 
 
 @functools.lru_cache(maxsize=512)
-def _build_layers_cached(model, b, t, B, sp=False, flash=False, kernels="study") -> ModelGraph:
-    sh = _Shape(model, b, t, B, sp, flash, kernels)
+def _build_layers_cached(model, b, t, B, sp=False, flash=False, dtype="bf16",
+                         kernels="study") -> ModelGraph:
+    sh = _Shape(model, b, t, B, sp, flash, dtype, kernels)
     layers = []
     for kind, count, builder in (("embedding", 1, _embedding), ("block", model.n_layers, _block),
                                  ("head", 1, _head)):
@@ -855,4 +716,5 @@ def _build_layers_cached(model, b, t, B, sp=False, flash=False, kernels="study")
                                  stash_selective_bytes=int(selective),
                                  stash_full_bytes=int(full)))
     return ModelGraph(model=model, microbatch=b, tensor_parallel=t, layers=tuple(layers),
-                      sequence_parallel=sp, flash_attention=bool(flash), kernels=kernels)
+                      sequence_parallel=sp, flash_attention=bool(flash), dtype=dtype,
+                      kernels=kernels)

@@ -13,6 +13,8 @@ devices and ``net_gb_per_s`` between nodes, and the derived ``area_mm2``.
 - :func:`load_chip` reads a chip file (JSON; TOML on Python 3.11+: the knobs, an optional
   name, source and efficiency set) as a :class:`Chip`, :func:`resolve_chip` takes what
   ``--arch NAME|FILE`` and ``arch=`` accept (format: :mod:`phaze.arch._chipfile`);
+- :mod:`phaze.arch.dtype_rates`: the tensor rate at each training datatype (a chip's
+  ``fp8_rate``, the template rule of 2× for the space's hypothetical chips);
 - :class:`ArchSpace` is a grid of knobs filtered by an area budget; ``ArchSpace.default()``
   is exactly the original study's 29,360-row space.
 """
@@ -22,13 +24,13 @@ import numpy as np
 
 from .. import _config
 from .._validate import nonneg_float, positive_float
-from . import presets
+from . import dtype_rates, presets
 from ._chipfile import Chip, chip_from_dict, load_chip, resolve_chip
 from ._make import make_archs
 from ._rows import ARCH_DTYPE, KNOBS, area_of, check_knob, peak_flops, validate
 
-__all__ = ["ARCH_DTYPE", "KNOBS", "ArchSpace", "Chip", "area_mm2", "chip_from_dict", "load_chip",
-           "make_archs", "peak_flops", "presets", "resolve_chip", "validate"]
+__all__ = ["ARCH_DTYPE", "KNOBS", "ArchSpace", "Chip", "area_mm2", "chip_from_dict", "dtype_rates",
+           "load_chip", "make_archs", "peak_flops", "presets", "resolve_chip", "validate"]
 
 _POW2_COUNTS = tuple(2 ** i for i in range(13))      # 1 … 4096
 _POW2_WIDTHS = tuple(2 ** i for i in range(1, 9))    # 2 … 256

@@ -9,6 +9,7 @@ A chip file holds one object with the template's knobs, all required::
       "num_vc": 64, "vc_width": 64, "buffer_mib": 64,
       "hbm_gib": 96, "hbm_gb_per_s": 3000, "clock_ghz": 1.5,
       "link_gb_per_s": 200, "net_gb_per_s": 50, "node_size": 8,
+      "fp8_rate": 2,
       "efficiency": {"hbm_efficiency": 0.85}
     }
 
@@ -24,6 +25,10 @@ Fields (units in the names; :data:`FIELDS` is their order):
 - ``name`` (optional, default: the file name without its extension): one line of text;
   the name of a preset only with that preset's knobs (a changed chip needs its own name);
 - ``source`` (optional): text, or a list of lines, saying where the numbers come from;
+- ``fp8_rate`` (optional): the dense FP8 tensor-core rate as a multiple of the 16-bit
+  rate the knobs give (``phaze.arch.dtype_rates``): 0 = no FP8 tensor cores (training in
+  fp8 is refused), else a number >= 1 (H100: 2). Left out: the preset's value when the
+  knobs equal a preset's, else the template rule (2). bf16 and fp16 run at the 16-bit rate.
 - ``efficiency`` (optional): the calibrated cost model's parameters
   (``phaze.arch.efficiency.Efficiency``; integers ≥ 1, fractions in (0, 1], seconds ≥ 0);
   fields left out take the value of the set the knobs alone would get
@@ -52,6 +57,7 @@ import os
 import numpy as np
 
 from .._validate import show
+from . import dtype_rates
 from ._efields import EFFICIENCY_DTYPE, FRACTIONS, INT_FIELDS, SECONDS
 from ._rows import INT_KNOBS, KNOBS, build_rows
 
@@ -70,7 +76,7 @@ KNOB_UNITS = {
 }
 
 #: A chip file's fields, in the order :meth:`Chip.to_dict` writes them.
-FIELDS = ("name", "source") + tuple(KNOBS) + ("efficiency",)
+FIELDS = ("name", "source") + tuple(KNOBS) + ("fp8_rate", "efficiency")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -84,6 +90,8 @@ class Chip:
       none (:meth:`efficiency_set` then supplies the default set).
     - ``source``: where the numbers come from (text, possibly several lines; "" if none).
     - ``path``: the file read (None for a dict or a row).
+    - ``fp8_rate``: the file's fp8 multiplier (``phaze.arch.dtype_rates``), or None when
+      it gave none (:meth:`tensor_rate` then supplies the default).
     """
 
     name: str
@@ -91,6 +99,16 @@ class Chip:
     efficiency: object = None
     source: str = ""
     path: object = None
+    fp8_rate: object = None
+
+    def tensor_rate(self, dtype: str = "bf16") -> float:
+        """The chip's dense tensor rate at ``dtype`` as a multiple of its 16-bit rate: 1 for
+        bf16 and fp16; for fp8 the file's ``fp8_rate``, else ``dtype_rates.for_rows`` of
+        the row (a preset's own when the knobs equal that preset's, else the template's 2).
+        A chip without fp8 tensor cores refuses fp8 (``ValueError``, one sentence)."""
+        rate = self.fp8_rate if self.fp8_rate is not None else float(
+            dtype_rates.for_rows(self.row)[0])
+        return dtype_rates.tensor_rate(dtype, rate, self.name)
 
     def efficiency_set(self):
         """The efficiency parameters to use: the file's, else ``efficiency.for_rows`` of the
@@ -111,6 +129,9 @@ class Chip:
             out["source"] = lines[0] if len(lines) == 1 else lines
         for knob in KNOBS:
             out[knob] = self.row[knob][0].item()
+        if self.fp8_rate is not None:
+            rate = float(self.fp8_rate)
+            out["fp8_rate"] = int(rate) if rate.is_integer() else rate
         if self.efficiency is not None:
             out["efficiency"] = {f: getattr(self.efficiency, f) for f in EFFICIENCY_DTYPE.names}
         return out
@@ -252,23 +273,27 @@ def chip_from_dict(data, *, where="chip", name=None, path=None) -> Chip:
     from . import presets
 
     knobs, eff, given_name, source = parse_fields(data, where)
+    fp8_rate = (dtype_rates.check_fp8_rate(data["fp8_rate"], f"{where}: fp8_rate")
+                if "fp8_rate" in data else None)
     name = given_name or name or "chip"
     row = build_rows(**knobs)
     if name in presets.names():
         ref = presets.get(name)
-        differ = [k for k in KNOBS if row[k][0] != ref[k][0]]
+        differ = [(k, row[k][0].item(), ref[k][0].item()) for k in KNOBS if row[k][0] != ref[k][0]]
+        if fp8_rate is not None and fp8_rate != presets.FP8_RATE[name]:
+            differ.append(("fp8_rate", fp8_rate, presets.FP8_RATE[name]))
         if differ:
-            k = differ[0]
-            raise ValueError(f"{where}: name {name!r} is a preset's, but {k} is "
-                             f"{row[k][0].item()!r} where the preset has {ref[k][0].item()!r}; "
-                             f"give the changed chip its own name")
+            k, mine, theirs = differ[0]
+            raise ValueError(f"{where}: name {name!r} is a preset's, but {k} is {mine!r} where "
+                             f"the preset has {theirs!r}; give the changed chip its own name")
     efficiency = None
     if eff is not None:
         base = eff_mod.for_rows(row)[0]
         values = {f: eff.get(f, base[f].item()) for f in EFFICIENCY_DTYPE.names}
         efficiency = eff_mod.Efficiency(**values)
     row.setflags(write=False)
-    return Chip(name=name, row=row, efficiency=efficiency, source=source, path=path)
+    return Chip(name=name, row=row, efficiency=efficiency, source=source, path=path,
+                fp8_rate=fp8_rate)
 
 
 def read_file(path, where) -> object:

@@ -6,7 +6,9 @@ set are read from a chip file shipped in the package, ``phaze/arch/chips/NAME.js
 prints a file to copy and edit); ``chip(name)`` gives the whole ``Chip``. Each file's
 ``source`` summarises where its numbers come from; the full citations are below.
 Its area comes from the same area model as every other row.
-Peak FLOP/s = num_tc·tc_width·tc_depth·2·clock. Bandwidths are per direction, decimal GB/s; memory sizes are binary (GiB, MiB).
+Peak FLOP/s = num_tc·tc_width·tc_depth·2·clock (the dense 16-bit rate; each file's
+``fp8_rate`` gives the FP8 rate as a multiple of it, sources in ``phaze.arch.dtype_rates``:
+h100-sxm 2, a100-80g and tpuv4 0 — no FP8 tensor cores). Bandwidths are per direction, decimal GB/s; memory sizes are binary (GiB, MiB).
 
 ``tpuv4`` — Google TPU v4 (Jouppi et al., "TPU v4: An Optically Reconfigurable
 Supercomputer for Machine Learning", ISCA 2023, Table 1; Google Cloud TPU v4 docs):
@@ -111,7 +113,7 @@ from importlib import resources
 
 import numpy as np
 
-from . import _chipfile
+from . import _chipfile, dtype_rates
 from ._efields import EFFICIENCY_DTYPE, INT_FIELDS
 from ._rows import build_rows
 
@@ -131,25 +133,30 @@ def path(name: str):
 
 
 def _read(name: str) -> tuple:
-    """(knobs, efficiency, source) of preset ``name``'s file, checked like any chip file."""
+    """(knobs, efficiency, source, fp8_rate) of preset ``name``'s file, checked like any
+    chip file."""
     where = f"preset file chips/{name}.json"
     try:
         data = json.loads(path(name).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # a broken install
         raise ImportError(f"phaze.arch: cannot read {where}: {exc}") from None
     knobs, eff, given, source = _chipfile.parse_fields(data, where)
-    if given != name or eff is None or set(eff) != set(EFFICIENCY_DTYPE.names):
-        raise ImportError(f"phaze.arch: {where} must be named {name!r} and give every "
-                          f"efficiency field")
-    return knobs, eff, source
+    if given != name or eff is None or set(eff) != set(EFFICIENCY_DTYPE.names) \
+            or "fp8_rate" not in data:
+        raise ImportError(f"phaze.arch: {where} must be named {name!r} and give fp8_rate and "
+                          f"every efficiency field")
+    return knobs, eff, source, dtype_rates.check_fp8_rate(data["fp8_rate"], f"{where}: fp8_rate")
 
 
 _FILES = {name: _read(name) for name in _NAMES}
 #: Knobs of each preset (read from its chip file).
-_PRESETS = {name: knobs for name, (knobs, _, _) in _FILES.items()}
+_PRESETS = {name: knobs for name, (knobs, _, _, _) in _FILES.items()}
 #: Where each preset's numbers come from (each file's ``source``; the full citations are
 #: this module's docstring).
-SOURCES = {name: source for name, (_, _, source) in _FILES.items()}
+SOURCES = {name: source for name, (_, _, source, _) in _FILES.items()}
+#: Dense FP8 tensor rate of each preset as a multiple of its 16-bit rate (each file's
+#: ``fp8_rate``; 0 = no FP8 tensor cores; sources: ``phaze.arch.dtype_rates``).
+FP8_RATE = {name: rate for name, (_, _, _, rate) in _FILES.items()}
 
 #: Vendor peak dense bf16 FLOP/s each preset is meant to reproduce (checked by the tests).
 VENDOR_PEAK_FLOPS = {"tpuv4": 275e12, "a100-80g": 312e12, "h100-sxm": 989e12}
@@ -160,7 +167,7 @@ _TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_til
 #: Efficiency parameters per preset (each file's ``efficiency``), plus ``"template"`` for
 #: rows that are no preset: the template's tile rule with a100-80g's fractions and
 #: latencies (fields: ``phaze.arch.efficiency``; sources: this module's docstring).
-EFFICIENCY = {name: dict(eff) for name, (_, eff, _) in _FILES.items()}
+EFFICIENCY = {name: dict(eff) for name, (_, eff, _, _) in _FILES.items()}
 EFFICIENCY["template"] = dict(_TEMPLATE_TILE, **{f: v for f, v in EFFICIENCY["a100-80g"].items()
                                                  if f not in INT_FIELDS})
 
@@ -187,4 +194,4 @@ def chip(name: str):
     row = get(name)
     row.setflags(write=False)
     return _chipfile.Chip(name=name, row=row, efficiency=Efficiency(**EFFICIENCY[name]),
-                          source=SOURCES[name], path=str(path(name)))
+                          source=SOURCES[name], path=str(path(name)), fp8_rate=FP8_RATE[name])

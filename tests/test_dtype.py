@@ -1,0 +1,274 @@
+"""Training datatypes (issue 16, ``--dtype {bf16,fp16,fp8}``): bytes per element through the
+graphs, the chip's tensor rate at the type in both cost models, chip files, refusals."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from phaze import cli, cost, precision
+from phaze.arch import ArchSpace, dtype_rates, load_chip, make_archs, peak_flops, presets
+from phaze.graph import KIND_FUSED, KIND_GEMM, OpGraph, build_layers
+from strategies import model_specs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _valid_t(m, t):
+    return m.heads % t == 0 and m.kv_heads % t == 0
+
+
+@st.composite
+def _layers(draw):
+    """(bf16 graphs, fp8 graphs, fp16 graphs) of one small model and strategy."""
+    m = draw(model_specs())
+    t = draw(st.sampled_from([t for t in (1, 2, 4) if _valid_t(m, t)]))
+    sp = draw(st.booleans()) and m.seq_len % t == 0
+    kw = dict(sequence_parallel=sp, flash_attention=draw(st.booleans()))
+    b = draw(st.integers(1, 3))
+    return (build_layers(m, b, t, **kw), build_layers(m, b, t, dtype="fp8", **kw),
+            build_layers(m, b, t, dtype="fp16", **kw))
+
+
+# --- graphs -----------------------------------------------------------------------------
+
+def test_default_is_bf16_and_fp16_builds_the_same_graphs():
+    for model, b, t in (("gpt3-175b", 1, 8), ("llama2-7b", 2, 1)):
+        default, bf16, fp16 = (build_layers(model, b, t), build_layers(model, b, t, dtype="bf16"),
+                               build_layers(model, b, t, dtype="fp16"))
+        assert default is bf16 and default.dtype == "bf16" and fp16.dtype == "fp16"
+        for la, lb in zip(default.layers, fp16.layers):
+            assert la.stash_bytes == lb.stash_bytes and la.param_bytes == lb.param_bytes
+            for ga, gb in ((la.forward, lb.forward), (la.backward, lb.backward)):
+                assert ga.content_hash() == gb.content_hash() and not ga.fp8.any()
+
+
+@given(_layers())
+def test_fp8_halves_exactly_the_documented_bytes(graphs):
+    bf16, fp8, fp16 = graphs
+    assert fp8.dtype == "fp8"
+    m, b = bf16.model, bf16.microbatch
+    for la, l8, l16 in zip(bf16.layers, fp8.layers, fp16.layers):
+        assert la.param_bytes == l8.param_bytes == l16.param_bytes  # 16-bit weights kept
+        assert la.boundary_bytes == l8.boundary_bytes
+        for ga, g8, g16 in ((la.forward, l8.forward, l16.forward),
+                            (la.backward, l8.backward, l16.backward)):
+            assert ga.names == g8.names and g8.dtype == "fp8" and g8.bytes_per_element == 2
+            np.testing.assert_array_equal(ga.bytes_in, g16.bytes_in)
+            want = np.array([precision.is_fp8_gemm(n) and la.kind == "block" for n in g8.names])
+            np.testing.assert_array_equal(g8.fp8, want & np.isin(g8.kind, (KIND_GEMM, KIND_FUSED)))
+            for arr in ("dims", "bytes_out", "comm_bytes", "elements", "kind", "group_size"):
+                np.testing.assert_array_equal(getattr(ga, arr), getattr(g8, arr), err_msg=arr)
+            d = ga.dims
+            operands = d[:, 0] * (d[:, 1] * d[:, 2] + d[:, 2] * d[:, 3])  # elements of A and B
+            # FP8 GEMMs read each operand element in 1 byte instead of 2; nothing else changes
+            np.testing.assert_array_equal(ga.bytes_in - g8.bytes_in, np.where(g8.fp8, operands, 0))
+        if la.kind != "block":
+            assert (la.stash_bytes, la.stash_selective_bytes, la.stash_full_bytes) == \
+                (l8.stash_bytes, l8.stash_selective_bytes, l8.stash_full_bytes)
+            continue
+        t, s, h = bf16.tensor_parallel, m.seq_len, m.hidden
+        T = b * s
+        Tn = T // t if bf16.sequence_parallel else T
+        q_dim = m.heads // t * m.head_dim
+        f_t = -(-m.ffn_hidden // t)
+        halved = 2 * Tn * h + T * q_dim + T * f_t      # elements of the four FP8 GEMM inputs
+        kept = 2 * T * q_dim if bf16.flash_attention else 0   # flash's 16-bit output as well
+        assert la.stash_bytes - l8.stash_bytes == halved - kept
+        assert la.stash_selective_bytes - l8.stash_selective_bytes == halved - kept
+        assert la.stash_full_bytes == l8.stash_full_bytes   # the 16-bit layer input
+
+
+def test_fp8_ops_of_a_llama_block():
+    g = build_layers("llama2-7b", 1, 2, dtype="fp8").layers[1]
+    fwd = [n for n, f in zip(g.forward.names, g.forward.fp8) if f]
+    assert fwd == ["q_proj", "k_proj", "v_proj", "out_proj", "gate_proj", "up_proj", "fc2"]
+    assert "attn_scores" not in fwd and "logits" not in fwd
+    bwd = {n for n, f in zip(g.backward.names, g.backward.fp8) if f}
+    assert bwd == {f"{n}.{x}" for n in fwd for x in ("dX", "dW")}
+
+
+@pytest.mark.parametrize("bad", ["fp32", "BF16", None, 2])
+def test_bad_dtype_one_sentence(bad):
+    with pytest.raises(ValueError, match=r"^dtype must be one of bf16, fp16, fp8, got "):
+        build_layers("gpt2-xl", 1, 1, dtype=bad)
+
+
+def test_opgraph_refuses_fp8_flags_it_cannot_honour():
+    with pytest.raises(ValueError, match="fp8 applies only to GEMM operators"):
+        OpGraph.from_ops([dict(name="v", kind=1, elements=4, fp8=True)], dtype="fp8")
+    with pytest.raises(ValueError, match="needs the graph's dtype 'fp8'"):
+        OpGraph.from_ops([dict(name="g", kind=0, dims=(1, 2, 2, 2), fp8=True)])
+
+
+# --- cost ---------------------------------------------------------------------------------
+
+_arch = st.fixed_dictionaries(dict(
+    num_tc=st.integers(1, 64), tc_width=st.integers(1, 64), tc_depth=st.integers(1, 64),
+    num_vc=st.integers(1, 64), vc_width=st.integers(1, 64), buffer_mib=st.floats(1e-4, 64.0),
+    hbm_gb_per_s=st.floats(0.5, 4000.0), clock_ghz=st.floats(0.2, 3.0)))
+
+
+@given(_layers(), st.lists(_arch, min_size=1, max_size=3), st.floats(1.0, 4.0),
+       st.sampled_from(["study", "calibrated"]))
+def test_fp8_never_slower_than_bf16_and_never_below_its_roofline(graphs, knobs, rate, model):
+    bf16, fp8, fp16 = graphs
+    archs = make_archs(base="tpuv4", **{k: [d[k] for d in knobs] for k in knobs[0]})
+    for la, l8, l16 in zip(bf16.layers, fp8.layers, fp16.layers):
+        for ga, g8, g16 in ((la.forward, l8.forward, l16.forward),
+                            (la.backward, l8.backward, l16.backward)):
+            base = cost.op_latencies(ga, archs, model=model)
+            low = cost.op_latencies(g8, archs, model=model, fp8_rate=rate)
+            same = cost.op_latencies(g16, archs, model=model)
+            bounds = cost.roofline_bounds(g8, archs, fp8_rate=rate)
+            for x, y, z, lb in zip(base, low, same, bounds):
+                np.testing.assert_array_equal(x, z)            # fp16 = bf16
+                assert np.all(y <= x)                          # fp8 never slower
+                np.testing.assert_array_equal(y[~g8.fp8], x[~g8.fp8])  # only FP8 GEMMs change
+                assert np.all(y >= lb * (1 - 1e-12))
+
+
+def test_h100_fp8_rate_is_twice_bf16_from_its_datasheet():
+    h100 = presets.chip("h100-sxm")
+    # dense FP8 1,978.9 TFLOP/s against dense BF16 989.4 (H100 SXM datasheet)
+    assert peak_flops(h100.row)[0] * h100.tensor_rate("fp8") == pytest.approx(1978.9e12, rel=2e-3)
+    assert h100.tensor_rate("bf16") == h100.tensor_rate("fp16") == 1.0
+    # a compute-bound GEMM takes half the time; a weight-streaming one (M = 1) reads its
+    # operands in 1 byte per element and writes its output in 2
+    ops = [dict(name="fc1", kind=0, dims=(1, 8192, 8192, 8192), fp8=True),
+           dict(name="fc2", kind=0, dims=(1, 1, 8192, 8192), fp8=True)]
+    g8 = OpGraph.from_ops(ops, dtype="fp8")
+    g16 = OpGraph.from_ops([dict(op, fp8=False) for op in ops])
+    for model in ("study", "calibrated"):
+        eff = dict(efficiency=h100.efficiency) if model == "calibrated" else {}
+        x = cost.op_latencies(g16, h100.row, model=model, **eff)[1][:, 0]
+        y = cost.op_latencies(g8, h100.row, model=model, fp8_rate=h100.tensor_rate("fp8"), **eff)[1][:, 0]
+        launch = h100.efficiency.launch_s if model == "calibrated" else 0.0
+        assert (y[0] - launch) == pytest.approx((x[0] - launch) / 2, rel=1e-12)
+        if model == "study":  # (the calibrated tile rule makes the M = 1 GEMM compute-bound)
+            assert y[1] == pytest.approx((8192 + 8192 ** 2 + 2 * 8192) / 3350e9, rel=1e-12)
+            assert x[1] == pytest.approx(2 * (8192 + 8192 ** 2 + 8192) / 3350e9, rel=1e-12)
+        assert y[1] < x[1]
+
+
+@pytest.mark.parametrize("name", ["a100-80g", "tpuv4"])
+def test_chips_without_fp8_refuse_it_in_one_sentence(name):
+    chip = presets.chip(name)
+    assert chip.tensor_rate("bf16") == 1.0
+    with pytest.raises(ValueError, match=rf"^dtype fp8 needs fp8 tensor cores, which {name} "
+                                         r"does not have \(its fp8_rate is 0\); train it in bf16 or fp16$"):
+        chip.tensor_rate("fp8")
+    g8 = build_layers("gpt2-xl", 1, 1, dtype="fp8").layers[1].forward
+    with pytest.raises(ValueError, match="needs fp8 tensor cores, which architecture row 0 does not have"):
+        cost.op_latencies(g8, chip.row, fp8_rate=dtype_rates.for_rows(chip.row))
+    # a bf16 graph runs there whatever fp8_rate says
+    g16 = build_layers("gpt2-xl", 1, 1).layers[1].forward
+    np.testing.assert_array_equal(cost.op_latencies(g16, chip.row, fp8_rate=0)[1],
+                                  cost.op_latencies(g16, chip.row)[1])
+
+
+def test_template_rule_and_per_row_rates():
+    space = ArchSpace.default().configs[::5000]
+    assert np.all(dtype_rates.for_rows(space[space["num_tc"] != 8]) == 2.0)
+    rows = np.concatenate([presets.get(n) for n in presets.names()])
+    assert dtype_rates.for_rows(rows).tolist() == [0.0, 0.0, 2.0]   # tpuv4, a100, h100
+    g8 = build_layers("gpt2-xl", 1, 1, dtype="fp8").layers[1].forward
+    default = cost.op_latencies(g8, space)
+    np.testing.assert_array_equal(default[1], cost.op_latencies(g8, space, fp8_rate=2.0)[1])
+    np.testing.assert_array_equal(
+        default[1], cost.op_latencies(g8, space, fp8_rate=[2.0] * len(space))[1])
+    with pytest.raises(ValueError, match="fp8_rate has 1 values; expected one number or"):
+        cost.op_latencies(g8, space, fp8_rate=[2.0])
+    with pytest.raises(ValueError, match=r"fp8_rate must be 0 \(no fp8 tensor cores\) or a number >= 1"):
+        cost.op_latencies(g8, space, fp8_rate=0.5)
+
+
+def test_fp8_same_numbers_without_jit(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, numpy as np\n"
+        "from phaze import cost, graph\nfrom phaze.arch import ArchSpace\n"
+        "g = graph.build_layers('opt-350m', 1, 2, dtype='fp8').layers[1].backward\n"
+        "archs = ArchSpace.default().configs[::2999]\n"
+        "out = [cost.op_latencies(g, archs, model=m, fp8_rate=1.5) for m in ('study', 'calibrated')]\n"
+        "np.save(sys.argv[1], np.array(out))\n")
+    outs = []
+    for jit_off in ("0", "1"):
+        env = dict(os.environ, NUMBA_DISABLE_JIT=jit_off,
+                   PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        out = tmp_path / f"out{jit_off}.npy"
+        subprocess.run([sys.executable, str(script), str(out)], env=env, check=True,
+                       cwd=str(tmp_path), timeout=600)
+        outs.append(np.load(out))
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+# --- chip files -------------------------------------------------------------------------
+
+def _file(tmp_path, **change):
+    data = json.loads(presets.chip("h100-sxm").to_json())
+    data.update(name="mine", **change)
+    data = {k: v for k, v in data.items() if v is not None}
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("name,rate", [("h100-sxm", 2), ("a100-80g", 0), ("tpuv4", 0)])
+def test_archs_show_prints_fp8_rate(name, rate, capsys):
+    assert cli.main(["archs", "--show", name]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["fp8_rate"] == rate and isinstance(shown["fp8_rate"], int)
+
+
+def test_chip_file_overrides_the_fp8_rate(tmp_path):
+    assert load_chip(_file(tmp_path, fp8_rate=1)).tensor_rate("fp8") == 1.0   # e.g. Gaudi 3
+    assert load_chip(_file(tmp_path, fp8_rate=2.25)).tensor_rate("fp8") == 2.25
+    with pytest.raises(ValueError, match="mine does not have"):
+        load_chip(_file(tmp_path, fp8_rate=0)).tensor_rate("fp8")
+    # left out: knobs changed from h100-sxm, so the template's rule
+    changed = _file(tmp_path, fp8_rate=None, num_tc=264)
+    assert load_chip(changed).fp8_rate is None and load_chip(changed).tensor_rate("fp8") == 2.0
+    assert "fp8_rate" not in json.loads(load_chip(changed).to_json())
+    # left out with a preset's knobs: the preset's own
+    same = _file(tmp_path, fp8_rate=None, efficiency=None)
+    data = json.loads(same.read_text())
+    data.update(name="x", **{k: json.loads(presets.chip("a100-80g").to_json())[k]
+                             for k in ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width",
+                                       "buffer_mib", "hbm_gib", "hbm_gb_per_s", "clock_ghz",
+                                       "link_gb_per_s", "net_gb_per_s", "node_size")})
+    same.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="x does not have"):
+        load_chip(same).tensor_rate("fp8")
+
+
+@pytest.mark.parametrize("value", [-1, 0.5, "2", True, None, float("nan"), float("inf")])
+def test_bad_fp8_rate_one_sentence(tmp_path, value):
+    path = tmp_path / "bad.json"
+    data = json.loads(presets.chip("h100-sxm").to_json())
+    data.update(name="bad", fp8_rate=value)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"^chip file '.*bad\.json': fp8_rate must be 0 \(no fp8 "
+                                         r"tensor cores\) or a number >= 1"):
+        load_chip(path)
+
+
+def test_preset_name_with_another_fp8_rate_refused(tmp_path):
+    path = tmp_path / "a.json"
+    data = json.loads(presets.chip("a100-80g").to_json())
+    data["fp8_rate"] = 2
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="is a preset's, but fp8_rate is 2.0 where the preset has 0.0"):
+        load_chip(path)
+
+
+def test_memory_bytes_per_param_keep_fp32_master_and_optimizer():
+    for dtype in precision.DTYPES:
+        mem = precision.MEMORY_BYTES_PER_PARAM[dtype]
+        assert mem["weights"] == 2 and mem["gradients"] == 4 and mem["optimizer_state"] == 12
+    assert precision.MEMORY_BYTES_PER_PARAM["fp8"]["fp8_weight"] == 2
+    assert precision.MEMORY_BYTES_PER_PARAM["bf16"]["fp8_weight"] == 0
