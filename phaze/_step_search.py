@@ -282,7 +282,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     zeros = _int_grid("zero_stage", zero_stage, 0, 3)
     ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
     ogrs = [True] if True in ogrs else [False]
-    vs_grid = None if virtual_stages is None else _int_grid("virtual_stages", virtual_stages, 1)
+    vs_grid = None if virtual_stages is None else sorted(_int_grid("virtual_stages", virtual_stages, 1))
     if hbm_bytes is None:
         cap = np.floor(archs["hbm_gib"].astype(np.float64) * 2 ** 30)
     else:

@@ -20,7 +20,8 @@ SPACE = ArchSpace.default().configs
 #: with small nodes so that transfers, rings and gathers cross node boundaries.
 ROWS = np.concatenate([presets.get("a100-80g"), SPACE[[0, 7000, 29359]],
                        make_archs(base="a100-80g", node_size=2),
-                       make_archs(base="a100-80g", node_size=4, net_gb_per_s=12.5)])
+                       make_archs(base="a100-80g", node_size=4, net_gb_per_s=12.5),
+                       make_archs(base="a100-80g", node_size=3, link_gb_per_s=50.0)])
 WIDTHS = (1, 2, 4)
 
 FIELDS_OF_BREAKDOWN = (("forward_s", "forward_s"), ("backward_s", "backward_s"),
@@ -85,7 +86,7 @@ def _check_row_is_its_plan(model, row, rec, recompute, microbatch, global_batch)
     return r
 
 
-@settings(max_examples=10)
+@settings(max_examples=8)
 @given(model=st.sampled_from([TINY4, TINY6]), devices=st.integers(1, 8),
        batch_mult=st.integers(1, 4), microbatch=st.sampled_from([1, 2]),
        recompute=st.sampled_from(["none", "selective", "full"]),
@@ -111,6 +112,20 @@ def test_best_plans_is_the_brute_force_minimum(model, devices, batch_mult, micro
         r = _check_row_is_its_plan(model, row, out[i], recompute, microbatch, global_batch)
         assert all(mb.total <= cap for mb in r.memory)
         assert out["memory_bytes"][i] <= cap
+
+
+@pytest.mark.parametrize("rows, devices, global_batch, recompute", [
+    ([4, 6], 8, 16, "full"),       # nodes of 2 and 3: boundaries, rings and gathers cross nodes
+    ([5, 0], 8, 8, "selective"),   # nodes of 4 and 8; interleaving needs m divisible by p
+])
+def test_best_plans_brute_force_on_small_nodes(rows, devices, global_batch, recompute):
+    archs = ROWS[rows]
+    out = step.best_plans(TINY4, archs, devices=devices, global_batch=global_batch, microbatch=1,
+                          recompute=recompute, hbm_bytes=1e12, tensor_parallel=WIDTHS)
+    for i, row in enumerate(archs):
+        ref = _brute(TINY4, row, 1e12, devices, global_batch, 1, recompute)
+        assert out["time_s"][i] == pytest.approx(ref, rel=1e-12)
+        _check_row_is_its_plan(TINY4, row, out[i], recompute, 1, global_batch)
 
 
 def test_hbm_none_takes_each_rows_capacity_and_too_little_is_infeasible():
