@@ -46,8 +46,8 @@ N_LT = 9
 RP_COLL, RP_LINK_STEP, RP_NET_STEP, RP_LINK_BW, RP_NET_BW, RP_HBM_BW, RP_LAUNCH = range(7)
 N_RP = 7
 VI_EMB_PB, VI_BLK_PB, VI_HEAD_PB, VI_E, VI_ACT, VI_WORD, VI_BLK_STASH, VI_EMB_STASH, \
-    VI_HEAD_STASH, VI_WS = range(10)
-N_VI = 10
+    VI_HEAD_STASH, VI_WS, VI_BLK_FP8_W = range(11)
+N_VI = 11
 #: Breakdown slots filled by :func:`step_time`.
 BD_TOTAL, BD_PIPELINE, BD_STEADY, BD_BUBBLE, BD_DP, BD_EMB, BD_OPT, BD_SLOT, BD_F, BD_B, \
     BD_REC, BD_P2P, BD_M, BD_CRIT = range(14)
@@ -325,14 +325,18 @@ def stage_memory(r, p, v, m, d, n_layers, zero, ints, out):
     if zero >= 3 and d > 1:
         # the gathered parameters of the layer running and of the one prefetched
         workspace += 2 * WEIGHT_BYTES * (ints[VI_BLK_PB] // e)
-    out[MEM_WEIGHTS] = int(WEIGHT_BYTES * n_par / w_div)
+    # fp8 training: Transformer Engine's FP8 copies of the block's GEMM weights (both
+    # layouts, ``VI_BLK_FP8_W`` bytes per layer; 0 otherwise), sharded like the weights.
+    out[MEM_WEIGHTS] = int(WEIGHT_BYTES * n_par / w_div) + int(per_stage * ints[VI_BLK_FP8_W]
+                                                              / w_div)
     out[MEM_GRADS] = int(GRAD_BYTES * n_par / g_div)
     out[MEM_OPT] = int(OPT_STATE_BYTES * n_par / o_div)
     out[MEM_ACT] = layers_in_flight * ints[VI_BLK_STASH]
     out[MEM_OTHER] = other
     out[MEM_WS] = workspace
     out[MEM_IN_FLIGHT] = in_flight
-    out[MEM_LAYER_STATE] = int(per_stage * (ints[VI_BLK_PB] // e) * per_param)
+    out[MEM_LAYER_STATE] = int(per_stage * (ints[VI_BLK_PB] // e) * per_param) \
+        + int(per_stage * ints[VI_BLK_FP8_W] / w_div)
     return (out[MEM_WEIGHTS] + out[MEM_GRADS] + out[MEM_OPT] + out[MEM_ACT] + out[MEM_OTHER]
             + out[MEM_WS])
 
@@ -357,9 +361,11 @@ def _plan_vs(p, m, n_layers, vs, vs_all, out):
 
 @njit(cache=True, nogil=True)
 def enumerate_plans(var_t, nv, ps, ds, devices, global_batch, microbatch, n_layers, vs, vs_all,
-                    zeros, ogrs):
+                    zeros, ogrs, launchable):
     """Every plan in the documented loop order: variant (t, SP, flash), p, d, v, ZeRO stage
-    (only the first at d = 1, where all stages are one plan), overlap. Returns the plans'
+    (only the first at d = 1, where all stages are one plan), overlap; with ``launchable``
+    no ZeRO stage 2–3 with pipeline parallelism (no trainer launches it: Megatron-LM has
+    ZeRO 0–1 only, DeepSpeed refuses stages 2–3 with a pipeline). Returns the plans'
     columns (variant, p, d, v, zero, overlap, m, geometry cell) and the geometry cells'
     (t, p, d) — one cell per distinct t of the variants × p × d."""
     ts = np.unique(var_t[:nv])
@@ -391,6 +397,8 @@ def enumerate_plans(var_t, nv, ps, ds, devices, global_batch, microbatch, n_laye
                     nvs = _plan_vs(p, m, n_layers, vs, vs_all, vbuf)
                     for vi in range(nvs):
                         for zi in range(zeros.shape[0] if d > 1 else 1):
+                            if launchable and p > 1 and d > 1 and zeros[zi] >= 2:
+                                continue
                             for oi in range(ogrs.shape[0]):
                                 if fill:
                                     cols[count, 0] = k

@@ -15,17 +15,19 @@ import math
 import numpy as np
 
 from . import _step_kernels as kern
-from . import cost, graph, models
+from . import cost, graph, models, precision
 from .arch import efficiency as _efficiency
 from .arch import validate as _validate_archs
 
 #: HBM bytes moved per parameter by Megatron's mixed-precision Adam step (sheet §5.2, [D]
 #: from megatron/core/optimizer/optimizer.py): unscale + inf check 8 (fp16 only), grad norm 4,
 #: fused Adam 28, master → model copy 6, zero grads 4 = 50 (fp16), 42 (bf16, no loss scaler).
-OPTIMIZER_BYTES_PER_PARAM = {"fp16": 50, "bf16": 42}
+#: fp8 training keeps bf16 model weights and fp32 master weights, gradients and Adam state
+#: (Transformer Engine's recipe with Megatron-LM's --bf16; no loss scaler): the bf16 step.
+OPTIMIZER_BYTES_PER_PARAM = {"fp16": 50, "bf16": 42, "fp8": 42}
 #: Multi-tensor kernels the step launches (sheet §5.2 table rows, clip excluded): unscale
 #: (fp16), norm, Adam, copy, zero.
-OPTIMIZER_KERNELS = {"fp16": 5, "bf16": 4}
+OPTIMIZER_KERNELS = {"fp16": 5, "bf16": 4, "fp8": 4}
 #: Recomputation modes and their kernel codes.
 RECOMPUTE_CODES = {"none": kern.REC_NONE, "selective": kern.REC_SELECTIVE, "full": kern.REC_FULL}
 
@@ -91,15 +93,17 @@ def row_params(archs, eff_rows) -> np.ndarray:
     return rp
 
 
-def op_seconds_rows(g, archs, efficiency, rp, node_size, t):
+def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
     """Seconds of each operator of ``g`` (one microbatch) on every row, (n_ops, n): the
     intra-op calibrated latencies, with sequence parallelism's reduce-scatters and
     all-gathers priced as rings over the in-node tensor-parallel group (ranks 0..t−1,
     ``_step_kernels.ring_seconds``, one pass) instead of the half-size all-reduce the
     graph stores them as, and the overlapped backward all-gathers charged only for what
-    exceeds the GEMMs they overlap. ``efficiency`` goes to ``op_latencies`` as given.
+    exceeds the GEMMs they overlap. ``efficiency`` and ``fp8_rate`` (an fp8 graph's
+    tensor-rate multiplier) go to ``op_latencies`` as given.
     Returns (seconds, {operator name: index})."""
-    _, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=efficiency)
+    _, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=efficiency,
+                                 fp8_rate=fp8_rate)
     sec = np.ascontiguousarray(intra, dtype=np.float64).copy()
     index = {n: i for i, n in enumerate(g.names)}
     for i, name in enumerate(g.names):
@@ -116,13 +120,13 @@ def op_seconds_rows(g, archs, efficiency, rp, node_size, t):
     return sec, index
 
 
-def layer_times_rows(layer, archs, efficiency, rp, node_size, t):
+def layer_times_rows(layer, archs, efficiency, rp, node_size, t, fp8_rate=None):
     """(forward, backward, attention-core forward) seconds of one layer kind, one
     microbatch, on every row: three (n,) arrays, each a row's sum of its operators (numpy's
     sum over one contiguous row, the same summation as one row alone). The third is what
     selective recomputation re-runs (0 with flash attention)."""
-    fs, findex = op_seconds_rows(layer.forward, archs, efficiency, rp, node_size, t)
-    bs, _ = op_seconds_rows(layer.backward, archs, efficiency, rp, node_size, t)
+    fs, findex = op_seconds_rows(layer.forward, archs, efficiency, rp, node_size, t, fp8_rate)
+    bs, _ = op_seconds_rows(layer.backward, archs, efficiency, rp, node_size, t, fp8_rate)
     core = np.zeros(fs.shape[1])
     for n in ATTENTION_CORE:
         if n in findex:
@@ -130,9 +134,23 @@ def layer_times_rows(layer, archs, efficiency, rp, node_size, t):
     return (np.ascontiguousarray(fs.T).sum(axis=1), np.ascontiguousarray(bs.T).sum(axis=1), core)
 
 
-def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute):
+def fp8_weight_bytes(layer) -> int:
+    """Bytes of Transformer Engine's FP8 weight copies of one layer slice under
+    ``dtype="fp8"`` (``precision.MEMORY_BYTES_PER_PARAM["fp8"]["fp8_weight"]`` per weight of
+    the FP8 GEMMs: K·N of each forward linear layer); 0 for a 16-bit graph."""
+    g = layer.forward
+    per_param = precision.MEMORY_BYTES_PER_PARAM[g.dtype]["fp8_weight"]
+    if not per_param:
+        return 0
+    n = sum(int(g.dims[i, 2]) * int(g.dims[i, 3]) for i, name in enumerate(g.names)
+            if precision.is_fp8_gemm(name))
+    return per_param * n
+
+
+def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_rate=None):
     """The layer times (n, N_LT) and sizes (N_VI,) of one (t, sequence parallel, flash)
-    graph variant ``mg`` under ``recompute``."""
+    graph variant ``mg`` under ``recompute`` (``fp8_rate``: the rows' fp8 multiplier for an
+    fp8 graph, as ``cost.op_latencies`` takes it)."""
     t = mg.tensor_parallel
     emb, block, head = mg.layers
     e = block.forward.bytes_per_element
@@ -141,7 +159,7 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute):
     for L, (f_slot, b_slot) in ((emb, (kern.LT_EMB_F, kern.LT_EMB_B)),
                                 (block, (kern.LT_BLK_F, kern.LT_BLK_B)),
                                 (head, (kern.LT_HEAD_F, kern.LT_HEAD_B))):
-        f, b, core = layer_times_rows(L, archs, efficiency, rp, ns, t)
+        f, b, core = layer_times_rows(L, archs, efficiency, rp, ns, t, fp8_rate)
         lt[:, f_slot] = f
         lt[:, b_slot] = b
         if L is block:
@@ -166,6 +184,7 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute):
     elif recompute == "selective":
         ws = block.stash("none") - block.stash("selective")   # its attention core
     ints[kern.VI_WS] = ws
+    ints[kern.VI_BLK_FP8_W] = fp8_weight_bytes(block)
     return lt, ints
 
 
@@ -215,7 +234,7 @@ def _common(model, archs, devices, global_batch, microbatch, recompute, efficien
     return m_spec, archs, n_dev, B, b, eff_rows
 
 
-def _variants(m_spec, b, widths, sps, flashes):
+def _variants(m_spec, b, widths, sps, flashes, dtype="bf16"):
     """(t, sequence parallel (effective), flash, ModelGraph) in loop order: t as given, then
     sequence parallelism, then flash; SP once (off) at t = 1, skipped when s % t."""
     out = []
@@ -231,14 +250,15 @@ def _variants(m_spec, b, widths, sps, flashes):
             for flash in flashes:
                 out.append((t, eff_sp, flash, graph.build_layers(
                     m_spec, b, t, sequence_parallel=eff_sp, flash_attention=flash,
-                    kernels="megatron")))
+                    kernels="megatron", dtype=dtype)))
     return out
 
 
 def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="full",
                hbm_bytes=None, tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
                flash_attention=(False, True), virtual_stages=None, zero_stage=(0, 1, 2, 3),
-               overlap_grad_reduce=(False, True), precision="bf16", efficiency=None):
+               overlap_grad_reduce=(False, True), precision="bf16", efficiency=None,
+               fp8_rate=None, launchable=True):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -249,8 +269,13 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     rows or an array (n,); the grids ``tensor_parallel`` (widths t), ``sequence_parallel``,
     ``flash_attention``, ``zero_stage`` (0–3), ``overlap_grad_reduce`` (booleans) and
     ``virtual_stages`` (v values, or None: every v Megatron allows); ``precision`` "bf16" |
-    "fp16"; ``efficiency``: None (``efficiency.for_rows(archs)``), a set's name, an
-    Efficiency or an EFFICIENCY_DTYPE array with one set per row.
+    "fp16" | "fp8" (the graphs' ``dtype``; fp8: ``fp8_rate``, the rows' fp8 tensor-rate
+    multiplier as ``cost.op_latencies`` takes it — None: the template's; a row with 0 is
+    refused there); ``efficiency``: None (``efficiency.for_rows(archs)``), a set's name, an
+    Efficiency or an EFFICIENCY_DTYPE array with one set per row. ``launchable`` (default):
+    only plans a trainer can launch — no ZeRO stage 2–3 with pipeline parallelism
+    (Megatron-LM has ZeRO 0–1; DeepSpeed refuses 2–3 with a pipeline); False also prices
+    those what-if plans.
 
     Plans (as ``training_step`` and ``phaze.launch`` accept them): t of the grid that the
     model allows and that fits in the row's node; p dividing n_layers; d with t·p·d ≤
@@ -276,7 +301,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                                                    microbatch, recompute, efficiency)
     n = archs.shape[0]
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
-        raise ValueError(f"precision must be 'bf16' or 'fp16', got {precision!r}")
+        raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
+                         f"got {precision!r}")
     widths = _int_grid("tensor_parallel", tensor_parallel, 1)
     sps = _bool_grid("sequence_parallel", sequence_parallel)
     flashes = _bool_grid("flash_attention", flash_attention)
@@ -295,7 +321,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
 
     rp = row_params(archs, eff_rows)
     ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
-    variants = _variants(m_spec, b, widths, sps, flashes)
+    variants = _variants(m_spec, b, widths, sps, flashes, precision)
     nv = len(variants)
     LT = np.empty((max(nv, 1), n, kern.N_LT))
     VI = np.zeros((max(nv, 1), kern.N_VI), dtype=np.int64)
@@ -303,7 +329,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     var_sp = np.zeros(max(nv, 1), dtype=np.bool_)
     var_ok = np.zeros((max(nv, 1), n), dtype=np.bool_)
     for k, (t, sp, flash, mg) in enumerate(variants):
-        LT[k], VI[k] = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute)
+        LT[k], VI[k] = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute,
+                                      fp8_rate)
         var_t[k], var_sp[k] = t, sp
         var_ok[k] = t <= ns
 
@@ -313,7 +340,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     plans = kern.enumerate_plans(var_t, np.int64(nv), np.array(ps, dtype=np.int64),
                                   np.array(ds, dtype=np.int64), n_dev, B, b, L,
                                   np.array(vs_grid or [0], dtype=np.int64), vs_grid is None,
-                                  np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.bool_))
+                                  np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.bool_),
+                                  bool(launchable))
     (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo,
      geo_t, geo_p, geo_d) = plans
     ns_values, row_nsi = np.unique(ns, return_inverse=True)
@@ -365,7 +393,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
 
 def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recompute,
                       tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
-                      flash_attention=(False, True), efficiency=None):
+                      flash_attention=(False, True), efficiency=None, precision="bf16",
+                      fp8_rate=None):
     """A lower bound (seconds, (n,)) of :func:`best_plans`' ``time_s`` per row, for any
     pipeline/data split, virtual stages, ZeRO stage and overlap in those grids (inf where
     no tensor-parallel width of the grid is allowed on the row).
@@ -384,11 +413,14 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
     ns = np.asarray(archs["node_size"])
     L = m_spec.n_layers
     best = np.full(archs.shape[0], np.inf)
+    if precision not in OPTIMIZER_BYTES_PER_PARAM:
+        raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
+                         f"got {precision!r}")
     for t, _, _, mg in _variants(m_spec, b, widths, _bool_grid("sequence_parallel", sequence_parallel),
-                                 _bool_grid("flash_attention", flash_attention)):
+                                 _bool_grid("flash_attention", flash_attention), precision):
         if not any(B % (b * d) == 0 for d in range(1, n_dev // t + 1)):
             continue
-        lt, _ = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute)
+        lt, _ = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute, fp8_rate)
         work = (lt[:, kern.LT_EMB_F] + lt[:, kern.LT_EMB_B] + lt[:, kern.LT_HEAD_F]
                 + lt[:, kern.LT_HEAD_B] + L * (lt[:, kern.LT_BLK_F] + lt[:, kern.LT_BLK_B]))
         if recompute == "full":

@@ -155,6 +155,7 @@ from . import _step_search as _search
 from . import graph, models
 from ._step_search import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
                            step_lower_bounds)
+from .arch import dtype_rates as _dtype_rates
 from .arch import efficiency as _efficiency
 from .arch import resolve_chip
 from .arch import validate as _validate_archs
@@ -313,6 +314,17 @@ def _rank(stage, dp, tp, t, d):
 # the step
 # ---------------------------------------------------------------------------
 
+def _dtype_rate(arch, row, precision):
+    """The fp8 tensor-rate multiplier of the plan's chip (a chip file's or preset's own,
+    else ``dtype_rates.for_rows`` of the row); 1 for 16-bit training. A chip without fp8
+    tensor cores refuses fp8 in one sentence (``ValueError``)."""
+    if precision != "fp8":
+        return None
+    if isinstance(arch, (str, os.PathLike)):
+        return resolve_chip(arch).tensor_rate("fp8")
+    return _dtype_rates.tensor_rate("fp8", float(_dtype_rates.for_rows(row)[0]), "this row")
+
+
 def _arch_and_efficiency(arch, efficiency):
     if isinstance(arch, (str, os.PathLike)):  # a preset name or a chip file (its efficiency too)
         chip = resolve_chip(arch)
@@ -385,7 +397,10 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     b·d); ``recompute`` "none" | "selective" | "full"; ``virtual_stages`` v (interleaved
     1F1B when > 1); ``sequence_parallel``; ``flash_attention``; ``zero_stage`` 0–3;
     ``overlap_grad_reduce`` (module docstring, "Strategy knobs"); ``precision`` "bf16" |
-    "fp16" (fp16 adds the loss-scaler's unscale pass to the optimizer, sheet §5.2);
+    "fp16" | "fp8" (the graphs' datatype, ``phaze.precision``: fp16 adds the loss-scaler's
+    unscale pass to the optimizer, sheet §5.2; fp8 runs the linear layers' GEMMs at the
+    chip's fp8 rate and holds Transformer Engine's FP8 weight copies, 2 B per GEMM weight;
+    a chip without fp8 tensor cores is refused);
     ``efficiency``: the calibrated parameter set (None: the preset's own for a preset
     name, ``efficiency.for_rows`` for a row).
 
@@ -403,12 +418,15 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
-        raise ValueError(f"precision must be 'bf16' or 'fp16', got {precision!r}")
+        raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
+                         f"got {precision!r}")
     if isinstance(zero_stage, bool) or not isinstance(zero_stage, (int, np.integer)) \
             or not 0 <= int(zero_stage) <= 3:
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     zero = int(zero_stage)
     row, eff = _arch_and_efficiency(arch, efficiency)
+    # The chip's tensor rate at the datatype (one sentence when it has no fp8 tensor cores).
+    fp8_rate = _dtype_rate(arch, row, precision)
     # Sequence parallelism splits over the tensor-parallel group: at t = 1 it is a no-op
     # (Megatron-LM switches it off there), and the plan records what ran.
     sp = bool(sequence_parallel) and t > 1
@@ -449,11 +467,11 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
         return _not("infeasible", f"sequence parallelism needs the sequence ({m_spec.seq_len}) "
                                   f"divisible by tensor parallel {t}", plan)
     mg = graph.build_layers(m_spec, b, t, sequence_parallel=sp, flash_attention=flash,
-                            kernels="megatron")
+                            kernels="megatron", dtype=precision)
     # Layer times (Python, via phaze.cost), then the one compiled definition of the step's
     # arithmetic that best_plans shares (phaze._step_kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
-    lt, ints = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute)
+    lt, ints = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute, fp8_rate)
     masks = np.empty(p, dtype=np.int64)
     dpn = np.empty(p, dtype=np.int64)
     emb_nodes, mp_nodes = _kern.geometry(p, t, d, int(ns[0]), masks, dpn)

@@ -50,9 +50,14 @@ def _plans(model, devices, global_batch, microbatch):
                                                microbatch=microbatch, global_batch=global_batch)
 
 
-def _brute(model, row, cap, devices, global_batch, microbatch, recompute):
+def _brute(model, row, cap, devices, global_batch, microbatch, recompute, launchable=True):
+    """The least time over every combination; ``launchable``: without ZeRO 2–3 under
+    pipeline parallelism (what no trainer launches; ZeRO at d = 1 is no ZeRO)."""
     best = math.inf
     for plan in _plans(model, devices, global_batch, microbatch):
+        if launchable and plan["zero_stage"] >= 2 and plan["pipeline_parallel"] > 1 \
+                and plan["data_parallel"] > 1:
+            continue
         r = step.training_step(model, row[None], recompute=recompute, **plan)
         if r.ok and all(mb.total <= cap for mb in r.memory) and r.time_s < best:
             best = r.time_s
@@ -243,3 +248,58 @@ def test_a_row_gets_the_same_answer_alone_and_among_others():
     for i in range(ROWS.shape[0]):
         alone = step.best_plans(TINY6, ROWS[i:i + 1], **kw)
         assert alone[0].tobytes() == together[i].tobytes()
+
+
+def test_launchable_drops_only_zero_2_3_under_pipelines():
+    """launchable=False also prices ZeRO 2–3 with p > 1 (never slower: a superset of
+    plans); the default never returns such a plan, and both equal their brute force."""
+    row = presets.get("a100-80g")
+    cap = 3_500_000   # bytes: ZeRO 2 under a pipeline fits and beats every launchable plan
+    kw = dict(devices=8, global_batch=16, microbatch=1, recompute="full", hbm_bytes=cap,
+              tensor_parallel=WIDTHS)
+    on = step.best_plans(TINY6, row, **kw)
+    off = step.best_plans(TINY6, row, launchable=False, **kw)
+    assert off["time_s"][0] < on["time_s"][0]
+    assert off["pipeline_parallel"][0] > 1 and off["zero_stage"][0] >= 2
+    assert on["pipeline_parallel"][0] == 1 or on["zero_stage"][0] <= 1
+    for rec, launchable in ((on[0], True), (off[0], False)):
+        ref = _brute(TINY6, row, cap, 8, 16, 1, "full", launchable)
+        assert rec["time_s"] == ref
+
+
+def test_fp8_plans_on_h100_equal_their_training_step_and_a100_refuses():
+    """precision="fp8": the graphs' FP8 GEMMs at the chip's fp8 rate (h100-sxm: 2), never
+    slower than bf16; the returned plan priced by training_step gives the same time and
+    memory; a chip without fp8 tensor cores (a100-80g: rate 0) is refused in one sentence."""
+    from phaze.arch import dtype_rates
+
+    row = presets.get("h100-sxm")
+    kw = dict(devices=8, global_batch=16, microbatch=2, recompute="selective",
+              tensor_parallel=WIDTHS)
+    rate = dtype_rates.for_rows(row)
+    fp8 = step.best_plans(TINY6, row, precision="fp8", fp8_rate=rate, **kw)
+    bf16 = step.best_plans(TINY6, row, **kw)
+    assert fp8["time_s"][0] <= bf16["time_s"][0]
+    rec = fp8[0]
+    r = step.training_step(TINY6, "h100-sxm", tensor_parallel=int(rec["tensor_parallel"]),
+                           pipeline_parallel=int(rec["pipeline_parallel"]),
+                           data_parallel=int(rec["data_parallel"]), microbatch=2, global_batch=16,
+                           recompute="selective", virtual_stages=int(rec["virtual_stages"]),
+                           sequence_parallel=bool(rec["sequence_parallel"]),
+                           flash_attention=bool(rec["flash_attention"]),
+                           zero_stage=int(rec["zero_stage"]),
+                           overlap_grad_reduce=bool(rec["overlap_grad_reduce"]), precision="fp8")
+    assert rec["time_s"] == pytest.approx(r.time_s, rel=1e-12)
+    assert rec["memory_bytes"] == r.peak_memory.total
+    # FP8 weight copies: 2 B per GEMM weight on top of the 16-bit weights
+    assert r.peak_memory.weights > step.training_step(
+        TINY6, "h100-sxm", tensor_parallel=int(rec["tensor_parallel"]),
+        pipeline_parallel=int(rec["pipeline_parallel"]), data_parallel=int(rec["data_parallel"]),
+        microbatch=2, global_batch=16, recompute="selective",
+        virtual_stages=int(rec["virtual_stages"]), zero_stage=int(rec["zero_stage"])
+    ).peak_memory.weights
+    with pytest.raises(ValueError, match="fp8 tensor cores, which a100-80g does not have"):
+        step.training_step(TINY6, "a100-80g", tensor_parallel=1, pipeline_parallel=1,
+                           data_parallel=1, microbatch=2, global_batch=16, precision="fp8")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        step.best_plans(TINY6, row, precision="int8", **kw)
