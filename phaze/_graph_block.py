@@ -27,6 +27,7 @@ concurrent with ``flash_attn.bwd``.
 """
 from __future__ import annotations
 
+from ._graph_mla import mla_backward, mla_forward, mla_params, mla_stash
 from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
                          Shape, uniq)
 from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
@@ -38,7 +39,10 @@ def _bias(m, qkv=False):
 
 
 def attention_forward(f: Ops, sh: Shape) -> str:
-    """Append ``ln1`` … ``residual1`` to ``f``; returns the last operator's name."""
+    """Append ``ln1`` … ``residual1`` to ``f``; returns the last operator's name
+    (multi-head latent attention: ``phaze/_graph_mla.py``)."""
+    if sh.m.uses_mla:
+        return mla_forward(f, sh)
     m, B, T, h = sh.m, sh.B, sh.T, sh.h
     b, s, sq = sh.b, sh.s, sh.s_q
     Tn, sp, flash = sh.Tn, sh.sp, sh.flash
@@ -174,6 +178,8 @@ def dense_mlp_backward(g: Ops, sh: Shape) -> str:
 
 def attention_backward(g: Ops, sh: Shape, src: str) -> str:
     """Append ``residual1.bwd`` … ``ln1.bwd`` after ``src`` (the MLP half's ``ln2.bwd``)."""
+    if sh.m.uses_mla:
+        return mla_backward(g, sh, src)
     m, B, T, h = sh.m, sh.B, sh.T, sh.h
     b, s, sq = sh.b, sh.s, sh.s_q
     Tn, sp, flash = sh.Tn, sh.sp, sh.flash
@@ -255,6 +261,8 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
 def attention_params(sh: Shape) -> int:
     """Parameters (elements) of this slice's attention half: ln1, Q/K/V (and their biases,
     sharded), out_proj and its replicated bias."""
+    if sh.m.uses_mla:
+        return mla_params(sh)
     m, h = sh.m, sh.h
     qkv_out = sh.q_dim + 2 * sh.kv_dim
     return (sh.norm_w + h * qkv_out + sh.q_dim * h + (qkv_out if m.qkv_bias else 0)
@@ -264,6 +272,8 @@ def attention_params(sh: Shape) -> int:
 def attention_stash(sh: Shape) -> tuple:
     """Stashed bytes of the attention half: (kept with no recomputation, the attention core's
     share that selective recomputation drops)."""
+    if sh.m.uses_mla:
+        return mla_stash(sh)
     m, B, T, h, Tn = sh.m, sh.B, sh.T, sh.h, sh.Tn
     scores = sh.b * sh.a_t * sh.s_q * sh.s
     lse = sh.b * sh.a_t * sh.s_q * LOSS_BYTES_PER_ELEMENT

@@ -289,12 +289,10 @@ class ModelSpec:
     @property
     def op_graph_refusal(self) -> str:
         """Why ``phaze.graph.build_layers`` cannot build this model's operator graphs, in
-        one sentence naming the key; '' when it can. Multi-head latent attention
-        (``kv_lora_rank``) has no operator graphs yet: a standard-attention graph in its
-        place would be a silently different model."""
-        if self.uses_mla:
-            return (f"{self.name} uses multi-head latent attention (kv_lora_rank "
-                    f"{self.kv_lora_rank}), whose operator graphs phaze does not build yet")
+        one sentence naming the key; '' when it can (every ModelSpec today: dense,
+        mixture-of-experts and multi-head latent attention blocks are all built). Kept as
+        the one place a future unmodelled structure is refused, never built as a silently
+        different model."""
         return ""
 
     @property

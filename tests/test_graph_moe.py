@@ -236,7 +236,7 @@ def test_moe_options_refused_for_dense_models_and_tp_without_sp():
 
 # --- context parallelism -----------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["llama3-8b", "gpt3-175b", "mixtral-8x7b"])
+@pytest.mark.parametrize("name", ["llama3-8b", "gpt3-175b", "mixtral-8x7b", "deepseek-v2-lite"])
 @pytest.mark.parametrize("cp", [2, 4, 8])
 def test_cp_splits_flops_stash_and_boundaries(name, cp):
     m = models.get(name).with_(seq_len=2048)
@@ -308,3 +308,65 @@ def test_qwen2_qkv_bias_graph():
         2 * m.n_layers * (m.heads + 2 * m.kv_heads) * m.head_dim
     # a dense model's biases go on Q/K/V as before
     assert np.all(np.isin(["qkv.dbias"], graph.build_layers("gpt3-175b", 1, 1).layers[1].backward.names))
+
+
+# --- multi-head latent attention (DeepSeek-V2) ---------------------------------------------
+
+def _mla_attention_gemm_weights(m):
+    """GEMM weights of MLA's projections (models.attention_params less the latent norms)."""
+    n = 2 if m.norm == "layernorm" else 1
+    return models.attention_params(m) - n * (m.q_lora_rank + m.kv_lora_rank)
+
+
+@pytest.mark.parametrize("q_lora", [0, 96])
+@pytest.mark.parametrize("t", [1, 2, 4])
+@pytest.mark.parametrize("flash", [False, True])
+def test_mla_parameters_and_flops(q_lora, t, flash):
+    m = _moe(heads=4, kv_heads=4, kv_lora_rank=64, q_lora_rank=q_lora, qk_rope_head_dim=16,
+             v_head_dim=24, n_shared_experts=1, first_dense_layers=1)
+    b = 2
+    mg = graph.build_layers(m, b, t, sequence_parallel=t > 1, flash_attention=flash)
+    if t == 1:
+        assert mg.param_bytes == 2 * m.n_params
+    s, a, qk, vd = m.seq_len, m.heads, m.head_dim + m.qk_rope_head_dim, m.v_head_dim
+    attn = _mla_attention_gemm_weights(m)
+    mats = 3
+    h = m.hidden
+    moe = h * m.n_experts + m.experts_per_token * mats * h * m.expert_ffn_hidden \
+        + mats * h * m.shared_ffn_hidden
+    n_moe = len(m.moe_layer_ids)
+    T = b * s
+    core = 2 * b * a * s * s * (qk + vd)                      # QKᵀ over qk, P·V over vd
+    forward = 2 * T * (m.n_layers * attn + n_moe * moe + (m.n_layers - n_moe) * mats * h * m.ffn_hidden
+                       + h * m.padded_vocab(t)) + m.n_layers * core
+    # flash's backward recomputes QKᵀ (as the dense blocks' does)
+    recompute = m.n_layers * 2 * b * a * s * s * qk if flash else 0
+    # the down-projections are replicated: every slice runs them on all its tokens
+    down = m.n_layers * 3 * 2 * T * h * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+    assert mg.gemm_flops() * t == 3 * forward + recompute + (t - 1) * down
+    # replicated down-projections: the sharded part shrinks by t
+    if t > 1:
+        one = graph.build_layers(m, b, 1).kinds()["block"]
+        blk = mg.kinds()["block"]
+        ql = m.q_lora_rank
+        replicated = 2 * (h * (ql + m.kv_lora_rank + m.qk_rope_head_dim) + 2 * h
+                          + (ql + m.kv_lora_rank))
+        sharded = one.param_bytes - replicated
+        assert blk.param_bytes - replicated == sharded // t
+
+
+def test_deepseek_v2_lite_graphs():
+    m = models.get("deepseek-v2-lite")
+    mg = graph.build_layers(m, 1, 1)
+    assert mg.param_bytes == 2 * m.n_params == 2 * 15_706_484_224
+    f = mg.kinds()["block"].forward
+    assert {"q_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj", "rotary", "out_proj"} <= set(f.names)
+    i = f.names.index("attn_scores")
+    assert tuple(f.dims[i]) == (16, 4096, 128 + 64, 4096)
+    ep = graph.build_layers(m, 1, 2, sequence_parallel=True, expert_parallel=8,
+                            flash_attention=True, context_parallel=2)
+    blk = ep.kinds()["moe_block"]
+    assert blk.expert_param_bytes == 2 * 8 * 3 * 2048 * (1408 // 2)
+    assert "ring_kv_exchange" in blk.forward.names and "shared_fc2" in blk.forward.names
+    fp8 = graph.build_layers(m, 1, 1, dtype="fp8").kinds()["block"].forward
+    assert {"q_proj", "kv_a_proj", "kv_b_proj"} <= {n for n, x in zip(fp8.names, fp8.fp8) if x}

@@ -188,8 +188,7 @@ def test_graph_refusal_is_one_sentence_for_models_graphs_do_not_build():
         assert name in why and "\n" not in why and why.count(". ") == 0
     mla = models.from_hf_config(dict(json.loads((HF / "deepseek-v2-lite.json").read_text()),
                                      n_routed_experts=None))
-    assert "multi-head latent attention" in mla.graph_refusal
-    assert "kv_lora_rank" in mla.op_graph_refusal and mla.graph_refusal == mla.op_graph_refusal
+    assert mla.uses_mla and mla.graph_refusal == mla.op_graph_refusal == ""   # MLA is built
     assert models.get("qwen2-7b").graph_refusal == ""      # built, Q/K/V biases exact
     # MoE: the operator graphs build; the step model and the search refuse them still.
     mix = models.get("mixtral-8x7b")
@@ -302,15 +301,17 @@ def test_dense_addition_evaluates_end_to_end():
 
 def test_moe_models_are_refused_by_the_search_before_any_work():
     """The search refuses a mixture of experts until expert parallelism is in the step model
-    (issue 15 pending); the graphs build MoE blocks, never a dense stand-in; MLA is refused
-    by the graphs in one sentence naming kv_lora_rank."""
+    (issue 15 pending); the graphs build MoE blocks (and MLA), never a dense stand-in."""
     import pytest as _pytest
 
     from phaze import graph, search
 
     assert {L.kind for L in graph.build_layers("mixtral-8x7b", 1, 1).layers} == {
         "embedding", "moe_block", "head"}
-    with _pytest.raises(ValueError, match="kv_lora_rank"):
-        graph.build_layers("deepseek-v2-lite", 1, 1)
+    lite = graph.build_layers("deepseek-v2-lite", 1, 1)       # MLA and fine-grained MoE
+    assert [(L.kind, L.count) for L in lite.layers] == [
+        ("embedding", 1), ("block", 1), ("moe_block", 26), ("head", 1)]
+    with _pytest.raises(ValueError, match="models: deepseek-v2-lite is a mixture of experts"):
+        search.search("deepseek-v2-lite", devices=8, space=None, executor="serial", progress=False)
     with _pytest.raises(ValueError, match="models: mixtral-8x7b is a mixture of experts"):
         search.search("mixtral-8x7b", devices=8, space=None, executor="serial", progress=False)
