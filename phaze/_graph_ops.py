@@ -12,7 +12,7 @@ from ._opgraph import OpGraph
 KIND_GEMM = 0        # tensor GEMM / batched matmul, runs on tensor cores
 KIND_VECTOR = 1      # element-wise or reduction work, runs on vector cores
 KIND_FUSED = 2       # GEMM with a vector epilogue: one TC + one VC (or all TCs + all VCs)
-KIND_COLLECTIVE = 3  # all-reduce over the tensor-parallel group, runs on the chip's link
+KIND_COLLECTIVE = 3  # collective over a parallel group (tp all-reduce, sp, ep all-to-all, cp ring)
 
 #: Kernel sets of ``build_layers(kernels=...)``: the study's fusions (the default), or the
 #: kernels Megatron-LM launches (what the calibrated step model prices).

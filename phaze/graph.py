@@ -29,6 +29,13 @@ with norms, dropouts and residuals on s/t tokens; ``flash_attention`` replaces
 their tensor's bytes, so the study's ring all-reduce price 2(n−1)/n·comm_bytes/BW is
 exactly their (n−1)/n·bytes/BW (the calibrated model's α then counts 2(n−1) ring
 steps where they take n − 1; ``phaze.step`` prices them with their own ring).
+
+Issue 15 (defaults unchanged): mixture-of-experts blocks (``expert_parallel``,
+``capacity_factor``; ``phaze/_graph_moe.py``), context parallelism
+(``context_parallel``: ring attention, ``phaze/_graph_block.py``), multi-head latent
+attention (``phaze/_graph_mla.py``) and Qwen2's Q/K/V-only biases. The builders live in
+those modules; the operator kinds, cycle table, :class:`Ops` and :class:`Shape` in
+``phaze/_graph_ops.py`` (re-exported here).
 """
 from __future__ import annotations
 
@@ -325,7 +332,7 @@ def build_layers(model, microbatch, tensor_parallel, *,
     dtype = precision.check_dtype(dtype)
     ep = positive_int("expert_parallel", expert_parallel)
     cp = positive_int("context_parallel", context_parallel)
-    if model.op_graph_refusal:  # e.g. multi-head latent attention: no operator graphs yet
+    if model.op_graph_refusal:  # a structure phaze does not model: never a stand-in graph
         raise ValueError(model.op_graph_refusal)
     if not model.valid_tensor_parallel(t):
         raise ValueError(f"tensor_parallel must divide heads ({model.heads}) and kv_heads "
