@@ -370,3 +370,35 @@ def test_deepseek_v2_lite_graphs():
     assert "ring_kv_exchange" in blk.forward.names and "shared_fc2" in blk.forward.names
     fp8 = graph.build_layers(m, 1, 1, dtype="fp8").kinds()["block"].forward
     assert {"q_proj", "kv_a_proj", "kv_b_proj"} <= {n for n, x in zip(fp8.names, fp8.fp8) if x}
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "mixtral-8x22b"])
+def test_model_level_flops_from_n_active_params(name):
+    """Forward + backward GEMM FLOPs of the chain = 3 × [2·tokens·(n_active_params less the
+    input token table (a gather) and the norms, the logits at the padded vocabulary) + the
+    attention core of every layer] with top-k routing and capacity_factor None."""
+    m = models.get(name).with_(seq_len=512)
+    b = 2
+    T = b * m.seq_len
+    gemm_params = (m.n_active_params - m.vocab * m.hidden - _norms(m)
+                   + m.hidden * (m.padded_vocab(1) - m.vocab))
+    assert graph.build_layers(m, b, 1).gemm_flops() == 3 * (2 * T * gemm_params
+                                                             + m.n_layers * _core(m, b))
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["llama3-8b", "gpt3-175b", "mixtral-8x7b", "deepseek-v2-lite"]),
+       cp=st.sampled_from([1, 2, 4, 8]), t=st.sampled_from([1, 2, 4]), b=st.integers(1, 2),
+       dtype=st.sampled_from(["bf16", "fp8"]))
+def test_cp_property(name, cp, t, b, dtype):
+    m = models.get(name).with_(seq_len=1024)
+    kw = dict(flash_attention=True, sequence_parallel=t > 1, dtype=dtype)
+    a = graph.build_layers(m, b, t, **kw)
+    c = graph.build_layers(m, b, t, context_parallel=cp, **kw)
+    assert c.gemm_flops() * cp == a.gemm_flops()
+    for x, y in zip(a.layers, c.layers):
+        for mode in ("none", "selective", "full"):
+            assert y.stash(mode) * cp == x.stash(mode)
+        assert y.boundary_bytes * cp == x.boundary_bytes and y.param_bytes == x.param_bytes
+        ring = [i for i, n in enumerate(y.forward.names) if n == "ring_kv_exchange"]
+        assert len(ring) == (1 if cp > 1 and y.kind.endswith("block") else 0)
