@@ -25,7 +25,8 @@ class OpGraph:
     - ``elements`` int64: output elements.
     - ``bytes_in`` / ``bytes_out`` int64: bytes read from / written to HBM at minimum.
     - ``comm_bytes`` int64: bytes each participant contributes to a collective (0 otherwise).
-    - ``group_size`` int32: participants of a collective (the tensor-parallel width; 1 otherwise).
+    - ``group_size`` int32: participants of a collective (the tensor-parallel width t; ep for
+      an ``alltoall_*``, cp for ``ring_kv_exchange*``; 1 otherwise).
     - ``pred_ptr`` int32 (n+1), ``pred_idx`` int32: CSR lists of predecessors.
     - ``names``: list of str.
     - ``bytes_per_element``: element size of the 16-bit tensors the byte counts were

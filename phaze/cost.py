@@ -64,6 +64,11 @@ one TC + one VC (single) or all TCs + all VCs (intra-op).
 ``2(n−1)/n · comm_bytes / bandwidth``, with ``link_gb_per_s`` when n ≤ node_size
 (the group sits inside one node) and ``net_gb_per_s`` otherwise; 0 when n = 1. The
 same value is reported for single and intra (the chip's link does the work).
+The graph stores the other collectives in this form (``phaze.graph``): a
+reduce-scatter, all-gather or expert-parallel all-to-all (``alltoall_*``, group ep)
+with ``comm_bytes`` = half its bytes, so the price is their (n−1)/n·bytes/BW; the
+ring-attention exchange (``ring_kv_exchange*``, group cp) with ``comm_bytes`` set so
+that the price is its cp − 1 point-to-point chunks over BW.
 
 **Datatype** (``OpGraph.dtype``; :mod:`phaze.precision`): bf16 and fp16 graphs are
 priced alike. In an fp8 graph the operators flagged ``OpGraph.fp8`` (the linear layers'

@@ -287,18 +287,27 @@ class ModelSpec:
                      if i % self.moe_every == 0)
 
     @property
+    def op_graph_refusal(self) -> str:
+        """Why ``phaze.graph.build_layers`` cannot build this model's operator graphs, in
+        one sentence naming the key; '' when it can (every ModelSpec today: dense,
+        mixture-of-experts and multi-head latent attention blocks are all built). Kept as
+        the one place a future unmodelled structure is refused, never built as a silently
+        different model."""
+        return ""
+
+    @property
     def graph_refusal(self) -> str:
-        """Why ``phaze.graph`` cannot build this model's operator graphs yet, in one
-        sentence; '' when it can. Mixture-of-experts layers (router, dispatch, experts)
-        and multi-head latent attention have no operator graphs so far: building a dense
-        graph in their place would be a silently different model."""
+        """Why phaze cannot yet train-step and search this model end to end, in one
+        sentence; '' when it can: :attr:`op_graph_refusal`, or a mixture of experts, whose
+        operator graphs ``build_layers`` builds (``expert_parallel``) but whose expert
+        parallelism the training-step model and the search do not place yet."""
+        if self.op_graph_refusal:
+            return self.op_graph_refusal
         if self.is_moe:
             return (f"{self.name} is a mixture of experts ({self.n_experts} routed experts, "
-                    f"top-{self.experts_per_token}), whose operator graphs phaze does not build "
-                    f"yet: dense models only for now")
-        if self.uses_mla:
-            return (f"{self.name} uses multi-head latent attention (kv_lora_rank "
-                    f"{self.kv_lora_rank}), whose operator graphs phaze does not build yet")
+                    f"top-{self.experts_per_token}), whose expert parallelism the training-step "
+                    f"model and the search do not place yet (phaze.graph builds its operator "
+                    f"graphs)")
         return ""
 
     @property
@@ -540,10 +549,10 @@ _ZOO = _build_zoo()
 
 
 def _graph_pending(m: ModelSpec) -> bool:
-    """True for a model whose operator graphs ``phaze.graph`` does not build exactly yet:
-    a mixture of experts or MLA (refused, see ``ModelSpec.graph_refusal``), or biases on
-    Q, K, V alone (Qwen2; the graphs follow ``bias`` for every linear layer)."""
-    return bool(m.graph_refusal) or m.qkv_bias != m.bias
+    """True for a model phaze cannot search end to end yet (``ModelSpec.graph_refusal``:
+    multi-head latent attention has no operator graphs; a mixture of experts has them, but
+    the step model and the search do not place expert parallelism yet)."""
+    return bool(m.graph_refusal)
 
 
 def names(*, pending: bool = False) -> list:
@@ -551,9 +560,9 @@ def names(*, pending: bool = False) -> list:
 
     By default the models phaze can search end to end, with operator graphs that match
     their parameter counts exactly (what ``phaze models``, the benchmarks and the
-    zoo-wide tests sweep). ``pending=True`` lists every entry, also those whose graphs
-    are not built exactly yet (mixture of experts, multi-head latent attention, Qwen2's
-    Q/K/V-only biases); ``get`` returns any of them.
+    zoo-wide tests sweep). ``pending=True`` lists every entry, also those not searchable
+    yet (mixture of experts: graphs built, expert parallelism not yet in the step model
+    and the search; multi-head latent attention: no graphs); ``get`` returns any of them.
     """
     return [n for n, m in _ZOO.items() if pending or not _graph_pending(m)]
 

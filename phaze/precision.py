@@ -69,7 +69,13 @@ DEFAULT_DTYPE = "bf16"
 FP8_BYTES = 1
 #: Operators that run in FP8 under ``dtype="fp8"`` (forward names; their backward
 #: ``NAME.dX`` and ``NAME.dW`` GEMMs too): the linear layers of a transformer block.
-FP8_GEMMS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "gate_proj", "up_proj", "fc2")
+FP8_GEMMS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "gate_proj", "up_proj", "fc2",
+             # mixture of experts (Transformer Engine's FP8 grouped GEMMs); the router and
+             # the shared-expert gate stay 16-bit
+             "expert_fc1", "expert_gate_proj", "expert_up_proj", "expert_fc2",
+             "shared_fc1", "shared_gate_proj", "shared_up_proj", "shared_fc2",
+             # multi-head latent attention's projections
+             "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj")
 
 #: Bytes per parameter held per GPU (before any ZeRO sharding), by datatype:
 #: ``weights`` (16-bit model weights), ``fp8_weight`` (TE's FP8 copies in both layouts,

@@ -39,7 +39,7 @@ def naive_param_tensors(m):
             linears += [("fc1", h, f), ("fc2", f, h)]
         for name, fan_in, fan_out in linears:
             tensors.append((p + name + ".weight", (fan_out, fan_in)))
-            if m.bias:
+            if m.qkv_bias if name in ("q", "k", "v") else m.bias:   # Qwen2: Q, K, V only
                 tensors.append((p + name + ".bias", (fan_out,)))
         tensors += norm(p + "ln2")
     if m.final_norm:

@@ -29,12 +29,14 @@ LLAMA2_7B = {  # meta-llama/Llama-2-7b-hf config.json
 
 EXPECTED_NAMES = [
     "bert-large", "gpt2-xl", "opt-350m", "llama2-7b", "llama3-8b", "llama3-70b", "llama3.1-405b",
+    "qwen2-7b",
     "megatron-bert", "megatron-gpt2-54",
     "megatron-gpt2-72", "gpt3-175b", "megatron-1.7b", "megatron-3.6b", "megatron-7.5b",
     "megatron-18.4b", "megatron-39.1b", "megatron-76.1b", "megatron-145.6b", "megatron-310.1b",
     "megatron-529.6b", "megatron-1t"]
-#: Zoo entries whose operator graphs phaze.graph does not build exactly yet (issue 15).
-PENDING_NAMES = ["qwen2-7b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v2-lite"]
+#: Zoo entries phaze cannot search end to end yet (issue 15): mixture of experts (graphs
+#: built, expert parallelism not yet in the step model and the search), MLA (no graphs).
+PENDING_NAMES = ["mixtral-8x7b", "mixtral-8x22b", "deepseek-v2-lite"]
 
 
 def test_zoo_names_exact():

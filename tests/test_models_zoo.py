@@ -154,7 +154,8 @@ def test_defaults_keep_dense_specs_unchanged():
     for name in models.names():
         m = models.get(name)
         assert not m.is_moe and not m.uses_mla and m.graph_refusal == ""
-        assert m.n_active_params == m.n_params and m.qkv_bias == m.bias
+        assert m.n_active_params == m.n_params
+        assert m.qkv_bias == m.bias or name == "qwen2-7b"   # Q/K/V-only biases, in the graphs
 
 
 @pytest.mark.parametrize("changes, field", [
@@ -187,8 +188,11 @@ def test_graph_refusal_is_one_sentence_for_models_graphs_do_not_build():
         assert name in why and "\n" not in why and why.count(". ") == 0
     mla = models.from_hf_config(dict(json.loads((HF / "deepseek-v2-lite.json").read_text()),
                                      n_routed_experts=None))
-    assert "multi-head latent attention" in mla.graph_refusal
-    assert models.get("qwen2-7b").graph_refusal == ""      # built, QKV biases not yet exact
+    assert mla.uses_mla and mla.graph_refusal == mla.op_graph_refusal == ""   # MLA is built
+    assert models.get("qwen2-7b").graph_refusal == ""      # built, Q/K/V biases exact
+    # MoE: the operator graphs build; the step model and the search refuse them still.
+    mix = models.get("mixtral-8x7b")
+    assert mix.op_graph_refusal == "" and "expert parallelism" in mix.graph_refusal
 
 
 # --- dense additions build, with the FLOP identity of the closed form ----------------------
@@ -295,13 +299,19 @@ def test_dense_addition_evaluates_end_to_end():
     assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 8192)
 
 
-def test_moe_models_are_refused_by_graph_and_search_before_any_work():
-    """No dense graph is silently built for a mixture-of-experts model (issue 15 pending)."""
+def test_moe_models_are_refused_by_the_search_before_any_work():
+    """The search refuses a mixture of experts until expert parallelism is in the step model
+    (issue 15 pending); the graphs build MoE blocks (and MLA), never a dense stand-in."""
     import pytest as _pytest
 
     from phaze import graph, search
 
-    with _pytest.raises(ValueError, match="mixture of experts"):
-        graph.build_layers("mixtral-8x7b", 1, 1)
+    assert {L.kind for L in graph.build_layers("mixtral-8x7b", 1, 1).layers} == {
+        "embedding", "moe_block", "head"}
+    lite = graph.build_layers("deepseek-v2-lite", 1, 1)       # MLA and fine-grained MoE
+    assert [(L.kind, L.count) for L in lite.layers] == [
+        ("embedding", 1), ("block", 1), ("moe_block", 26), ("head", 1)]
+    with _pytest.raises(ValueError, match="models: deepseek-v2-lite is a mixture of experts"):
+        search.search("deepseek-v2-lite", devices=8, space=None, executor="serial", progress=False)
     with _pytest.raises(ValueError, match="models: mixtral-8x7b is a mixture of experts"):
         search.search("mixtral-8x7b", devices=8, space=None, executor="serial", progress=False)

@@ -1,0 +1,218 @@
+"""The mixture-of-experts block of :mod:`phaze.graph` (docs/design.md §2.2).
+
+A block whose MLP is a mixture of experts: the attention half of the dense block
+(``phaze/_graph_block.py``), then
+
+forward: ``ln2``, ``router`` (GEMM tokens × hidden × n_experts, no bias, 16-bit),
+``router_topk`` (softmax and top-k over the experts), ``moe_permute`` (tokens into
+expert order), ``alltoall_dispatch`` (expert-parallel group), [``allgather_moe``],
+the local experts' grouped GEMMs as batched GEMMs of batch n_experts/ep
+(``expert_gate_proj``, ``expert_up_proj``, ``expert_swiglu`` | ``expert_fc1``
+[``expert_fc1_act``]; ``expert_fc2``), [``reduce_scatter_moe``], ``alltoall_combine``,
+the shared experts as one dense MLP of width n_shared·shared_ffn (``shared_*``, with
+Qwen2-MoE's gate ``shared_gate``), ``moe_combine`` (weighted sum of each token's k expert
+outputs plus the shared output), ``residual2``;
+
+backward: ``residual2.bwd``, ``moe_combine.bwd`` (expert-output and routing-weight
+gradients), ``alltoall_combine.bwd``, the experts' ``.dX`` / ``.dW`` GEMMs,
+``alltoall_dispatch.bwd``, ``moe_permute.bwd`` (scatter-add back to the tokens),
+``router_topk.bwd``, ``router.dX``, ``router.dW``, the shared experts' backward,
+``mlp_in.dX_sum``, ``ln2.bwd``; then the attention half's backward.
+
+Parallelism (Megatron-Core's rules, stated):
+
+- *Expert parallelism* ``ep``: each rank holds n_experts/ep routed experts; the
+  all-to-alls run over the ep ranks of the expert-parallel group. ``ep`` divides
+  n_experts. Each rank sends, per expert, the tokens it routes to that expert.
+- *Tensor parallelism inside the experts*: expert-tensor-parallel = t (Megatron-Core's
+  default ``expert_tensor_parallel_size = tensor_model_parallel_size``): every expert is
+  sliced by t like the dense MLP (gate/up/fc1 by columns, fc2 by rows). With it
+  Megatron-Core's identity ETP × EP × EDP = TP × CP × DP makes ``ep`` divide d·cp (the
+  expert-data-parallel group, which reduces the expert gradients, has d·cp/ep ranks);
+  the step model checks that. As Megatron-Core requires, t > 1 needs sequence
+  parallelism: each slice routes its s/t tokens, dispatches them, all-gathers the
+  tokens its local experts received over the t slices (``allgather_moe``), and
+  reduce-scatters the experts' partial outputs (``reduce_scatter_moe``) before the
+  combine all-to-all; the shared experts all-gather / reduce-scatter like the dense MLP.
+- *Tokens per expert*: a rank routes R tokens (its s/cp · b tokens, divided by t under
+  sequence parallelism) to each expert ``c = ⌈R·k / n_experts⌉`` times (balanced routing,
+  the default) or exactly ``c = ⌈R·k / n_experts · capacity_factor⌉`` times (Megatron's
+  capacity with dropping and padding to capacity); a local expert then receives
+  ``(t·)ep·c`` tokens: the grouped GEMM is (n_experts/ep) × ((t·)ep·c) × hidden × width/t.
+- *All-to-all price*: ``Ops.all_to_all`` (each rank sends (n−1)/n of its bytes over the
+  group's tier: ``comm_bytes`` = half the bytes, priced by phaze.cost's ring formula
+  2(n−1)/n·comm_bytes/BW; the in-node link when the ep group fits a node, else the
+  network — the group size alone decides the tier in ``phaze.cost``; where the ep ranks
+  sit is the step model's to say).
+"""
+from __future__ import annotations
+
+import math
+
+from ._graph_block import attention_backward, attention_forward, attention_params, attention_stash
+from ._graph_ops import EXPERT_INDEX_BYTES, MASK_BYTES_PER_ELEMENT, Ops, Shape
+from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
+
+
+def tokens_per_expert(routed_tokens: int, top_k: int, n_experts: int, capacity_factor=None) -> int:
+    """Tokens one rank sends to each expert: ⌈routed·k/n⌉ (balanced), or Megatron-Core's
+    capacity ⌈routed·k/n · capacity_factor⌉ (dropped or padded to it)."""
+    if capacity_factor is None:
+        return -(-routed_tokens * top_k // n_experts)
+    return math.ceil(routed_tokens * top_k / n_experts * capacity_factor)
+
+
+def _mlp_forward(f: Ops, sh: Shape, p: str, src: str, batch: int, rows: int, cols: int) -> str:
+    """A (batched) MLP of ``cols`` columns per slice on ``rows`` tokens, operators named
+    ``p + gate_proj | up_proj | swiglu | fc1 [| fc1_act] | fc2``; returns fc2's name."""
+    m, B, h = sh.m, sh.B, sh.h
+    bias_c = _C["bias"] if m.bias else 0.0
+    extra = batch * cols * B if m.bias else 0
+    if m.activation == "swiglu":
+        for name in ("gate_proj", "up_proj"):
+            f.gemm(p + name, [src], batch, rows, h, cols, epilogue=bias_c, extra_in=extra)
+        act = f.vector(p + "swiglu", [p + "gate_proj", p + "up_proj"], batch * rows * cols,
+                       _C["swiglu"], 2 * batch * rows * cols * B, batch * rows * cols * B)
+    elif sh.megatron:
+        f.gemm(p + "fc1", [src], batch, rows, h, cols)
+        act = f.vector(p + "fc1_act", [p + "fc1"], batch * rows * cols, bias_c + _C[m.activation],
+                       batch * rows * cols * B + extra, batch * rows * cols * B)
+    else:
+        act = f.gemm(p + "fc1", [src], batch, rows, h, cols, epilogue=bias_c + _C[m.activation],
+                     extra_in=extra)
+    return f.gemm(p + "fc2", [act], batch, rows, cols, h)
+
+
+def _mlp_backward(g: Ops, sh: Shape, p: str, dy: str, x, batch: int, rows: int, cols: int) -> str:
+    """Backward of :func:`_mlp_forward` from the output gradient ``dy`` (``x``: an extra
+    predecessor of the weight gradients, e.g. a re-gathered input); returns the name of
+    the input gradient."""
+    m, B, h = sh.m, sh.B, sh.h
+    bias_g = _C["bias_grad"] if m.bias else 0.0
+    n = batch * rows * cols
+    g.gemm(p + "fc2.dX", [dy], batch, rows, h, cols)
+    g.gemm(p + "fc2.dW", [dy], batch, cols, rows, h)
+    if m.activation == "swiglu":
+        g.vector(p + "swiglu.bwd", [p + "fc2.dX"], 2 * n, _C["swiglu_bwd"] + bias_g, 3 * n * B,
+                 2 * n * B)
+        for name in ("gate_proj", "up_proj"):
+            g.gemm(p + name + ".dX", [p + "swiglu.bwd"], batch, rows, cols, h)
+            g.gemm(p + name + ".dW", [p + "swiglu.bwd", x], batch, h, rows, cols)
+        return g.vector(p + "in.dX_sum", [p + "gate_proj.dX", p + "up_proj.dX"], batch * rows * h,
+                        _C["add"], 2 * batch * rows * h * B, batch * rows * h * B)
+    g.vector(p + "fc1.act.bwd", [p + "fc2.dX"], n, _C[m.activation + "_bwd"] + bias_g, 2 * n * B,
+             n * B)
+    g.gemm(p + "fc1.dX", [p + "fc1.act.bwd"], batch, rows, cols, h)
+    g.gemm(p + "fc1.dW", [p + "fc1.act.bwd", x], batch, h, rows, cols)
+    return p + "fc1.dX"
+
+
+def moe_block(sh: Shape):
+    """The MoE transformer block: (forward, backward, parameter bytes,
+    (stash none, selective, full), boundary bytes, expert parameter bytes)."""
+    m, B, T, Tn, h, t, ep, sp = sh.m, sh.B, sh.T, sh.Tn, sh.h, sh.t, sh.ep, sh.sp
+    n_e, k = m.n_experts, m.experts_per_token
+    local = n_e // ep                                # routed experts held by this rank
+    R = Tn                                           # tokens this slice routes
+    c = tokens_per_expert(R, k, n_e, sh.capacity_factor)
+    sent = n_e * c                                   # token rows this slice dispatches
+    rows = (t if sp else 1) * ep * c                 # tokens each local expert runs
+    fe_t = -(-m.expert_ffn_hidden // t)              # expert columns of this slice
+    shared = m.n_shared_experts
+    fs_t = -(-(shared * m.shared_ffn_hidden) // t) if shared else 0
+    bias_c = _C["bias"] if m.bias else 0.0
+    mask = Tn * h * MASK_BYTES_PER_ELEMENT
+    routing = R * k * (B + EXPERT_INDEX_BYTES)       # routing weights and expert indices
+
+    # -- forward --------------------------------------------------------------------------
+    f = Ops(B, t, sh.dtype)
+    src = attention_forward(f, sh)
+    f.vector("ln2", [src], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
+    f.gemm("router", ["ln2"], 1, R, h, n_e)
+    f.vector("router_topk", ["router"], R * n_e, _C["softmax"] + k * _C["topk"], R * n_e * B,
+             R * n_e * B + routing)
+    f.vector("moe_permute", ["ln2", "router_topk"], sent * h, _C["permute"],
+             R * h * B + R * k * EXPERT_INDEX_BYTES, sent * h * B)
+    x = f.all_to_all("alltoall_dispatch", ["moe_permute"], sent * h * B, ep)
+    x = f.all_gather("allgather_moe", [x], local * rows * h * B) if sp else x
+    y = _mlp_forward(f, sh, "expert_", x, local, rows, fe_t)
+    y = f.reduce_scatter("reduce_scatter_moe", [y], local * rows * h * B) if sp else y
+    y = f.all_to_all("alltoall_combine", [y], sent * h * B, ep)
+    parts = [y, "router_topk"]
+    if shared:
+        s_in = f.all_gather("allgather_shared", ["ln2"], T * h * B) if sp else "ln2"
+        s_out = _mlp_forward(f, sh, "shared_", s_in, 1, T, fs_t)
+        parts.append(f.reduce_scatter("reduce_scatter_shared", [s_out], T * h * B) if sp else s_out)
+        if m.shared_expert_gate:
+            parts.append(f.gemm("shared_gate", ["ln2"], 1, R, h, 1))
+    # Weighted sum of each token's k expert outputs (each with its fc2 bias), plus the
+    # (sigmoid-gated) shared experts' output.
+    gate_c = _C["sigmoid"] / h + _C["scale_add"] if m.shared_expert_gate else _C["add"]
+    f.vector("moe_combine", parts, R * h,
+             k * (_C["scale_add"] + bias_c) + (gate_c if shared else 0.0),
+             (sent + (R if shared else 0)) * h * B + R * k * B + (R * B if m.shared_expert_gate else 0),
+             R * h * B)
+    # t = 1 or sequence parallel: the output is complete on this slice's tokens.
+    f.vector("residual2", ["moe_combine"], Tn * h, _C["dropout"] + _C["residual"],
+             2 * Tn * h * B, Tn * h * (B + MASK_BYTES_PER_ELEMENT))
+
+    # -- backward -------------------------------------------------------------------------
+    g = Ops(B, t, sh.dtype)
+    g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"], Tn * h * B + mask, Tn * h * B)
+    # Gradients of the k expert outputs (routing weight × dy) and of the routing weights
+    # (dy · expert output, from the stashed outputs).
+    g.vector("moe_combine.bwd", ["residual2.bwd"], sent * h, _C["scale_add"],
+             R * h * B + sent * h * B + R * k * B, sent * h * B + R * k * B)
+    dy = g.all_to_all("alltoall_combine.bwd", ["moe_combine.bwd"], sent * h * B, ep)
+    dy = g.all_gather("allgather_expert_fc2.dY", [dy], local * rows * h * B) if sp else dy
+    dx = _mlp_backward(g, sh, "expert_", dy, None, local, rows, fe_t)
+    dx = g.reduce_scatter("reduce_scatter_expert.dX", [dx], local * rows * h * B) if sp else dx
+    dx = g.all_to_all("alltoall_dispatch.bwd", [dx], sent * h * B, ep)
+    parts = [g.vector("moe_permute.bwd", [dx], R * h, k * _C["add"], sent * h * B, R * h * B)]
+    g.vector("router_topk.bwd", ["moe_combine.bwd"], R * n_e, _C["softmax_bwd"],
+             2 * R * n_e * B + routing, R * n_e * B)
+    g.gemm("router.dX", ["router_topk.bwd"], 1, R, n_e, h)
+    g.gemm("router.dW", ["router_topk.bwd"], 1, h, R, n_e)
+    parts.append("router.dX")
+    if shared:
+        s_dy = "residual2.bwd"
+        if m.shared_expert_gate:
+            s_dy = g.vector("shared_gate.bwd", ["residual2.bwd"], R * h,
+                            _C["scale_add"] + _C["sigmoid_bwd"] / h, 2 * R * h * B, R * h * B + R * B)
+            g.gemm("shared_gate.dX", [s_dy], 1, R, 1, h)
+            g.gemm("shared_gate.dW", [s_dy], 1, h, R, 1)
+            parts.append("shared_gate.dX")
+        s_dy = g.all_gather("allgather_shared_fc2.dY", [s_dy], T * h * B) if sp else s_dy
+        s_x = g.all_gather("allgather_shared_in.bwd", [], T * h * B) if sp else None
+        s_dx = _mlp_backward(g, sh, "shared_", s_dy, s_x, 1, T, fs_t)
+        parts.append(g.reduce_scatter("reduce_scatter_shared.dX", [s_dx], T * h * B) if sp else s_dx)
+    g.vector("mlp_in.dX_sum", parts, R * h, (len(parts) - 1) * _C["add"], len(parts) * R * h * B,
+             R * h * B)
+    src = g.vector("ln2.bwd", ["mlp_in.dX_sum", "residual2.bwd"], Tn * h,
+                   _C[m.norm + "_bwd"] + _C["residual"], 3 * Tn * h * B + sh.norm_w * B,
+                   Tn * h * B + sh.norm_w * B)
+    attention_backward(g, sh, src)
+
+    # -- parameters of the slice (elements) ------------------------------------------------
+    mats = 3 if m.activation == "swiglu" else 2
+    expert = mats * h * fe_t + ((mats - 1) * fe_t + h if m.bias else 0)
+    params = attention_params(sh) + sh.norm_w + h * n_e + local * expert
+    if shared:
+        params += mats * h * fs_t + ((mats - 1) * fs_t + shared * h if m.bias else 0)
+        params += h if m.shared_expert_gate else 0
+    # -- stash (bytes) ---------------------------------------------------------------------
+    act = (2 if m.activation == "swiglu" else 1)
+    attn, core = attention_stash(sh)
+    stash = (attn
+             + B * (2 * Tn * h                       # ln2 input and output (router, permute)
+                    + R * n_e                        # router probabilities (softmax backward)
+                    + act * local * rows * fe_t      # expert activation inputs
+                    + sent * h)                      # expert outputs (routing-weight gradient)
+             + routing
+             + sh.B8 * local * rows * (h + fe_t)     # expert fc1 and fc2 inputs
+             + mask)
+    if shared:
+        stash += B * act * T * fs_t + sh.B8 * T * fs_t + (sh.B8 * Tn * h if sh.B8 != B else 0)
+    # Selective drops the attention core; full keeps the layer input (s/t tokens under SP).
+    return (f.graph(), g.graph(), params * B, (stash, stash - core, B * Tn * h), T * h * B,
+            local * expert * B)

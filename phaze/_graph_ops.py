@@ -1,0 +1,241 @@
+"""Building blocks of the operator graphs of :mod:`phaze.graph`: operator kinds, the
+vector-cycle table, element sizes, the operator collector :class:`Ops` and the slice
+sizes :class:`Shape`. Shared by ``graph`` and the block builders (``_graph_block``,
+``_graph_moe``); ``phaze.graph`` re-exports the public constants.
+"""
+from __future__ import annotations
+
+from . import precision
+from ._opgraph import OpGraph
+
+#: Operator kinds (the ``kind`` array of an OpGraph).
+KIND_GEMM = 0        # tensor GEMM / batched matmul, runs on tensor cores
+KIND_VECTOR = 1      # element-wise or reduction work, runs on vector cores
+KIND_FUSED = 2       # GEMM with a vector epilogue: one TC + one VC (or all TCs + all VCs)
+KIND_COLLECTIVE = 3  # collective over a parallel group (tp all-reduce, sp, ep all-to-all, cp ring)
+
+#: Kernel sets of ``build_layers(kernels=...)``: the study's fusions (the default), or the
+#: kernels Megatron-LM launches (what the calibrated step model prices).
+KERNEL_SETS = ("study", "megatron")
+
+
+# ---------------------------------------------------------------------------
+# Layer graphs of a model (docs/design.md §2.2)
+# ---------------------------------------------------------------------------
+
+#: Vector-core cycles per output element of each vector operator kind: the number of
+#: element-wise passes (one lane, one element, one simple op per cycle) the operator needs.
+#: ``phaze.cost`` multiplies them by ⌈elements/lanes⌉ / clock. Composite operators add up
+#: their parts (e.g. the attention softmax = scale/mask + softmax + dropout).
+VECTOR_CYCLES_PER_ELEMENT = {
+    # LayerNorm: mean, variance, normalise (subtract, multiply by 1/σ), scale, shift ≈ 5 passes.
+    "layernorm": 5.0,
+    # RMSNorm: sum of squares, normalise, scale ≈ 3 passes (no mean, no shift).
+    "rmsnorm": 3.0,
+    # LayerNorm backward: dγ and dβ reductions, mean(g), mean(g·x̂), then
+    # dx = (g − mean(g) − x̂·mean(g·x̂))/σ ≈ 8 passes.
+    "layernorm_bwd": 8.0,
+    # RMSNorm backward: dγ reduction, mean(g·x̂), dx = (g − x̂·mean(g·x̂))/rms ≈ 5 passes.
+    "rmsnorm_bwd": 5.0,
+    # Softmax over a row: max, subtract+exp, sum, divide ≈ 5 (exp counted as 2).
+    "softmax": 5.0,
+    # Softmax backward: y·dy, row sum, subtract, multiply by y ≈ 4 passes.
+    "softmax_bwd": 4.0,
+    # Attention scaling by 1/√d and (causal) masking fused before the softmax: 1 pass.
+    "scale_mask": 1.0,
+    # GELU, tanh approximation: x³, multiply-add, tanh (≈ 4), 1 + ·, · x/2 ≈ 8.
+    "gelu": 8.0,
+    # GELU backward: recompute tanh, derivative polynomial, multiply by the gradient ≈ 10.
+    "gelu_bwd": 10.0,
+    # ReLU: one compare-select; backward: one masked select.
+    "relu": 1.0,
+    "relu_bwd": 1.0,
+    # SwiGLU product silu(gate)·up: exp, add, divide, multiply by gate, multiply by up ≈ 5.
+    "swiglu": 5.0,
+    # SwiGLU backward: recompute sigmoid, d(up) = g·silu, d(gate) = g·up·σ·(1 + gate·(1−σ)) ≈ 8.
+    "swiglu_bwd": 8.0,
+    # Bias add: one add.
+    "bias": 1.0,
+    # Bias gradient: a column-sum pass over the output gradient.
+    "bias_grad": 1.0,
+    # Dropout: compare a random number, select/scale; it also writes a 1-byte mask ≈ 2.
+    "dropout": 2.0,
+    # Dropout backward: multiply by the stored mask and scale: 1.
+    "dropout_bwd": 1.0,
+    # Residual add / gradient accumulation: one add.
+    "residual": 1.0,
+    "add": 1.0,
+    # Rotary position embedding: x·cos + rotate_half(x)·sin with cached tables ≈ 3; its
+    # backward is the transposed rotation, the same work.
+    "rotary": 3.0,
+    "rotary_bwd": 3.0,
+    # Embedding gather: copy one row element (plus a range check/mask when vocab-parallel).
+    "embedding": 1.0,
+    # Embedding gradient: scatter-add (read, add, write) ≈ 2.
+    "embedding_bwd": 2.0,
+    # Cross-entropy over the logits: max, subtract+exp, sum, log, pick the target ≈ 6.
+    "cross_entropy": 6.0,
+    # Cross-entropy backward: softmax from the stored exp/sum, subtract one-hot, scale ≈ 3.
+    "cross_entropy_bwd": 3.0,
+    # Mixture of experts. Top-k selection: one compare-select pass over the router's row per
+    # expert chosen (the softmax before it is counted as above).
+    "topk": 1.0,
+    # Token permutation (gather into expert order, or its scatter back): one copy.
+    "permute": 1.0,
+    # Weighted sum of a token's expert outputs: one multiply-add (2) per expert output.
+    "scale_add": 2.0,
+    # Sigmoid (Qwen2-MoE's shared-expert gate): exp (2), add, divide ≈ 4; backward
+    # σ·(1 − σ)·g ≈ 3.
+    "sigmoid": 4.0,
+    "sigmoid_bwd": 3.0,
+}
+
+#: Bytes of an element of the cross-entropy's saved softmax: Megatron computes the
+#: (vocab-parallel) loss in fp32 whatever the training precision.
+LOSS_BYTES_PER_ELEMENT = 4
+#: Bytes of a token id kept for the embedding's backward scatter (int64 in PyTorch).
+TOKEN_ID_BYTES = 8
+#: Bytes per element of a dropout mask (one byte per element, as PyTorch's bool masks).
+MASK_BYTES_PER_ELEMENT = 1
+#: Bytes of one routed expert's index kept per token and choice (int64, as torch.topk).
+EXPERT_INDEX_BYTES = 8
+
+
+_C = VECTOR_CYCLES_PER_ELEMENT
+
+
+class Ops:
+    """Collects operator dicts for OpGraph.from_ops with compulsory HBM traffic filled in."""
+
+    def __init__(self, bytes_per_element: int, tensor_parallel: int, dtype: str = "bf16"):
+        self.B = bytes_per_element
+        self.t = tensor_parallel
+        self.dtype = dtype
+        self.ops = []
+
+    def gemm(self, name, preds, batch, m, k, n, *, epilogue=0.0, extra_in=0):
+        """GEMM/BMM (batch, M, K, N); both operands read once, output written once. A
+        positive ``epilogue`` (vector cycles per output element) makes it a fused op.
+        Under dtype "fp8" the linear layers (``precision.is_fp8_gemm``) read both operands
+        in FP8 (1 byte per element) and write their output in 16-bit."""
+        fp8 = self.dtype == "fp8" and precision.is_fp8_gemm(name)
+        e_in = precision.FP8_BYTES if fp8 else self.B
+        self.ops.append(dict(
+            name=name, kind=KIND_FUSED if epilogue > 0 else KIND_GEMM, preds=uniq(preds),
+            dims=(batch, m, k, n), cycles_per_element=float(epilogue), elements=batch * m * n,
+            bytes_in=batch * (m * k + k * n) * e_in + extra_in,
+            bytes_out=batch * m * n * self.B, fp8=fp8))
+        return name
+
+    def vector(self, name, preds, elements, cycles, bytes_in, bytes_out):
+        self.ops.append(dict(name=name, kind=KIND_VECTOR, preds=uniq(preds), elements=elements,
+                             cycles_per_element=float(cycles), bytes_in=bytes_in,
+                             bytes_out=bytes_out))
+        return name
+
+    def allreduce(self, name, preds, nbytes, comm_bytes=None):
+        """An all-reduce of ``nbytes`` per participant over the t slices; none when t = 1
+        (then the producer itself is what follows wait on). ``comm_bytes``: the bytes the
+        ring prices (default ``nbytes``)."""
+        preds = uniq(preds)
+        if self.t == 1:
+            assert len(preds) == 1
+            return preds[0]
+        self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds,
+                             comm_bytes=nbytes if comm_bytes is None else comm_bytes,
+                             group_size=self.t, elements=nbytes // self.B,
+                             bytes_in=nbytes, bytes_out=nbytes))
+        return name
+
+    def _sp_collective(self, name, preds, nbytes):
+        # Reduce-scatter and all-gather move (n−1)/n of the full tensor per rank in a ring,
+        # half an all-reduce's 2(n−1)/n: they are stored as collectives (kind 3, priced as a
+        # ring all-reduce) of half the bytes, which gives the exact bandwidth term. Their
+        # name prefix ("reduce_scatter_", "allgather_") says what they are; the
+        # training-step model (phaze.step) prices them with their own ring latency (n − 1
+        # steps, where the all-reduce form charges 2(n − 1)).
+        return self.allreduce(name, preds, nbytes, comm_bytes=nbytes // 2)
+
+    def reduce_scatter(self, name, preds, nbytes):
+        """Reduce-scatter of an ``nbytes`` tensor (bytes per participant before the
+        scatter) over the t slices; none when t = 1. ``name`` must start with
+        ``reduce_scatter_``."""
+        assert name.startswith("reduce_scatter_")
+        return self._sp_collective(name, preds, nbytes)
+
+    def all_gather(self, name, preds, nbytes):
+        """All-gather ending with ``nbytes`` on every slice; none when t = 1. ``name`` must
+        start with ``allgather_``."""
+        assert name.startswith("allgather_")
+        return self._sp_collective(name, preds, nbytes)
+
+    def group_collective(self, name, preds, nbytes, group, *, comm_bytes):
+        """A collective over ``group`` ranks other than the tensor-parallel group (expert or
+        context parallel); none when ``group`` = 1. ``comm_bytes``: what the ring all-reduce
+        price 2(n−1)/n·comm_bytes/BW of ``phaze.cost`` is given."""
+        preds = uniq(preds)
+        if group == 1:
+            assert len(preds) == 1
+            return preds[0]
+        self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds, comm_bytes=comm_bytes,
+                             group_size=group, elements=nbytes // self.B, bytes_in=nbytes,
+                             bytes_out=nbytes))
+        return name
+
+    def all_to_all(self, name, preds, nbytes, group):
+        """All-to-all of the ``nbytes`` a rank holds over ``group`` ranks (expert
+        parallel); none when ``group`` = 1. Each rank keeps 1/n of its bytes and sends
+        (n−1)/n of them (and receives as much), on the group's tier: stored as a collective
+        of half the bytes, like the sequence-parallel ones, so that the study's ring price
+        2(n−1)/n·comm_bytes/BW is exactly (n−1)/n·nbytes/BW (the calibrated model's α then
+        counts 2(n−1) steps where a pairwise all-to-all takes n − 1). ``name`` starts with
+        ``alltoall_``."""
+        assert name.startswith("alltoall_")
+        return self.group_collective(name, preds, nbytes, group, comm_bytes=nbytes // 2)
+
+    def graph(self) -> OpGraph:
+        return OpGraph.from_ops(self.ops, bytes_per_element=self.B, dtype=self.dtype)
+
+
+def uniq(preds):
+    out = []
+    for p in preds:
+        if p is not None and p not in out:
+            out.append(p)
+    return out
+
+
+class Shape:
+    """The sizes of one slice that every builder needs, computed once.
+
+    ``cp``: context-parallel width (this rank holds ``s/cp`` tokens of each sample);
+    ``ep``: expert-parallel width (this rank holds ``n_experts/ep`` routed experts);
+    ``capacity_factor``: None (balanced routing) or the expert capacity factor.
+    """
+
+    def __init__(self, m, b, t, B, sp=False, flash=False, dtype="bf16", kernels="study",
+                 cp=1, ep=1, capacity_factor=None):
+        self.m, self.b, self.t, self.B = m, b, t, B
+        self.sp, self.flash, self.dtype = sp, flash, dtype
+        self.cp, self.ep, self.capacity_factor = cp, ep, capacity_factor
+        self.megatron = kernels == "megatron"
+        # Element size of the stashed FP8 GEMM inputs (precision module docstring).
+        self.B8 = precision.FP8_BYTES if dtype == "fp8" else B
+        self.s = m.seq_len                           # keys each query attends to
+        self.s_q = m.seq_len // cp                   # tokens of a sample on this rank
+        self.T = b * self.s_q                        # tokens per microbatch on this rank
+        # Tokens of this slice for the norms, dropouts and residuals: all of them, or
+        # their 1/t share under sequence parallelism (s/cp divisible by t is checked).
+        self.Tn = self.T // t if sp else self.T
+        self.h = m.hidden
+        self.hd = m.head_dim
+        self.a_t = m.heads // t                      # query heads of this slice
+        self.kv_t = m.kv_heads // t                  # key/value heads of this slice
+        self.group = m.heads // m.kv_heads           # query heads sharing one K/V head
+        self.q_dim = self.a_t * self.hd
+        self.kv_dim = self.kv_t * self.hd
+        self.f_t = -(-m.ffn_hidden // t)             # MLP columns of this slice (largest shard)
+        self.E = m.embed_width
+        self.V_t = m.padded_vocab(t) // t            # padded vocabulary columns (compute)
+        self.V_rows = -(-m.vocab // t)               # real vocabulary rows (parameters)
+        self.norm_w = (2 if m.norm == "layernorm" else 1) * m.hidden   # norm parameters
