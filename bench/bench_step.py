@@ -1,7 +1,8 @@
 """Benchmark of ``phaze.step.best_plans`` (the fastest plan per architecture over every
 strategy knob) and ``phaze.step.step_lower_bounds``.
 
-For gpt3-175b (default), ``--devices`` 1024 chips, microbatch 1, recompute "full" and
+For gpt3-175b (default; any zoo model, e.g. mixtral-8x7b or llama3-70b at its zoo sequence,
+with the default expert- and context-parallel grids of ``best_plans``), ``--devices`` 1024 chips, microbatch 1, recompute "full" and
 each global batch of ``--batches`` (default 1536 and 4096): times ``best_plans`` on
 ``--rows`` rows of ``ArchSpace.default()`` (default 256, drawn with a fixed seed) and on
 the a100-80g preset, warm (one untimed call first, so the JIT cache and the graph memo
@@ -44,7 +45,9 @@ def _check(model, archs, out, lb, kw, rows):
         r = step.training_step(
             model, archs[i:i + 1], tensor_parallel=int(rec["tensor_parallel"]),
             pipeline_parallel=int(rec["pipeline_parallel"]),
-            data_parallel=int(rec["data_parallel"]), microbatch=kw["microbatch"],
+            data_parallel=int(rec["data_parallel"]),
+            expert_parallel=int(rec["expert_parallel"]),
+            context_parallel=int(rec["context_parallel"]), microbatch=kw["microbatch"],
             global_batch=kw["global_batch"], recompute=kw["recompute"],
             virtual_stages=int(rec["virtual_stages"]),
             sequence_parallel=bool(rec["sequence_parallel"]),
@@ -88,7 +91,7 @@ def main(argv=None) -> int:
     sample = np.ascontiguousarray(space[np.sort(rng.choice(space.shape[0], args.rows,
                                                            replace=False))])
     a100 = presets.get("a100-80g")
-    print(f"model {model.name}: {args.devices} devices, microbatch {args.microbatch}, "
+    print(f"model {model.name} (sequence {model.seq_len}): {args.devices} devices, microbatch {args.microbatch}, "
           f"recompute {args.recompute}; serial kernels (one core)")
     for B in args.batches:
         kw = dict(devices=args.devices, global_batch=B, microbatch=args.microbatch,
@@ -106,7 +109,8 @@ def main(argv=None) -> int:
             if n == 1:
                 r = out[0]
                 print(f"    plan: t={r['tensor_parallel']} p={r['pipeline_parallel']} "
-                      f"d={r['data_parallel']} v={r['virtual_stages']} zero={r['zero_stage']} "
+                      f"d={r['data_parallel']} ep={r['expert_parallel']} "
+                      f"cp={r['context_parallel']} v={r['virtual_stages']} zero={r['zero_stage']} "
                       f"sp={r['sequence_parallel']} flash={r['flash_attention']} "
                       f"overlap={r['overlap_grad_reduce']}: {r['time_s']:.3f} s/iteration, "
                       f"{r['memory_bytes'] / 2 ** 30:.1f} GiB peak; lower bound {lb[0]:.3f} s")

@@ -48,8 +48,8 @@ PLAN_REASONS = (
     "no plan fits in the HBM capacity",
     "no launchable plan: no tensor-parallel width of the grid divides the heads and fits in a "
     "node, or no pipeline/data-parallel split meets Megatron-LM's rules (L divisible by p, the "
-    "global batch by microbatch·d, t·p·d within the devices, sequence divisible by t under "
-    "sequence parallelism, the interleaving rules)",
+    "global batch by microbatch·d, t·cp·p·d within the devices, sequence divisible by t under "
+    "sequence parallelism, ep dividing the experts and cp·d, the interleaving rules)",
 )
 
 #: One row of :func:`best_plans` (seconds, bytes; memory of the stage with the largest
@@ -57,7 +57,7 @@ PLAN_REASONS = (
 PLAN_DTYPE = np.dtype([
     ("time_s", "f8"), ("feasible", "?"), ("reason", "i8"),
     ("tensor_parallel", "i8"), ("pipeline_parallel", "i8"), ("data_parallel", "i8"),
-    ("virtual_stages", "i8"), ("zero_stage", "i8"), ("sequence_parallel", "?"),
+    ("expert_parallel", "i8"), ("context_parallel", "i8"), ("virtual_stages", "i8"), ("zero_stage", "i8"), ("sequence_parallel", "?"),
     ("flash_attention", "?"), ("overlap_grad_reduce", "?"),
     ("devices_used", "i8"), ("microbatches", "i8"),
     ("memory_bytes", "i8"), ("weights_bytes", "i8"), ("gradients_bytes", "i8"),
@@ -120,71 +120,139 @@ def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
     return sec, index
 
 
+#: Collectives over the expert- and context-parallel groups: priced by the kernels from where
+#: the group's ranks sit (``_step_kernels.layer_times``), not summed with the operators.
+GROUP_COLLECTIVES = ("alltoall_", "ring_kv_exchange")
+
+
 def layer_times_rows(layer, archs, efficiency, rp, node_size, t, fp8_rate=None):
-    """(forward, backward, attention-core forward) seconds of one layer kind, one
-    microbatch, on every row: three (n,) arrays, each a row's sum of its operators (numpy's
-    sum over one contiguous row, the same summation as one row alone). The third is what
-    selective recomputation re-runs (0 with flash attention)."""
+    """(forward, backward, attention-core forward, flash attention forward, flash attention
+    backward) seconds of one layer kind, one microbatch, on every row: five (n,) arrays, the
+    first two each a row's sum of its operators (numpy's sum over one contiguous row, the
+    same summation as one row alone) without the expert-parallel all-to-alls and the
+    context-parallel K/V exchanges (``GROUP_COLLECTIVES``: the kernels price them over the
+    plan's ranks). The third is what selective recomputation re-runs (0 with flash
+    attention); the last two are the fused attention kernels the K/V exchange overlaps."""
     fs, findex = op_seconds_rows(layer.forward, archs, efficiency, rp, node_size, t, fp8_rate)
-    bs, _ = op_seconds_rows(layer.backward, archs, efficiency, rp, node_size, t, fp8_rate)
+    bs, bindex = op_seconds_rows(layer.backward, archs, efficiency, rp, node_size, t, fp8_rate)
+    for sec, g in ((fs, layer.forward), (bs, layer.backward)):
+        for i, name in enumerate(g.names):
+            if name.startswith(GROUP_COLLECTIVES):
+                sec[i] = 0.0
     core = np.zeros(fs.shape[1])
     for n in ATTENTION_CORE:
         if n in findex:
             core = core + fs[findex[n]]
-    return (np.ascontiguousarray(fs.T).sum(axis=1), np.ascontiguousarray(bs.T).sum(axis=1), core)
+    zero = np.zeros(fs.shape[1])
+    flash_f = fs[findex["flash_attn"]].copy() if "flash_attn" in findex else zero
+    flash_b = bs[bindex["flash_attn.bwd"]].copy() if "flash_attn.bwd" in bindex else zero
+    return (np.ascontiguousarray(fs.T).sum(axis=1), np.ascontiguousarray(bs.T).sum(axis=1), core,
+            flash_f, flash_b)
 
 
-def fp8_weight_bytes(layer) -> int:
+def group_collective_bytes(layer):
+    """(bytes of each all-to-all, all-to-alls forward, backward, K/V exchange bytes forward,
+    backward) of one layer kind: ``bytes_in`` of its ``alltoall_*`` and
+    ``ring_kv_exchange*`` operators (one rank's; 0 where there are none)."""
+    a2a = set()
+    counts = [0, 0]
+    ring = [0, 0]
+    for k, g in enumerate((layer.forward, layer.backward)):
+        for i, name in enumerate(g.names):
+            if name.startswith("alltoall_"):
+                a2a.add(int(g.bytes_in[i]))
+                counts[k] += 1
+            elif name.startswith("ring_kv_exchange"):
+                ring[k] += int(g.bytes_in[i])
+    if len(a2a) > 1:
+        raise AssertionError(f"the all-to-alls of one {layer.kind} differ in size: {sorted(a2a)}")
+    return (a2a.pop() if a2a else 0), counts[0], counts[1], ring[0], ring[1]
+
+
+def fp8_weight_bytes(layer, experts=False) -> int:
     """Bytes of Transformer Engine's FP8 weight copies of one layer slice under
     ``dtype="fp8"`` (``precision.MEMORY_BYTES_PER_PARAM["fp8"]["fp8_weight"]`` per weight of
-    the FP8 GEMMs: K·N of each forward linear layer); 0 for a 16-bit graph."""
+    the FP8 GEMMs: K·N of each forward linear layer, times the batch of a grouped expert
+    GEMM), of the routed experts' GEMMs (``experts``) or of the others; 0 for a 16-bit
+    graph."""
     g = layer.forward
     per_param = precision.MEMORY_BYTES_PER_PARAM[g.dtype]["fp8_weight"]
     if not per_param:
         return 0
-    n = sum(int(g.dims[i, 2]) * int(g.dims[i, 3]) for i, name in enumerate(g.names)
-            if precision.is_fp8_gemm(name))
+    n = sum(int(g.dims[i, 0]) * int(g.dims[i, 2]) * int(g.dims[i, 3])
+            for i, name in enumerate(g.names)
+            if precision.is_fp8_gemm(name) and name.startswith("expert_") == experts)
     return per_param * n
 
 
+def moe_prefix(m_spec) -> np.ndarray:
+    """(L + 1,) int64: MoE layers among layers 0..i−1 (all zeros for a dense model)."""
+    flags = np.zeros(m_spec.n_layers, dtype=np.int64)
+    flags[list(m_spec.moe_layer_ids)] = 1
+    return np.concatenate([[0], np.cumsum(flags)]).astype(np.int64)
+
+
 def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_rate=None):
-    """The layer times (n, N_LT) and sizes (N_VI,) of one (t, sequence parallel, flash)
-    graph variant ``mg`` under ``recompute`` (``fp8_rate``: the rows' fp8 multiplier for an
-    fp8 graph, as ``cost.op_latencies`` takes it)."""
+    """The layer times (n, N_LT) and sizes (N_VI,) of one (t, sequence parallel, flash, cp,
+    ep) graph variant ``mg`` under ``recompute`` (``fp8_rate``: the rows' fp8 multiplier for
+    an fp8 graph, as ``cost.op_latencies`` takes it). ``mg.layers`` may hold any runs of
+    'block' and 'moe_block'; a kind the model lacks has zero times and sizes."""
     t = mg.tensor_parallel
-    emb, block, head = mg.layers
-    e = block.forward.bytes_per_element
+    cp = mg.context_parallel
+    kinds = mg.kinds()
+    emb, head = kinds["embedding"], kinds["head"]
+    block, moe = kinds.get("block"), kinds.get("moe_block")
+    e = head.forward.bytes_per_element
     ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
-    lt = np.empty((archs.shape[0], kern.N_LT))
-    for L, (f_slot, b_slot) in ((emb, (kern.LT_EMB_F, kern.LT_EMB_B)),
-                                (block, (kern.LT_BLK_F, kern.LT_BLK_B)),
-                                (head, (kern.LT_HEAD_F, kern.LT_HEAD_B))):
-        f, b, core = layer_times_rows(L, archs, efficiency, rp, ns, t, fp8_rate)
-        lt[:, f_slot] = f
-        lt[:, b_slot] = b
-        if L is block:
-            lt[:, kern.LT_BLK_CORE] = core
-    act_bytes = e * mg.microbatch * m_spec.seq_len * m_spec.hidden
+    lt = np.zeros((archs.shape[0], kern.N_LT))
+    ints = np.zeros(kern.N_VI, dtype=np.int64)
+    flash_set = False
+    ws = 0
+    for L, slots in ((emb, (kern.LT_EMB_F, kern.LT_EMB_B, None)),
+                     (block, (kern.LT_BLK_F, kern.LT_BLK_B, kern.LT_BLK_CORE)),
+                     (moe, (kern.LT_MOE_F, kern.LT_MOE_B, kern.LT_MOE_CORE)),
+                     (head, (kern.LT_HEAD_F, kern.LT_HEAD_B, None))):
+        if L is None:
+            continue
+        f, b, core, flash_f, flash_b = layer_times_rows(L, archs, efficiency, rp, ns, t, fp8_rate)
+        lt[:, slots[0]] = f
+        lt[:, slots[1]] = b
+        if slots[2] is None:
+            continue
+        lt[:, slots[2]] = core
+        if not flash_set:   # the attention half is one definition for both block kinds
+            lt[:, kern.LT_FLASH_F], lt[:, kern.LT_FLASH_B] = flash_f, flash_b
+            flash_set = True
+        a2a, n_f, n_b, ring_f, ring_b = group_collective_bytes(L)
+        ints[kern.VI_RING_F], ints[kern.VI_RING_B] = ring_f, ring_b
+        if L is moe:
+            ints[kern.VI_A2A_BYTES], ints[kern.VI_A2A_F_N], ints[kern.VI_A2A_B_N] = a2a, n_f, n_b
+        if recompute == "full":
+            ws = max(ws, L.stash("none"))            # one layer's recomputed activations
+        elif recompute == "selective":
+            ws = max(ws, L.stash("none") - L.stash("selective"))   # its attention core
+    act_bytes = e * mg.microbatch * (m_spec.seq_len // cp) * m_spec.hidden
     for slot, inter in ((kern.LT_SEND_IN, False), (kern.LT_SEND_NET, True)):
         lt[:, slot] = cost.p2p_seconds(act_bytes / t, archs, inter_node=inter, model="calibrated",
                                        efficiency=eff_rows)[0]
-    ints = np.empty(kern.N_VI, dtype=np.int64)
     ints[kern.VI_EMB_PB] = emb.param_bytes
-    ints[kern.VI_BLK_PB] = block.param_bytes
     ints[kern.VI_HEAD_PB] = head.param_bytes
     ints[kern.VI_E] = e
     ints[kern.VI_ACT] = act_bytes
     ints[kern.VI_WORD] = -(-m_spec.vocab // t) * m_spec.embed_width
-    ints[kern.VI_BLK_STASH] = block.stash(recompute)
     ints[kern.VI_EMB_STASH] = emb.stash_bytes
     ints[kern.VI_HEAD_STASH] = head.stash_bytes
-    ws = 0
-    if recompute == "full":
-        ws = block.stash("none")           # one layer's recomputed activations
-    elif recompute == "selective":
-        ws = block.stash("none") - block.stash("selective")   # its attention core
     ints[kern.VI_WS] = ws
-    ints[kern.VI_BLK_FP8_W] = fp8_weight_bytes(block)
+    if block is not None:
+        ints[kern.VI_BLK_PB] = block.param_bytes
+        ints[kern.VI_BLK_STASH] = block.stash(recompute)
+        ints[kern.VI_BLK_FP8_W] = fp8_weight_bytes(block)
+    if moe is not None:
+        ints[kern.VI_MOE_PB] = moe.param_bytes
+        ints[kern.VI_MOE_EXP_PB] = moe.expert_param_bytes
+        ints[kern.VI_MOE_STASH] = moe.stash(recompute)
+        ints[kern.VI_MOE_FP8_W] = fp8_weight_bytes(moe)
+        ints[kern.VI_MOE_EXP_FP8_W] = fp8_weight_bytes(moe, experts=True)
     return lt, ints
 
 
@@ -222,8 +290,8 @@ def _common(model, archs, devices, global_batch, microbatch, recompute, efficien
     from ._validate import positive_int
 
     m_spec = models.resolve(model)
-    if m_spec.graph_refusal:
-        raise ValueError(m_spec.graph_refusal)
+    if m_spec.op_graph_refusal:
+        raise ValueError(m_spec.op_graph_refusal)
     archs = _validate_archs(archs)
     n_dev = positive_int("devices", devices)
     B = positive_int("global_batch", global_batch)
@@ -234,23 +302,73 @@ def _common(model, archs, devices, global_batch, microbatch, recompute, efficien
     return m_spec, archs, n_dev, B, b, eff_rows
 
 
-def _variants(m_spec, b, widths, sps, flashes, dtype="bf16"):
-    """(t, sequence parallel (effective), flash, ModelGraph) in loop order: t as given, then
-    sequence parallelism, then flash; SP once (off) at t = 1, skipped when s % t."""
+#: The context-parallel widths ``context_parallel=None`` tries (then kept where the
+#: sequence allows them, :func:`context_parallel_grid`).
+CONTEXT_PARALLEL_ALL = (1, 2, 4, 8, 16, 32)
+#: Fewest tokens per load-balanced chunk (s/(2·cp)) for ``context_parallel=None``.
+MIN_CP_CHUNK_TOKENS = 512
+
+
+def expert_parallel_grid(m_spec, values=None) -> list:
+    """The expert-parallel widths to search: ``None`` → every divisor of ``n_experts``
+    ((1,) for a dense model); else the given values (each ≥ 1; a value that does not
+    divide n_experts, or > 1 on a dense model, is refused in one sentence)."""
+    if values is None:
+        n = m_spec.n_experts
+        return [e for e in range(1, n + 1) if n % e == 0] if n else [1]
+    out = _int_grid("expert_parallel", values, 1)
+    for e in out:
+        if not m_spec.is_moe and e != 1:
+            raise ValueError(f"expert_parallel must be 1 for {m_spec.name}, which has no experts "
+                             f"(n_experts = 0); got {e}")
+        if m_spec.is_moe and m_spec.n_experts % e:
+            raise ValueError(f"expert_parallel must divide n_experts ({m_spec.n_experts}) of "
+                             f"{m_spec.name}; got {e}")
+    return out
+
+
+def context_parallel_grid(m_spec, values=None) -> list:
+    """The context-parallel widths to search: ``None`` → those of
+    :data:`CONTEXT_PARALLEL_ALL` whose load-balanced chunks s/(2·cp) (s/cp for an encoder)
+    are whole and hold at least :data:`MIN_CP_CHUNK_TOKENS` tokens (1 always); else the
+    given values (each ≥ 1; plans whose sequence they do not divide are skipped)."""
+    chunks = 2 if m_spec.causal else 1
+    if values is None:
+        return [c for c in CONTEXT_PARALLEL_ALL
+                if c == 1 or (m_spec.seq_len % (chunks * c) == 0
+                              and m_spec.seq_len // (chunks * c) >= MIN_CP_CHUNK_TOKENS)]
+    return _int_grid("context_parallel", values, 1)
+
+
+def _variants(m_spec, b, widths, sps, flashes, dtype="bf16", cps=(1,), eps=(1,),
+              capacity_factor=None):
+    """(t, sequence parallel (effective), flash, cp, ep, ModelGraph) in loop order: t as
+    given, then sequence parallelism, then flash, then cp, then ep (grid orders); SP once
+    (off) at t = 1, skipped when (s/cp) % t; a mixture of experts at t > 1 only with SP
+    (Megatron-Core's rule); cp > 1 only with flash attention and s divisible by 2·cp
+    (cp for an encoder)."""
     out = []
+    chunks = 2 if m_spec.causal else 1
     for t in widths:
         if not m_spec.valid_tensor_parallel(t):
             continue
         seen = []
         for sp in sps:
             eff_sp = sp and t > 1
-            if eff_sp in seen or (eff_sp and m_spec.seq_len % t):
+            if eff_sp in seen or (m_spec.is_moe and t > 1 and not eff_sp):
                 continue
             seen.append(eff_sp)
             for flash in flashes:
-                out.append((t, eff_sp, flash, graph.build_layers(
-                    m_spec, b, t, sequence_parallel=eff_sp, flash_attention=flash,
-                    kernels="megatron", dtype=dtype)))
+                for cp in cps:
+                    if cp > 1 and (not flash or m_spec.seq_len % (chunks * cp)):
+                        continue
+                    if eff_sp and (m_spec.seq_len // cp) % t:
+                        continue
+                    for ep in eps:
+                        out.append((t, eff_sp, flash, cp, ep, graph.build_layers(
+                            m_spec, b, t, sequence_parallel=eff_sp, flash_attention=flash,
+                            kernels="megatron", dtype=dtype, expert_parallel=ep,
+                            context_parallel=cp, capacity_factor=capacity_factor)))
     return out
 
 
@@ -258,40 +376,48 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                hbm_bytes=None, tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
                flash_attention=(False, True), virtual_stages=None, zero_stage=(0, 1, 2, 3),
                overlap_grad_reduce=(False, True), precision="bf16", efficiency=None,
-               fp8_rate=None, launchable=True):
+               fp8_rate=None, launchable=True, expert_parallel=None, context_parallel=None,
+               capacity_factor=None):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
-    ``model``: ModelSpec or zoo name; ``archs``: ARCH_DTYPE rows (n,); ``devices``: chips
-    available (a plan uses t·p·d ≤ devices of them); ``global_batch`` B and ``microbatch``
-    b (samples, one value each); ``recompute``: one mode, "none" | "selective" | "full";
-    ``hbm_bytes``: None (each row's ``hbm_gib``·2³⁰) or a capacity in bytes, one for all
-    rows or an array (n,); the grids ``tensor_parallel`` (widths t), ``sequence_parallel``,
-    ``flash_attention``, ``zero_stage`` (0–3), ``overlap_grad_reduce`` (booleans) and
-    ``virtual_stages`` (v values, or None: every v Megatron allows); ``precision`` "bf16" |
-    "fp16" | "fp8" (the graphs' ``dtype``; fp8: ``fp8_rate``, the rows' fp8 tensor-rate
-    multiplier as ``cost.op_latencies`` takes it — None: the template's; a row with 0 is
-    refused there); ``efficiency``: None (``efficiency.for_rows(archs)``), a set's name, an
-    Efficiency or an EFFICIENCY_DTYPE array with one set per row. ``launchable`` (default):
-    only plans a trainer can launch — no ZeRO stage 2–3 with pipeline parallelism
-    (Megatron-LM has ZeRO 0–1; DeepSpeed refuses 2–3 with a pipeline); False also prices
-    those what-if plans.
+    ``model``: ModelSpec or zoo name (dense or mixture of experts); ``archs``: ARCH_DTYPE
+    rows (n,); ``devices``: chips available (a plan uses t·cp·p·d ≤ devices of them);
+    ``global_batch`` B and ``microbatch`` b (samples, one value each); ``recompute``: one
+    mode, "none" | "selective" | "full"; ``hbm_bytes``: None (each row's ``hbm_gib``·2³⁰)
+    or a capacity in bytes, one for all rows or an array (n,); the grids
+    ``tensor_parallel`` (widths t), ``sequence_parallel``, ``flash_attention``,
+    ``zero_stage`` (0–3), ``overlap_grad_reduce`` (booleans), ``virtual_stages`` (v values,
+    or None: every v Megatron allows), ``expert_parallel`` (ep values, or None: every
+    divisor of n_experts; (1,) for a dense model) and ``context_parallel`` (cp values, or
+    None: :func:`context_parallel_grid`); ``capacity_factor``: None (balanced routing) or
+    the MoE expert capacity factor (one value); ``precision`` "bf16" | "fp16" | "fp8" (the
+    graphs' ``dtype``; fp8: ``fp8_rate``, the rows' fp8 tensor-rate multiplier as
+    ``cost.op_latencies`` takes it — None: the template's; a row with 0 is refused
+    there); ``efficiency``: None (``efficiency.for_rows(archs)``), a set's name, an
+    Efficiency or an EFFICIENCY_DTYPE array with one set per row. ``launchable``
+    (default): only plans a trainer can launch — no ZeRO stage 2–3 with pipeline or
+    context parallelism (Megatron-LM has ZeRO 0–1; DeepSpeed refuses 2–3 with a pipeline
+    and has no ring attention); False also prices those what-if plans.
 
     Plans (as ``training_step`` and ``phaze.launch`` accept them): t of the grid that the
-    model allows and that fits in the row's node; p dividing n_layers; d with t·p·d ≤
-    devices and B divisible by b·d; v = 1, and v > 1 when p ≥ 2, L divisible by p·v and
-    m = B/(b·d) divisible by p; sequence parallelism only at t > 1 with seq_len divisible
-    by t (at t = 1 "on" is the same plan as "off", evaluated once and recorded False);
-    ZeRO 0–3 (at d = 1 every stage is the same plan: only the grid's first is evaluated).
-    Feasible: every stage's memory ≤ the capacity. When both overlap_grad_reduce values are
-    in the grid only True is evaluated: it is never slower (each exposed reduction is
-    max(0, x − backward) ≤ x in floating point too) and holds the same memory.
+    model allows and that fits in the row's node; p dividing n_layers; d with
+    t·cp·p·d ≤ devices and B divisible by b·d; ep dividing cp·d; cp > 1 only with flash
+    attention and the sequence divisible by 2·cp; v = 1, and v > 1 when p ≥ 2, L divisible
+    by p·v and m = B/(b·d) divisible by p; sequence parallelism only at t > 1 with
+    seq_len/cp divisible by t (at t = 1 "on" is the same plan as "off", evaluated once and
+    recorded False), and always at t > 1 for a mixture of experts; ZeRO 0–3 (at cp·d = 1
+    every stage is the same plan: only the grid's first is evaluated). Feasible: every
+    stage's memory ≤ the capacity. When both overlap_grad_reduce values are in the grid
+    only True is evaluated: it is never slower (each exposed reduction is max(0, x −
+    backward) ≤ x in floating point too) and holds the same memory.
 
     Returns a PLAN_DTYPE array (n,): per row the feasible plan of least ``time_s`` (inf,
     ``feasible`` False and a ``reason`` index into PLAN_REASONS when there is none). Ties
     go to the first plan in the loop order t (grid order), sequence parallelism, flash
-    (grid order), p (ascending), d (ascending), v (ascending), ZeRO stage (grid order),
-    overlap_grad_reduce. Time and breakdown equal ``training_step`` at the returned plan.
+    (grid order), cp (grid order), ep (grid order), p (ascending), d (ascending), v
+    (ascending), ZeRO stage (grid order), overlap_grad_reduce. Time and breakdown equal
+    ``training_step`` at the returned plan.
 
     Exact branch and bound: a plan is fully priced only when its lower bound
     (m + (p − 1)/v) · max over stages of (forward + backward + recomputation) does not
@@ -310,6 +436,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
     ogrs = [True] if True in ogrs else [False]
     vs_grid = None if virtual_stages is None else sorted(_int_grid("virtual_stages", virtual_stages, 1))
+    eps = expert_parallel_grid(m_spec, expert_parallel)
+    cps = context_parallel_grid(m_spec, context_parallel)
     if hbm_bytes is None:
         cap = np.floor(archs["hbm_gib"].astype(np.float64) * 2 ** 30)
     else:
@@ -321,39 +449,51 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
 
     rp = row_params(archs, eff_rows)
     ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
-    variants = _variants(m_spec, b, widths, sps, flashes, precision)
+    variants = _variants(m_spec, b, widths, sps, flashes, precision, cps, eps, capacity_factor)
     nv = len(variants)
     LT = np.empty((max(nv, 1), n, kern.N_LT))
     VI = np.zeros((max(nv, 1), kern.N_VI), dtype=np.int64)
     var_t = np.ones(max(nv, 1), dtype=np.int64)
+    var_cp = np.ones(max(nv, 1), dtype=np.int64)
+    var_ep = np.ones(max(nv, 1), dtype=np.int64)
+    var_g = np.zeros(max(nv, 1), dtype=np.int64)
     var_sp = np.zeros(max(nv, 1), dtype=np.bool_)
     var_ok = np.zeros((max(nv, 1), n), dtype=np.bool_)
-    for k, (t, sp, flash, mg) in enumerate(variants):
+    groups = []
+    for k, (t, sp, flash, cp, ep, mg) in enumerate(variants):
         LT[k], VI[k] = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute,
                                       fp8_rate)
-        var_t[k], var_sp[k] = t, sp
+        var_t[k], var_sp[k], var_cp[k], var_ep[k] = t, sp, cp, ep
+        if (t, cp, ep) not in groups:
+            groups.append((t, cp, ep))
+        var_g[k] = groups.index((t, cp, ep))
         var_ok[k] = t <= ns
+    grp = np.array(groups or [(1, 1, 1)], dtype=np.int64).reshape(-1, 3)
 
     L = m_spec.n_layers
+    prefix = moe_prefix(m_spec)
     ps = [p for p in range(1, L + 1) if L % p == 0]
     ds = [d for d in range(1, n_dev + 1) if B % (b * d) == 0]
-    plans = kern.enumerate_plans(var_t, np.int64(nv), np.array(ps, dtype=np.int64),
-                                  np.array(ds, dtype=np.int64), n_dev, B, b, L,
-                                  np.array(vs_grid or [0], dtype=np.int64), vs_grid is None,
-                                  np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.bool_),
-                                  bool(launchable))
+    plans = kern.enumerate_plans(var_g, np.int64(nv), np.ascontiguousarray(grp[:, 0]),
+                                  np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
+                                  np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64),
+                                  n_dev, B, b, L, np.array(vs_grid or [0], dtype=np.int64),
+                                  vs_grid is None, np.array(zeros, dtype=np.int64),
+                                  np.array(ogrs, dtype=np.bool_), bool(launchable))
     (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo,
-     geo_t, geo_p, geo_d) = plans
+     geo_t, geo_cp, geo_ep, geo_p, geo_d) = plans
     ns_values, row_nsi = np.unique(ns, return_inverse=True)
     row_nsi = np.ascontiguousarray(row_nsi.reshape(-1), dtype=np.int64)
-    geo = kern.build_geometry(geo_t, geo_p, geo_d, ns_values.astype(np.int64), n_dev)
-    plan_peak = kern.plan_memory(plan_var, plan_p, plan_d, plan_v, plan_zero, plan_m, VI, L)
+    geo = kern.build_geometry(geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values.astype(np.int64),
+                              n_dev)
+    plan_peak = kern.plan_memory(plan_var, plan_p, plan_d, plan_v, plan_zero, plan_m, var_cp,
+                                 var_ep, VI, L, prefix)
     opt_bytes = OPTIMIZER_BYTES_PER_PARAM[precision]
     best_idx = np.full(n, -1, dtype=np.int64)
     best_bd = np.zeros((n, kern.N_BD))
     kern.search_rows(plan_var, plan_geo, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m,
-                      plan_peak, var_t, var_sp, VI, var_ok, LT, rp, cap, row_nsi, *geo, L,
-                      RECOMPUTE_CODES[recompute], float(opt_bytes),
+                      plan_peak, var_t, var_sp, var_cp, var_ep, VI, var_ok, LT, rp, cap, row_nsi,
+                      *geo, L, prefix, RECOMPUTE_CODES[recompute], float(opt_bytes),
                       float(OPTIMIZER_KERNELS[precision]), 2 if precision == "fp16" else 1,
                       best_idx, best_bd)
 
@@ -366,18 +506,19 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
             out["reason"][row] = 1 if launchable else 2
             continue
         vi, p, d, v, zero = plan_var[k], plan_p[k], plan_d[k], plan_v[k], plan_zero[k]
-        t, sp, flash, _ = variants[vi]
+        t, sp, flash, cp, ep, _ = variants[vi]
         mem = np.zeros(kern.N_MEM, dtype=np.int64)
-        peak = kern.peak_stage_memory(p, v, plan_m[k], d, L, zero, VI[vi], mem)
+        peak = kern.peak_stage_memory(p, v, plan_m[k], d, cp, ep, L, zero, VI[vi], prefix, mem)
         bd = best_bd[row]
         rec = out[row]
         rec["time_s"] = bd[kern.BD_TOTAL]
         rec["feasible"] = True
         rec["tensor_parallel"], rec["pipeline_parallel"], rec["data_parallel"] = t, p, d
+        rec["expert_parallel"], rec["context_parallel"] = ep, cp
         rec["virtual_stages"], rec["zero_stage"] = v, zero
         rec["sequence_parallel"], rec["flash_attention"] = sp, flash
         rec["overlap_grad_reduce"] = plan_ogr[k]
-        rec["devices_used"], rec["microbatches"] = t * p * d, plan_m[k]
+        rec["devices_used"], rec["microbatches"] = t * cp * p * d, plan_m[k]
         rec["memory_bytes"] = peak
         rec["weights_bytes"] = mem[kern.MEM_WEIGHTS]
         rec["gradients_bytes"] = mem[kern.MEM_GRADS]
@@ -394,39 +535,48 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
 def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recompute,
                       tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
                       flash_attention=(False, True), efficiency=None, precision="bf16",
-                      fp8_rate=None):
+                      fp8_rate=None, expert_parallel=None, context_parallel=None,
+                      capacity_factor=None):
     """A lower bound (seconds, (n,)) of :func:`best_plans`' ``time_s`` per row, for any
     pipeline/data split, virtual stages, ZeRO stage and overlap in those grids (inf where
-    no tensor-parallel width of the grid is allowed on the row).
+    no tensor-parallel width of the grid is allowed on the row); the ``expert_parallel``,
+    ``context_parallel`` grids and ``capacity_factor`` as :func:`best_plans` takes them.
 
     Any plan's pipeline time is at least m·slot ≥ m · (one microbatch's forward, backward
-    and recomputation through all stages)/p, with m = B/(b·d) and t·p·d ≤ devices: so
-    ≥ B·t·W_t / (b·devices), W_t the whole model's per-microbatch work at width t. The
-    bound is that, minimised over t and the (sequence parallel, flash) variants, times
-    (1 − 10⁻¹²) against rounding; bubbles, transfers, reductions and the optimizer are left
-    out. Costs one pass of the layer pricing, no plan enumeration.
+    and recomputation through all stages)/p, with m = B/(b·d) and t·cp·p·d ≤ devices: so
+    ≥ B·t·cp·W / (b·devices), W the whole model's per-microbatch work of the (t, SP, flash,
+    cp, ep) variant (its operators alone: the all-to-alls and the K/V exchanges' excess are
+    left out). The bound is that, minimised over the variants, times (1 − 10⁻¹²) against
+    rounding; bubbles, transfers, reductions and the optimizer are left out. Costs one
+    pass of the layer pricing, no plan enumeration.
     """
     m_spec, archs, n_dev, B, b, eff_rows = _common(model, archs, devices, global_batch,
                                                    microbatch, recompute, efficiency)
     widths = _int_grid("tensor_parallel", tensor_parallel, 1)
+    eps = expert_parallel_grid(m_spec, expert_parallel)
+    cps = context_parallel_grid(m_spec, context_parallel)
     rp = row_params(archs, eff_rows)
     ns = np.asarray(archs["node_size"])
     L = m_spec.n_layers
+    n_moe = len(m_spec.moe_layer_ids)
     best = np.full(archs.shape[0], np.inf)
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
         raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
                          f"got {precision!r}")
-    for t, _, _, mg in _variants(m_spec, b, widths, _bool_grid("sequence_parallel", sequence_parallel),
-                                 _bool_grid("flash_attention", flash_attention), precision):
-        if not any(B % (b * d) == 0 for d in range(1, n_dev // t + 1)):
+    for t, _, _, cp, ep, mg in _variants(
+            m_spec, b, widths, _bool_grid("sequence_parallel", sequence_parallel),
+            _bool_grid("flash_attention", flash_attention), precision, cps, eps, capacity_factor):
+        if not any(B % (b * d) == 0 and (cp * d) % ep == 0
+                   for d in range(1, n_dev // (t * cp) + 1)):
             continue
         lt, _ = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute, fp8_rate)
         work = (lt[:, kern.LT_EMB_F] + lt[:, kern.LT_EMB_B] + lt[:, kern.LT_HEAD_F]
-                + lt[:, kern.LT_HEAD_B] + L * (lt[:, kern.LT_BLK_F] + lt[:, kern.LT_BLK_B]))
+                + lt[:, kern.LT_HEAD_B] + (L - n_moe) * (lt[:, kern.LT_BLK_F] + lt[:, kern.LT_BLK_B])
+                + n_moe * (lt[:, kern.LT_MOE_F] + lt[:, kern.LT_MOE_B]))
         if recompute == "full":
-            work = work + L * lt[:, kern.LT_BLK_F]
+            work = work + (L - n_moe) * lt[:, kern.LT_BLK_F] + n_moe * lt[:, kern.LT_MOE_F]
         elif recompute == "selective":
-            work = work + L * lt[:, kern.LT_BLK_CORE]
-        bound = B * t * work / (b * n_dev) * (1.0 - 1e-12)
+            work = work + (L - n_moe) * lt[:, kern.LT_BLK_CORE] + n_moe * lt[:, kern.LT_MOE_CORE]
+        bound = B * t * cp * work / (b * n_dev) * (1.0 - 1e-12)
         best = np.where(ns >= t, np.minimum(best, bound), best)
     return best

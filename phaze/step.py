@@ -133,13 +133,54 @@ Strategy knobs (issue 14; fixed plans here, searched over by ``best_plans``)
   of one microbatch on that stage: exposed = max(0, reduction − backward_r). The
   parameter all-gather after the optimizer stays exposed.
 
+Expert and context parallelism (issue 15; ``expert_parallel`` ep, ``context_parallel`` cp)
+-----------------------------------------------------------------------------------------
+- Layers: ``graph.build_layers``' runs in chain order — dense 'block' and
+  mixture-of-experts 'moe_block' runs of any lengths. The L transformer layers still
+  split evenly over p (and p·v chunks); a stage's layer ids decide how many dense and
+  MoE blocks it holds, and so its forward, backward, recomputation, parameters and
+  stash; the slowest stage sets the slot. With interleaving each chunk-microbatch in
+  flight is counted at the device's heaviest chunk (exact when its chunks are alike).
+- Rank layout (Megatron-Core's ``RankGenerator``, ``megatron.core.parallel_state``,
+  https://docs.nvidia.com/megatron-core/developer-guide/latest/apidocs/core/core.parallel_state.html;
+  default order "tp-cp-ep-dp-pp", the dense layers generated with ep = 1 and the experts
+  with cp = 1): dense layers tensor fastest, then context, then data, then pipeline —
+  global rank = r·(t·cp·d) + (j·cp + k)·t + i for stage r, data index j, context index
+  k, tensor index i (the layout above with d replaced by the cp·d context × data ranks,
+  which is how every stage boundary and the embedding and model-parallel groups are
+  placed); experts with expert-tensor-parallel = t (Megatron-Core's default), then ep,
+  then the expert-data-parallel index: the cp·d ranks of one tensor index of a stage
+  are regrouped as ep × (cp·d/ep), so an EP group is ep ranks of stride t inside each
+  block of t·ep consecutive ranks and an expert-data-parallel group cp·d/ep ranks of
+  stride t·ep. The CP ring: cp ranks of stride t inside each block of t·cp. Rules: ep
+  divides n_experts and cp·d (ETP × EP × EDP = TP × CP × DP); cp needs flash attention
+  and the sequence divisible by 2·cp (cp for an encoder); t·cp·p·d devices; the global
+  batch divisible by microbatch·d (CP splits the sequence, not the batch).
+- Collectives over those groups are priced here from where their ranks sit (the worst
+  group of each stage; the graphs' own ``alltoall_*`` and ``ring_kv_exchange*`` prices,
+  which know only the group size, are left out of the layer sums): each all-to-all as one
+  ring pass over the ep ranks, α + (ep−1)/ep · bytes/(η·BW) (its ``bytes_in``: the
+  tokens one rank dispatches; in-node link when the group sits in one node, else the
+  network with its node-crossing steps); the K/V exchange as cp − 1 point-to-point steps
+  delivering its ``bytes_in`` to every rank, α + bytes/(η·BW) on the ring's tier. The
+  graph gives the exchange no edge to the flash-attention kernel (they run
+  concurrently), so a layer is charged max(0, exchange − flash attention) on top of its
+  operators, forward and backward.
+- Gradient sync and ZeRO: the dense parameters' fp32 gradients are reduced (ZeRO: their
+  state sharded) over the cp·d ranks of stride t, the routed experts' (``expert_param_bytes``)
+  over their cp·d/ep expert-data-parallel ranks, one collective after the other; ZeRO
+  applies when that group has more than one rank. The optimizer updates the local
+  shards of both. Memory: each rank holds n_experts/ep routed experts (already in the
+  graphs' parameter bytes) and s/cp tokens of every stash and boundary tensor.
+- Trainers: DeepSpeed has no ring attention, so a cp > 1 plan is Megatron-LM's (ZeRO 0–1).
+
 The plan search (:func:`best_plans`)
 ------------------------------------
 Per row, every Megatron-launchable plan of the grids (``best_plans`` docstring) whose
 peak stage memory fits; exact branch and bound on the lower bound (m + (p − 1)/v) ·
 max_r(f_r + b_r + recomputation_r) of the pipeline time. Layer times are priced once per
 (t, sequence parallel, flash) variant for all rows (one ``op_latencies`` call per
-operator graph), the rank-layout geometry once per (t, p, d, node size), the memory once
+operator graph), the rank-layout geometry once per (t, cp, ep, p, d, node size), the memory once
 per plan (it does not depend on the row, only the capacity it is held against).
 """
 from __future__ import annotations
@@ -372,14 +413,14 @@ def _not(status, reason, plan):
                       plan=plan)
 
 
-def _trainers(p, v, zero):
+def _trainers(p, v, zero, cp=1):
     """Which trainers can launch a plan: Megatron-LM (ZeRO 0, or 1 as its distributed
-    optimizer; any p, v), DeepSpeed (ZeRO 0–3, but stages 2–3 refuse pipeline
-    parallelism, and it has no interleaved schedule)."""
+    optimizer; any p, v, cp), DeepSpeed (ZeRO 0–3, but stages 2–3 refuse pipeline
+    parallelism, and it has neither the interleaved schedule nor ring attention)."""
     out = []
     if zero <= 1:
         out.append("megatron-lm")
-    if v == 1 and (zero <= 1 or p == 1):
+    if v == 1 and cp == 1 and (zero <= 1 or p == 1):
         out.append("deepspeed")
     return tuple(out)
 
@@ -389,24 +430,32 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
                   recompute: str = "full", virtual_stages: int = 1,
                   sequence_parallel: bool = False, precision: str = "bf16",
                   flash_attention: bool = False, zero_stage: int = 0,
-                  overlap_grad_reduce: bool = False, efficiency=None) -> StepResult:
+                  overlap_grad_reduce: bool = False, efficiency=None,
+                  expert_parallel: int = 1, context_parallel: int = 1,
+                  capacity_factor=None) -> StepResult:
     """One iteration of a fixed Megatron-LM plan on one architecture (module docstring).
 
-    ``model``: zoo name or ``ModelSpec``; ``arch``: preset name or one ``ARCH_DTYPE`` row;
-    t, p, d, ``microbatch`` b (samples) and ``global_batch`` B (samples; B divisible by
-    b·d); ``recompute`` "none" | "selective" | "full"; ``virtual_stages`` v (interleaved
-    1F1B when > 1); ``sequence_parallel``; ``flash_attention``; ``zero_stage`` 0–3;
-    ``overlap_grad_reduce`` (module docstring, "Strategy knobs"); ``precision`` "bf16" |
-    "fp16" | "fp8" (the graphs' datatype, ``phaze.precision``: fp16 adds the loss-scaler's
-    unscale pass to the optimizer, sheet §5.2; fp8 runs the linear layers' GEMMs at the
-    chip's fp8 rate and holds Transformer Engine's FP8 weight copies, 2 B per GEMM weight;
-    a chip without fp8 tensor cores is refused);
-    ``efficiency``: the calibrated parameter set (None: the preset's own for a preset
-    name, ``efficiency.for_rows`` for a row).
+    ``model``: zoo name or ``ModelSpec`` (dense or mixture of experts); ``arch``: preset
+    name or one ``ARCH_DTYPE`` row; t, p, d, ``microbatch`` b (samples) and
+    ``global_batch`` B (samples; B divisible by b·d); ``recompute`` "none" | "selective" |
+    "full"; ``virtual_stages`` v (interleaved 1F1B when > 1); ``sequence_parallel``;
+    ``flash_attention``; ``zero_stage`` 0–3; ``overlap_grad_reduce`` (module docstring,
+    "Strategy knobs"); ``expert_parallel`` ep (a mixture of experts: dividing n_experts
+    and cp·d; 1 for a dense model); ``context_parallel`` cp (ring attention: flash
+    attention on, the sequence divisible by 2·cp; uses t·cp·p·d devices);
+    ``capacity_factor`` (MoE: None = balanced routing, or Megatron-Core's expert
+    capacity factor); ``precision`` "bf16" | "fp16" | "fp8" (the graphs' datatype,
+    ``phaze.precision``: fp16 adds the loss-scaler's unscale pass to the optimizer, sheet
+    §5.2; fp8 runs the linear layers' GEMMs at the chip's fp8 rate and holds Transformer
+    Engine's FP8 weight copies, 2 B per GEMM weight; a chip without fp8 tensor cores is
+    refused); ``efficiency``: the calibrated parameter set (None: the preset's own for a
+    preset name, ``efficiency.for_rows`` for a row).
 
-    Returns a :class:`StepResult`; bad arguments raise ``ValueError``.
+    Returns a :class:`StepResult` (a plan the rules forbid — ep not dividing n_experts or
+    cp·d, cp without flash attention, ... — is "infeasible" with a one-sentence reason);
+    bad arguments raise ``ValueError``.
     """
-    from ._validate import positive_int
+    from ._validate import positive_float, positive_int
 
     m_spec = models.resolve(model)
     t = positive_int("tensor_parallel", tensor_parallel)
@@ -415,6 +464,13 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     b = positive_int("microbatch", microbatch)
     B = positive_int("global_batch", global_batch)
     v = positive_int("virtual_stages", virtual_stages)
+    ep = positive_int("expert_parallel", expert_parallel)
+    cp = positive_int("context_parallel", context_parallel)
+    if capacity_factor is not None:
+        capacity_factor = positive_float("capacity_factor", capacity_factor)
+    if not m_spec.is_moe and (ep != 1 or capacity_factor is not None):
+        what = "expert_parallel must be 1" if ep != 1 else "capacity_factor must be None"
+        raise ValueError(f"{what} for {m_spec.name}, which has no experts (n_experts = 0)")
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
@@ -432,11 +488,12 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     sp = bool(sequence_parallel) and t > 1
     flash = bool(flash_attention)
     plan = dict(model=m_spec.name, tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
+                expert_parallel=ep, context_parallel=cp, capacity_factor=capacity_factor,
                 microbatch=b, global_batch=B, recompute=recompute, virtual_stages=v,
                 sequence_parallel=bool(sequence_parallel), precision=precision,
                 flash_attention=flash, zero_stage=zero,
                 overlap_grad_reduce=bool(overlap_grad_reduce), sequence_parallel_effective=sp,
-                trainers=_trainers(p, v, zero))
+                trainers=_trainers(p, v, zero, cp))
 
     if B % (b * d):
         return _not("infeasible", f"global batch {B} is not a multiple of microbatch × data "
@@ -447,8 +504,26 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     if t > int(row["node_size"][0]):
         return _not("not_modelled", f"not modelled yet: tensor parallel {t} wider than a node "
                                     f"({int(row['node_size'][0])})", plan)
+    if m_spec.is_moe and m_spec.n_experts % ep:
+        return _not("infeasible", f"expert parallel {ep} does not divide the routed experts "
+                                  f"({m_spec.n_experts})", plan)
+    if (cp * d) % ep:
+        return _not("infeasible", f"expert parallel {ep} does not divide context × data "
+                                  f"parallel = {cp * d} (Megatron-Core: expert-tensor × expert "
+                                  f"× expert-data parallel = tensor × context × data parallel)",
+                    plan)
+    if m_spec.is_moe and t > 1 and not sp:
+        return _not("infeasible", f"a mixture of experts with tensor parallel {t} > 1 needs "
+                                  f"sequence parallelism (Megatron-Core)", plan)
+    if cp > 1 and not flash:
+        return _not("infeasible", f"context parallel {cp} > 1 needs flash attention (ring "
+                                  f"attention runs in the fused attention kernel)", plan)
+    chunks = 2 * cp if m_spec.causal else cp
+    if cp > 1 and m_spec.seq_len % chunks:
+        return _not("infeasible", f"context parallel {cp} needs the sequence ({m_spec.seq_len}) "
+                                  f"divisible by {chunks}", plan)
     try:
-        per_stage = stage_layers(m_spec.n_layers, p)
+        stage_layers(m_spec.n_layers, p)
     except ValueError as exc:
         return _not("infeasible", str(exc), plan)
     m = B // (b * d)
@@ -463,25 +538,33 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
         if m % p:
             return _not("infeasible", f"interleaved 1F1B needs the microbatches per pipeline "
                                       f"({m}) divisible by p = {p}", plan)
-    if sp and m_spec.seq_len % t:
+    if sp and (m_spec.seq_len // cp) % t:
         return _not("infeasible", f"sequence parallelism needs the sequence ({m_spec.seq_len}) "
-                                  f"divisible by tensor parallel {t}", plan)
+                                  f"divisible by tensor parallel {t}"
+                                  + (f" × context parallel {cp}" if cp > 1 else ""), plan)
     mg = graph.build_layers(m_spec, b, t, sequence_parallel=sp, flash_attention=flash,
-                            kernels="megatron", dtype=precision)
+                            kernels="megatron", dtype=precision, expert_parallel=ep,
+                            context_parallel=cp, capacity_factor=capacity_factor)
     # Layer times (Python, via phaze.cost), then the one compiled definition of the step's
     # arithmetic that best_plans shares (phaze._step_kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
     lt, ints = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute, fp8_rate)
+    prefix = _search.moe_prefix(m_spec)
     masks = np.empty(p, dtype=np.int64)
     dpn = np.empty(p, dtype=np.int64)
-    emb_nodes, mp_nodes = _kern.geometry(p, t, d, int(ns[0]), masks, dpn)
+    cpn = np.empty(p, dtype=np.int64)
+    epn = np.empty(p, dtype=np.int64)
+    edpn = np.empty(p, dtype=np.int64)
+    emb_nodes, mp_nodes = _kern.geometry(p, t, cp * d, int(ns[0]), masks, dpn)
+    _kern.group_geometry(p, t, d, cp, ep, int(ns[0]), cpn, epn, edpn)
     slots = np.empty((p, 6))
     bd_arr = np.empty(_kern.N_BD)
-    _kern.step_time(p, t, d, v, m, m_spec.n_layers, zero, bool(overlap_grad_reduce),
+    _kern.step_time(p, t, d, cp, ep, v, m, m_spec.n_layers, zero, bool(overlap_grad_reduce),
                     _search.RECOMPUTE_CODES[recompute], sp,
                     float(OPTIMIZER_BYTES_PER_PARAM[precision]),
                     float(_search.OPTIMIZER_KERNELS[precision]), 2 if precision == "fp16" else 1,
-                    lt[0], rp[0], ints, masks, dpn, emb_nodes, mp_nodes, slots, bd_arr)
+                    lt[0], rp[0], ints, prefix, masks, dpn, cpn, epn, edpn, emb_nodes, mp_nodes,
+                    slots, bd_arr)
     K = _kern
     bd = StepBreakdown(total_s=float(bd_arr[K.BD_TOTAL]), pipeline_s=float(bd_arr[K.BD_PIPELINE]),
                        steady_s=float(bd_arr[K.BD_STEADY]), bubble_s=float(bd_arr[K.BD_BUBBLE]),
@@ -497,7 +580,7 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     memory = []
     mem = np.empty(_kern.N_MEM, dtype=np.int64)
     for r in range(p):
-        _kern.stage_memory(r, p, v, m, d, m_spec.n_layers, zero, ints, mem)
+        _kern.stage_memory(r, p, v, m, d, cp, ep, m_spec.n_layers, zero, ints, prefix, mem)
         memory.append(MemoryBreakdown(
             stage=r, weights=int(mem[K.MEM_WEIGHTS]), gradients=int(mem[K.MEM_GRADS]),
             optimizer_state=int(mem[K.MEM_OPT]), activations=int(mem[K.MEM_ACT]),

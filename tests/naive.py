@@ -680,3 +680,34 @@ def naive_ring_gather_seconds(n, nbytes_total, nodes, link_bw, net_bw, eff):
     for step in range(n - 1):
         total += (eff.net_step_s if step < x else eff.link_step_s) + nbytes_total / n / bw
     return total
+
+
+def naive_megatron_groups(t, cp, ep, d, p):
+    """Rank groups of every pipeline stage as Megatron-Core's RankGenerator builds them,
+    from explicit rank coordinates (no closed form): the dense layers in the order
+    tp-cp-dp-pp (rank = i + t·(k + cp·(j + d·r)) for tensor index i, context index k,
+    data index j, stage r), the experts in tp-ep-dp-pp with expert-tensor-parallel = t
+    (rank = i + t·(e + ep·(f + (cp·d/ep)·r)), expert index e, expert-data index f).
+    Returns per stage a dict of lists of rank lists: 'cp' (context-parallel rings),
+    'dp_cp' (the cp·d ranks reducing dense gradients), 'ep' (expert-parallel groups),
+    'edp' (expert-data-parallel groups)."""
+    edp = cp * d // ep
+    out = []
+    for r in range(p):
+        dense = {}
+        for i in range(t):
+            for k in range(cp):
+                for j in range(d):
+                    dense[(i, k, j)] = i + t * (k + cp * (j + d * r))
+        expert = {}
+        for i in range(t):
+            for e in range(ep):
+                for f in range(edp):
+                    expert[(i, e, f)] = i + t * (e + ep * (f + edp * r))
+        out.append(dict(
+            cp=[[dense[(i, k, j)] for k in range(cp)] for i in range(t) for j in range(d)],
+            dp_cp=[sorted(dense[(i, k, j)] for k in range(cp) for j in range(d))
+                   for i in range(t)],
+            ep=[[expert[(i, e, f)] for e in range(ep)] for i in range(t) for f in range(edp)],
+            edp=[[expert[(i, e, f)] for f in range(edp)] for i in range(t) for e in range(ep)]))
+    return out
