@@ -101,65 +101,6 @@ def _float_list(text):
         raise ValueError(f"expected a comma-separated list of numbers, got {text!r}") from None
 
 
-#: --recompute words: the modes, and the study-era switches (off = none, on = full).
-_RECOMPUTE_WORDS = {"none": ("none",), "selective": ("selective",), "full": ("full",),
-                    "off": ("none",), "on": ("full",), "both": ("none", "full")}
-_SWITCH_WORDS = {"off": (False,), "on": (True,), "both": (False, True)}
-
-
-def _words(flag, text, allowed):
-    """A comma list of words from ``allowed`` (dict word → values) as the union of their
-    values in first-seen order; ValueError naming ``flag`` otherwise."""
-    out = []
-    words = [w.strip().lower() for w in str(text).split(",")]
-    if not all(words) or any(w not in allowed for w in words):
-        raise ValueError(f"{flag} takes a comma-separated list of {', '.join(allowed)}; "
-                         f"got {text!r}")
-    for w in words:
-        out.extend(v for v in allowed[w] if v not in out)
-    return tuple(out)
-
-
-def _recompute_list(text):
-    """--recompute of search: 'none,selective,full' (also off = none, on = full, both =
-    none,full) → a tuple of modes; None (absent) → None (every mode of the cost model)."""
-    return None if text is None else _words("--recompute", text, _RECOMPUTE_WORDS)
-
-
-def _switch_list(flag, text):
-    """An on/off strategy switch of search: 'off,on' (also 'both') → a tuple of booleans;
-    None (absent) → None (both)."""
-    return None if text is None else _words(flag, text, _SWITCH_WORDS)
-
-
-def _virtual_list(text):
-    """--virtual-stages of search: '1,2,4' → (1, 2, 4); 'all' or absent → None (every v a
-    plan allows)."""
-    if text is None or str(text).strip().lower() == "all":
-        return None
-    try:
-        values = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"--virtual-stages takes 'all' or a comma-separated list of positive "
-                         f"integers; got {text!r}")
-    return tuple(values)
-
-
-def _zero_list(text):
-    """--zero-stage of search: '0,1' → (0, 1); absent → None (all four stages)."""
-    if text is None:
-        return None
-    try:
-        values = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        values = []
-    if not values or any(not 0 <= v <= 3 for v in values):
-        raise ValueError(f"--zero-stage takes a comma-separated list of 0, 1, 2, 3; got {text!r}")
-    return tuple(values)
-
-
 def _add_search_arguments(p) -> None:
     p.add_argument("--model", action="append", default=[],
                    help="zoo model name (repeat or comma-separate for several; see `phaze models`)")
@@ -270,6 +211,7 @@ def _check_tp(model_list, widths) -> None:
 
 def _cmd_search(args) -> int:
     """``phaze search``: run the sweep, print its summary (and where the rows went)."""
+    from . import _cli_lists as lists
     from . import arch, search
 
     model_list = _models_from_args(args)
@@ -283,14 +225,17 @@ def _cmd_search(args) -> int:
                          "and takes no space: give one of them")
     hbm = (_float_list(args.hbm_gib) if args.hbm_gib is not None
            else None if args.arch is not None else (32, 64, 80))  # None: the chip's own
-    recompute = _recompute_list(args.recompute)
-    knobs = {"sequence_parallel": _switch_list("--sequence-parallel", args.sequence_parallel),
-             "flash_attention": _switch_list("--flash-attention", args.flash_attention),
-             "virtual_stages": _virtual_list(args.virtual_stages),
-             "zero_stage": _zero_list(args.zero_stage),
-             "overlap_grad_reduce": _switch_list("--overlap-grad-reduce",
-                                                 args.overlap_grad_reduce),
+    recompute = lists.recompute_list(args.recompute)
+    knobs = {"sequence_parallel": lists.switch_list("--sequence-parallel", args.sequence_parallel),
+             "flash_attention": lists.switch_list("--flash-attention", args.flash_attention),
+             "virtual_stages": lists.virtual_list(args.virtual_stages),
+             "zero_stage": lists.zero_list(args.zero_stage),
+             "overlap_grad_reduce": lists.switch_list("--overlap-grad-reduce",
+                                                      args.overlap_grad_reduce),
              "precision": args.precision}
+    if args.optimizer == "sgd" and not args.study:
+        raise ValueError("--optimizer sgd is the study's: the calibrated model prices Adam "
+                         "only (add --study for sgd)")
     if args.study:
         given = [flag for flag, key in (("--sequence-parallel", "sequence_parallel"),
                                         ("--flash-attention", "flash_attention"),
