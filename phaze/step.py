@@ -4,8 +4,12 @@
 parallel t, pipeline parallel p, data parallel d, microbatch b, global batch B,
 recomputation none/selective/full and the strategy knobs below — on one architecture row with the calibrated operator model
 (``phaze.cost.op_latencies(..., model="calibrated")``), and breaks down the memory of
-each GPU. It is the model ``phaze validate`` holds against published runs; the search
-still uses the study's model (its placement DP integration comes later).
+each GPU. It is the model ``phaze validate`` holds against published runs.
+:func:`best_plans` finds, for many architecture rows at once, the fastest plan of this
+model over every strategy knob (:data:`PLAN_DTYPE` rows), and :func:`step_lower_bounds`
+bounds its answer cheaply (both in ``phaze._step_search``). The step's arithmetic after
+the layer times has one definition, the compiled functions of ``phaze._step_kernels``,
+which ``training_step`` and the search both call.
 
 Every number below is in SI units (seconds, bytes). Sources are the parameter sheet
 ``docs/fidelity-sources.md`` (§ given in the comments); no parameter here was set to
@@ -74,8 +78,8 @@ and head stashes separately (``activations_other``); ``workspace``: the recomput
 activations of one layer during its backward under full recomputation (allocator
 caches, NCCL and cuBLAS buffers are not modelled).
 
-Strategy knobs (issue 14; fixed plans — the search does not use them yet)
--------------------------------------------------------------------------
+Strategy knobs (issue 14; fixed plans here, searched over by ``best_plans``)
+---------------------------------------------------------------------------
 - ``recompute``: "none"; "full" (each transformer layer's forward re-run before its
   backward, the 2·s·b·h layer input stashed); "selective" (Korthikanti et al. 2022 §5:
   the attention core — QKᵀ, scale-mask-softmax-dropout, ·V — re-run before the
@@ -125,37 +129,43 @@ Strategy knobs (issue 14; fixed plans — the search does not use them yet)
   microbatch for 2–3) counts only for what exceeds the backward (with recomputation)
   of one microbatch on that stage: exposed = max(0, reduction − backward_r). The
   parameter all-gather after the optimizer stays exposed.
+
+The plan search (:func:`best_plans`)
+------------------------------------
+Per row, every Megatron-launchable plan of the grids (``best_plans`` docstring) whose
+peak stage memory fits; exact branch and bound on the lower bound (m + (p − 1)/v) ·
+max_r(f_r + b_r + recomputation_r) of the pipeline time. Layer times are priced once per
+(t, sequence parallel, flash) variant for all rows (one ``op_latencies`` call per
+operator graph), the rank-layout geometry once per (t, p, d, node size), the memory once
+per plan (it does not depend on the row, only the capacity it is held against).
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import os
 
 import numpy as np
 
-from . import cost, graph, models
+from . import _step_kernels as _kern
+from . import _step_search as _search
+from . import graph, models
+from ._step_search import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
+                           step_lower_bounds)
 from .arch import efficiency as _efficiency
 from .arch import resolve_chip
 from .arch import validate as _validate_archs
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
-           "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers"]
+           "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
+           "PLAN_DTYPE", "PLAN_REASONS", "best_plans", "step_lower_bounds"]
 
 #: Bytes per parameter held per GPU (sheet §5.1; Megatron-LM docs/api-guide/dist_optimizer.md,
-#: bf16/fp16 parameters with fp32 main gradients, non-distributed optimizer: 18 B/param).
-WEIGHT_BYTES_PER_PARAM = 2
-GRAD_BYTES_PER_PARAM = 4
-OPTIMIZER_STATE_BYTES_PER_PARAM = 12   # fp32 master weight 4 + Adam m 4 + Adam v 4
-
-#: HBM bytes moved per parameter by Megatron's mixed-precision Adam step (sheet §5.2, [D]
-#: from megatron/core/optimizer/optimizer.py): unscale + inf check 8 (fp16 only), grad norm 4,
-#: fused Adam 28, master → model copy 6, zero grads 4 = 50 (fp16), 42 (bf16, no loss scaler).
-OPTIMIZER_BYTES_PER_PARAM = {"fp16": 50, "bf16": 42}
-#: Multi-tensor kernels the step launches (sheet §5.2 table rows, clip excluded): unscale
-#: (fp16), norm, Adam, copy, zero.
-_OPTIMIZER_KERNELS = {"fp16": 5, "bf16": 4}
+#: bf16/fp16 parameters with fp32 main gradients, non-distributed optimizer: 18 B/param);
+#: the kernels (phaze._step_kernels) hold the one definition.
+WEIGHT_BYTES_PER_PARAM = _kern.WEIGHT_BYTES
+GRAD_BYTES_PER_PARAM = _kern.GRAD_BYTES
+OPTIMIZER_STATE_BYTES_PER_PARAM = _kern.OPT_STATE_BYTES   # fp32 master 4 + Adam m 4 + v 4
 
 RECOMPUTE = ("none", "full", "selective")
 
@@ -267,7 +277,7 @@ def _ring_seconds(nbytes, ranks, row, eff, passes) -> float:
     α = coll_latency_s + (passes·(n−1) − x)·link_step_s + x·net_step_s, where
     x = passes·(nodes − 1) steps cross a node boundary; β = passes·(n−1)/n · bytes / (η·BW)
     on the between-node tier when the ring spans nodes, else the in-node link
-    (``phaze.cost`` module docstring).
+    (``phaze.cost`` module docstring; ``phaze._step_kernels.ring_seconds``).
     """
     ranks = list(ranks)
     n = len(ranks)
@@ -275,11 +285,10 @@ def _ring_seconds(nbytes, ranks, row, eff, passes) -> float:
         return 0.0
     node_size = int(_knob(row, "node_size"))
     nodes = len({r // node_size for r in ranks})
-    x = passes * (nodes - 1)
-    alpha = eff.coll_latency_s + (passes * (n - 1) - x) * eff.link_step_s + x * eff.net_step_s
-    bw = (eff.net_efficiency * _knob(row, "net_gb_per_s") if nodes > 1
-          else eff.link_efficiency * _knob(row, "link_gb_per_s")) * 1e9
-    return alpha + passes * (n - 1) / n * float(nbytes) / bw
+    return _kern.ring_seconds(float(nbytes), n, nodes, passes, eff.coll_latency_s,
+                              eff.link_step_s, eff.net_step_s,
+                              eff.link_efficiency * _knob(row, "link_gb_per_s") * 1e9,
+                              eff.net_efficiency * _knob(row, "net_gb_per_s") * 1e9)
 
 
 def ring_allreduce_seconds(nbytes, ranks, row, eff) -> float:
@@ -322,48 +331,25 @@ def _arch_and_efficiency(arch, efficiency):
     return row, eff
 
 
-#: The backward all-gathers of sequence parallelism that Megatron-LM overlaps with an
-#: input-gradient GEMM (Korthikanti et al. 2022 §4.2.2: the sharded norm output is
-#: all-gathered again for the weight gradient while the input gradient is computed):
-#: all-gather → the GEMMs it runs concurrently with.
-_OVERLAPPED_GATHERS = {
-    "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX"),
-    "allgather_ln2.bwd": ("fc1.dX", "gate_proj.dX", "up_proj.dX"),
-}
-#: The attention-core operators selective recomputation re-runs before the backward.
-_ATTENTION_CORE = ("attn_scores", "softmax", "attn_context")
+def _one_row_inputs(row, eff):
+    """The efficiency set of one row as a one-row EFFICIENCY_DTYPE array, the row's
+    collective parameters (``_step_search.row_params``) and its node size array."""
+    eff_row = eff.row()
+    return (eff_row, _search.row_params(row, eff_row),
+            np.ascontiguousarray(row["node_size"], dtype=np.int64))
 
 
 def _op_seconds(g, row, eff, t):
-    """Seconds of each operator of ``g`` (one microbatch): intra-op calibrated latencies,
-    with sequence parallelism's reduce-scatters and all-gathers priced by their own ring
-    form (:func:`ring_allgather_seconds`: n − 1 steps of (n−1)/n of the full tensor over
-    the in-node tensor-parallel group, ranks 0..t−1) instead of the half-size all-reduce
-    the graph stores them as, and the overlapped backward all-gathers charged only for
-    what exceeds the GEMMs they overlap (max(0, gather − GEMMs))."""
-    _, intra = cost.op_latencies(g, row, model="calibrated", efficiency=eff)
-    sec = intra[:, 0].astype(np.float64).copy()
-    index = {n: i for i, n in enumerate(g.names)}
-    for i, name in enumerate(g.names):
-        if name.startswith(("reduce_scatter_", "allgather_")):
-            sec[i] = ring_allgather_seconds(int(g.bytes_in[i]), range(t), row, eff)
-    for name, partners in _OVERLAPPED_GATHERS.items():
-        if name in index:
-            i = index[name]
-            busy = sum(sec[index[q]] for q in partners if q in index)
-            sec[i] = max(0.0, sec[i] - busy)
-    return sec, index
-
-
-def _layer_seconds(layer, row, eff, t=1):
-    """(forward, backward, attention core forward) seconds of one layer kind, one
-    microbatch: the sums of the operators' calibrated latencies (one kernel stream;
-    module docstring; :func:`_op_seconds`). The third is what selective recomputation
-    re-runs (0 with flash attention, whose backward kernel already recomputes)."""
-    fs, findex = _op_seconds(layer.forward, row, eff, t)
-    bs, _ = _op_seconds(layer.backward, row, eff, t)
-    core = sum(float(fs[findex[n]]) for n in _ATTENTION_CORE if n in findex)
-    return float(fs.sum()), float(bs.sum()), core
+    """Seconds of each operator of ``g`` (one microbatch) on one row: intra-op calibrated
+    latencies, with sequence parallelism's reduce-scatters and all-gathers priced by their
+    own ring form (n − 1 steps of (n−1)/n of the full tensor over the in-node
+    tensor-parallel group, ranks 0..t−1) instead of the half-size all-reduce the graph
+    stores them as, and the overlapped backward all-gathers charged only for what exceeds
+    the GEMMs they overlap (max(0, gather − GEMMs)); ``_step_search.op_seconds_rows`` on
+    one row. Returns (seconds (n_ops,), {name: index})."""
+    _, rp, ns = _one_row_inputs(row, eff)
+    sec, index = _search.op_seconds_rows(g, row, eff, rp, ns, t)
+    return sec[:, 0].copy(), index
 
 
 def _not(status, reason, plan):
@@ -459,197 +445,42 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     if sp and m_spec.seq_len % t:
         return _not("infeasible", f"sequence parallelism needs the sequence ({m_spec.seq_len}) "
                                   f"divisible by tensor parallel {t}", plan)
-    chunk_layers = m_spec.n_layers // (p * v)      # layers of one model chunk
-
     mg = graph.build_layers(m_spec, b, t, sequence_parallel=sp, flash_attention=flash)
-    emb, block, head = mg.layers
-    e = mg.layers[1].forward.bytes_per_element
-    times = {L.kind: _layer_seconds(L, row, eff, t) for L in mg.layers}
-    s, h = m_spec.seq_len, m_spec.hidden
-
-    # -- pipeline transfers (per microbatch; scatter/gather when t > 1) --------------
-    act_bytes = e * b * s * h                      # one activation (or gradient) tensor
-
-    # A send costs the same on every boundary of one tier: price each tier once.
-    send_s = {x: float(cost.p2p_seconds(act_bytes / t, row, inter_node=x, model="calibrated",
-                                        efficiency=eff)[0, 0]) for x in (False, True)}
-    nodes = int(row["node_size"][0])
-
-    @functools.lru_cache(maxsize=None)  # stage pairs recur (both sides, every virtual stage)
-    def transfer(stage_a, stage_b):
-        """Seconds of one boundary crossing between two adjacent stages (worst rank)."""
-        worst = 0.0
-        for j in range(d):
-            inter = any((_rank(stage_a, j, i, t, d) // nodes) != (_rank(stage_b, j, i, t, d) // nodes)
-                        for i in range(t))
-            send = send_s[inter]
-            # With sequence parallelism the boundary tensor is already split over the
-            # t ranks (s/t tokens each): nothing to gather on the receiving side.
-            gather = 0.0 if sp else ring_allgather_seconds(
-                act_bytes, [_rank(stage_b, j, i, t, d) for i in range(t)], row, eff)
-            worst = max(worst, send + gather)
-        return worst
-
-    def stage_params(r):
-        n = per_stage[r] * block.param_bytes
-        if r == 0:
-            n += emb.param_bytes
-        if r == p - 1:
-            n += head.param_bytes
-        return n // e
-
-    def dp_ranks(r):
-        return [_rank(r, j, 0, t, d) for j in range(d)]
-
-    # ZeRO-3 all-gathers each layer's parameters (2 B each) over the data-parallel group
-    # before its forward and again before its backward (and its recomputed forward under
-    # full recomputation), every microbatch; the embedding and head likewise.
-    def zero3_gathers(r):
-        if zero < 3 or d == 1:
-            return 0.0
-        passes = 3 if recompute == "full" else 2
-        blk = ring_allgather_seconds(WEIGHT_BYTES_PER_PARAM * (block.param_bytes // e) * d,
-                                     dp_ranks(r), row, eff)
-        sec = passes * per_stage[r] * blk
-        for L, here in ((emb, r == 0), (head, r == p - 1)):
-            if here:
-                sec += 2 * ring_allgather_seconds(WEIGHT_BYTES_PER_PARAM * (L.param_bytes // e) * d,
-                                                  dp_ranks(r), row, eff)
-        return sec
-
-    def grad_reduce_scatter(r):
-        """Reduce-scatter of the stage's fp32 gradients over d (ZeRO ≥ 1) (s)."""
-        return ring_allgather_seconds(GRAD_BYTES_PER_PARAM * stage_params(r), dp_ranks(r), row, eff)
-
-    slots = []
-    for r in range(p):
-        n_blocks = per_stage[r]
-        f = n_blocks * times["block"][0]
-        bw = n_blocks * times["block"][1]
-        if r == 0:
-            f += times["embedding"][0]
-            bw += times["embedding"][1]
-        if r == p - 1:
-            f += times["head"][0]
-            bw += times["head"][1]
-        rec = 0.0
-        if recompute == "full":
-            rec = n_blocks * times["block"][0]
-        elif recompute == "selective":
-            rec = n_blocks * times["block"][2]
-        comm = 0.0
-        # Device r runs the model chunks (virtual stages) c·p + r, c = 0..v−1; each chunk
-        # receives from the previous virtual stage and sends to the next (v× the transfers
-        # of plain 1F1B; chunk boundaries p−1 → 0 wrap around the pipeline).
-        for c in range(v):
-            k = c * p + r
-            if k > 0:
-                comm += transfer((k - 1) % p, r)
-            if k < p * v - 1:
-                comm += transfer(r, (k + 1) % p)
-        extra = zero3_gathers(r)
-        if zero >= 2 and d > 1:
-            # ZeRO-2/3 keep only their gradient shard: each microbatch's gradients are
-            # reduce-scattered as its backward ends (DeepSpeed's per-micro-step reduction);
-            # overlapped with that backward when overlap_grad_reduce.
-            rs = grad_reduce_scatter(r)
-            extra += max(0.0, rs - bw - rec) if overlap_grad_reduce else rs
-        slots.append((f + bw + rec + comm + extra, f, bw, rec, comm))
-    crit = max(range(p), key=lambda r: slots[r][0])
-    slot = slots[crit][0]
-    # Interleaving cuts the bubble to (p − 1)/v slots (Narayanan et al. 2021 §2.2.2).
-    steady, bubble = m * slot, (p - 1) * slot / v
-
-    # -- data-parallel gradient reduction, fp32 main grads (sheet §5.3) --------------
-    # ZeRO 0: all-reduce after the last backward. ZeRO 1 (Megatron's distributed
-    # optimizer): reduce-scatter there, then all-gather the updated 16-bit parameters
-    # after the optimizer. ZeRO 2: the gradients were reduce-scattered per microbatch
-    # (in the slot); the parameter all-gather remains. ZeRO 3: parameters stay sharded
-    # (gathered per layer in the slot). overlap_grad_reduce: the end-of-step reduction
-    # runs bucket by bucket during the last microbatch's backward, so only what exceeds
-    # that backward (with its recomputation) on the stage is exposed.
-    dp_s = 0.0
-    for r in range(p):
-        ranks = dp_ranks(r)
-        if zero == 0:
-            red = ring_allreduce_seconds(GRAD_BYTES_PER_PARAM * stage_params(r), ranks, row, eff)
-        elif zero == 1:
-            red = grad_reduce_scatter(r) if d > 1 else 0.0
-        else:
-            red = 0.0
-        if overlap_grad_reduce:
-            red = max(0.0, red - slots[r][2] - slots[r][3])
-        if zero in (1, 2) and d > 1:
-            red += ring_allgather_seconds(WEIGHT_BYTES_PER_PARAM * stage_params(r), ranks, row, eff)
-        dp_s = max(dp_s, red)
-    emb_s = 0.0
-    if p > 1:
-        word = -(-m_spec.vocab // t) * m_spec.embed_width
-        emb_s = ring_allreduce_seconds(GRAD_BYTES_PER_PARAM * word,
-                                       [_rank(0, 0, 0, t, d), _rank(p - 1, 0, 0, t, d)], row, eff)
-
-    # -- optimizer (sheet §5.2) ----------------------------------------------------------
-    hbm = eff.hbm_efficiency * float(row["hbm_gb_per_s"][0]) * 1e9
-    mp_ranks = [_rank(r, 0, i, t, d) for r in range(p) for i in range(t)]
-    tiny = ring_allreduce_seconds(4, mp_ranks, row, eff)
-    n_tiny = 2 if precision == "fp16" else 1
-    # ZeRO ≥ 1: each data-parallel rank updates its 1/d shard of the parameters.
-    shard = d if zero >= 1 else 1
-    opt_s = max(stage_params(r) / shard * OPTIMIZER_BYTES_PER_PARAM[precision] / hbm
-                for r in range(p)) \
-        + _OPTIMIZER_KERNELS[precision] * eff.launch_s + n_tiny * tiny
-
-    total = steady + bubble + dp_s + emb_s + opt_s
-    bd = StepBreakdown(total_s=total, pipeline_s=steady + bubble, steady_s=steady,
-                       bubble_s=bubble, dp_allreduce_s=dp_s, embedding_allreduce_s=emb_s,
-                       optimizer_s=opt_s, slot_s=slot, forward_s=slots[crit][1],
-                       backward_s=slots[crit][2], recompute_s=slots[crit][3],
-                       p2p_s=slots[crit][4], microbatches=m, critical_stage=crit)
+    # Layer times (Python, via phaze.cost), then the one compiled definition of the step's
+    # arithmetic that best_plans shares (phaze._step_kernels).
+    eff_row, rp, ns = _one_row_inputs(row, eff)
+    lt, ints = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute)
+    masks = np.empty(p, dtype=np.int64)
+    dpn = np.empty(p, dtype=np.int64)
+    emb_nodes, mp_nodes = _kern.geometry(p, t, d, int(ns[0]), masks, dpn)
+    slots = np.empty((p, 6))
+    bd_arr = np.empty(_kern.N_BD)
+    _kern.step_time(p, t, d, v, m, m_spec.n_layers, zero, bool(overlap_grad_reduce),
+                    _search.RECOMPUTE_CODES[recompute], sp,
+                    float(OPTIMIZER_BYTES_PER_PARAM[precision]),
+                    float(_search.OPTIMIZER_KERNELS[precision]), 2 if precision == "fp16" else 1,
+                    lt[0], rp[0], ints, masks, dpn, emb_nodes, mp_nodes, slots, bd_arr)
+    K = _kern
+    bd = StepBreakdown(total_s=float(bd_arr[K.BD_TOTAL]), pipeline_s=float(bd_arr[K.BD_PIPELINE]),
+                       steady_s=float(bd_arr[K.BD_STEADY]), bubble_s=float(bd_arr[K.BD_BUBBLE]),
+                       dp_allreduce_s=float(bd_arr[K.BD_DP]),
+                       embedding_allreduce_s=float(bd_arr[K.BD_EMB]),
+                       optimizer_s=float(bd_arr[K.BD_OPT]), slot_s=float(bd_arr[K.BD_SLOT]),
+                       forward_s=float(bd_arr[K.BD_F]), backward_s=float(bd_arr[K.BD_B]),
+                       recompute_s=float(bd_arr[K.BD_REC]), p2p_s=float(bd_arr[K.BD_P2P]),
+                       microbatches=m, critical_stage=int(bd_arr[K.BD_CRIT]))
 
     # -- memory per stage (sheet §5.1, §5.5) ------------------------------------------
-    per_layer_act = block.stash(recompute)
     limit = int(float(row["hbm_gib"][0]) * 2 ** 30)
-    # ZeRO shards over d: optimizer state from stage 1, gradients from 2, weights at 3.
-    w_div, g_div, o_div = (d if zero >= 3 else 1), (d if zero >= 2 else 1), (d if zero >= 1 else 1)
-    per_param = (WEIGHT_BYTES_PER_PARAM / w_div + GRAD_BYTES_PER_PARAM / g_div
-                 + OPTIMIZER_STATE_BYTES_PER_PARAM / o_div)
     memory = []
+    mem = np.empty(_kern.N_MEM, dtype=np.int64)
     for r in range(p):
-        n_par = stage_params(r)
-        if v == 1:
-            in_flight = min(p - r, m)
-            layers_in_flight = in_flight * per_stage[r]
-            ends_in_flight = in_flight
-        else:
-            # Megatron's interleaved warm-up on rank r: 2(p − r − 1) + (v − 1)·p chunk
-            # forwards, then one more before the first backward (sheet §5.4); each chunk is
-            # L/(p·v) layers — the first stage holds L·(1 + (p − 1)/(p·v)) layers' worth.
-            in_flight = min(2 * (p - r - 1) + (v - 1) * p + 1, m * v)
-            layers_in_flight = in_flight * chunk_layers
-            # The embedding (chunk 0) and head (last chunk) are one chunk of v: their share
-            # of the chunk-microbatches in flight.
-            ends_in_flight = -(-in_flight // v)
-        other = 0
-        if r == 0:
-            other += ends_in_flight * emb.stash_bytes
-        if r == p - 1:
-            other += ends_in_flight * head.stash_bytes
-        layer_state = int(per_stage[r] * (block.param_bytes // e) * per_param)
-        workspace = 0
-        if recompute == "full":
-            workspace = block.stash("none")         # one layer's recomputed activations
-        elif recompute == "selective":
-            workspace = block.stash("none") - block.stash("selective")   # its attention core
-        if zero >= 3 and d > 1:
-            # The gathered (unsharded) parameters of the layer running and the next one
-            # being prefetched.
-            workspace += 2 * WEIGHT_BYTES_PER_PARAM * (block.param_bytes // e)
+        _kern.stage_memory(r, p, v, m, d, m_spec.n_layers, zero, ints, mem)
         memory.append(MemoryBreakdown(
-            stage=r, weights=int(WEIGHT_BYTES_PER_PARAM * n_par / w_div),
-            gradients=int(GRAD_BYTES_PER_PARAM * n_par / g_div),
-            optimizer_state=int(OPTIMIZER_STATE_BYTES_PER_PARAM * n_par / o_div),
-            activations=layers_in_flight * per_layer_act, activations_other=other,
-            workspace=workspace, in_flight=in_flight, layer_param_state=layer_state,
+            stage=r, weights=int(mem[K.MEM_WEIGHTS]), gradients=int(mem[K.MEM_GRADS]),
+            optimizer_state=int(mem[K.MEM_OPT]), activations=int(mem[K.MEM_ACT]),
+            activations_other=int(mem[K.MEM_OTHER]), workspace=int(mem[K.MEM_WS]),
+            in_flight=int(mem[K.MEM_IN_FLIGHT]), layer_param_state=int(mem[K.MEM_LAYER_STATE]),
             limit=limit))
-    return StepResult(status="ok", reason="", time_s=total, breakdown=bd, memory=tuple(memory),
-                      plan=plan)
+    return StepResult(status="ok", reason="", time_s=bd.total_s, breakdown=bd,
+                      memory=tuple(memory), plan=plan)

@@ -1,0 +1,397 @@
+"""The step model vectorised over architecture rows, and the plan search over it.
+Private: the public names are re-exported by :mod:`phaze.step` (see its docstring for
+the model, and :func:`best_plans` below for the search).
+
+Layer times are the sums of the operators' calibrated intra-op latencies exactly as
+:func:`phaze.step.training_step` prices them (one ``phaze.cost.op_latencies`` call per
+operator graph for all rows, the sequence-parallel collectives re-priced as rings, the
+overlapped backward gathers charged for their excess); the rest of the step is the
+compiled arithmetic of :mod:`phaze._step_kernels`, shared with ``training_step``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _step_kernels as kern
+from . import cost, graph, models
+from .arch import efficiency as _efficiency
+from .arch import validate as _validate_archs
+
+#: HBM bytes moved per parameter by Megatron's mixed-precision Adam step (sheet §5.2, [D]
+#: from megatron/core/optimizer/optimizer.py): unscale + inf check 8 (fp16 only), grad norm 4,
+#: fused Adam 28, master → model copy 6, zero grads 4 = 50 (fp16), 42 (bf16, no loss scaler).
+OPTIMIZER_BYTES_PER_PARAM = {"fp16": 50, "bf16": 42}
+#: Multi-tensor kernels the step launches (sheet §5.2 table rows, clip excluded): unscale
+#: (fp16), norm, Adam, copy, zero.
+OPTIMIZER_KERNELS = {"fp16": 5, "bf16": 4}
+#: Recomputation modes and their kernel codes.
+RECOMPUTE_CODES = {"none": kern.REC_NONE, "selective": kern.REC_SELECTIVE, "full": kern.REC_FULL}
+
+#: The backward all-gathers of sequence parallelism that Megatron-LM overlaps with an
+#: input-gradient GEMM (Korthikanti et al. 2022 §4.2.2: the sharded norm output is
+#: all-gathered again for the weight gradient while the input gradient is computed):
+#: all-gather → the GEMMs it runs concurrently with.
+OVERLAPPED_GATHERS = {
+    "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX"),
+    "allgather_ln2.bwd": ("fc1.dX", "gate_proj.dX", "up_proj.dX"),
+}
+#: The attention-core operators selective recomputation re-runs before the backward.
+ATTENTION_CORE = ("attn_scores", "softmax", "attn_context")
+
+#: Why a row of :func:`best_plans` has no plan (``reason`` indexes this; 0 = a plan was found).
+PLAN_REASONS = (
+    "",
+    "no plan fits in the HBM capacity",
+    "no launchable plan: no tensor-parallel width of the grid divides the heads and fits in a "
+    "node, or no pipeline/data-parallel split meets Megatron-LM's rules (L divisible by p, the "
+    "global batch by microbatch·d, t·p·d within the devices, sequence divisible by t under "
+    "sequence parallelism, the interleaving rules)",
+)
+
+#: One row of :func:`best_plans` (seconds, bytes; memory of the stage with the largest
+#: total; the time breakdown of the critical stage, per microbatch, as in StepBreakdown).
+PLAN_DTYPE = np.dtype([
+    ("time_s", "f8"), ("feasible", "?"), ("reason", "i8"),
+    ("tensor_parallel", "i8"), ("pipeline_parallel", "i8"), ("data_parallel", "i8"),
+    ("virtual_stages", "i8"), ("zero_stage", "i8"), ("sequence_parallel", "?"),
+    ("flash_attention", "?"), ("overlap_grad_reduce", "?"),
+    ("devices_used", "i8"), ("microbatches", "i8"),
+    ("memory_bytes", "i8"), ("weights_bytes", "i8"), ("gradients_bytes", "i8"),
+    ("optimizer_bytes", "i8"), ("activations_bytes", "i8"), ("workspace_bytes", "i8"),
+    ("forward_s", "f8"), ("backward_s", "f8"), ("recompute_s", "f8"), ("p2p_s", "f8"),
+    ("bubble_s", "f8"), ("dp_allreduce_s", "f8"), ("optimizer_s", "f8"),
+])
+
+
+# ---------------------------------------------------------------------------
+# per-row inputs
+# ---------------------------------------------------------------------------
+
+def efficiency_rows(efficiency, archs) -> np.ndarray:
+    """One EFFICIENCY_DTYPE set per row: None → ``efficiency.for_rows(archs)``; a set's
+    name, an Efficiency or an array of 1 or n sets otherwise."""
+    if efficiency is None:
+        return _efficiency.for_rows(archs)
+    return _efficiency.rows(efficiency, archs.shape[0])
+
+
+def row_params(archs, eff_rows) -> np.ndarray:
+    """(n, N_RP) collective parameters per row (the ``RP_*`` slots of ``_step_kernels``),
+    each product formed as ``training_step`` forms it: (η · GB/s) · 10⁹."""
+    rp = np.empty((archs.shape[0], kern.N_RP))
+    rp[:, kern.RP_COLL] = eff_rows["coll_latency_s"]
+    rp[:, kern.RP_LINK_STEP] = eff_rows["link_step_s"]
+    rp[:, kern.RP_NET_STEP] = eff_rows["net_step_s"]
+    rp[:, kern.RP_LINK_BW] = eff_rows["link_efficiency"] * archs["link_gb_per_s"] * 1e9
+    rp[:, kern.RP_NET_BW] = eff_rows["net_efficiency"] * archs["net_gb_per_s"] * 1e9
+    rp[:, kern.RP_HBM_BW] = eff_rows["hbm_efficiency"] * archs["hbm_gb_per_s"] * 1e9
+    rp[:, kern.RP_LAUNCH] = eff_rows["launch_s"]
+    return rp
+
+
+def op_seconds_rows(g, archs, efficiency, rp, node_size, t):
+    """Seconds of each operator of ``g`` (one microbatch) on every row, (n_ops, n): the
+    intra-op calibrated latencies, with sequence parallelism's reduce-scatters and
+    all-gathers priced as rings over the in-node tensor-parallel group (ranks 0..t−1,
+    ``_step_kernels.ring_seconds``, one pass) instead of the half-size all-reduce the
+    graph stores them as, and the overlapped backward all-gathers charged only for what
+    exceeds the GEMMs they overlap. ``efficiency`` goes to ``op_latencies`` as given.
+    Returns (seconds, {operator name: index})."""
+    _, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=efficiency)
+    sec = np.ascontiguousarray(intra, dtype=np.float64).copy()
+    index = {n: i for i, n in enumerate(g.names)}
+    for i, name in enumerate(g.names):
+        if name.startswith(("reduce_scatter_", "allgather_")):
+            kern.ring_rows(int(g.bytes_in[i]), t, 1, rp, node_size, sec[i])
+    for name, partners in OVERLAPPED_GATHERS.items():
+        if name in index:
+            i = index[name]
+            busy = 0
+            for q in partners:
+                if q in index:
+                    busy = busy + sec[index[q]]
+            sec[i] = np.where(sec[i] - busy > 0.0, sec[i] - busy, 0.0)
+    return sec, index
+
+
+def layer_times_rows(layer, archs, efficiency, rp, node_size, t):
+    """(forward, backward, attention-core forward) seconds of one layer kind, one
+    microbatch, on every row: three (n,) arrays, each a row's sum of its operators (numpy's
+    sum over one contiguous row, the same summation as one row alone). The third is what
+    selective recomputation re-runs (0 with flash attention)."""
+    fs, findex = op_seconds_rows(layer.forward, archs, efficiency, rp, node_size, t)
+    bs, _ = op_seconds_rows(layer.backward, archs, efficiency, rp, node_size, t)
+    core = np.zeros(fs.shape[1])
+    for n in ATTENTION_CORE:
+        if n in findex:
+            core = core + fs[findex[n]]
+    return (np.ascontiguousarray(fs.T).sum(axis=1), np.ascontiguousarray(bs.T).sum(axis=1), core)
+
+
+def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute):
+    """The layer times (n, N_LT) and sizes (N_VI,) of one (t, sequence parallel, flash)
+    graph variant ``mg`` under ``recompute``."""
+    t = mg.tensor_parallel
+    emb, block, head = mg.layers
+    e = block.forward.bytes_per_element
+    ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
+    lt = np.empty((archs.shape[0], kern.N_LT))
+    for L, (f_slot, b_slot) in ((emb, (kern.LT_EMB_F, kern.LT_EMB_B)),
+                                (block, (kern.LT_BLK_F, kern.LT_BLK_B)),
+                                (head, (kern.LT_HEAD_F, kern.LT_HEAD_B))):
+        f, b, core = layer_times_rows(L, archs, efficiency, rp, ns, t)
+        lt[:, f_slot] = f
+        lt[:, b_slot] = b
+        if L is block:
+            lt[:, kern.LT_BLK_CORE] = core
+    act_bytes = e * mg.microbatch * m_spec.seq_len * m_spec.hidden
+    for slot, inter in ((kern.LT_SEND_IN, False), (kern.LT_SEND_NET, True)):
+        lt[:, slot] = cost.p2p_seconds(act_bytes / t, archs, inter_node=inter, model="calibrated",
+                                       efficiency=eff_rows)[0]
+    ints = np.empty(kern.N_VI, dtype=np.int64)
+    ints[kern.VI_EMB_PB] = emb.param_bytes
+    ints[kern.VI_BLK_PB] = block.param_bytes
+    ints[kern.VI_HEAD_PB] = head.param_bytes
+    ints[kern.VI_E] = e
+    ints[kern.VI_ACT] = act_bytes
+    ints[kern.VI_WORD] = -(-m_spec.vocab // t) * m_spec.embed_width
+    ints[kern.VI_BLK_STASH] = block.stash(recompute)
+    ints[kern.VI_EMB_STASH] = emb.stash_bytes
+    ints[kern.VI_HEAD_STASH] = head.stash_bytes
+    ws = 0
+    if recompute == "full":
+        ws = block.stash("none")           # one layer's recomputed activations
+    elif recompute == "selective":
+        ws = block.stash("none") - block.stash("selective")   # its attention core
+    ints[kern.VI_WS] = ws
+    return lt, ints
+
+
+# ---------------------------------------------------------------------------
+# the search
+# ---------------------------------------------------------------------------
+
+def _int_grid(name, values, lo, hi=None):
+    out = []
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo \
+                or (hi is not None and x > hi):
+            raise ValueError(f"{name} must hold integers in [{lo}, {hi if hi is not None else '∞'}],"
+                             f" got {x!r}")
+        if int(x) not in out:
+            out.append(int(x))
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    return out
+
+
+def _bool_grid(name, values):
+    out = []
+    for x in values:
+        if not isinstance(x, (bool, np.bool_)):
+            raise ValueError(f"{name} must hold booleans, got {x!r}")
+        if bool(x) not in out:
+            out.append(bool(x))
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    return out
+
+
+def _common(model, archs, devices, global_batch, microbatch, recompute, efficiency):
+    from ._validate import positive_int
+
+    m_spec = models.resolve(model)
+    if m_spec.graph_refusal:
+        raise ValueError(m_spec.graph_refusal)
+    archs = _validate_archs(archs)
+    n_dev = positive_int("devices", devices)
+    B = positive_int("global_batch", global_batch)
+    b = positive_int("microbatch", microbatch)
+    if recompute not in RECOMPUTE_CODES:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CODES)}, got {recompute!r}")
+    eff_rows = efficiency_rows(efficiency, archs)
+    return m_spec, archs, n_dev, B, b, eff_rows
+
+
+def _variants(m_spec, b, widths, sps, flashes):
+    """(t, sequence parallel (effective), flash, ModelGraph) in loop order: t as given, then
+    sequence parallelism, then flash; SP once (off) at t = 1, skipped when s % t."""
+    out = []
+    for t in widths:
+        if not m_spec.valid_tensor_parallel(t):
+            continue
+        seen = []
+        for sp in sps:
+            eff_sp = sp and t > 1
+            if eff_sp in seen or (eff_sp and m_spec.seq_len % t):
+                continue
+            seen.append(eff_sp)
+            for flash in flashes:
+                out.append((t, eff_sp, flash, graph.build_layers(
+                    m_spec, b, t, sequence_parallel=eff_sp, flash_attention=flash)))
+    return out
+
+
+def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="full",
+               hbm_bytes=None, tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
+               flash_attention=(False, True), virtual_stages=None, zero_stage=(0, 1, 2, 3),
+               overlap_grad_reduce=(False, True), precision="bf16", efficiency=None):
+    """The fastest Megatron-launchable plan of one training iteration per architecture row,
+    over every strategy knob, under :func:`phaze.step.training_step`'s model.
+
+    ``model``: ModelSpec or zoo name; ``archs``: ARCH_DTYPE rows (n,); ``devices``: chips
+    available (a plan uses t·p·d ≤ devices of them); ``global_batch`` B and ``microbatch``
+    b (samples, one value each); ``recompute``: one mode, "none" | "selective" | "full";
+    ``hbm_bytes``: None (each row's ``hbm_gib``·2³⁰) or a capacity in bytes, one for all
+    rows or an array (n,); the grids ``tensor_parallel`` (widths t), ``sequence_parallel``,
+    ``flash_attention``, ``zero_stage`` (0–3), ``overlap_grad_reduce`` (booleans) and
+    ``virtual_stages`` (v values, or None: every v Megatron allows); ``precision`` "bf16" |
+    "fp16"; ``efficiency``: None (``efficiency.for_rows(archs)``), a set's name, an
+    Efficiency or an EFFICIENCY_DTYPE array with one set per row.
+
+    Plans (as ``training_step`` and ``phaze.launch`` accept them): t of the grid that the
+    model allows and that fits in the row's node; p dividing n_layers; d with t·p·d ≤
+    devices and B divisible by b·d; v = 1, and v > 1 when p ≥ 2, L divisible by p·v and
+    m = B/(b·d) divisible by p; sequence parallelism only at t > 1 with seq_len divisible
+    by t (at t = 1 "on" is the same plan as "off", evaluated once and recorded False);
+    ZeRO 0–3 (at d = 1 every stage is the same plan: only the grid's first is evaluated).
+    Feasible: every stage's memory ≤ the capacity. When both overlap_grad_reduce values are
+    in the grid only True is evaluated: it is never slower (each exposed reduction is
+    max(0, x − backward) ≤ x in floating point too) and holds the same memory.
+
+    Returns a PLAN_DTYPE array (n,): per row the feasible plan of least ``time_s`` (inf,
+    ``feasible`` False and a ``reason`` index into PLAN_REASONS when there is none). Ties
+    go to the first plan in the loop order t (grid order), sequence parallelism, flash
+    (grid order), p (ascending), d (ascending), v (ascending), ZeRO stage (grid order),
+    overlap_grad_reduce. Time and breakdown equal ``training_step`` at the returned plan.
+
+    Exact branch and bound: a plan is fully priced only when its lower bound
+    (m + (p − 1)/v) · max over stages of (forward + backward + recomputation) does not
+    exceed the best time found; the plan of least bound is priced first.
+    """
+    m_spec, archs, n_dev, B, b, eff_rows = _common(model, archs, devices, global_batch,
+                                                   microbatch, recompute, efficiency)
+    n = archs.shape[0]
+    if precision not in OPTIMIZER_BYTES_PER_PARAM:
+        raise ValueError(f"precision must be 'bf16' or 'fp16', got {precision!r}")
+    widths = _int_grid("tensor_parallel", tensor_parallel, 1)
+    sps = _bool_grid("sequence_parallel", sequence_parallel)
+    flashes = _bool_grid("flash_attention", flash_attention)
+    zeros = _int_grid("zero_stage", zero_stage, 0, 3)
+    ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
+    ogrs = [True] if True in ogrs else [False]
+    vs_grid = None if virtual_stages is None else sorted(_int_grid("virtual_stages", virtual_stages, 1))
+    if hbm_bytes is None:
+        cap = np.floor(archs["hbm_gib"].astype(np.float64) * 2 ** 30)
+    else:
+        cap = np.broadcast_to(np.asarray(hbm_bytes, dtype=np.float64), (n,)).copy()
+        if cap.ndim != 1 or np.any(~(cap > 0)):
+            raise ValueError("hbm_bytes must be None, or capacities in bytes > 0 (one or one per row)")
+
+    rp = row_params(archs, eff_rows)
+    ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
+    variants = _variants(m_spec, b, widths, sps, flashes)
+    nv = len(variants)
+    LT = np.empty((max(nv, 1), n, kern.N_LT))
+    VI = np.zeros((max(nv, 1), kern.N_VI), dtype=np.int64)
+    var_t = np.ones(max(nv, 1), dtype=np.int64)
+    var_sp = np.zeros(max(nv, 1), dtype=np.bool_)
+    var_ok = np.zeros((max(nv, 1), n), dtype=np.bool_)
+    for k, (t, sp, flash, mg) in enumerate(variants):
+        LT[k], VI[k] = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute)
+        var_t[k], var_sp[k] = t, sp
+        var_ok[k] = t <= ns
+
+    L = m_spec.n_layers
+    ps = [p for p in range(1, L + 1) if L % p == 0]
+    ds = [d for d in range(1, n_dev + 1) if B % (b * d) == 0]
+    plans = kern.enumerate_plans(var_t, np.int64(nv), np.array(ps, dtype=np.int64),
+                                  np.array(ds, dtype=np.int64), n_dev, B, b, L,
+                                  np.array(vs_grid or [0], dtype=np.int64), vs_grid is None,
+                                  np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.bool_))
+    (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo,
+     geo_t, geo_p, geo_d) = plans
+    ns_values, row_nsi = np.unique(ns, return_inverse=True)
+    row_nsi = np.ascontiguousarray(row_nsi.reshape(-1), dtype=np.int64)
+    geo = kern.build_geometry(geo_t, geo_p, geo_d, ns_values.astype(np.int64), n_dev)
+    plan_peak = kern.plan_memory(plan_var, plan_p, plan_d, plan_v, plan_zero, plan_m, VI, L)
+    opt_bytes = OPTIMIZER_BYTES_PER_PARAM[precision]
+    best_idx = np.full(n, -1, dtype=np.int64)
+    best_bd = np.zeros((n, kern.N_BD))
+    kern.search_rows(plan_var, plan_geo, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m,
+                      plan_peak, var_t, var_sp, VI, var_ok, LT, rp, cap, row_nsi, *geo, L,
+                      RECOMPUTE_CODES[recompute], float(opt_bytes),
+                      float(OPTIMIZER_KERNELS[precision]), 2 if precision == "fp16" else 1,
+                      best_idx, best_bd)
+
+    out = np.zeros(n, dtype=PLAN_DTYPE)
+    out["time_s"] = np.inf
+    for row in range(n):
+        k = best_idx[row]
+        if k < 0:
+            launchable = plan_var.shape[0] > 0 and bool(var_ok[plan_var, row].any())
+            out["reason"][row] = 1 if launchable else 2
+            continue
+        vi, p, d, v, zero = plan_var[k], plan_p[k], plan_d[k], plan_v[k], plan_zero[k]
+        t, sp, flash, _ = variants[vi]
+        mem = np.zeros(kern.N_MEM, dtype=np.int64)
+        peak = kern.peak_stage_memory(p, v, plan_m[k], d, L, zero, VI[vi], mem)
+        bd = best_bd[row]
+        rec = out[row]
+        rec["time_s"] = bd[kern.BD_TOTAL]
+        rec["feasible"] = True
+        rec["tensor_parallel"], rec["pipeline_parallel"], rec["data_parallel"] = t, p, d
+        rec["virtual_stages"], rec["zero_stage"] = v, zero
+        rec["sequence_parallel"], rec["flash_attention"] = sp, flash
+        rec["overlap_grad_reduce"] = plan_ogr[k]
+        rec["devices_used"], rec["microbatches"] = t * p * d, plan_m[k]
+        rec["memory_bytes"] = peak
+        rec["weights_bytes"] = mem[kern.MEM_WEIGHTS]
+        rec["gradients_bytes"] = mem[kern.MEM_GRADS]
+        rec["optimizer_bytes"] = mem[kern.MEM_OPT]
+        rec["activations_bytes"] = mem[kern.MEM_ACT] + mem[kern.MEM_OTHER]
+        rec["workspace_bytes"] = mem[kern.MEM_WS]
+        rec["forward_s"], rec["backward_s"] = bd[kern.BD_F], bd[kern.BD_B]
+        rec["recompute_s"], rec["p2p_s"] = bd[kern.BD_REC], bd[kern.BD_P2P]
+        rec["bubble_s"], rec["dp_allreduce_s"] = bd[kern.BD_BUBBLE], bd[kern.BD_DP]
+        rec["optimizer_s"] = bd[kern.BD_OPT]
+    return out
+
+
+def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recompute,
+                      tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
+                      flash_attention=(False, True), efficiency=None):
+    """A lower bound (seconds, (n,)) of :func:`best_plans`' ``time_s`` per row, for any
+    pipeline/data split, virtual stages, ZeRO stage and overlap in those grids (inf where
+    no tensor-parallel width of the grid is allowed on the row).
+
+    Any plan's pipeline time is at least m·slot ≥ m · (one microbatch's forward, backward
+    and recomputation through all stages)/p, with m = B/(b·d) and t·p·d ≤ devices: so
+    ≥ B·t·W_t / (b·devices), W_t the whole model's per-microbatch work at width t. The
+    bound is that, minimised over t and the (sequence parallel, flash) variants, times
+    (1 − 10⁻¹²) against rounding; bubbles, transfers, reductions and the optimizer are left
+    out. Costs one pass of the layer pricing, no plan enumeration.
+    """
+    m_spec, archs, n_dev, B, b, eff_rows = _common(model, archs, devices, global_batch,
+                                                   microbatch, recompute, efficiency)
+    widths = _int_grid("tensor_parallel", tensor_parallel, 1)
+    rp = row_params(archs, eff_rows)
+    ns = np.asarray(archs["node_size"])
+    L = m_spec.n_layers
+    best = np.full(archs.shape[0], np.inf)
+    for t, _, _, mg in _variants(m_spec, b, widths, _bool_grid("sequence_parallel", sequence_parallel),
+                                 _bool_grid("flash_attention", flash_attention)):
+        if not any(B % (b * d) == 0 for d in range(1, n_dev // t + 1)):
+            continue
+        lt, _ = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute)
+        work = (lt[:, kern.LT_EMB_F] + lt[:, kern.LT_EMB_B] + lt[:, kern.LT_HEAD_F]
+                + lt[:, kern.LT_HEAD_B] + L * (lt[:, kern.LT_BLK_F] + lt[:, kern.LT_BLK_B]))
+        if recompute == "full":
+            work = work + L * lt[:, kern.LT_BLK_F]
+        elif recompute == "selective":
+            work = work + L * lt[:, kern.LT_BLK_CORE]
+        bound = B * t * work / (b * n_dev) * (1.0 - 1e-12)
+        best = np.where(ns >= t, np.minimum(best, bound), best)
+    return best
