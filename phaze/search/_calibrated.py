@@ -34,9 +34,6 @@ from .. import _config, cost, step
 from ._chunk import Rows, dominated, model_graph, staircase, survivors
 from ._settings import ChunkResult
 
-if not hasattr(step, "best_plans"):  # TEMPORARY-STANDIN: remove before the final commit
-    from . import _standin as step  # noqa: F811
-
 
 def _stage_text(n_layers: int, p: int) -> str:
     """Layers per stage of the even split Megatron-LM builds, as 'a,b,c' chain positions:
@@ -259,8 +256,8 @@ def run_chunk(task) -> ChunkResult:
 def fixed_plan_best(cfg, model, row, t, p, d):
     """The best of one fixed t/p/d plan on one architecture ``row`` under the calibrated step
     model (``phaze.step.training_step``), over the settings' microbatch, HBM and
-    recomputation grids and, as in every row of the search, their strategy grids
-    (Megatron-launchable plans only, as ``best_plans`` chooses). Returns (the best as a
+    recomputation grids and, as in every row of the search, their strategy grids (the
+    plans ``phaze.step.best_plans`` considers at that t/p/d). Returns (the best as a
     dict with the fields of a result row, or None; the first reason a plan failed)."""
     spec = model
     n_layers = int(spec.n_layers)
@@ -288,9 +285,6 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     precision=cfg.precision)
                                 if not res.ok:
                                     reason = reason or res.reason
-                                    continue
-                                if "megatron-lm" not in res.plan.get("trainers", ()):
-                                    reason = reason or "Megatron-LM cannot launch the plan"
                                     continue
                                 peak = res.peak_memory
                                 fits = [h for h in hbm_values if peak.total <= h * 2.0 ** 30]
