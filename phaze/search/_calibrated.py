@@ -30,9 +30,14 @@ import math
 
 import numpy as np
 
-from .. import _config, cost, step
+from .. import cost, step
 from ._chunk import Rows, dominated, model_graph, staircase, survivors
 from ._settings import ChunkResult
+
+#: Pruned sweeps price a chunk's architectures in batches of this many (best bound first),
+#: raising the floor between batches. Larger than the study's ``SEARCH_PRUNE_BATCH``: a
+#: ``best_plans`` call has a fixed cost (pricing every layer variant) that a batch shares.
+CALIBRATED_PRUNE_BATCH = 64
 
 
 def _stage_text(n_layers: int, p: int) -> str:
@@ -70,19 +75,33 @@ def lower_bounds(cfg, model_index, microbatch, recompute, archs) -> np.ndarray:
         flash_attention=tuple(cfg.flash_attention)), dtype=np.float64)
 
 
-def best_plans(cfg, model_index, microbatch, recompute, hbm_gib, archs) -> np.ndarray:
-    """``phaze.step.best_plans`` of one point (model, microbatch, HBM GiB or None for each
-    row's own, recomputation mode) on ``archs``, with the settings' strategy grids."""
+def best_plans(cfg, model_index, microbatch, recompute, hbm_bytes, archs) -> np.ndarray:
+    """``phaze.step.best_plans`` of one (model, microbatch, recomputation mode) on ``archs``
+    with the settings' strategy grids; ``hbm_bytes``: None (each row's own) or one
+    capacity per row, bytes."""
     return step.best_plans(
         cfg.models[model_index], archs, devices=int(cfg.devices),
         global_batch=int(cfg.global_batch), microbatch=int(microbatch), recompute=recompute,
-        hbm_bytes=None if hbm_gib is None else float(hbm_gib) * 2.0 ** 30,
-        tensor_parallel=tuple(cfg.widths[model_index]),
+        hbm_bytes=hbm_bytes, tensor_parallel=tuple(cfg.widths[model_index]),
         sequence_parallel=tuple(cfg.sequence_parallel),
         flash_attention=tuple(cfg.flash_attention),
         virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
         zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
         precision=cfg.precision)
+
+
+def plans_over_hbm(cfg, model_index, microbatch, recompute, archs) -> list:
+    """The best plans of ``archs`` at every HBM capacity of the settings, in one
+    ``best_plans`` call (its fixed cost per call is paid once; the layer times do not
+    depend on the capacity): a list, per HBM value of ``cfg.hbm_gib``, of PLAN_DTYPE rows
+    (one per architecture). A None capacity is each row's own, floored to whole bytes as
+    ``best_plans`` floors it."""
+    n = len(archs)
+    caps = [np.floor(np.asarray(archs["hbm_gib"], dtype=np.float64) * 2.0 ** 30) if h is None
+            else np.full(n, float(h) * 2.0 ** 30) for h in cfg.hbm_gib]
+    plans = best_plans(cfg, model_index, microbatch, recompute, np.concatenate(caps),
+                       np.concatenate([archs] * len(caps)))
+    return [plans[k * n:(k + 1) * n] for k in range(len(caps))]
 
 
 def block_fwbw_seconds(model, archs) -> np.ndarray:
@@ -183,19 +202,23 @@ def run_chunk(task) -> ChunkResult:
     rows = Rows()
     pruned = 0
 
-    # Valid bounds per (model, microbatch, recomputation), on every row of the chunk.
+    # Valid bounds per (model, microbatch, recomputation). On every row of the chunk only
+    # for the grid's least recomputation: ``step_lower_bounds`` adds the recomputed work
+    # to the same sums, so its bound is the smallest of the modes and its throughput
+    # bound the largest, enough for skipping whole architectures. The other modes'
+    # (tighter) bounds are computed for the surviving architectures only.
     bounds = {}
     keep_arch = np.ones(n_archs, dtype=bool)
+    least = cfg.recompute[0]
     if prune and n_archs:
         ub = np.zeros((n_models, n_archs))
         for mi in range(n_models):
             if not cfg.widths[mi]:
                 continue
             for mb in cfg.microbatch:
-                for rc in cfg.recompute:
-                    bounds[mi, mb, rc] = up = _bounds_to_throughput(
-                        lower_bounds(cfg, mi, mb, rc, archs), global_batch)
-                    ub[mi] = np.maximum(ub[mi], up)
+                bounds[mi, mb, least] = up = _bounds_to_throughput(
+                    lower_bounds(cfg, mi, mb, least, archs), global_batch)
+                ub[mi] = np.maximum(ub[mi], up)
         if mode == "front":
             keep_arch = ~dominated(ub, archs["area_mm2"], front)
         else:
@@ -214,36 +237,42 @@ def run_chunk(task) -> ChunkResult:
         sub_ids = arch_ids[sub]
         own_best = np.zeros(sub.size)
         stair = staircase(sub_archs["area_mm2"], front) if mode == "front" else None
+        n_hbm = len(cfg.hbm_gib)
         for mi in range(n_models):
             for mb in cfg.microbatch:
-                for hbm in cfg.hbm_gib:
-                    for rc in cfg.recompute:
-                        if not cfg.widths[mi]:
+                for rc in cfg.recompute:
+                    if not cfg.widths[mi]:
+                        for hbm in cfg.hbm_gib:
                             add_infeasible(rows, mi, mb, rc, hbm, sub_archs, sub_ids,
                                            "no valid tensor-parallel width")
-                            continue
-                        point_ub = (bounds[mi, mb, rc][sub]
-                                    if prune and n_models == 1 else None)
-                        order = np.arange(sub.size)
-                        step_size = max(1, sub.size)
+                        continue
+                    point_ub = None
+                    if prune and n_models == 1:
+                        point_ub = (bounds[mi, mb, rc][sub] if rc == least else
+                                    _bounds_to_throughput(
+                                        lower_bounds(cfg, mi, mb, rc, sub_archs), global_batch))
+                    order = np.arange(sub.size)
+                    step_size = max(1, sub.size)
+                    if point_ub is not None:
+                        # Best bounds first, in batches, so the floor rises early. The
+                        # bound does not depend on the HBM: a skipped architecture skips
+                        # its points at every capacity.
+                        order = np.argsort(-point_ub, kind="stable")
+                        step_size = CALIBRATED_PRUNE_BATCH
+                    for lo in range(0, order.size, step_size):
+                        batch = order[lo:lo + step_size]
                         if point_ub is not None:
-                            # Best bounds first, in small batches, so the floor rises early.
-                            order = np.argsort(-point_ub, kind="stable")
-                            step_size = _config.SEARCH_PRUNE_BATCH
-                        for lo in range(0, order.size, step_size):
-                            batch = order[lo:lo + step_size]
-                            if point_ub is not None:
-                                if mode == "front":
-                                    skip = point_ub[batch] < np.maximum(own_best[batch],
-                                                                        stair[batch])
-                                else:
-                                    skip = point_ub[batch] < floors[mi]
-                                pruned += int(skip.sum())
-                                batch = batch[~skip]
-                                if not batch.size:
-                                    continue
-                            batch = np.sort(batch)
-                            plans = best_plans(cfg, mi, mb, rc, hbm, sub_archs[batch])
+                            if mode == "front":
+                                skip = point_ub[batch] < np.maximum(own_best[batch], stair[batch])
+                            else:
+                                skip = point_ub[batch] < floors[mi]
+                            pruned += int(skip.sum()) * n_hbm
+                            batch = batch[~skip]
+                            if not batch.size:
+                                continue
+                        batch = np.sort(batch)
+                        per_hbm = plans_over_hbm(cfg, mi, mb, rc, sub_archs[batch])
+                        for hbm, plans in zip(cfg.hbm_gib, per_hbm):
                             sps = add_plans(rows, cfg, mi, mb, rc, hbm, sub_archs[batch],
                                             sub_ids[batch], plans)
                             if sps.size:
