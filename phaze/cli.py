@@ -297,8 +297,8 @@ def _fixed_system_summary(result) -> str:
                      f"{chip['clock_ghz']:g} GHz ({peak:,.1f} TFLOP/s), HBM {chip['hbm_gib']:g} GiB "
                      f"at {chip['hbm_gb_per_s']:g} GB/s, link {chip['link_gb_per_s']:g} GB/s in "
                      f"nodes of {chip['node_size']}, network {chip['net_gb_per_s']:g} GB/s")
-    lines.append(f"best plan{'s' if len(result.models) > 1 else ''}:")
     lines.append(cost_model_line(meta))
+    lines.append(f"best plan{'s' if len(result.models) > 1 else ''}:")
     lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>9} "
                  f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} "
                  f"{'samples/s':>11} {'tokens/s':>13}  layers per stage")
