@@ -3,6 +3,7 @@
     python3 bench/bench_search.py sweep  [--model gpt3-175b] [--every K] [--workers N] [--mode both]
                                          [--study]
     python3 bench/bench_search.py models [--every K] [--workers N] [--study]
+    python3 bench/bench_search.py knobs  [--every K] [--workers N]
 
 ``sweep`` runs the exhaustive search (and/or ``--prune``) over the default space
 × microbatch {1,2,4,8} × HBM {32,64,80} GiB × recomputation (the calibrated
@@ -14,6 +15,10 @@ model and, for the calibrated model, the knobs the row chose) and checks the
 throughput. ``models`` runs the original study's model set (pruned
 search) and prints, per model, the best architecture, strategy, throughput and
 the gains over the three baselines, as a Markdown table for bench/RESULTS.md.
+``knobs`` runs, per study model on the calibrated model, the search with every
+strategy knob and with the study's knob set only (recomputation none/full, no
+sequence parallelism, flash attention, interleaving, ZeRO or overlap) and prints
+both best points and the gain (it fails if the study's set ever wins).
 """
 import argparse
 import os
@@ -127,6 +132,49 @@ def cmd_models(args):
               f"{gains[0]} | {gains[1]} | {gains[2]} | {wall:.0f} s |", flush=True)
 
 
+#: The study's strategy set, on the calibrated model (``knobs``' "without" column).
+STUDY_KNOB_SET = dict(recompute=("none", "full"), sequence_parallel=(False,),
+                      flash_attention=(False,), virtual_stages=(1,), zero_stage=(0,),
+                      overlap_grad_reduce=(False,))
+
+
+def _plan(b):
+    return (f"t/p/d {b['tensor_parallel']}/{b['pipeline_parallel']}/{b['data_parallel']}, "
+            f"mb {b['microbatch']}, {b['hbm_gib']:g} GiB, rc {b['recompute']}, "
+            f"sp {'on' if b['sequence_parallel'] else 'off'}, v {b['virtual_stages']}, "
+            f"zero {b['zero_stage']}, flash {'on' if b['flash_attention'] else 'off'}, "
+            f"ogr {'on' if b['overlap_grad_reduce'] else 'off'}")
+
+
+def cmd_knobs(args):
+    """Per study model, on the calibrated model (pruned search of the space): the best point
+    with every strategy knob searched, and with the study's knob set only, and the gain."""
+    print(f"machine: {platform.node()} {os.cpu_count()} cores (shared with other work while measured)")
+    print("| model | best with the new knobs (arch, plan) | samples/s | best with the study's "
+          "knobs (arch, plan) | samples/s | gain | time |")
+    print("|---|---|---|---|---|---|---|")
+    rows = _space(args.every)
+    for name in args.models.split(","):
+        t0 = time.perf_counter()
+        full = search.search(name, devices=args.devices, space=rows, prune=True,
+                             workers=args.workers, progress=False, baselines=False)
+        study_set = search.search(name, devices=args.devices, space=rows, prune=True,
+                                  workers=args.workers, progress=False, baselines=False,
+                                  **STUDY_KNOB_SET)
+        wall = time.perf_counter() - t0
+        _check_best(full, rows, args.devices, 4096, False)
+        _check_best(study_set, rows, args.devices, 4096, False)
+        a, b = full.best, study_set.best
+        if not (a.get("feasible") and b.get("feasible")):
+            print(f"| {name} | {a.get('reason', '')} | | {b.get('reason', '')} | | | {wall:.0f} s |")
+            continue
+        if b["samples_per_s"] > a["samples_per_s"]:
+            raise SystemExit(f"CHECK FAILED: {name}: the study's knob set beats the full search")
+        print(f"| {name} | {a['arch_id']}, {_plan(a)} | {a['samples_per_s']:.2f} | "
+              f"{b['arch_id']}, {_plan(b)} | {b['samples_per_s']:.2f} | "
+              f"{a['samples_per_s'] / b['samples_per_s']:.3f}x | {wall:.0f} s |", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -137,7 +185,10 @@ def main(argv=None):
     q = sub.add_parser("models")
     q.add_argument("--models", default=",".join(STUDY_MODELS))
     q.set_defaults(func=cmd_models)
-    for x in (p, q):
+    k = sub.add_parser("knobs")
+    k.add_argument("--models", default=",".join(STUDY_MODELS))
+    k.set_defaults(func=cmd_knobs)
+    for x in (p, q, k):
         x.add_argument("--devices", type=int, default=1024)
         x.add_argument("--every", type=int, default=1, help="keep every K-th architecture")
         x.add_argument("--workers", type=int, default=None)
