@@ -286,9 +286,11 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     if hbm_bytes is None:
         cap = np.floor(archs["hbm_gib"].astype(np.float64) * 2 ** 30)
     else:
-        cap = np.broadcast_to(np.asarray(hbm_bytes, dtype=np.float64), (n,)).copy()
-        if cap.ndim != 1 or np.any(~(cap > 0)):
-            raise ValueError("hbm_bytes must be None, or capacities in bytes > 0 (one or one per row)")
+        cap = np.asarray(hbm_bytes, dtype=np.float64).reshape(-1)
+        if cap.shape[0] not in (1, n) or np.any(~(cap > 0)):
+            raise ValueError(f"hbm_bytes must be None, or capacities in bytes > 0: one, or one "
+                             f"per row ({n}); got {hbm_bytes!r}")
+        cap = np.ascontiguousarray(np.broadcast_to(cap, (n,)))
 
     rp = row_params(archs, eff_rows)
     ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)

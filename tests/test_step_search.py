@@ -235,3 +235,11 @@ def test_gpt3_on_the_a100_matches_training_step():
     lb = step.step_lower_bounds("gpt3-175b", row, devices=1024, global_batch=1536, microbatch=1,
                                 recompute="full")
     assert lb[0] <= out["time_s"][0]
+
+
+def test_a_row_gets_the_same_answer_alone_and_among_others():
+    kw = dict(devices=8, global_batch=16, microbatch=1, recompute="full", hbm_bytes=2e8)
+    together = step.best_plans(TINY6, ROWS, **kw)
+    for i in range(ROWS.shape[0]):
+        alone = step.best_plans(TINY6, ROWS[i:i + 1], **kw)
+        assert alone[0].tobytes() == together[i].tobytes()
