@@ -356,3 +356,34 @@ def test_cli_help_documents_the_knobs(capsys):
                  "--flash-attention", "--virtual-stages", "--zero-stage",
                  "--overlap-grad-reduce", "--precision", "sp ", "zero ", "flash ", "ogr "):
         assert word in text, word
+
+
+# --- evaluate_point ------------------------------------------------------------------------
+
+def test_evaluate_point_defaults_to_the_step_model():
+    r = search.evaluate_point("llama2-7b", "a100-80g", 2, 4, 8, 1, True, global_batch=64,
+                              sequence_parallel=True, zero_stage=1)
+    want = step.training_step("llama2-7b", "a100-80g", tensor_parallel=2, pipeline_parallel=4,
+                              data_parallel=8, microbatch=1, global_batch=64, recompute="full",
+                              sequence_parallel=True, zero_stage=1)
+    assert r["cost_model"] == "calibrated" and r["recompute"] == "full"
+    assert r["time_per_batch_s"] == want.time_s and r["feasible"]
+    assert r["mfu"] == pytest.approx(_table.model_flops_per_sample(models.get("llama2-7b")) * 64
+                                     / want.time_s / (64 * arch.peak_flops(
+                                         arch.presets.get("a100-80g"))[0]))
+    study = search.evaluate_point("llama2-7b", "a100-80g", 2, 4, 8, 1, True, global_batch=64,
+                                  study=True)
+    assert study["time_per_batch_s"] != r["time_per_batch_s"] and "cost_model" not in study
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(stages=[9, 8, 8, 9]), "stages"), (dict(gap=0.01), "gap"),
+    (dict(optimizer="sgd"), "optimizer"),
+    (dict(study=True, zero_stage=2), "zero_stage"), (dict(study=True, precision="fp16"), "precision"),
+    (dict(study=True, flash_attention=True), "flash_attention"),
+])
+def test_evaluate_point_knobs_of_the_other_model_are_one_sentence(kwargs, words):
+    with pytest.raises(ValueError) as err:
+        search.evaluate_point("llama2-7b", "a100-80g", 2, 4, 8, 1, False, global_batch=64,
+                              **kwargs)
+    assert words in str(err.value) and "\n" not in str(err.value)

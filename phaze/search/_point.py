@@ -91,9 +91,11 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         return evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
                              microbatch, recompute, devices=devices, global_batch=global_batch,
                              hbm_gib=hbm_gib, seq_len=seq_len, **knobs)
+    if knobs["precision"] not in (None, "bf16"):
+        raise ValueError("precision: the study's model has no precision choice; leave it out "
+                         "with study=True")
     for name, study_value in _STEP_KNOBS.items():
-        if knobs[name] is not None and knobs[name] != study_value and not (
-                name == "precision" and knobs[name] == "bf16"):
+        if name != "precision" and knobs[name] is not None and knobs[name] != study_value:
             raise ValueError(f"{name}: the study's model has no such knob (it is "
                              f"{study_value!r} there); leave it out with study=True")
     if isinstance(recompute, str) and recompute in ("none", "full"):
