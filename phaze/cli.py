@@ -101,9 +101,6 @@ def _float_list(text):
         raise ValueError(f"expected a comma-separated list of numbers, got {text!r}") from None
 
 
-_RECOMPUTE = {"off": (False,), "on": (True,), "both": (False, True)}
-
-
 def _add_search_arguments(p) -> None:
     p.add_argument("--model", action="append", default=[],
                    help="zoo model name (repeat or comma-separate for several; see `phaze models`)")
@@ -120,10 +117,33 @@ def _add_search_arguments(p) -> None:
     p.add_argument("--microbatch", default="1,2,4,8", help="microbatch sizes (default 1,2,4,8)")
     p.add_argument("--hbm-gib", default=None,
                    help="HBM capacities in GiB (default 32,64,80; with --arch the chip's own)")
-    p.add_argument("--recompute", choices=sorted(_RECOMPUTE), default="both",
-                   help="activation recomputation (default both)")
+    p.add_argument("--study", action="store_true",
+                   help="the original study's cost model, knob set and unconstrained plans "
+                        "(reproduces its results); default: the calibrated Megatron-LM step "
+                        "model (phaze.step) with the strategy knobs below searched")
+    p.add_argument("--recompute", default=None, metavar="MODES",
+                   help="activation recomputation modes, comma-separated: none, selective, full "
+                        "(default all three; --study: none,full); off = none, on = full, both "
+                        "= none,full")
+    p.add_argument("--sequence-parallel", default=None, metavar="off,on",
+                   help="sequence parallelism: off, on or off,on (default both; chosen per row)")
+    p.add_argument("--flash-attention", default=None, metavar="off,on",
+                   help="fused (flash) attention: off, on or off,on (default both)")
+    p.add_argument("--virtual-stages", default=None, metavar="V,...|all",
+                   help="interleaved 1F1B model chunks per device, e.g. 1,2,4 (default all: "
+                        "every V dividing the layers per stage)")
+    p.add_argument("--zero-stage", default=None, metavar="Z,...",
+                   help="ZeRO stages over the data-parallel group, e.g. 0,1 (default 0,1,2,3; "
+                        "plans are those Megatron-LM launches)")
+    p.add_argument("--overlap-grad-reduce", default=None, metavar="off,on",
+                   help="overlap the gradient reduction with the backward: off, on or off,on "
+                        "(default both)")
+    p.add_argument("--precision", choices=("bf16", "fp16"), default=None,
+                   help="mixed-precision format of the calibrated model (default bf16)")
     p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel widths (default 1,2,4,8)")
-    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
+                   help="optimizer (default: adam, the only one the calibrated model prices; "
+                        "--study: sgd, the study's)")
     p.add_argument("--space-every", type=int, default=1, metavar="K",
                    help="keep every K-th architecture of the default space (quick looks)")
     p.add_argument("--arch", metavar="NAME|FILE",
@@ -191,6 +211,7 @@ def _check_tp(model_list, widths) -> None:
 
 def _cmd_search(args) -> int:
     """``phaze search``: run the sweep, print its summary (and where the rows went)."""
+    from . import _cli_lists as lists
     from . import arch, search
 
     model_list = _models_from_args(args)
@@ -204,12 +225,38 @@ def _cmd_search(args) -> int:
                          "and takes no space: give one of them")
     hbm = (_float_list(args.hbm_gib) if args.hbm_gib is not None
            else None if args.arch is not None else (32, 64, 80))  # None: the chip's own
+    recompute = lists.recompute_list(args.recompute)
+    knobs = {"sequence_parallel": lists.switch_list("--sequence-parallel", args.sequence_parallel),
+             "flash_attention": lists.switch_list("--flash-attention", args.flash_attention),
+             "virtual_stages": lists.virtual_list(args.virtual_stages),
+             "zero_stage": lists.zero_list(args.zero_stage),
+             "overlap_grad_reduce": lists.switch_list("--overlap-grad-reduce",
+                                                      args.overlap_grad_reduce),
+             "precision": args.precision}
+    if args.optimizer == "sgd" and not args.study:
+        raise ValueError("--optimizer sgd is the study's: the calibrated model prices Adam "
+                         "only (add --study for sgd)")
+    if args.study:
+        given = [flag for flag, key in (("--sequence-parallel", "sequence_parallel"),
+                                        ("--flash-attention", "flash_attention"),
+                                        ("--virtual-stages", "virtual_stages"),
+                                        ("--zero-stage", "zero_stage"),
+                                        ("--overlap-grad-reduce", "overlap_grad_reduce"),
+                                        ("--precision", "precision"))
+                 if getattr(args, key) is not None]
+        if given:
+            raise ValueError(f"{given[0]} is a knob of the calibrated model; the study's model "
+                             f"(--study) has none: drop one of them")
+        if recompute is not None and "selective" in recompute:
+            raise ValueError("--recompute selective is not in the study's model (--study has "
+                             "none and full)")
     try:
         result = search.search(
             model_list, devices=args.devices, global_batch=args.global_batch,
             microbatch=_int_list(args.microbatch), hbm_gib=hbm, arch=args.arch,
-            recompute=_RECOMPUTE[args.recompute], tensor_parallel=_int_list(args.tp), space=space,
-            optimizer=args.optimizer, prune=args.prune or False,
+            recompute=recompute, tensor_parallel=_int_list(args.tp), space=space,
+            optimizer=args.optimizer, prune=args.prune or False, study=args.study,
+            **knobs,
             executor="serial" if args.serial else None, progress=args.progress, out=args.out,
             resume=args.resume, workers=args.workers, address=args.address,
             baselines=not args.no_baselines, force=args.force, seq_len=args.seq_len)
@@ -234,6 +281,8 @@ def _cmd_search(args) -> int:
 def _fixed_system_summary(result) -> str:
     """What ``phaze search --arch`` prints: the chip, then each model's best plan on it
     (no architecture, Pareto front or baseline lines: there is one chip)."""
+    from .search._report import cost_model_line, knob_text
+
     meta, best = result.metadata, result.best
     inp, chip = meta.get("inputs", {}), meta.get("chip") or {}
     lines = [f"phaze search: {', '.join(result.models)} on {inp.get('devices')} x "
@@ -248,8 +297,10 @@ def _fixed_system_summary(result) -> str:
                      f"{chip['clock_ghz']:g} GHz ({peak:,.1f} TFLOP/s), HBM {chip['hbm_gib']:g} GiB "
                      f"at {chip['hbm_gb_per_s']:g} GB/s, link {chip['link_gb_per_s']:g} GB/s in "
                      f"nodes of {chip['node_size']}, network {chip['net_gb_per_s']:g} GB/s")
+    lines.append(cost_model_line(meta))
     lines.append(f"best plan{'s' if len(result.models) > 1 else ''}:")
-    lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>3} "
+    lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>9} "
+                 f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} "
                  f"{'samples/s':>11} {'tokens/s':>13}  layers per stage")
     for model in result.models:
         r = (best.get("plans") or {}).get(model)
@@ -259,7 +310,7 @@ def _fixed_system_summary(result) -> str:
             continue
         lines.append(f"{model:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
                      f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>5g} "
-                     f"{'on' if r['recompute'] else 'off':>3} {r['samples_per_s']:>11,.1f} "
+                     f"{knob_text(r)} {r['samples_per_s']:>11,.1f} "
                      f"{r['tokens_per_s']:>13,.0f}  {r['stage_layers']}")
     return "\n".join(lines)
 
@@ -281,11 +332,13 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--recompute", nargs="?", const="full", default=None,
                    choices=("none", "selective", "full"),
                    help="activation recomputation: none (the default when absent), selective "
-                        "(attention core only; needs --calibrated) or full (bare --recompute)")
+                        "(attention core only; calibrated model only) or full (bare --recompute)")
     p.add_argument("--devices", type=int, help="devices available (default t·p·d)")
     p.add_argument("--global-batch", type=int, default=4096)
     p.add_argument("--hbm-gib", type=float, help="HBM per chip, GiB (default: the chip's own)")
-    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
+                   help="optimizer (default: adam, the calibrated model's only one; --study: "
+                        "sgd, the study's)")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.add_argument("--emit", choices=("megatron", "deepspeed"),
                    help="print the plan's launch arguments instead: Megatron-LM, or "
@@ -293,20 +346,20 @@ def _add_evaluate_arguments(p) -> None:
     # Strategy knobs of the training-step model (phaze.step); None = not given, so that the
     # study's model can refuse them by name.
     p.add_argument("--sequence-parallel", action="store_true", default=None,
-                   help="sequence parallelism over the tensor-parallel group (needs --calibrated)")
+                   help="sequence parallelism over the tensor-parallel group (calibrated model only)")
     p.add_argument("--virtual-stages", type=int, metavar="V",
                    help="interleaved 1F1B with V model chunks per device (default 1; V > 1 "
-                        "needs --calibrated)")
+                        "calibrated model only)")
     p.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3),
                    help="ZeRO stage over the data-parallel group (default 0; 1 = Megatron-LM's "
-                        "distributed optimizer; > 0 needs --calibrated)")
+                        "distributed optimizer; > 0: calibrated model only)")
     p.add_argument("--flash-attention", action="store_true", default=None,
-                   help="fused attention kernel, no materialised scores (needs --calibrated)")
+                   help="fused attention kernel, no materialised scores (calibrated model only)")
     p.add_argument("--overlap-grad-reduce", action="store_true", default=None,
-                   help="overlap the gradient reduction with the backward pass (needs "
-                        "--calibrated)")
+                   help="overlap the gradient reduction with the backward pass "
+                        "(calibrated model only)")
     p.add_argument("--precision", choices=("bf16", "fp16"),
-                   help="mixed-precision format (default bf16; needs --calibrated)")
+                   help="mixed-precision format (default bf16; calibrated model only)")
 
 
 #: evaluate's options that only the training-step model has: (dest, flag, given?).
@@ -324,10 +377,11 @@ def _check_study_knobs(args) -> None:
     """The study's model has none of the step-only knobs: one sentence naming the first
     one given (never a silent switch of cost model)."""
     if getattr(args, "recompute", None) == "selective":
-        raise ValueError("selective recomputation needs --calibrated")
+        raise ValueError("selective recomputation is not in the study's model: drop --study")
     for dest, flag, given in _STEP_ONLY:
         if given(getattr(args, dest, None)):
-            raise ValueError(f"{flag} needs the training-step model: add --calibrated")
+            raise ValueError(f"{flag} is a knob of the calibrated training-step model, not of "
+                             f"the study's: drop --study")
 
 
 def _strategy_knobs(args) -> dict:
@@ -372,13 +426,15 @@ def _cmd_evaluate(args) -> int:
                                                 seq_len=args.seq_len)
     if getattr(args, "emit", None):
         return _emit_plan(args, model)
-    if getattr(args, "calibrated", False):
+    if getattr(args, "study", False) and getattr(args, "calibrated", False):
+        raise ValueError("--study and --calibrated name two cost models: give one of them")
+    if not getattr(args, "study", False):
         return _evaluate_calibrated(args, model)
     _check_study_knobs(args)
     r = search.evaluate_point(model, args.arch, args.tp, args.pp, args.dp, args.microbatch,
                               args.recompute == "full", devices=args.devices, global_batch=args.global_batch,
-                              hbm_gib=args.hbm_gib, optimizer=args.optimizer,
-                              seq_len=args.seq_len)
+                              hbm_gib=args.hbm_gib, optimizer=args.optimizer or "sgd",
+                              seq_len=args.seq_len, study=True)
     if args.json:
         print(json.dumps(search.json_safe(r), indent=1))
         return 0
@@ -411,86 +467,52 @@ def _cmd_evaluate(args) -> int:
 
 
 def _add_calibrated_argument(p) -> None:
+    p.add_argument("--study", action="store_true",
+                   help="evaluate with the original study's placement model (no strategy "
+                        "knobs; recompute none or full) instead of the default calibrated "
+                        "training-step model (phaze.step: Megatron-LM 1F1B on the calibrated "
+                        "operator model)")
     p.add_argument("--calibrated", action="store_true",
-                   help="evaluate with the training-step model (phaze.step: Megatron-LM 1F1B "
-                        "on the calibrated operator model) and its strategy knobs, instead of "
-                        "the study's placement model")
+                   help="the calibrated training-step model: the default, accepted for old "
+                        "command lines")
 
 
 def _calibrated_result(args, model) -> dict:
-    """``evaluate --calibrated``: the plan through ``phaze.step.training_step``, as one
-    JSON-ready dict (seconds ``_s``, GiB ``_gib``; stages numbered from 1)."""
-    from . import step
+    """``evaluate`` (the calibrated default): the plan through
+    ``phaze.search.evaluate_point`` → ``phaze.step.training_step``, as one JSON-ready dict
+    (seconds ``_s``, GiB ``_gib``; stages numbered from 1; keys in
+    ``phaze.search._point.evaluate_step``)."""
+    from . import search
     from .arch import resolve_chip
-    from .search._inputs import resolve_models
 
-    # --seq-len as the study's path reads it (a --hf-config model already has it).
-    spec = resolve_models(model, seq_len=args.seq_len if args.model else None)[0]
-    chip = resolve_chip(args.arch)
-    arch = chip.row
-    if args.hbm_gib is not None:
-        if not args.hbm_gib > 0:
-            raise ValueError(f"--hbm-gib must be positive, got {args.hbm_gib:g}")
-        arch = arch.copy()
-        arch["hbm_gib"] = args.hbm_gib
+    if getattr(args, "study", False) and getattr(args, "calibrated", False):
+        raise ValueError("--study and --calibrated name two cost models: give one of them")
+    if args.hbm_gib is not None and not args.hbm_gib > 0:
+        raise ValueError(f"--hbm-gib must be positive, got {args.hbm_gib:g}")
     if args.virtual_stages is not None and args.virtual_stages < 1:
         raise ValueError(f"--virtual-stages must be a positive integer, got "
                          f"{args.virtual_stages}")
     used = args.tp * args.pp * args.dp
     if args.devices is not None and args.devices < used:
         raise ValueError(f"--devices {args.devices} is fewer than t·p·d = {used}")
-    res = step.training_step(
-        spec, arch, tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
-        microbatch=args.microbatch, global_batch=args.global_batch,
-        recompute=args.recompute or "none",
+    if args.optimizer not in (None, "adam"):
+        raise ValueError("--optimizer sgd is the study's: the calibrated model prices Adam "
+                         "only (add --study for sgd)")
+    # --seq-len as the study's path reads it (a --hf-config model already has it).
+    out = search.evaluate_point(
+        model, resolve_chip(args.arch), args.tp, args.pp, args.dp, args.microbatch,
+        args.recompute or "none", devices=args.devices, global_batch=args.global_batch,
+        hbm_gib=args.hbm_gib, seq_len=args.seq_len if args.model else None,
         virtual_stages=1 if args.virtual_stages is None else args.virtual_stages,
         sequence_parallel=bool(args.sequence_parallel),
         flash_attention=bool(args.flash_attention), zero_stage=args.zero_stage or 0,
-        overlap_grad_reduce=bool(args.overlap_grad_reduce),
-        precision=args.precision or "bf16", efficiency=chip.efficiency_set())
-    gib = 2 ** 30
-    plan = dict(res.plan)
-    plan["trainers"] = list(plan.get("trainers", ()))
-    out = {"model": spec.name, "arch": chip.name, "cost_model": "calibrated",
-           "schedule": "interleaved 1F1B" if plan["virtual_stages"] > 1 else "1F1B",
-           "optimizer": "adam", "devices": used, "seq_len": spec.seq_len, **plan,
-           "hbm_gib": float(arch["hbm_gib"][0]), "status": res.status,
-           "reason": res.reason, "feasible": False}
-    if not res.ok:
-        return out
-    b = res.breakdown
-    stages = []
-    for mb in res.memory:
-        stages.append({
-            "stage": mb.stage + 1, "microbatches_in_flight": mb.in_flight,
-            "weights_gib": mb.weights / gib, "gradients_gib": mb.gradients / gib,
-            "optimizer_state_gib": mb.optimizer_state / gib,
-            "activations_gib": (mb.activations + mb.activations_other) / gib,
-            "workspace_gib": mb.workspace / gib, "total_gib": mb.total / gib,
-            "hbm_gib": mb.limit / gib, "fits": mb.fits})
-    short = [s for s in stages if not s["fits"]]
-    if short:
-        s0 = short[0]
-        out["reason"] = (f"stage {s0['stage']} needs {s0['total_gib']:.2f} GiB per device, "
-                         f"more than its HBM ({s0['hbm_gib']:g} GiB)")
-    out.update(
-        feasible=not short, time_per_batch_s=res.time_s,
-        samples_per_s=args.global_batch / res.time_s,
-        tokens_per_s=args.global_batch * spec.seq_len / res.time_s,
-        microbatches_per_pipeline=b.microbatches,
-        breakdown={"steady_s": b.steady_s, "bubble_s": b.bubble_s,
-                   "gradient_reduction_s": b.dp_allreduce_s,
-                   "embedding_allreduce_s": b.embedding_allreduce_s,
-                   "optimizer_s": b.optimizer_s, "pipeline_s": b.pipeline_s,
-                   "critical_stage": b.critical_stage + 1, "slot_s": b.slot_s,
-                   "forward_s": b.forward_s, "backward_s": b.backward_s,
-                   "recompute_s": b.recompute_s, "p2p_s": b.p2p_s},
-        stages=stages)
+        overlap_grad_reduce=bool(args.overlap_grad_reduce), precision=args.precision)
     return out
 
 
 def _evaluate_calibrated(args, model) -> int:
-    """Print ``evaluate --calibrated`` (text, or one JSON object with --json)."""
+    """Print ``evaluate`` with the calibrated model, its default (text, or one JSON object
+    with --json)."""
     r = _calibrated_result(args, model)
     if args.json:
         print(json.dumps(r, indent=1))
@@ -518,7 +540,7 @@ def _evaluate_calibrated(args, model) -> int:
         return 0
     b = r["breakdown"]
     print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} samples/s   "
-          f"{r['tokens_per_s']:,.0f} tokens/s")
+          f"{r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f}%")
     print(f"  pipeline steady {b['steady_s']:.6g} s + bubble {b['bubble_s']:.6g} s + gradient "
           f"reduction {b['gradient_reduction_s']:.6g} s + embedding all-reduce "
           f"{b['embedding_allreduce_s']:.6g} s + optimizer {b['optimizer_s']:.6g} s")
@@ -573,7 +595,7 @@ def _cmd_trace(args) -> int:
                 global_batch=args.global_batch, calibrated=args.calibrated,
                 layer_schedule=args.layer_schedule)
     if not args.calibrated:
-        plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer)
+        plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer or "sgd")
     plan.update(_strategy_knobs(args))  # the study's model refuses them in one sentence
     if args.calibrated and args.precision:
         plan["precision"] = args.precision
@@ -684,13 +706,25 @@ output conventions (place, evaluate, search):
 
 #: The columns of `phaze search`'s summary (the epilog of its --help; the README's legend).
 SEARCH_LEGEND = """\
-summary columns (one row per model: its best plan on the best architecture):
+summary columns (one row per model: its best plan on the best architecture; the line above
+the table names the cost model: calibrated, the default, or study with --study):
   t / p / d   tensor-parallel width / pipeline stages / data-parallel degree (t*p*d devices)
   mb          microbatch: samples per pipeline step (global batch / (mb * d) of them per
               pipeline per batch)
   HBM GiB     HBM capacity per chip at which the plan was found
-  rc          activation recomputation: on = every stage but the last re-runs its forward
-              before the backward (less activation memory, one more forward pass), off = not
+  rc          activation recomputation mode: none; selective (the attention core re-runs
+              before its backward, Korthikanti et al. 2022); full (every transformer layer
+              re-runs its forward before the backward: least activation memory). With
+              --study: full = every stage but the last re-runs its forward, none = not
+  sp          sequence parallelism (norms and dropouts split over the t tensor-parallel
+              ranks; the all-reduces become reduce-scatter + all-gather): on / off
+  v           virtual stages per device (interleaved 1F1B when > 1: bubble / v)
+  zero        ZeRO stage over the d data-parallel ranks (1 = Megatron-LM's distributed
+              optimizer: optimizer state sharded; 2 also gradients; 3 also weights)
+  flash       fused (flash) attention: no b*a*s^2 scores stored, recomputed in backward
+  ogr         overlap-grad-reduce: the gradient reduction overlaps the backward (on / off)
+              (sp, v, zero, flash, ogr are chosen inside each row, with t / p / d; --study
+              rows have the study's: off, 1, 0, off, off)
   samples/s   global batch / time per batch;  tokens/s = samples/s x sequence length
   MFU         model FLOPs utilisation: model FLOPs per sample x samples/s / (devices used x
               peak FLOP/s of the chip); model FLOPs per sample = 6*N*s + 12*L*a*s^2 (PaLM's

@@ -191,7 +191,8 @@ def _study_stages(model, arch, t, p, d, mb, recompute, devices, global_batch, hb
     from .search._inputs import arch_row, resolve_models
 
     r = search.evaluate_point(model, arch, t, p, d, mb, recompute, devices=devices,
-                              global_batch=global_batch, hbm_gib=hbm_gib, optimizer=optimizer)
+                              global_batch=global_batch, hbm_gib=hbm_gib, optimizer=optimizer,
+                              study=True)
     if not r["feasible"]:
         raise ValueError(f"the plan is infeasible ({r['reason']}); there is no step to trace")
     spec = resolve_models(model)[0]

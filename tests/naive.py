@@ -435,7 +435,7 @@ def search_brute_force(model, archs, *, devices, global_batch, microbatch, hbm_g
                                     r = search.evaluate_point(
                                         model, row, t, p, d, mb, rc, devices=devices,
                                         global_batch=global_batch, hbm_gib=hbm,
-                                        optimizer=optimizer, stages=sizes)
+                                        optimizer=optimizer, stages=sizes, study=True)
                                     if r["feasible"] and r["samples_per_s"] > best:
                                         best = r["samples_per_s"]
                                         arg = (a, t, d, tuple(sizes), mb, hbm, rc)

@@ -319,7 +319,7 @@ def test_archs_without_show_still_lists_the_presets(capsys):
 def test_evaluate_with_a_chip_file_equals_the_preset(tmp_path, capsys):
     path = _write(tmp_path, presets.chip("a100-80g").to_json(), "copy.json")
     argv = ["evaluate", "--model", "gpt2-xl", "--tp", "1", "--pp", "8", "--dp", "8",
-            "--global-batch", "512", "--json"]
+            "--global-batch", "512", "--study", "--json"]
     assert cli.main(argv + ["--arch", "a100-80g"]) == 0
     by_name = json.loads(capsys.readouterr().out)
     assert cli.main(argv + ["--arch", str(path)]) == 0
@@ -328,14 +328,14 @@ def test_evaluate_with_a_chip_file_equals_the_preset(tmp_path, capsys):
     mine = _write(tmp_path, MY_CHIP, "mine.json")
     assert cli.main(argv[:-1] + ["--arch", str(mine)]) == 0
     assert capsys.readouterr().out.startswith("gpt2-xl on my-chip: t=1 p=8 d=8")
-    r = search.evaluate_point("gpt2-xl", str(mine), 1, 8, 8, 1, False, global_batch=512)
+    r = search.evaluate_point("gpt2-xl", str(mine), 1, 8, 8, 1, False, global_batch=512, study=True)
     assert r["hbm_gib"] == 96.0 and r["arch"]["num_tc"] == 64
 
 
 # --- search on one fixed system -----------------------------------------------------------
 
 def test_search_arch_best_equals_evaluate_point_of_its_plan(capsys):
-    kw = dict(devices=16, global_batch=64, microbatch=(1, 2, 4), executor="serial",
+    kw = dict(study=True, devices=16, global_batch=64, microbatch=(1, 2, 4), executor="serial",
               progress=False)
     result = search.search(TINY, arch="a100-80g", **kw)
     assert len(result) == 3 * 1 * 2  # microbatches x the chip's own HBM x recompute
@@ -348,7 +348,7 @@ def test_search_arch_best_equals_evaluate_point_of_its_plan(capsys):
     sizes = [int(x) for x in best["stage_layers"].split(",")]
     r = search.evaluate_point(TINY, "a100-80g", best["tensor_parallel"], len(sizes),
                               best["data_parallel"], best["microbatch"], best["recompute"],
-                              devices=16, global_batch=64, hbm_gib=best["hbm_gib"], stages=sizes)
+                              devices=16, global_batch=64, hbm_gib=best["hbm_gib"], stages=sizes, study=True)
     assert r["feasible"]
     assert r["samples_per_s"] == pytest.approx(best["samples_per_s"], rel=1e-9)
     # The same search as a one-row space (what arch= reuses), with the chip's own HBM.
@@ -368,7 +368,7 @@ def test_search_arch_and_space_together_is_refused():
 
 def test_cli_search_arch_on_a_small_model(capsys, tmp_path):
     argv = ["search", "--model", "opt-350m", "--devices", "16", "--global-batch", "64",
-            "--arch", "a100-80g", "--serial", "--out", str(tmp_path / "r.json")]
+            "--arch", "a100-80g", "--serial", "--study", "--out", str(tmp_path / "r.json")]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
@@ -384,7 +384,7 @@ def test_cli_search_arch_on_a_small_model(capsys, tmp_path):
     sizes = [int(x) for x in best["stage_layers"].split(",")]
     r = search.evaluate_point("opt-350m", "a100-80g", best["tensor_parallel"], len(sizes),
                               best["data_parallel"], best["microbatch"], best["recompute"],
-                              devices=16, global_batch=64, hbm_gib=best["hbm_gib"], stages=sizes)
+                              devices=16, global_batch=64, hbm_gib=best["hbm_gib"], stages=sizes, study=True)
     assert r["samples_per_s"] == pytest.approx(best["samples_per_s"], rel=1e-9)
     # the stored chip is itself a chip file
     chip = arch.chip_from_dict(loaded.metadata["chip"])

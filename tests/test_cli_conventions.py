@@ -43,7 +43,7 @@ def test_place_numbers_stages_from_one_in_gib(capsys, golden):
 
 def test_evaluate_numbers_stages_from_one_in_gib(capsys):
     assert cli.main(["evaluate", "--model", "gpt2-xl", "--tp", "1", "--pp", "4", "--dp", "2",
-                     "--microbatch", "2"]) == 0
+                     "--microbatch", "2", "--study"]) == 0
     out = capsys.readouterr().out
     header, rows = _stage_rows(out)
     assert "compute (s)" in header and "memory (GiB)" in header

@@ -135,14 +135,15 @@ def test_unlaunchable_plan_says_so(capsys):
 
 
 def test_bare_recompute_still_means_full_on_the_study_path(capsys):
-    argv = ["--model", "gpt2-xl", "--tp", "1", "--pp", "4", "--dp", "2", "--global-batch", "64"]
+    argv = ["--model", "gpt2-xl", "--tp", "1", "--pp", "4", "--dp", "2", "--global-batch", "64",
+            "--study"]
     _, bare, _ = _run(capsys, argv + ["--recompute"])
     _, full, _ = _run(capsys, argv + ["--recompute", "full"])
     _, absent, _ = _run(capsys, argv)
     _, none, _ = _run(capsys, argv + ["--recompute", "none"])
     assert bare == full and absent == none and bare != absent
     assert "recompute on" in bare and "recompute off" in absent
-    r = search.evaluate_point("gpt2-xl", "tpuv4", 1, 4, 2, 1, True, global_batch=64)
+    r = search.evaluate_point("gpt2-xl", "tpuv4", 1, 4, 2, 1, True, global_batch=64, study=True)
     assert f"time per batch {r['time_per_batch_s']:.6g} s" in bare
     _, js, _ = _run(capsys, argv + ["--recompute", "--json"])
     assert json.loads(js)["recompute"] is True
@@ -157,15 +158,34 @@ def test_bare_recompute_still_means_full_on_the_study_path(capsys):
     (["--precision", "fp16"], "--precision"),
     (["--recompute", "selective"], "selective"),
 ])
-def test_step_only_knob_without_calibrated_is_one_sentence(capsys, extra, flag):
-    rc, out, err = _run(capsys, PIPE + extra)
+def test_step_only_knob_with_study_is_one_sentence(capsys, extra, flag):
+    rc, out, err = _run(capsys, PIPE + extra + ["--study"])
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
-    assert flag in err and "--calibrated" in err
+    assert flag in err and "--study" in err
+    rc, out, err = _run(capsys, PIPE + extra)  # the calibrated default takes every knob
+    assert rc == 0 and err == "" and "calibrated" in out
+
+
+def test_calibrated_is_the_default_and_study_the_original(capsys):
+    _, default, _ = _run(capsys, PIPE + ["--recompute"])
+    _, alias, _ = _run(capsys, PIPE + ["--recompute", "--calibrated"])
+    _, study, _ = _run(capsys, PIPE + ["--recompute", "--study"])
+    assert default == alias and "calibrated" in default and default != study
+    want = step.training_step("megatron-18.4b", "a100-80g", tensor_parallel=8,
+                              pipeline_parallel=4, data_parallel=2, microbatch=1,
+                              global_batch=64, recompute="full")
+    assert _time(default) == pytest.approx(want.time_s, rel=1e-5)
+    r = search.evaluate_point("megatron-18.4b", "a100-80g", 8, 4, 2, 1, True, global_batch=64,
+                              study=True)
+    assert f"time per batch {r['time_per_batch_s']:.6g} s" in study
+    rc, _, err = _run(capsys, PIPE + ["--study", "--calibrated"])
+    assert rc == 2 and "--study" in err and len(err.strip().splitlines()) == 1
 
 
 def test_trivial_values_stay_on_the_study_path(capsys):
-    argv = ["--model", "gpt2-xl", "--tp", "1", "--pp", "4", "--dp", "2", "--global-batch", "64"]
+    argv = ["--model", "gpt2-xl", "--tp", "1", "--pp", "4", "--dp", "2", "--global-batch", "64",
+            "--study"]
     _, plain, _ = _run(capsys, argv)
     rc, same, _ = _run(capsys, argv + ["--virtual-stages", "1", "--zero-stage", "0"])
     assert rc == 0 and same == plain

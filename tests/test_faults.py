@@ -26,7 +26,7 @@ from phaze.search._table import COLUMN_NAMES
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
-SMALL = dict(devices=4, global_batch=8, microbatch=(1, 2), hbm_gib=(0.0005, 0.002),
+SMALL = dict(study=True, devices=4, global_batch=8, microbatch=(1, 2), hbm_gib=(0.0005, 0.002),
              recompute=(False, True), tensor_parallel=(1, 2))
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 

@@ -205,13 +205,13 @@ def test_fuzz_from_hf_config(base, changes, seq_len):
 
 @pytest.fixture(scope="module")
 def result_bytes(tmp_path_factory):
-    r = search.search(TINY, space=_ROWS, executor="serial", progress=False, baselines=False,
+    r = search.search(TINY, study=True, space=_ROWS, executor="serial", progress=False, baselines=False,
                       devices=4, global_batch=8, microbatch=(1,), hbm_gib=(0.002,),
                       recompute=(False,), tensor_parallel=(1,))
     folder = tmp_path_factory.mktemp("res")
     files = {ext: r.save(folder / f"r{ext}").read_bytes() for ext in (".csv", ".csv.gz", ".json")}
     out = folder / "run.csv"
-    search.search(TINY, space=_ROWS, executor="serial", progress=False, baselines=False, out=out,
+    search.search(TINY, study=True, space=_ROWS, executor="serial", progress=False, baselines=False, out=out,
                   devices=4, global_batch=8, microbatch=(1,), hbm_gib=(0.002,),
                   recompute=(False,), tensor_parallel=(1,))
     files["meta"] = (out.read_bytes(), Path(str(out) + ".meta.json").read_bytes())
@@ -242,7 +242,7 @@ def test_fuzz_load_result(result_bytes, tmp_path_factory, ext, cut, flips):
                                   '{"chunks": [1], "rows_file": "run.csv"}', "[]"])
 def test_load_result_with_damaged_journal_is_one_sentence(tmp_path, meta):
     path = tmp_path / "run.csv"
-    search.search(TINY, space=_ROWS, executor="serial", progress=False, baselines=False, out=path,
+    search.search(TINY, study=True, space=_ROWS, executor="serial", progress=False, baselines=False, out=path,
                   devices=4, global_batch=8, microbatch=(1,), hbm_gib=(0.002,),
                   recompute=(False,), tensor_parallel=(1,))
     Path(str(path) + ".meta.json").write_text(meta)

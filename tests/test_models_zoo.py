@@ -294,7 +294,7 @@ def test_dense_addition_evaluates_end_to_end():
     # `phaze evaluate --model llama3-8b --arch a100-80g --tp 8 --pp 1 --dp 1 --microbatch 1`
     from phaze import search
 
-    r = search.evaluate_point("llama3-8b", "a100-80g", 8, 1, 1, 1, False)
+    r = search.evaluate_point("llama3-8b", "a100-80g", 8, 1, 1, 1, False, study=True)
     assert r["feasible"] and r["time_per_batch_s"] > 0
     assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 8192)
 

@@ -28,7 +28,8 @@ def space():
 
 @pytest.fixture(scope="module")
 def tiny_result(space):
-    return search.search(TINY, space=space, executor="serial", progress=False, **KNOBS)
+    return search.search(TINY, space=space, executor="serial", progress=False, study=True,
+                         **KNOBS)
 
 
 def test_best_equals_brute_force(space, tiny_result):
@@ -48,8 +49,8 @@ def test_every_row_re_evaluates(space, tiny_result):
         aid = int(t["arch_id"][i])
         r = search.evaluate_point(TINY, arch.ArchSpace.default().configs[aid:aid + 1],
                                   int(t["tensor_parallel"][i]), len(sizes), int(t["data_parallel"][i]),
-                                  int(t["microbatch"][i]), bool(t["recompute"][i]), devices=4,
-                                  global_batch=8, hbm_gib=float(t["hbm_gib"][i]), stages=sizes)
+                                  int(t["microbatch"][i]), str(t["recompute"][i]), devices=4,
+                                  global_batch=8, hbm_gib=float(t["hbm_gib"][i]), stages=sizes, study=True)
         assert r["feasible"]
         assert r["samples_per_s"] == pytest.approx(t["samples_per_s"][i], rel=1e-9)
         assert t["tokens_per_s"][i] == pytest.approx(t["samples_per_s"][i] * TINY.seq_len)
@@ -57,7 +58,7 @@ def test_every_row_re_evaluates(space, tiny_result):
 
 def test_prune_never_changes_the_answer(space, tiny_result):
     pruned = search.search(TINY, space=space, executor="serial", progress=False, prune=True,
-                           **KNOBS)
+                           study=True, **KNOBS)
     assert pruned.best["samples_per_s"] == tiny_result.best["samples_per_s"]
     assert pruned.best["arch_id"] == tiny_result.best["arch_id"]
     assert pruned.metadata["points_evaluated"] + pruned.metadata["points_pruned"] == \
@@ -66,7 +67,7 @@ def test_prune_never_changes_the_answer(space, tiny_result):
 
 def test_prune_skips_points_on_a_larger_space():
     rows = arch.ArchSpace.default().configs[::400]
-    kw = dict(devices=16, global_batch=32, microbatch=(1, 4), hbm_gib=(1.0,), recompute=(False,),
+    kw = dict(study=True, devices=16, global_batch=32, microbatch=(1, 4), hbm_gib=(1.0,), recompute=(False,),
               tensor_parallel=(1, 2), space=rows, executor="serial", progress=False,
               baselines=False, chunk_archs=16)
     full = search.search(TINY, **kw)
@@ -163,7 +164,7 @@ def test_layer_bounds_without_jit_equal_the_compiled_kernel(tmp_path):
 
 
 def test_invalid_widths_are_skipped_and_recorded(space):
-    r = search.search(TINY2, space=space[:1], executor="serial", progress=False, baselines=False,
+    r = search.search(TINY2, study=True, space=space[:1], executor="serial", progress=False, baselines=False,
                       devices=4, global_batch=8, microbatch=(1,), hbm_gib=(1.0,),
                       recompute=(False,), tensor_parallel=(1, 4))
     skipped = r.metadata["skipped_tensor_parallel"]["tiny-wide"]
@@ -172,7 +173,7 @@ def test_invalid_widths_are_skipped_and_recorded(space):
 
 
 def test_several_models_share_one_architecture(space):
-    kw = dict(space=space, executor="serial", progress=False, baselines=False, devices=4,
+    kw = dict(study=True, space=space, executor="serial", progress=False, baselines=False, devices=4,
               global_batch=8, microbatch=(1, 2), hbm_gib=(1.0,), recompute=(False,),
               tensor_parallel=(1, 2))
     r = search.search([TINY, TINY2], **kw)
@@ -236,9 +237,9 @@ def test_fixed_strategy_baseline_on_a_zoo_model():
     bert = models.get("bert-large")
     settings = SearchSettings(models=(bert,), widths=((1, 2, 4, 8),), devices=1024,
                               global_batch=4096, microbatch=(1,), hbm_gib=(32.0,),
-                              recompute=(False,), optimizer="sgd", gap=0.01)
+                              recompute=("none",), optimizer="sgd", gap=0.01, study=True)
     row = _baselines.fixed_baseline(settings, bert, tpu)
-    direct = search.evaluate_point("bert-large", "tpuv4", 1, 8, 128, 1, False, devices=1024)
+    direct = search.evaluate_point("bert-large", "tpuv4", 1, 8, 128, 1, False, devices=1024, study=True)
     assert row["feasible"] == direct["feasible"]
     if direct["feasible"]:
         assert row["samples_per_s"] == pytest.approx(direct["samples_per_s"])
@@ -255,7 +256,7 @@ def test_even_stages():
 
 def test_evaluate_point_breakdown_adds_up():
     r = search.evaluate_point(TINY, "tpuv4", 2, 2, 2, 1, True, devices=8, global_batch=8,
-                              hbm_gib=1.0)
+                              hbm_gib=1.0, study=True)
     assert r["feasible"]
     b = r["breakdown"]
     assert b["steady_s"] + b["bubble_s"] + b["grad_sync_s"] == pytest.approx(r["time_per_batch_s"],
@@ -268,7 +269,7 @@ def test_evaluate_point_breakdown_adds_up():
 
 
 def test_evaluate_point_reports_infeasible():
-    r = search.evaluate_point(TINY, "tpuv4", 1, 1, 1, 1, False, hbm_gib=1e-6, global_batch=8)
+    r = search.evaluate_point(TINY, "tpuv4", 1, 1, 1, 1, False, hbm_gib=1e-6, global_batch=8, study=True)
     assert not r["feasible"] and "HBM" in r["reason"] and r["samples_per_s"] == 0.0
 
 
@@ -305,13 +306,13 @@ def test_bad_input_fails_before_any_work(kwargs, field, monkeypatch):
 
 def test_bad_input_evaluate_point():
     with pytest.raises(ValueError, match="tensor_parallel"):
-        search.evaluate_point(TINY2, "tpuv4", 4, 1, 1, 1, False)
+        search.evaluate_point(TINY2, "tpuv4", 4, 1, 1, 1, False, study=True)
     with pytest.raises(ValueError, match="microbatch"):
-        search.evaluate_point(TINY, "tpuv4", 1, 1, 1, 3, False, global_batch=8)
+        search.evaluate_point(TINY, "tpuv4", 1, 1, 1, 3, False, global_batch=8, study=True)
     with pytest.raises(ValueError, match="stages"):
-        search.evaluate_point(TINY, "tpuv4", 1, 2, 1, 1, False, stages=[1, 1])
+        search.evaluate_point(TINY, "tpuv4", 1, 2, 1, 1, False, stages=[1, 1], study=True)
     with pytest.raises(KeyError):
-        search.evaluate_point(TINY, "no-such-arch", 1, 1, 1, 1, False)
+        search.evaluate_point(TINY, "no-such-arch", 1, 1, 1, 1, False, study=True)
 
 
 def test_result_keeps_metadata(tiny_result):

@@ -13,7 +13,7 @@ TINY2 = models.ModelSpec(name="tiny-wide", n_layers=3, hidden=96, heads=6, kv_he
                          ffn_hidden=384, vocab=512, seq_len=32)
 # Two HBM sizes (one that rules out most plans), two microbatches: points of one
 # architecture differ, so both the architecture- and the point-level skips are exercised.
-KNOBS = dict(devices=16, global_batch=32, microbatch=(1, 4), hbm_gib=(0.002, 1.0),
+KNOBS = dict(study=True, devices=16, global_batch=32, microbatch=(1, 4), hbm_gib=(0.002, 1.0),
              recompute=(False, True), tensor_parallel=(1, 2), executor="serial", progress=False,
              baselines=False, chunk_archs=8)
 

@@ -8,7 +8,7 @@ from phaze.search import _chunk
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
-KNOBS = dict(devices=4, global_batch=8, microbatch=(1,), hbm_gib=(1.0,), recompute=(False,),
+KNOBS = dict(study=True, devices=4, global_batch=8, microbatch=(1,), hbm_gib=(1.0,), recompute=(False,),
              tensor_parallel=(1,), executor="serial", progress=False)
 
 

@@ -13,7 +13,7 @@ TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4,
 @pytest.fixture(scope="module")
 def result():
     rows = arch.ArchSpace.default().configs[[100, 9000, 20000]]
-    return search.search(TINY, space=rows, devices=4, global_batch=8, microbatch=(1, 2),
+    return search.search(TINY, study=True, space=rows, devices=4, global_batch=8, microbatch=(1, 2),
                          hbm_gib=(1.0,), recompute=(False,), tensor_parallel=(1, 2),
                          executor="serial", progress=False)
 
@@ -38,7 +38,7 @@ def test_save_round_trip_keeps_metadata_and_baselines(result, tmp_path, name):
 def test_save_matches_the_search_own_file(result, tmp_path):
     rows = arch.ArchSpace.default().configs[[100, 9000, 20000]]
     out = tmp_path / "cli.csv"
-    own = search.search(TINY, space=rows, devices=4, global_batch=8, microbatch=(1, 2),
+    own = search.search(TINY, study=True, space=rows, devices=4, global_batch=8, microbatch=(1, 2),
                         hbm_gib=(1.0,), recompute=(False,), tensor_parallel=(1, 2),
                         executor="serial", progress=False, out=out)
     saved = search.load_result(own.save(tmp_path / "py.csv"))

@@ -17,7 +17,7 @@ TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4,
                         vocab=512, seq_len=64)
 rows = arch.ArchSpace.default().configs[[100, 9000, 20000]]
 """
-_CALL = ("r = search.search(TINY, space=rows, devices=4, global_batch=8, microbatch=(1,), "
+_CALL = ("r = search.search(TINY, study=True, space=rows, devices=4, global_batch=8, microbatch=(1,), "
          "hbm_gib=(1.0,), recompute=(False,), tensor_parallel=(1,), chunk_archs=1, workers=2, "
          "baselines=False, progress=False)\n"
          "print('BEST', r.best['arch_id'], r.metadata['inputs']['executor'])\n")

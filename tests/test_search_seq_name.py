@@ -11,7 +11,7 @@ from phaze import arch, cli, models, search
 HF = Path(__file__).parent / "data" / "hf"
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
-KNOBS = dict(devices=4, global_batch=8, microbatch=(1,), hbm_gib=(1.0,), recompute=(False,),
+KNOBS = dict(study=True, devices=4, global_batch=8, microbatch=(1,), hbm_gib=(1.0,), recompute=(False,),
              tensor_parallel=(1,), executor="serial", progress=False, baselines=False)
 ROW = arch.ArchSpace.default().configs[[100]]
 
@@ -35,11 +35,11 @@ def test_seq_len_is_validated_by_name():
     with pytest.raises(ValueError, match="seq_len"):
         search.search(TINY, space=ROW, seq_len=0, **KNOBS)
     with pytest.raises(ValueError, match="seq_len"):
-        search.evaluate_point(TINY, "tpuv4", 1, 1, 1, 1, False, seq_len=-5)
+        search.evaluate_point(TINY, "tpuv4", 1, 1, 1, 1, False, seq_len=-5, study=True)
 
 
 def test_evaluate_point_seq_len():
-    r = search.evaluate_point("gpt2-xl", "tpuv4", 1, 4, 2, 1, False, seq_len=512)
+    r = search.evaluate_point("gpt2-xl", "tpuv4", 1, 4, 2, 1, False, seq_len=512, study=True)
     assert r["seq_len"] == 512 and r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 512)
 
 

@@ -111,7 +111,7 @@ def _check_layers(tr, p, summary):
 @pytest.mark.parametrize("recompute", [False, True])
 def test_study_trace_matches_the_breakdown(recompute):
     tr = trace.events("opt-350m", "tpuv4", recompute=recompute, **PLAN)
-    r = search.evaluate_point("opt-350m", "tpuv4", 1, 4, 2, 1, recompute, global_batch=32)
+    r = search.evaluate_point("opt-350m", "tpuv4", 1, 4, 2, 1, recompute, global_batch=32, study=True)
     s = tr["otherData"]["phaze"]
     c = int(r["microbatches_per_pipeline"])
     assert s["cost_model"] == "study" and s["microbatches_per_pipeline"] == c
@@ -171,7 +171,7 @@ def test_write_round_trip_in_microseconds(tmp_path):
     info = trace.write(path, "opt-350m", "tpuv4", layer_schedule=False, **PLAN)
     tr = json.loads(path.read_text())
     assert tr["otherData"]["phaze"]["time_per_batch_s"] == info["time_per_batch_s"]
-    r = search.evaluate_point("opt-350m", "tpuv4", 1, 4, 2, 1, False, global_batch=32)
+    r = search.evaluate_point("opt-350m", "tpuv4", 1, 4, 2, 1, False, global_batch=32, study=True)
     f0 = [e for e in _x(tr) if e["cat"] == "forward" and e["pid"] == 1][0]
     assert f0["dur"] == pytest.approx(r["stages"][0]["forward_s"] * 1e6, rel=1e-12)
 
@@ -262,7 +262,7 @@ def test_layer_schedule_on_one_core_lanes():
     _, tracks = _names(tr)
     tc = {n for (pid, _), n in tracks.items() if pid == 3 and n.startswith("tensor core")}
     assert 1 < len(tc) <= int(row["num_tc"][0])
-    r = search.evaluate_point("opt-350m", row, 1, 2, 1, 1, False, global_batch=8)
+    r = search.evaluate_point("opt-350m", row, 1, 2, 1, 1, False, global_batch=8, study=True)
     _check_pipeline(tr, 2, 8, [x["compute_s"] for x in r["stages"]], r["time_per_batch_s"])
     # the makespans are those of schedule_layer on the study's operator latencies
     from phaze import cost, graph, schedule

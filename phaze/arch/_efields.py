@@ -37,8 +37,28 @@ FRACTIONS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("efficiency"))
 SECONDS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("_s"))
 
 
+def _all_in_range(values) -> bool:
+    """Whether every field of ``values`` is in its range (one vectorised test per kind: the
+    cost models validate their parameter rows on every call, so the common case is cheap)."""
+    with np.errstate(invalid="ignore"):
+        ints = np.concatenate([np.asarray(values[f], dtype=np.float64).reshape(-1)
+                               for f in INT_FIELDS])
+        fracs = np.concatenate([np.asarray(values[f], dtype=np.float64).reshape(-1)
+                                for f in FRACTIONS])
+        secs = np.concatenate([np.asarray(values[f], dtype=np.float64).reshape(-1)
+                               for f in SECONDS])
+        return bool((ints >= 1).all() and (ints == np.floor(ints)).all()
+                    and np.isfinite(ints).all() and (fracs > 0).all() and (fracs <= 1).all()
+                    and (secs >= 0).all() and np.isfinite(secs).all())
+
+
 def check_row(values) -> None:
     """ValueError naming the first field of ``values`` (field → scalar or array) out of its range."""
+    try:
+        if _all_in_range(values):
+            return
+    except (TypeError, ValueError):
+        pass  # the field-by-field checks below name what is wrong
     for f in INT_FIELDS:
         v = np.asarray(values[f], dtype=np.float64)
         if np.any(~np.isfinite(v)) or np.any(v < 1) or np.any(v != np.floor(v)):

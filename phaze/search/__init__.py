@@ -7,7 +7,11 @@ This face only re-exports; the work lives in modules named for their job:
   runs them, keeps the rows, picks the best point, runs the baselines;
 * ``_settings``: what travels to a worker (``SearchSettings``, ``ChunkTask``,
   ``ChunkResult``);
-* ``_chunk``: one chunk's work (latencies → schedules → placement, pruning bounds);
+* ``_chunk``: one chunk's work on the study's model (latencies → schedules →
+  placement, pruning bounds), and the dispatch to ``_calibrated``;
+* ``_calibrated``: one chunk's work on the calibrated step model (the default:
+  ``phaze.step.best_plans`` with the strategy grids, ``step_lower_bounds`` for pruning),
+  and the calibrated baselines' pieces;
 * ``_point``: :func:`evaluate_point`, one architecture with a given strategy;
 * ``_baselines``: the three baselines (``BASELINE_NAMES``, ``FIXED_STRATEGIES``);
 * ``_report``: :class:`SearchResult`, ranking, Pareto front, summary text,

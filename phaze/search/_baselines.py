@@ -4,7 +4,12 @@
 (b) ``tpuv4_fixed``: tpuv4 with the original study's hand-written strategy;
 (c) ``block_optimal``: the architecture with the fastest transformer block
 (forward + backward at t = 1, microbatch 1: what a placement-blind accelerator
-search optimises), then given the full placement and knob search. The block
+search optimises; under the calibrated model its calibrated block time), then
+given the full placement and knob search.
+
+Each baseline runs through the search's own cost model and knob grids (the
+calibrated step model with its strategy grids, or the study's), so the gains
+compare like with like. The block
 times are measured inside the chunks (``ChunkTask.want_block``) and reduced per
 chunk by :func:`chunk_block_argmin`, so (c) needs no second pass over the space.
 """
@@ -15,10 +20,10 @@ import math
 import numpy as np
 
 from ..arch import presets
-from . import _chunk
+from . import _calibrated, _chunk
 from ._point import evaluate_point
 from ._settings import ChunkTask
-from ._table import best_row_of, expand
+from ._table import best_row_of, expand, mfu, model_flops_per_sample, peak_flops_of
 
 #: The original study's hand-written strategies on tpuv4: model → (pipeline stages p,
 #: data-parallel degree d, tensor-parallel width t).
@@ -75,13 +80,15 @@ def fixed_baseline(settings, model, tpu) -> dict:
                 "reason": f"the original study gives a fixed strategy only for "
                           f"{', '.join(FIXED_STRATEGIES)}, not for {model.name}"}
     p, d, t = FIXED_STRATEGIES[model.name]
+    if not settings.study:
+        return _calibrated_fixed(settings, model, tpu, t, p, d)
     best, reasons = None, []
     for mb in settings.microbatch:
         for h in settings.hbm_gib:
             for rc in settings.recompute:
-                r = evaluate_point(model, tpu, t, p, d, mb, rc, devices=settings.devices,
+                r = evaluate_point(model, tpu, t, p, d, mb, rc == "full", devices=settings.devices,
                                    global_batch=settings.global_batch, hbm_gib=h,
-                                   optimizer=settings.optimizer, gap=settings.gap)
+                                   optimizer=settings.optimizer, gap=settings.gap, study=True)
                 if r["feasible"] and (best is None or r["samples_per_s"] > best["samples_per_s"]):
                     best = r
                 elif not r["feasible"]:
@@ -90,12 +97,36 @@ def fixed_baseline(settings, model, tpu) -> dict:
         return {"feasible": False, "tensor_parallel": t, "pipeline_parallel": p,
                 "data_parallel": d, "samples_per_s": 0.0,
                 "reason": f"fixed strategy p/d/t = {p}/{d}/{t} is infeasible: {reasons[0]}"}
-    row = {k: best[k] for k in ("feasible", "microbatch", "hbm_gib", "recompute", "time_per_batch_s",
+    row = {k: best[k] for k in ("feasible", "microbatch", "hbm_gib", "time_per_batch_s",
                                 "samples_per_s", "tokens_per_s", "tensor_parallel",
                                 "pipeline_parallel", "data_parallel", "reason", "mfu")}
+    row["recompute"] = "full" if best["recompute"] else "none"
+    row.update(STUDY_KNOBS_OF_ROW)
     row["model"] = model.name
     row["area_mm2"] = float(tpu["area_mm2"][0])
     row["stage_layers"] = ",".join(str(s["n_layers"]) for s in best["stages"])
+    return row
+
+
+#: The strategy a study row records (the study's model has no other).
+STUDY_KNOBS_OF_ROW = {"sequence_parallel": False, "virtual_stages": 1, "zero_stage": 0,
+                      "flash_attention": False, "overlap_grad_reduce": False}
+
+
+def _calibrated_fixed(settings, model, tpu, t, p, d) -> dict:
+    """Baseline (b) under the calibrated model: the study's fixed t/p/d on tpuv4, with the
+    same microbatch, HBM, recomputation and strategy grids as the search."""
+    best, reason = _calibrated.fixed_plan_best(settings, model, tpu, t, p, d)
+    if best is None:
+        return {"feasible": False, "tensor_parallel": t, "pipeline_parallel": p,
+                "data_parallel": d, "samples_per_s": 0.0,
+                "reason": f"fixed strategy p/d/t = {p}/{d}/{t} is infeasible: "
+                          f"{reason or 'no plan was evaluated'}"}
+    row = dict(best)
+    row["mfu"] = float(mfu(model_flops_per_sample(model), row["samples_per_s"],
+                           row["devices_used"], peak_flops_of(tpu)[0]))
+    row["model"] = model.name
+    row["area_mm2"] = float(tpu["area_mm2"][0])
     return row
 
 

@@ -85,22 +85,35 @@ def stage_summary(plan) -> tuple[int, int, str]:
 
 COLUMNS = (  # name, dtype of the column the chunk returns
     ("model", np.int64), ("arch_id", np.int64), ("microbatch", np.int64), ("hbm_gib", np.float64),
-    ("recompute", np.bool_), ("feasible", np.bool_), ("time_per_batch_s", np.float64),
+    ("recompute", object), ("feasible", np.bool_), ("time_per_batch_s", np.float64),
     ("samples_per_s", np.float64), ("tensor_parallel", np.int64), ("data_parallel", np.int64),
     ("pipeline_parallel", np.int64), ("devices_used", np.int64), ("stage_layers", object),
-    ("reason", object),
+    ("reason", object), ("sequence_parallel", np.bool_), ("virtual_stages", np.int64),
+    ("zero_stage", np.int64), ("flash_attention", np.bool_), ("overlap_grad_reduce", np.bool_),
+    ("memory_bytes", np.float64), ("weights_bytes", np.float64), ("gradients_bytes", np.float64),
+    ("optimizer_bytes", np.float64), ("activations_bytes", np.float64),
+    ("workspace_bytes", np.float64),
 )
+#: What a study row records for the knobs its model does not have: the study's own
+#: strategy (no sequence parallelism, plain 1F1B, no ZeRO, unfused attention, gradient
+#: reduction after the backward) and no per-GPU memory breakdown (NaN: not recorded).
+STUDY_KNOBS = {"sequence_parallel": False, "virtual_stages": 1, "zero_stage": 0,
+               "flash_attention": False, "overlap_grad_reduce": False,
+               "memory_bytes": math.nan, "weights_bytes": math.nan, "gradients_bytes": math.nan,
+               "optimizer_bytes": math.nan, "activations_bytes": math.nan,
+               "workspace_bytes": math.nan}
 
 
-class _Rows:
-    """Column lists of the points a chunk has evaluated (one ``add`` per point)."""
+class Rows:
+    """Column lists of the points a chunk has evaluated (one ``add`` per point; a column
+    left out takes its :data:`STUDY_KNOBS` value)."""
 
     def __init__(self):
         self.cols = {name: [] for name, _ in COLUMNS}
 
     def add(self, **values):
         for name, _ in COLUMNS:
-            self.cols[name].append(values[name])
+            self.cols[name].append(values[name] if name in values else STUDY_KNOBS[name])
 
     def arrays(self):
         return {name: np.array(self.cols[name], dtype=dt) for name, dt in COLUMNS}
@@ -254,8 +267,13 @@ def block_fwbw_seconds(model, archs, gap) -> np.ndarray:
 # The chunk
 # --------------------------------------------------------------------------
 def run_chunk(task: ChunkTask) -> ChunkResult:
-    """Evaluate every point of one chunk (see :class:`ChunkTask` and :class:`ChunkResult`)."""
+    """Evaluate every point of one chunk (see :class:`ChunkTask` and :class:`ChunkResult`):
+    with the study's model here, with the calibrated step model in ``_calibrated``."""
     cfg = task.settings
+    if not cfg.study:
+        from . import _calibrated  # imports this module: bound at call time
+
+        return _calibrated.run_chunk(task)
     archs = task.archs
     arch_ids = np.asarray(task.arch_ids, dtype=np.int64)
     models = cfg.models
@@ -269,7 +287,7 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
     incumbents = [np.asarray(v, dtype=np.float64) for v in task.incumbents or []]
     front = tuple(task.front or ())
     n_archs = len(archs)
-    rows = _Rows()
+    rows = Rows()
     pruned = 0
 
     # Per-arch bound across all of a model's points, for arch-level pruning before scheduling.
@@ -381,7 +399,7 @@ class _Knobs:
     model_index: int
     microbatch: int
     hbm_gib: float
-    recompute: bool
+    recompute: str
 
 
 def _solve_batch(rows, cfg, knobs, chains, archs, arch_ids, batch, floors, own_best=None):
@@ -393,6 +411,7 @@ def _solve_batch(rows, cfg, knobs, chains, archs, arch_ids, batch, floors, own_b
     ``own_best``: per architecture of ``archs``, its best samples/s so far (raised too).
     """
     mi, mb, hbm, rc = knobs.model_index, knobs.microbatch, knobs.hbm_gib, knobs.recompute
+    recompute_on = rc == "full"  # the study's model: "none" or "full"
     m = cfg.global_batch // mb
     problems, where = [], []
     net = archs["net_gb_per_s"]
@@ -420,7 +439,7 @@ def _solve_batch(rows, cfg, knobs, chains, archs, arch_ids, batch, floors, own_b
         problems.append(placement.PlacementProblem.from_trusted_arrays(
             widths=w, forward_s=fw, backward_s=bw, param_bytes=P, activation_bytes=A,
             tensor_parallel=T, edge_bytes=E, devices=cfg.devices, memory_bytes=hbm_a * 2.0 ** 30,
-            bandwidth=float(net[a]) * 1e9, microbatches=m, recompute=bool(rc),
+            bandwidth=float(net[a]) * 1e9, microbatches=m, recompute=recompute_on,
             optimizer=cfg.optimizer, layer_ids=chains.layer_ids))
         where.append((a, hbm_a))
     if not problems:
@@ -431,11 +450,14 @@ def _solve_batch(rows, cfg, knobs, chains, archs, arch_ids, batch, floors, own_b
         sps = cfg.global_batch / tpb if feasible and tpb > 0 else 0.0
         stages, dev, sizes = stage_summary(plan) if feasible else (0, 0, "")
         d = int(plan.data_parallel) if feasible else 0
-        rows.add(model=mi, arch_id=arch_ids[a], microbatch=mb, hbm_gib=hbm_a, recompute=bool(rc),
+        rows.add(model=mi, arch_id=arch_ids[a], microbatch=mb, hbm_gib=hbm_a, recompute=rc,
                  feasible=feasible, time_per_batch_s=tpb, samples_per_s=sps,
                  tensor_parallel=int(plan.tensor_parallel) if feasible else 0, data_parallel=d,
                  pipeline_parallel=stages, devices_used=dev * d, stage_layers=sizes,
-                 reason="" if feasible else str(plan.reason or "infeasible"))
+                 reason="" if feasible else str(plan.reason or "infeasible"),
+                 # The placement model's bytes per device of its fullest stage.
+                 memory_bytes=(float(max(plan.stage_memory)) if feasible and plan.stage_memory
+                               else math.nan))
         if sps > floors[mi]:
             floors[mi] = sps
         if own_best is not None and sps > own_best[a]:

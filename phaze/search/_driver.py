@@ -27,10 +27,11 @@ from . import _chunk, _executors, _files
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
 from ._inputs import (check_some_width, int_tuple, resolve_hbm, resolve_models, resolve_prune,
-                      resolve_recompute, resolve_space, space_ids, valid_widths)
+                      resolve_recompute, resolve_space, resolve_strategy_grids, space_ids,
+                      valid_widths)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
-from ._table import concat_tables, expand, fill_mfu, take
+from ._table import concat_tables, expand, fill_mfu, recompute_rank, take
 
 
 class _Progress:
@@ -133,20 +134,39 @@ _STUDY_HBM_GIB = _Unset((32, 64, 80))
 
 
 def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
-           hbm_gib=_STUDY_HBM_GIB, recompute=(False, True), tensor_parallel=(1, 2, 4, 8),
-           space=None, optimizer="sgd", prune=False, executor=None, progress=None, *, out=None,
+           hbm_gib=_STUDY_HBM_GIB, recompute=None, tensor_parallel=(1, 2, 4, 8),
+           space=None, optimizer=None, prune=False, executor=None, progress=None, *, out=None,
            resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
-           force=False, arch=None, seq_len=None) -> SearchResult:
+           force=False, arch=None, seq_len=None, study=False, sequence_parallel=None,
+           flash_attention=None, virtual_stages=None, zero_stage=None,
+           overlap_grad_reduce=None, precision=None) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
     for all, maximising the mean of each model's throughput normalised to its best).
     ``devices``: identical chips; ``global_batch``: samples per batch; ``microbatch``
     (samples, each must divide global_batch), ``hbm_gib`` (GiB per chip, overriding the
-    rows' own; None keeps each row's), ``recompute`` and ``tensor_parallel`` (widths
-    t; invalid ones — not dividing heads and kv_heads — are skipped and recorded):
-    the knob grids. ``space``: an ArchSpace, structured rows or a preset name
-    (default ``ArchSpace.default()``). ``optimizer``: 'sgd' or 'adam'. ``prune``:
+    rows' own; None keeps each row's), ``recompute`` (modes "none", "selective",
+    "full" or a list of them; True = "full", False = "none"; None: every mode the cost
+    model has) and ``tensor_parallel`` (widths t; invalid ones — not dividing heads and
+    kv_heads — are skipped and recorded): the knob grids; a result row is one
+    architecture × model × microbatch × HBM × recomputation mode.
+
+    Cost model: by default the calibrated Megatron-LM training step
+    (``phaze.step.best_plans``: even pipeline stages, Adam with mixed precision), which
+    also searches, inside each row, the strategy knobs ``sequence_parallel``,
+    ``flash_attention``, ``overlap_grad_reduce`` (True, False or a list; None: both),
+    ``virtual_stages`` (interleaved 1F1B; a positive integer or a list; None: every v
+    the plan allows) and ``zero_stage`` (0–3 or a list; None: all four), and records the
+    values chosen; ``precision``: "bf16" (default) or "fp16". ``study=True``: the
+    original study's model (operator schedules and the placement DP over unconstrained
+    plans) with its knob set (recomputation none/full, no other knob), which reproduces
+    the study's results; the knob arguments must then be left out.
+    ``metadata["cost_model"]`` says which ran ("calibrated" or "study").
+
+    ``space``: an ArchSpace, structured rows or a preset name (default
+    ``ArchSpace.default()``). ``optimizer``: 'sgd' or 'adam' (default: the study's 'sgd'
+    with ``study=True``; the calibrated model prices Adam only). ``prune``:
     False (every point), True or "best" (skip points whose valid throughput upper
     bound is below the best found: the best is unchanged, the Pareto front may be
     partial and ``metadata["pareto_exact"]`` is False) or "front" (skip a point only
@@ -192,10 +212,23 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         if global_batch % mb:
             raise ValueError(f"microbatch {mb} does not divide global_batch {global_batch}")
     hbm = resolve_hbm(hbm_gib)
-    recompute = resolve_recompute(recompute)
+    study = bool(study)
+    recompute = resolve_recompute(recompute, study)
+    grids = resolve_strategy_grids(study, sequence_parallel=sequence_parallel,
+                                   flash_attention=flash_attention, virtual_stages=virtual_stages,
+                                   zero_stage=zero_stage, overlap_grad_reduce=overlap_grad_reduce,
+                                   precision=precision)
     widths_all = int_tuple("tensor_parallel", tensor_parallel)
     prune = resolve_prune(prune)
-    optimizer = one_of("optimizer", optimizer, ("sgd", "adam"))
+    if study:
+        optimizer = one_of("optimizer", "sgd" if optimizer is None else optimizer,
+                           ("sgd", "adam"))
+    else:
+        optimizer = one_of("optimizer", "adam" if optimizer is None else optimizer,
+                           ("sgd", "adam"))
+        if optimizer != "adam":
+            raise ValueError("optimizer: the calibrated model prices Megatron-LM's Adam "
+                             "(mixed precision) only; 'sgd' needs study=True")
     gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
     chunk_archs = positive_int("chunk_archs", chunk_archs or _config.SEARCH_CHUNK_ARCHS)
     if address is not None and executor is None:
@@ -221,7 +254,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     settings = SearchSettings(
         models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
         devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,
-        recompute=recompute, optimizer=optimizer, gap=gap, prune=prune)
+        recompute=recompute, optimizer=optimizer, gap=gap, prune=prune, study=study, **grids)
     n_archs = archs.shape[0]
     # What must match for --resume (also recorded in the metadata).
     inputs = {
@@ -229,6 +262,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         "global_batch": global_batch, "microbatch": microbatch, "hbm_gib": hbm,
         "recompute": recompute, "tensor_parallel": widths_all, "optimizer": optimizer,
         "prune": prune, "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
+        "cost_model": "study" if study else "calibrated", **grids,
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
         # What an arch_id numbers: the default space's rows, or the given space's.
@@ -283,7 +317,7 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
     model_names = [m.name for m in model_list]
     model_index = {name: i for i, name in enumerate(model_names)}
     table = concat_tables(sweep.tables)
-    order = np.lexsort((table["recompute"], table["hbm_gib"], table["microbatch"], table["arch_id"],
+    order = np.lexsort((recompute_rank(table["recompute"]), table["hbm_gib"], table["microbatch"], table["arch_id"],
                         np.array([model_index[str(x)] for x in table["model"]],
                                  dtype=np.int64)))
     table = take(table, order)
@@ -296,6 +330,12 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
     n_pruned = sum(int(f.get("pruned", 0)) for f in sweep.chunk_facts.values())
     metadata = {
         "phaze_version": __version__,
+        # Which model priced the points: "calibrated" (phaze.step) or "study".
+        "cost_model": inputs["cost_model"],
+        "strategy_grids": {k: inputs[k] for k in ("recompute", "sequence_parallel",
+                                                   "flash_attention", "virtual_stages",
+                                                   "zero_stage", "overlap_grad_reduce",
+                                                   "precision")},
         "inputs": {k: v for k, v in inputs.items() if k not in ("models",)} | {
             "models": model_names, "seq_len": {m.name: m.seq_len for m in model_list},
             "space_rows": n_archs, "executor": executor,

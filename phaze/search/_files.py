@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ._table import (COLUMN_DTYPES, COLUMN_NAMES, LATE_COLUMNS, TABLE_COLUMNS, empty_table,
-                     json_safe, take)
+                     json_safe, recompute_mode, take)
 
 FORMATS = (".csv", ".csv.gz", ".json", ".parquet")
 
@@ -192,6 +192,8 @@ def _parse_column(name, texts) -> np.ndarray:
     dt = COLUMN_DTYPES[name]
     if not texts:
         return np.array([], dtype=dt)
+    if name == "recompute":  # a mode's name, or true/false in files written before the modes
+        return _recompute_column(texts)
     if dt is np.bool_:
         return np.char.lower(np.array(texts, dtype=str)) == "true"
     if dt is np.int64:
@@ -541,6 +543,7 @@ def load_table(path) -> tuple[dict, dict]:
                                      if name in LATE_COLUMNS and r.get(name) is None
                                      else _none_inf(r.get(name), dt) for r in rows], dtype=dt)
                      for name, dt in TABLE_COLUMNS}
+            table["recompute"] = _recompute_column(table["recompute"])
         except (AttributeError, TypeError, ValueError, OverflowError):
             raise _damaged(path, "its 'top_rows' hold values of the wrong type") from None
         return table, doc
@@ -554,6 +557,7 @@ def load_table(path) -> tuple[dict, dict]:
                         if name in tab.column_names or name not in LATE_COLUMNS
                         else np.full(tab.num_rows, LATE_COLUMNS[name], dtype=dt))
                  for name, dt in TABLE_COLUMNS}
+        table["recompute"] = _recompute_column(table["recompute"])
         meta = tab.schema.metadata or {}
         if b"phaze" in meta:
             summary = json.loads(meta[b"phaze"])
@@ -561,6 +565,13 @@ def load_table(path) -> tuple[dict, dict]:
         # pyarrow's ArrowInvalid is a ValueError; a missing column is a KeyError.
         raise _damaged(path, f"it is not a readable phaze parquet result ({exc})") from None
     return table, summary
+
+
+def _recompute_column(values) -> np.ndarray:
+    """A recompute column as mode names (``_table.recompute_mode``: booleans of older
+    files become "full"/"none"); ValueError on anything else."""
+    return np.array([recompute_mode(v) for v in np.asarray(values, dtype=object).tolist()],
+                    dtype=object)
 
 
 def _none_inf(v, dt):

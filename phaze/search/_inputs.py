@@ -93,14 +93,126 @@ def resolve_prune(prune) -> str:
     raise ValueError(f"prune must be False, True, 'best' or 'front', got {prune!r}")
 
 
-def resolve_recompute(recompute) -> tuple:
-    """A boolean or a list of them as a sorted tuple of distinct booleans."""
-    if isinstance(recompute, (bool, np.bool_)):
+#: Recomputation modes, least recomputation first (``_table.RECOMPUTE_MODES``).
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def resolve_recompute(recompute, study=False) -> tuple:
+    """``recompute`` as a tuple of distinct modes in :data:`RECOMPUTE_MODES` order.
+
+    Accepts a mode name ("none", "selective", "full"), a boolean (True = "full", False =
+    "none", as before the modes) or a list of them; None: every mode the cost model has
+    (the calibrated model all three, the study's ("none", "full"))."""
+    if recompute is None:
+        return ("none", "full") if study else RECOMPUTE_MODES
+    if isinstance(recompute, (bool, np.bool_, str)):
         recompute = (recompute,)
-    values = list(recompute)
-    if not values or any(not isinstance(v, (bool, np.bool_)) for v in values):
-        raise ValueError(f"recompute must be True, False or a list of them, got {recompute!r}")
+    try:
+        values = list(recompute)
+    except TypeError:
+        values = None
+    modes = set()
+    for v in values or ():
+        if isinstance(v, (bool, np.bool_)):
+            modes.add("full" if v else "none")
+        elif isinstance(v, str) and v in RECOMPUTE_MODES:
+            modes.add(v)
+        else:
+            values = None
+            break
+    if not values:
+        raise ValueError(f"recompute must be 'none', 'selective', 'full' (True = 'full', False "
+                         f"= 'none') or a list of them, got {recompute!r}")
+    if study and "selective" in modes:
+        raise ValueError("recompute: the study's model has no selective recomputation (only "
+                         "'none' and 'full'); leave study off to search it")
+    return tuple(m for m in RECOMPUTE_MODES if m in modes)
+
+
+def _values(name, value, scalar_types, allowed_text):
+    """``value`` (one value or a list) as a list, or ValueError naming ``name``."""
+    if isinstance(value, scalar_types) or isinstance(value, (str, bytes)):
+        value = (value,)
+    try:
+        values = list(value)
+    except TypeError:
+        values = []
+    if not values:
+        raise ValueError(f"{name} must be {allowed_text}, got {value!r}")
+    return values
+
+
+def resolve_flag_grid(name, value) -> tuple:
+    """A strategy switch's grid: None → (False, True) (both searched); True, False or a list
+    of them → a sorted tuple of distinct booleans."""
+    if value is None:
+        return (False, True)
+    allowed = "True, False or a list of them (None: both)"
+    values = _values(name, value, (bool, np.bool_), allowed)
+    if any(not isinstance(v, (bool, np.bool_)) for v in values):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
     return tuple(sorted({bool(v) for v in values}))
+
+
+def resolve_zero_grid(value) -> tuple:
+    """ZeRO stages to search: None → (0, 1, 2, 3); one stage or a list of them (0–3)."""
+    if value is None:
+        return (0, 1, 2, 3)
+    allowed = "0, 1, 2, 3 or a list of them (None: all four)"
+    values = _values("zero_stage", value, (int, np.integer), allowed)
+    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))
+           or not 0 <= int(v) <= 3 for v in values):
+        raise ValueError(f"zero_stage must be {allowed}, got {value!r}")
+    return tuple(sorted({int(v) for v in values}))
+
+
+def resolve_virtual_grid(value):
+    """Virtual pipeline stages per device to search: None → None (every v the plan allows:
+    v divides the layers per stage); a positive integer or a list of them."""
+    if value is None:
+        return None
+    allowed = "a positive integer or a list of them (None: every valid v)"
+    values = _values("virtual_stages", value, (int, np.integer), allowed)
+    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or int(v) < 1
+           for v in values):
+        raise ValueError(f"virtual_stages must be {allowed}, got {value!r}")
+    return tuple(sorted({int(v) for v in values}))
+
+
+#: The study's strategy: what each knob is under ``study=True`` (its only value).
+STUDY_GRIDS = {"sequence_parallel": (False,), "flash_attention": (False,),
+               "virtual_stages": (1,), "zero_stage": (0,), "overlap_grad_reduce": (False,)}
+
+
+def resolve_strategy_grids(study, *, sequence_parallel, flash_attention, virtual_stages,
+                           zero_stage, overlap_grad_reduce, precision) -> dict:
+    """The strategy knob grids of a search, checked: {knob: tuple (virtual_stages may be
+    None: every valid v), precision: str}. With ``study`` each knob must be left out
+    (None) or be the study's own value; the study's model has no other."""
+    from .._validate import one_of
+
+    grids = {"sequence_parallel": resolve_flag_grid("sequence_parallel", sequence_parallel),
+             "flash_attention": resolve_flag_grid("flash_attention", flash_attention),
+             "virtual_stages": resolve_virtual_grid(virtual_stages),
+             "zero_stage": resolve_zero_grid(zero_stage),
+             "overlap_grad_reduce": resolve_flag_grid("overlap_grad_reduce",
+                                                      overlap_grad_reduce)}
+    given = {"sequence_parallel": sequence_parallel, "flash_attention": flash_attention,
+             "virtual_stages": virtual_stages, "zero_stage": zero_stage,
+             "overlap_grad_reduce": overlap_grad_reduce}
+    if study:
+        for name, study_value in STUDY_GRIDS.items():
+            if given[name] is not None and grids[name] != study_value:
+                raise ValueError(f"{name}: the study's model searches only {study_value[0]!r}; "
+                                 f"leave it out with study=True (or leave study off to "
+                                 f"search it)")
+        if precision is not None and precision != "bf16":
+            raise ValueError("precision: the study's model has no precision choice; leave it "
+                             "out with study=True")
+        return dict(STUDY_GRIDS, precision="bf16")
+    grids["precision"] = one_of("precision", "bf16" if precision is None else precision,
+                                ("bf16", "fp16"))
+    return grids
 
 
 def resolve_space(space) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 from .. import _config, placement
 from .._validate import nonneg_float, one_of, positive_float, positive_int
 from ._chunk import chain_kind_index, chain_static, latencies, layer_times, model_graph
-from ._inputs import arch_row, resolve_models
+from ._inputs import arch_row, resolve_models, resolve_recompute
 from ._table import json_safe, mfu, model_flops_per_sample, peak_flops_of
 
 
@@ -29,10 +29,28 @@ def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
     return sizes
 
 
+#: The strategy knobs of the calibrated step model, with the value the study's model has.
+_STEP_KNOBS = {"sequence_parallel": False, "flash_attention": False, "virtual_stages": 1,
+               "zero_stage": 0, "overlap_grad_reduce": False, "precision": None}
+
+
 def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
-                   recompute, *, devices=None, global_batch=4096, hbm_gib=None, optimizer="sgd",
-                   gap=None, stages=None, seq_len=None) -> dict:
-    """Evaluate one architecture with one strategy and say where the time goes.
+                   recompute, *, devices=None, global_batch=4096, hbm_gib=None, optimizer=None,
+                   gap=None, stages=None, seq_len=None, study=False, sequence_parallel=False,
+                   flash_attention=False, virtual_stages=1, zero_stage=0,
+                   overlap_grad_reduce=False, precision=None) -> dict:
+    """Evaluate one architecture with one strategy and say where the time and memory go.
+
+    By default with the calibrated Megatron-LM training step (``phaze.step.training_step``;
+    :func:`evaluate_step`, whose docstring lists the keys); ``study=True`` with the
+    original study's placement model (below). ``recompute``: "none", "selective" or
+    "full" (True = "full", False = "none"; the study's model: none or full).
+    ``sequence_parallel``, ``flash_attention``, ``virtual_stages``, ``zero_stage``,
+    ``overlap_grad_reduce``, ``precision`` ("bf16" default, "fp16"): the calibrated
+    model's strategy knobs (the study's model has none of them); ``optimizer``: the
+    study's "sgd" (default) or "adam" (the calibrated model prices Adam).
+
+    The study's model (``study=True``):
 
     ``model``: zoo name or ModelSpec; ``arch``: preset name or one structured row;
     ``tensor_parallel`` t, ``pipeline_parallel`` p (stages), ``data_parallel`` d;
@@ -57,6 +75,35 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     its load's compute and communication seconds per microbatch; devices_used). Units
     are in the key: ``_s`` seconds, ``_bytes`` bytes, ``_gib`` GiB.
     """
+    knobs = {"sequence_parallel": sequence_parallel, "flash_attention": flash_attention,
+             "virtual_stages": virtual_stages, "zero_stage": zero_stage,
+             "overlap_grad_reduce": overlap_grad_reduce, "precision": precision}
+    if not study:
+        if gap is not None:
+            raise ValueError("gap is the study's schedule gap; the calibrated step model has "
+                             "no operator schedule (pass study=True to use it)")
+        if stages is not None:
+            raise ValueError("stages: the calibrated step model splits the transformer layers "
+                             "evenly, as Megatron-LM does (pass study=True for uneven stages)")
+        if optimizer not in (None, "adam"):
+            raise ValueError(f"optimizer: the calibrated step model prices Adam only, got "
+                             f"{optimizer!r} (pass study=True for 'sgd')")
+        return evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
+                             microbatch, recompute, devices=devices, global_batch=global_batch,
+                             hbm_gib=hbm_gib, seq_len=seq_len, **knobs)
+    if knobs["precision"] not in (None, "bf16"):
+        raise ValueError("precision: the study's model has no precision choice; leave it out "
+                         "with study=True")
+    for name, study_value in _STEP_KNOBS.items():
+        if name != "precision" and knobs[name] is not None and knobs[name] != study_value:
+            raise ValueError(f"{name}: the study's model has no such knob (it is "
+                             f"{study_value!r} there); leave it out with study=True")
+    if isinstance(recompute, str) and recompute in ("none", "full"):
+        recompute = recompute == "full"
+    elif isinstance(recompute, str):
+        raise ValueError(f"recompute: the study's model has only 'none' and 'full' "
+                         f"(True/False), got {recompute!r}")
+    optimizer = "sgd" if optimizer is None else optimizer
     model = resolve_models(model, seq_len)[0]
     row = arch_row(arch)
     t = positive_int("tensor_parallel", tensor_parallel)
@@ -153,3 +200,104 @@ def _point_layer_times(model, mb, t, row, gap):
             _POINT_MEMO.pop(next(iter(_POINT_MEMO)))
         _POINT_MEMO[key] = hit
     return hit
+
+
+def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
+                  recompute, *, devices=None, global_batch=4096, hbm_gib=None, seq_len=None,
+                  sequence_parallel=False, flash_attention=False, virtual_stages=1,
+                  zero_stage=0, overlap_grad_reduce=False, precision=None) -> dict:
+    """One plan through the calibrated training step (``phaze.step.training_step``), as one
+    JSON-ready dict (what ``phaze evaluate`` prints; units in the keys).
+
+    Keys: model, arch (the chip's name, or "row" for a structured row), cost_model
+    ("calibrated"), schedule ("1F1B" | "interleaved 1F1B"), optimizer ("adam"), devices,
+    seq_len, the plan (tensor_parallel, pipeline_parallel, data_parallel, microbatch,
+    global_batch, recompute, virtual_stages, sequence_parallel,
+    sequence_parallel_effective, precision, flash_attention, zero_stage,
+    overlap_grad_reduce, trainers), hbm_gib, status ("ok" | "infeasible" |
+    "not_modelled"), reason, feasible (ok and every stage fits its HBM),
+    model_flops_per_sample; when ok also time_per_batch_s, samples_per_s,
+    tokens_per_s, mfu (0 unless feasible), microbatches_per_pipeline, ``breakdown``
+    (steady_s, bubble_s, gradient_reduction_s, embedding_allreduce_s, optimizer_s,
+    pipeline_s, critical_stage (from 1), slot_s, forward_s, backward_s, recompute_s,
+    p2p_s) and ``stages`` (per pipeline stage from 1: microbatches_in_flight,
+    weights_gib, gradients_gib, optimizer_state_gib, activations_gib, workspace_gib,
+    total_gib, memory_bytes (= total_gib in bytes), hbm_gib, fits).
+    """
+    import os
+
+    from .. import step
+    from ..arch import Chip, efficiency, resolve_chip
+
+    spec = resolve_models(model, seq_len)[0]
+    if isinstance(arch, (str, os.PathLike, Chip)):
+        chip = resolve_chip(arch)
+        row, eff, arch_name = chip.row.copy(), chip.efficiency_set(), chip.name
+    else:
+        row = arch_row(arch)
+        eff, arch_name = efficiency.for_rows(row), "row"
+    if hbm_gib is not None:
+        row = row.copy()
+        row["hbm_gib"] = positive_float("hbm_gib", hbm_gib)
+    t = positive_int("tensor_parallel", tensor_parallel)
+    p = positive_int("pipeline_parallel", pipeline_parallel)
+    d = positive_int("data_parallel", data_parallel)
+    v = positive_int("virtual_stages", 1 if virtual_stages is None else virtual_stages)
+    (rc,) = resolve_recompute(recompute) if not isinstance(recompute, (list, tuple)) else (None,)
+    if rc is None:
+        raise ValueError(f"recompute must be one mode ('none', 'selective', 'full'), got "
+                         f"{recompute!r}")
+    if not spec.valid_tensor_parallel(t):
+        raise ValueError(f"tensor_parallel {t} must divide heads ({spec.heads}) and kv_heads "
+                         f"({spec.kv_heads}) of {spec.name}")
+    used = t * p * d
+    if devices is not None and positive_int("devices", devices) < used:
+        raise ValueError(f"devices {devices} is fewer than t·p·d = {used}")
+    res = step.training_step(
+        spec, row, tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
+        microbatch=microbatch, global_batch=global_batch, recompute=rc, virtual_stages=v,
+        sequence_parallel=bool(sequence_parallel), flash_attention=bool(flash_attention),
+        zero_stage=0 if zero_stage is None else zero_stage,
+        overlap_grad_reduce=bool(overlap_grad_reduce),
+        precision="bf16" if precision is None else precision, efficiency=eff)
+    gib = 2 ** 30
+    plan = dict(res.plan)
+    plan["trainers"] = list(plan.get("trainers", ()))
+    flops = model_flops_per_sample(spec)
+    out = {"model": spec.name, "arch": arch_name, "cost_model": "calibrated",
+           "schedule": "interleaved 1F1B" if plan["virtual_stages"] > 1 else "1F1B",
+           "optimizer": "adam", "devices": used if devices is None else int(devices),
+           "seq_len": spec.seq_len, **plan, "hbm_gib": float(row["hbm_gib"][0]),
+           "status": res.status, "reason": res.reason, "feasible": False,
+           "model_flops_per_sample": flops, "mfu": 0.0}
+    if not res.ok:
+        return out
+    b = res.breakdown
+    stages = []
+    for mb in res.memory:
+        stages.append({
+            "stage": mb.stage + 1, "microbatches_in_flight": mb.in_flight,
+            "weights_gib": mb.weights / gib, "gradients_gib": mb.gradients / gib,
+            "optimizer_state_gib": mb.optimizer_state / gib,
+            "activations_gib": (mb.activations + mb.activations_other) / gib,
+            "workspace_gib": mb.workspace / gib, "total_gib": mb.total / gib,
+            "memory_bytes": int(mb.total), "hbm_gib": mb.limit / gib, "fits": mb.fits})
+    short = [st for st in stages if not st["fits"]]
+    if short:
+        s0 = short[0]
+        out["reason"] = (f"stage {s0['stage']} needs {s0['total_gib']:.2f} GiB per device, "
+                         f"more than its HBM ({s0['hbm_gib']:g} GiB)")
+    sps = plan["global_batch"] / res.time_s
+    out.update(
+        feasible=not short, time_per_batch_s=res.time_s, samples_per_s=sps,
+        tokens_per_s=sps * spec.seq_len, microbatches_per_pipeline=b.microbatches,
+        mfu=float(mfu(flops, sps, used, peak_flops_of(row)[0])) if not short else 0.0,
+        breakdown={"steady_s": b.steady_s, "bubble_s": b.bubble_s,
+                   "gradient_reduction_s": b.dp_allreduce_s,
+                   "embedding_allreduce_s": b.embedding_allreduce_s,
+                   "optimizer_s": b.optimizer_s, "pipeline_s": b.pipeline_s,
+                   "critical_stage": b.critical_stage + 1, "slot_s": b.slot_s,
+                   "forward_s": b.forward_s, "backward_s": b.backward_s,
+                   "recompute_s": b.recompute_s, "p2p_s": b.p2p_s},
+        stages=stages)
+    return out

@@ -26,10 +26,15 @@ class SearchResult:
 
     ``table``: dict of numpy columns, one row per evaluated point (columns in
     ``phaze.search._table.TABLE_COLUMNS``: model, arch_id and the architecture's knobs,
-    area_mm2, microbatch, hbm_gib, recompute, feasible, time_per_batch_s,
-    samples_per_s, tokens_per_s, tensor_parallel, data_parallel, pipeline_parallel,
-    devices_used, stage_layers (layers per stage), reason, mfu (model FLOPs utilisation,
-    ``_table.model_flops_per_sample``; NaN in rows of older files)). ``best``: the winning
+    area_mm2, microbatch, hbm_gib, recompute (mode: "none", "selective", "full"), feasible,
+    time_per_batch_s, samples_per_s, tokens_per_s, tensor_parallel, data_parallel,
+    pipeline_parallel, devices_used, stage_layers (layers per stage), reason, mfu (model
+    FLOPs utilisation, ``_table.model_flops_per_sample``; NaN in rows of older files), the
+    strategy chosen inside the row (sequence_parallel, virtual_stages, zero_stage,
+    flash_attention, overlap_grad_reduce; the study's values under its model) and the
+    peak stage's memory per GPU in bytes (memory_bytes = weights_bytes + gradients_bytes
+    + optimizer_bytes + activations_bytes + workspace_bytes; the study's model records
+    memory_bytes alone, NaN elsewhere)). ``best``: the winning
     architecture with each model's plan (``plans``), plus, for one model, that plan's
     fields at top level. ``baselines``: name → {title, model → row or infeasible
     reason, gain}. ``metadata``: version, inputs, wall time, points/s, counts,
@@ -268,6 +273,7 @@ def format_summary(summary: dict, model_names) -> str:
                  f"{meta.get('points_total'):,} points evaluated ({meta.get('points_pruned'):,} pruned) "
                  f"in {meta.get('sweep_time_s', 0):.1f} s "
                  f"({(meta.get('points_per_s') or 0):,.0f} points/s)")
+    lines.append(cost_model_line(meta))
     if not best.get("feasible"):
         reason = str(best.get("reason") or "infeasible")
         # choose_best's reason already starts with these words.
@@ -286,7 +292,8 @@ def format_summary(summary: dict, model_names) -> str:
                      f"among them (--prune front keeps the front exact)")
     else:
         lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
-    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} {'rc':>3} "
+    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} {'rc':>9} "
+           f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} "
            f"{'samples/s':>11} {'tokens/s':>13} {'MFU':>6} {'vs tpuv4':>9} {'vs fixed':>9} "
            f"{'vs block':>9}")
     lines.append(hdr)
@@ -303,7 +310,7 @@ def format_summary(summary: dict, model_names) -> str:
             continue
         lines.append(f"{name:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
                      f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>7g} "
-                     f"{'on' if r['recompute'] else 'off':>3} {r['samples_per_s']:>11,.1f} "
+                     f"{knob_text(r)} {r['samples_per_s']:>11,.1f} "
                      f"{r['tokens_per_s']:>13,.0f} {_percent(r.get('mfu')):>6} {gains[0]:>9} "
                      f"{gains[1]:>9} {gains[2]:>9}")
     if base:
@@ -317,13 +324,64 @@ def format_summary(summary: dict, model_names) -> str:
                 lines.append(f"  {key:<15} {name:<18} {r['samples_per_s']:>11,.1f} samples/s "
                              f"(t={r.get('tensor_parallel')}, p={r.get('pipeline_parallel')}, "
                              f"d={r.get('data_parallel')}, mb={r.get('microbatch')}, "
-                             f"MFU {_percent(r.get('mfu'))}, "
+                             f"{strategy_text(r)}, MFU {_percent(r.get('mfu'))}, "
                              f"area {r.get('area_mm2', float('nan')):.2f} mm2)")
             elif r.get("applicable") is False:
                 lines.append(f"  {key:<15} {name:<18} not applicable: {r.get('reason')}")
             else:
                 lines.append(f"  {key:<15} {name:<18} infeasible: {r.get('reason')}")
     return "\n".join(lines)
+
+
+def cost_model_line(meta) -> str:
+    """The summary's sentence naming the cost model that priced the points (files written
+    before the calibrated model have no ``cost_model``: the study's)."""
+    if meta.get("cost_model", "study") == "study":
+        return ("cost model: study (the original study's operator schedules and placement "
+                "over its knob set; --study)")
+    grids = meta.get("strategy_grids") or {}
+
+    def show(name, values):
+        if values is None:
+            return f"{name} all valid"
+        vals = ["on" if v is True else "off" if v is False else str(v) for v in values]
+        return f"{name} {','.join(vals)}"
+
+    parts = [show("recompute", grids.get("recompute")),
+             show("sequence parallel", grids.get("sequence_parallel")),
+             show("flash attention", grids.get("flash_attention")),
+             show("virtual stages", grids.get("virtual_stages")),
+             show("ZeRO", grids.get("zero_stage")),
+             show("overlap grad reduce", grids.get("overlap_grad_reduce"))]
+    return (f"cost model: calibrated (Megatron-LM training step, phaze.step; "
+            f"{grids.get('precision', 'bf16')}, Adam); searched: {'; '.join(parts)}")
+
+
+def _flag(value) -> str:
+    return "on" if value is True or value in (1, "true", "True") else "off"
+
+
+def knob_text(r) -> str:
+    """A row's recomputation and strategy knobs as the summary's columns rc, sp, v, zero,
+    flash, ogr (a row of an older file lacks the strategy knobs: the study's)."""
+    rc = r.get("recompute")
+    if isinstance(rc, bool):
+        rc = "full" if rc else "none"
+    return (f"{str(rc):>9} {_flag(r.get('sequence_parallel', False)):>3} "
+            f"{int(r.get('virtual_stages') or 1):>2} {int(r.get('zero_stage') or 0):>4} "
+            f"{_flag(r.get('flash_attention', False)):>5} "
+            f"{_flag(r.get('overlap_grad_reduce', False)):>3}")
+
+
+def strategy_text(r) -> str:
+    """A baseline row's recomputation and strategy knobs, as words."""
+    rc = r.get("recompute")
+    if isinstance(rc, bool):
+        rc = "full" if rc else "none"
+    return (f"recompute {rc}, sp {_flag(r.get('sequence_parallel', False))}, "
+            f"v={int(r.get('virtual_stages') or 1)}, zero {int(r.get('zero_stage') or 0)}, "
+            f"flash {_flag(r.get('flash_attention', False))}, "
+            f"ogr {_flag(r.get('overlap_grad_reduce', False))}")
 
 
 def _percent(fraction) -> str:

@@ -23,7 +23,16 @@ class SearchSettings:
       ``microbatch``: tuple of microbatch sizes (samples, each dividing global_batch).
     - ``hbm_gib``: tuple of HBM capacities (GiB per chip); a ``None`` entry keeps each
       architecture row's own capacity.
-    - ``recompute``: tuple of booleans; ``optimizer``: "sgd" or "adam".
+    - ``recompute``: tuple of recomputation modes ("none", "selective", "full";
+      the study's model has "none" and "full" only); ``optimizer``: "sgd" or "adam".
+    - ``study``: True prices every point with the original study's model (operator
+      schedules and the placement DP: ``_chunk``); False (the default) with the
+      calibrated Megatron-LM step model (``phaze.step.best_plans``: ``_calibrated``).
+    - The strategy grids of the calibrated model, each a tuple of the values searched
+      inside a row: ``sequence_parallel``, ``flash_attention``, ``overlap_grad_reduce``
+      (booleans), ``virtual_stages`` (None: every valid v), ``zero_stage`` (0–3);
+      ``precision`` "bf16" or "fp16" (one value). The study's model has none of them
+      (its grids are the study's: off, v = 1, ZeRO 0).
     - ``gap``: accepted relative schedule gap; ``prune``: "" (evaluate every point),
       "best" (skip points whose valid throughput upper bound lies below the best
       reached: the best is unchanged, the Pareto front may be partial) or "front" (skip
@@ -41,6 +50,13 @@ class SearchSettings:
     optimizer: str
     gap: float
     prune: object = ""
+    study: bool = False
+    sequence_parallel: tuple = (False, True)
+    flash_attention: tuple = (False, True)
+    virtual_stages: tuple = None
+    zero_stage: tuple = (0, 1, 2, 3)
+    overlap_grad_reduce: tuple = (False, True)
+    precision: str = "bf16"
 
     @property
     def prune_mode(self) -> str:
@@ -57,7 +73,8 @@ class SearchSettings:
 
     @property
     def points_per_arch(self) -> int:
-        """Points evaluated per architecture: models × microbatches × HBM × recompute."""
+        """Points evaluated per architecture: models × microbatches × HBM × recompute (the
+        other strategy knobs are optimised inside a point)."""
         return len(self.models) * len(self.microbatch) * len(self.hbm_gib) * len(self.recompute)
 
 

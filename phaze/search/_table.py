@@ -15,24 +15,59 @@ TABLE_COLUMNS = (
     ("model", object), ("arch_id", np.int64), ("num_tc", np.int64), ("tc_width", np.int64),
     ("tc_depth", np.int64), ("num_vc", np.int64), ("vc_width", np.int64),
     ("buffer_mib", np.float64), ("area_mm2", np.float64), ("microbatch", np.int64),
-    ("hbm_gib", np.float64), ("recompute", np.bool_), ("feasible", np.bool_),
+    ("hbm_gib", np.float64), ("recompute", object), ("feasible", np.bool_),
     ("time_per_batch_s", np.float64), ("samples_per_s", np.float64), ("tokens_per_s", np.float64),
     ("tensor_parallel", np.int64), ("data_parallel", np.int64), ("pipeline_parallel", np.int64),
     ("devices_used", np.int64), ("stage_layers", object), ("reason", object),
+    ("sequence_parallel", np.bool_), ("virtual_stages", np.int64), ("zero_stage", np.int64),
+    ("flash_attention", np.bool_), ("overlap_grad_reduce", np.bool_),
+    ("memory_bytes", np.float64), ("weights_bytes", np.float64), ("gradients_bytes", np.float64),
+    ("optimizer_bytes", np.float64), ("activations_bytes", np.float64),
+    ("workspace_bytes", np.float64),
     ("mfu", np.float64),
 )
 COLUMN_NAMES = tuple(name for name, _ in TABLE_COLUMNS)
 #: Column name → numpy dtype.
 COLUMN_DTYPES = dict(TABLE_COLUMNS)
 #: Columns added after the first result files were written, with the value they read as
-#: in a file that lacks them (NaN: not recorded), so older files still load.
-LATE_COLUMNS = {"mfu": math.nan}
+#: in a file that lacks them (NaN: not recorded; the strategy knobs: the study's, which
+#: is what every older file searched), so older files still load.
+LATE_COLUMNS = {"mfu": math.nan, "sequence_parallel": False, "virtual_stages": 1,
+                "zero_stage": 0, "flash_attention": False, "overlap_grad_reduce": False,
+                "memory_bytes": math.nan, "weights_bytes": math.nan,
+                "gradients_bytes": math.nan, "optimizer_bytes": math.nan,
+                "activations_bytes": math.nan, "workspace_bytes": math.nan}
+#: Recomputation modes, in the order rows tie-break on them (least recomputation first).
+RECOMPUTE_MODES = ("none", "selective", "full")
 #: Architecture knobs copied into every row (and into per-architecture summaries).
 ARCH_FIELDS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "buffer_mib", "area_mm2")
 #: Columns a chunk's rows carry as they are (the rest come from the model and the row).
 _CHUNK_PLAN_COLUMNS = ("microbatch", "hbm_gib", "recompute", "feasible", "time_per_batch_s",
                        "samples_per_s", "tensor_parallel", "data_parallel", "pipeline_parallel",
-                       "devices_used", "stage_layers", "reason")
+                       "devices_used", "stage_layers", "reason", "sequence_parallel",
+                       "virtual_stages", "zero_stage", "flash_attention", "overlap_grad_reduce",
+                       "memory_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
+                       "activations_bytes", "workspace_bytes")
+
+
+def recompute_mode(value) -> str:
+    """A ``recompute`` value as its mode: files written before the modes held booleans
+    (true = full recomputation, false = none); anything else must be a mode's name."""
+    if isinstance(value, (bool, np.bool_)):
+        return "full" if value else "none"
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return "full" if text == "true" else "none"
+    if text not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {value!r}")
+    return text
+
+
+def recompute_rank(column) -> np.ndarray:
+    """Each row's recomputation mode as its index in :data:`RECOMPUTE_MODES` (sort key)."""
+    index = {m: i for i, m in enumerate(RECOMPUTE_MODES)}
+    return np.array([index.get(str(v), len(index)) for v in np.asarray(column).tolist()],
+                    dtype=np.int64)
 
 
 def empty_table() -> dict:
@@ -137,7 +172,7 @@ def fill_mfu(table, models, archs, rows_of_ids) -> None:
 def ranking(table) -> np.ndarray:
     """Row order: feasible first, then samples/s descending, smaller area, lower arch id, knobs."""
     t = table
-    return np.lexsort((t["recompute"], t["hbm_gib"], t["microbatch"], t["arch_id"], t["area_mm2"],
+    return np.lexsort((recompute_rank(t["recompute"]), t["hbm_gib"], t["microbatch"], t["arch_id"], t["area_mm2"],
                        -np.where(t["feasible"], t["samples_per_s"], -1.0), t["model"].astype(str)))
 
 

@@ -1,0 +1,340 @@
+"""One chunk of the architecture space with the calibrated Megatron-LM step model
+(``phaze.step``; the default cost model of :func:`phaze.search.search`).
+
+For a chunk of architecture rows, every model, microbatch, HBM capacity and
+recomputation mode ("none", "selective", "full"): ``phaze.step.best_plans`` gives
+each row its fastest feasible Megatron-launchable plan, optimising inside the
+point the tensor-parallel width t, the pipeline stages p (even: p divides the
+transformer layers), the data-parallel degree d (dividing global batch /
+microbatch; t·p·d ≤ devices), and the strategy grids of the settings: sequence
+parallelism, flash attention, virtual stages (interleaved 1F1B), ZeRO stage and
+overlapped gradient reduction. The row records the values chosen and the peak
+stage's memory per GPU. The kernels take the whole chunk at once; Python loops
+run per (model, microbatch, HBM, recomputation) only.
+
+Pruning follows ``_chunk``'s rules (its module docstring) with the step model's
+own valid bound: ``phaze.step.step_lower_bounds`` is a lower bound of
+``best_plans``' time per batch for each row at one (model, microbatch,
+recomputation) — whatever the HBM, which only removes plans — so global_batch
+divided by it bounds the samples/s of every point above. ``prune="best"``
+skips a point (or, over all of an architecture's points, the architecture) whose
+bound lies below the best reached; ``prune="front"`` only when an evaluated
+architecture of no more area beats the bound (one model: also below the
+architecture's own best so far), so the best and the throughput-vs-area Pareto
+front are those of the exhaustive sweep.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from .. import cost, step
+from ._chunk import Rows, dominated, model_graph, staircase, survivors
+from ._settings import ChunkResult
+
+#: Pruned sweeps price a chunk's architectures in batches of this many (best bound first),
+#: raising the floor between batches. Larger than the study's ``SEARCH_PRUNE_BATCH``: a
+#: ``best_plans`` call has a fixed cost (pricing every layer variant) that a batch shares.
+CALIBRATED_PRUNE_BATCH = 64
+
+
+def _stage_text(n_layers: int, p: int) -> str:
+    """Layers per stage of the even split Megatron-LM builds, as 'a,b,c' chain positions:
+    L/p transformer layers each, the embedding joining the first stage and the head the
+    last (the study's rows count the same way)."""
+    return _even_split(int(n_layers), int(p))
+
+
+@functools.lru_cache(maxsize=4096)
+def _even_split(n_layers: int, p: int) -> str:
+    if p < 1 or n_layers % p:
+        return ""
+    sizes = [n_layers // p] * p
+    sizes[0] += 1
+    sizes[-1] += 1
+    return ",".join(str(s) for s in sizes)
+
+
+def _bounds_to_throughput(lower_s, global_batch) -> np.ndarray:
+    """Samples/s upper bounds from time-per-batch lower bounds (inf where the bound is 0)."""
+    lb = np.asarray(lower_s, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(lb > 0, global_batch / lb, np.inf)
+
+
+def lower_bounds(cfg, model_index, microbatch, recompute, archs) -> np.ndarray:
+    """``phaze.step.step_lower_bounds`` of one (model, microbatch, recomputation) on
+    ``archs``: seconds per batch, a valid lower bound of :func:`phaze.step.best_plans`."""
+    return np.asarray(step.step_lower_bounds(
+        cfg.models[model_index], archs, devices=int(cfg.devices),
+        global_batch=int(cfg.global_batch), microbatch=int(microbatch), recompute=recompute,
+        tensor_parallel=tuple(cfg.widths[model_index]),
+        sequence_parallel=tuple(cfg.sequence_parallel),
+        flash_attention=tuple(cfg.flash_attention)), dtype=np.float64)
+
+
+def best_plans(cfg, model_index, microbatch, recompute, hbm_bytes, archs) -> np.ndarray:
+    """``phaze.step.best_plans`` of one (model, microbatch, recomputation mode) on ``archs``
+    with the settings' strategy grids; ``hbm_bytes``: None (each row's own) or one
+    capacity per row, bytes."""
+    return step.best_plans(
+        cfg.models[model_index], archs, devices=int(cfg.devices),
+        global_batch=int(cfg.global_batch), microbatch=int(microbatch), recompute=recompute,
+        hbm_bytes=hbm_bytes, tensor_parallel=tuple(cfg.widths[model_index]),
+        sequence_parallel=tuple(cfg.sequence_parallel),
+        flash_attention=tuple(cfg.flash_attention),
+        virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
+        zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
+        precision=cfg.precision)
+
+
+def plans_over_hbm(cfg, model_index, microbatch, recompute, archs) -> list:
+    """The best plans of ``archs`` at every HBM capacity of the settings, in one
+    ``best_plans`` call (its fixed cost per call is paid once; the layer times do not
+    depend on the capacity): a list, per HBM value of ``cfg.hbm_gib``, of PLAN_DTYPE rows
+    (one per architecture). A None capacity is each row's own, floored to whole bytes as
+    ``best_plans`` floors it."""
+    n = len(archs)
+    caps = [np.floor(np.asarray(archs["hbm_gib"], dtype=np.float64) * 2.0 ** 30) if h is None
+            else np.full(n, float(h) * 2.0 ** 30) for h in cfg.hbm_gib]
+    plans = best_plans(cfg, model_index, microbatch, recompute, np.concatenate(caps),
+                       np.concatenate([archs] * len(caps)))
+    return [plans[k * n:(k + 1) * n] for k in range(len(caps))]
+
+
+def block_fwbw_seconds(model, archs) -> np.ndarray:
+    """Forward + backward seconds of one transformer block at t = 1, microbatch 1, per
+    architecture, on the calibrated operator model: the sum of the operators' intra-op
+    latencies (one kernel stream, as ``phaze.step`` prices a layer), each row with its own
+    efficiency set (``phaze.arch.efficiency.for_rows``). What baseline (c), a
+    placement-blind accelerator search, minimises under the calibrated model."""
+    from ..arch import efficiency
+
+    mg = model_graph(model, 1, 1)
+    block = mg.layers[[layer.kind for layer in mg.layers].index("block")]
+    eff = efficiency.for_rows(archs)
+    total = np.zeros(len(archs))
+    for g in (block.forward, block.backward):
+        _single, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=eff)
+        total += np.asarray(intra, dtype=np.float64).sum(axis=0)
+    total[~np.isfinite(total)] = np.inf
+    return total
+
+
+def plan_reason(code) -> str:
+    """The sentence of a ``PLAN_DTYPE`` reason code (``phaze.step.PLAN_REASONS``)."""
+    reasons = step.PLAN_REASONS
+    code = int(code)
+    return str(reasons[code]) if 0 <= code < len(reasons) and reasons[code] else "infeasible"
+
+
+def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arch_ids, plans):
+    """Add one row per architecture of ``archs`` (ids ``arch_ids``) from its ``best_plans``
+    row; returns samples/s per architecture (0 where infeasible)."""
+    n = len(plans)
+    t_s = np.asarray(plans["time_s"], dtype=np.float64)
+    feasible = np.asarray(plans["feasible"], dtype=bool) & np.isfinite(t_s) & (t_s > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sps = np.where(feasible, cfg.global_batch / t_s, 0.0)
+    hbm = (np.asarray(archs["hbm_gib"], dtype=np.float64) if hbm_gib is None
+           else np.full(n, float(hbm_gib)))
+    n_layers = int(cfg.models[model_index].n_layers)
+    p = np.asarray(plans["pipeline_parallel"], dtype=np.int64)
+
+    def knob(name, dtype, off):
+        return np.where(feasible, np.asarray(plans[name]).astype(dtype), off)
+
+    cols = rows.cols
+    cols["model"].extend([model_index] * n)
+    cols["arch_id"].extend(np.asarray(arch_ids, dtype=np.int64).tolist())
+    cols["microbatch"].extend([int(microbatch)] * n)
+    cols["hbm_gib"].extend(hbm.tolist())
+    cols["recompute"].extend([recompute] * n)
+    cols["feasible"].extend(feasible.tolist())
+    cols["time_per_batch_s"].extend(np.where(feasible, t_s, math.inf).tolist())
+    cols["samples_per_s"].extend(sps.tolist())
+    cols["tensor_parallel"].extend(knob("tensor_parallel", np.int64, 0).tolist())
+    cols["data_parallel"].extend(knob("data_parallel", np.int64, 0).tolist())
+    cols["pipeline_parallel"].extend(knob("pipeline_parallel", np.int64, 0).tolist())
+    cols["devices_used"].extend(knob("devices_used", np.int64, 0).tolist())
+    cols["stage_layers"].extend([_stage_text(n_layers, p[i]) if feasible[i] else ""
+                                 for i in range(n)])
+    cols["reason"].extend(["" if feasible[i] else plan_reason(plans["reason"][i])
+                           for i in range(n)])
+    cols["sequence_parallel"].extend(knob("sequence_parallel", bool, False).tolist())
+    cols["virtual_stages"].extend(knob("virtual_stages", np.int64, 0).tolist())
+    cols["zero_stage"].extend(knob("zero_stage", np.int64, 0).tolist())
+    cols["flash_attention"].extend(knob("flash_attention", bool, False).tolist())
+    cols["overlap_grad_reduce"].extend(knob("overlap_grad_reduce", bool, False).tolist())
+    for name in ("memory_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
+                 "activations_bytes", "workspace_bytes"):
+        cols[name].extend(np.where(feasible, np.asarray(plans[name], dtype=np.float64),
+                                   math.nan).tolist())
+    return sps
+
+
+def add_infeasible(rows, model_index, microbatch, recompute, hbm_gib, archs, arch_ids, reason):
+    """Rows for architectures no plan can run on at all (e.g. no valid tensor-parallel width)."""
+    for a, aid in enumerate(np.asarray(arch_ids, dtype=np.int64).tolist()):
+        hbm = float(archs["hbm_gib"][a]) if hbm_gib is None else float(hbm_gib)
+        rows.add(model=model_index, arch_id=aid, microbatch=int(microbatch), hbm_gib=hbm,
+                 recompute=recompute, feasible=False, time_per_batch_s=math.inf,
+                 samples_per_s=0.0, tensor_parallel=0, data_parallel=0, pipeline_parallel=0,
+                 devices_used=0, stage_layers="", reason=reason, virtual_stages=0)
+
+
+def run_chunk(task) -> ChunkResult:
+    """Evaluate every point of one chunk with the calibrated step model (module docstring)."""
+    cfg = task.settings
+    archs = task.archs
+    arch_ids = np.asarray(task.arch_ids, dtype=np.int64)
+    models = cfg.models
+    n_models = len(models)
+    global_batch = int(cfg.global_batch)
+    mode = cfg.prune_mode
+    prune = bool(mode)
+    floors = [float(x) for x in task.floors or [0.0] * n_models]
+    incumbents = [np.asarray(v, dtype=np.float64) for v in task.incumbents or []]
+    front = tuple(task.front or ())
+    n_archs = len(archs)
+    rows = Rows()
+    pruned = 0
+
+    # Valid bounds per (model, microbatch, recomputation). On every row of the chunk only
+    # for the grid's least recomputation: ``step_lower_bounds`` adds the recomputed work
+    # to the same sums, so its bound is the smallest of the modes and its throughput
+    # bound the largest, enough for skipping whole architectures. The other modes'
+    # (tighter) bounds are computed for the surviving architectures only.
+    bounds = {}
+    keep_arch = np.ones(n_archs, dtype=bool)
+    least = cfg.recompute[0]
+    if prune and n_archs:
+        ub = np.zeros((n_models, n_archs))
+        for mi in range(n_models):
+            if not cfg.widths[mi]:
+                continue
+            for mb in cfg.microbatch:
+                bounds[mi, mb, least] = up = _bounds_to_throughput(
+                    lower_bounds(cfg, mi, mb, least, archs), global_batch)
+                ub[mi] = np.maximum(ub[mi], up)
+        if mode == "front":
+            keep_arch = ~dominated(ub, archs["area_mm2"], front)
+        else:
+            keep_arch = survivors(ub, floors, incumbents)
+
+    block = None
+    if task.want_block:
+        block = np.full((n_models, n_archs), np.inf)
+        for mi, model in enumerate(models):
+            block[mi] = block_fwbw_seconds(model, archs)
+
+    pruned += int((~keep_arch).sum()) * cfg.points_per_arch
+    sub = np.flatnonzero(keep_arch)
+    if sub.size:
+        sub_archs = archs[sub]
+        sub_ids = arch_ids[sub]
+        own_best = np.zeros(sub.size)
+        stair = staircase(sub_archs["area_mm2"], front) if mode == "front" else None
+        n_hbm = len(cfg.hbm_gib)
+        for mi in range(n_models):
+            for mb in cfg.microbatch:
+                for rc in cfg.recompute:
+                    if not cfg.widths[mi]:
+                        for hbm in cfg.hbm_gib:
+                            add_infeasible(rows, mi, mb, rc, hbm, sub_archs, sub_ids,
+                                           "no valid tensor-parallel width")
+                        continue
+                    point_ub = None
+                    if prune and n_models == 1:
+                        point_ub = (bounds[mi, mb, rc][sub] if rc == least else
+                                    _bounds_to_throughput(
+                                        lower_bounds(cfg, mi, mb, rc, sub_archs), global_batch))
+                    order = np.arange(sub.size)
+                    step_size = max(1, sub.size)
+                    if point_ub is not None:
+                        # Best bounds first, in batches, so the floor rises early. The
+                        # bound does not depend on the HBM: a skipped architecture skips
+                        # its points at every capacity.
+                        order = np.argsort(-point_ub, kind="stable")
+                        step_size = CALIBRATED_PRUNE_BATCH
+                    for lo in range(0, order.size, step_size):
+                        batch = order[lo:lo + step_size]
+                        if point_ub is not None:
+                            if mode == "front":
+                                skip = point_ub[batch] < np.maximum(own_best[batch], stair[batch])
+                            else:
+                                skip = point_ub[batch] < floors[mi]
+                            pruned += int(skip.sum()) * n_hbm
+                            batch = batch[~skip]
+                            if not batch.size:
+                                continue
+                        batch = np.sort(batch)
+                        per_hbm = plans_over_hbm(cfg, mi, mb, rc, sub_archs[batch])
+                        for hbm, plans in zip(cfg.hbm_gib, per_hbm):
+                            sps = add_plans(rows, cfg, mi, mb, rc, hbm, sub_archs[batch],
+                                            sub_ids[batch], plans)
+                            if sps.size:
+                                floors[mi] = max(floors[mi], float(sps.max()))
+                                own_best[batch] = np.maximum(own_best[batch], sps)
+    return ChunkResult(chunk_id=int(task.chunk_id), columns=rows.arrays(), pruned=pruned,
+                       block_fwbw_s=block)
+
+
+def fixed_plan_best(cfg, model, row, t, p, d):
+    """The best of one fixed t/p/d plan on one architecture ``row`` under the calibrated step
+    model (``phaze.step.training_step``), over the settings' microbatch, HBM and
+    recomputation grids and, as in every row of the search, their strategy grids (the
+    plans ``phaze.step.best_plans`` considers at that t/p/d). Returns (the best as a
+    dict with the fields of a result row, or None; the first reason a plan failed)."""
+    spec = model
+    n_layers = int(spec.n_layers)
+    v_grid = cfg.virtual_stages
+    if v_grid is None:
+        per_stage = n_layers // p if n_layers % p == 0 else 0
+        v_grid = tuple(v for v in range(1, per_stage + 1) if per_stage % v == 0) or (1,)
+    if t * p * d > cfg.devices:
+        return None, f"t·p·d = {t * p * d} devices, more than the {cfg.devices} available"
+    hbm_values = [float(row["hbm_gib"][0]) if h is None else float(h) for h in cfg.hbm_gib]
+    best, reason = None, None
+    for mb in cfg.microbatch:
+        for rc in cfg.recompute:
+            for sp in cfg.sequence_parallel:
+                for fa in cfg.flash_attention:
+                    for v in v_grid:
+                        for zero in cfg.zero_stage:
+                            for ogr in cfg.overlap_grad_reduce:
+                                res = step.training_step(
+                                    spec, row, tensor_parallel=t, pipeline_parallel=p,
+                                    data_parallel=d, microbatch=mb,
+                                    global_batch=cfg.global_batch, recompute=rc,
+                                    virtual_stages=v, sequence_parallel=sp, flash_attention=fa,
+                                    zero_stage=zero, overlap_grad_reduce=ogr,
+                                    precision=cfg.precision)
+                                if not res.ok:
+                                    reason = reason or res.reason
+                                    continue
+                                peak = res.peak_memory
+                                fits = [h for h in hbm_values if peak.total <= h * 2.0 ** 30]
+                                if not fits:
+                                    reason = reason or (
+                                        f"{peak.total / 2 ** 30:.2f} GiB per device do not fit "
+                                        f"in {max(hbm_values):g} GiB of HBM")
+                                    continue
+                                sps = cfg.global_batch / res.time_s
+                                if best is None or sps > best["samples_per_s"]:
+                                    best = {
+                                        "feasible": True, "microbatch": mb, "hbm_gib": min(fits),
+                                        "recompute": rc, "time_per_batch_s": res.time_s,
+                                        "samples_per_s": sps,
+                                        "tokens_per_s": sps * spec.seq_len,
+                                        "tensor_parallel": t, "pipeline_parallel": p,
+                                        "data_parallel": d, "reason": "",
+                                        "devices_used": t * p * d,
+                                        "sequence_parallel": bool(sp), "virtual_stages": v,
+                                        "zero_stage": zero, "flash_attention": bool(fa),
+                                        "overlap_grad_reduce": bool(ogr),
+                                        "memory_bytes": float(peak.total),
+                                        "stage_layers": _stage_text(n_layers, p)}
+    return best, reason
