@@ -61,3 +61,18 @@ def zero_list(text):
     if not values or any(not 0 <= v <= 3 for v in values):
         raise ValueError(f"--zero-stage takes a comma-separated list of 0, 1, 2, 3; got {text!r}")
     return tuple(values)
+
+
+def width_list(flag, text):
+    """--ep / --cp of search: '1,2,4' → (1, 2, 4); 'all' or absent → None (every valid
+    width, per model)."""
+    if text is None or str(text).strip().lower() == "all":
+        return None
+    try:
+        values = [int(x) for x in str(text).split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{flag} takes 'all' or a comma-separated list of positive integers; "
+                         f"got {text!r}")
+    return tuple(values)

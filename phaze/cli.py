@@ -140,6 +140,15 @@ def _add_search_arguments(p) -> None:
                         "(default both)")
     p.add_argument("--precision", choices=("bf16", "fp16"), default=None,
                    help="mixed-precision format of the calibrated model (default bf16)")
+    p.add_argument("--ep", default=None, metavar="N,...|all", dest="expert_parallel",
+                   help="expert-parallel widths of a mixture of experts, e.g. 1,2,4,8 (default "
+                        "all: every divisor of its routed experts; dense models: 1)")
+    p.add_argument("--cp", default=None, metavar="N,...|all", dest="context_parallel",
+                   help="context-parallel widths (ring attention; t*cp*p*d devices), e.g. 1,2,4 "
+                        "(default all: powers of two up to 32 leaving >= 512 tokens per "
+                        "load-balanced chunk)")
+    p.add_argument("--capacity-factor", type=float, default=None, metavar="F",
+                   help="MoE expert capacity factor (default: balanced routing)")
     p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel widths (default 1,2,4,8)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
                    help="optimizer (default: adam, the only one the calibrated model prices; "
@@ -232,7 +241,10 @@ def _cmd_search(args) -> int:
              "zero_stage": lists.zero_list(args.zero_stage),
              "overlap_grad_reduce": lists.switch_list("--overlap-grad-reduce",
                                                       args.overlap_grad_reduce),
-             "precision": args.precision}
+             "precision": args.precision,
+             "expert_parallel": lists.width_list("--ep", args.expert_parallel),
+             "context_parallel": lists.width_list("--cp", args.context_parallel),
+             "capacity_factor": args.capacity_factor}
     if args.optimizer == "sgd" and not args.study:
         raise ValueError("--optimizer sgd is the study's: the calibrated model prices Adam "
                          "only (add --study for sgd)")
@@ -242,7 +254,10 @@ def _cmd_search(args) -> int:
                                         ("--virtual-stages", "virtual_stages"),
                                         ("--zero-stage", "zero_stage"),
                                         ("--overlap-grad-reduce", "overlap_grad_reduce"),
-                                        ("--precision", "precision"))
+                                        ("--precision", "precision"),
+                                        ("--ep", "expert_parallel"),
+                                        ("--cp", "context_parallel"),
+                                        ("--capacity-factor", "capacity_factor"))
                  if getattr(args, key) is not None]
         if given:
             raise ValueError(f"{given[0]} is a knob of the calibrated model; the study's model "
@@ -300,7 +315,7 @@ def _fixed_system_summary(result) -> str:
     lines.append(cost_model_line(meta))
     lines.append(f"best plan{'s' if len(result.models) > 1 else ''}:")
     lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>9} "
-                 f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} "
+                 f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} {'ep':>3} {'cp':>3} "
                  f"{'samples/s':>11} {'tokens/s':>13}  layers per stage")
     for model in result.models:
         r = (best.get("plans") or {}).get(model)
@@ -360,6 +375,16 @@ def _add_evaluate_arguments(p) -> None:
                         "(calibrated model only)")
     p.add_argument("--precision", choices=("bf16", "fp16"),
                    help="mixed-precision format (default bf16; calibrated model only)")
+    p.add_argument("--ep", type=int, default=None, metavar="N", dest="expert_parallel",
+                   help="expert-parallel width (a mixture of experts: divides its routed experts "
+                        "and cp*d; default 1; calibrated model only)")
+    p.add_argument("--cp", type=int, default=None, metavar="N", dest="context_parallel",
+                   help="context-parallel width (ring attention over N ranks: needs "
+                        "--flash-attention and the sequence divisible by 2N; t*cp*p*d devices; "
+                        "default 1; calibrated model only)")
+    p.add_argument("--capacity-factor", type=float, default=None, metavar="F",
+                   help="MoE expert capacity factor (tokens dropped or padded to it; default: "
+                        "balanced routing; calibrated model only)")
 
 
 #: evaluate's options that only the training-step model has: (dest, flag, given?).
@@ -370,6 +395,9 @@ _STEP_ONLY = (
     ("flash_attention", "--flash-attention", lambda v: bool(v)),
     ("overlap_grad_reduce", "--overlap-grad-reduce", lambda v: bool(v)),
     ("precision", "--precision", lambda v: v is not None),
+    ("expert_parallel", "--ep", lambda v: v is not None and v != 1),
+    ("context_parallel", "--cp", lambda v: v is not None and v != 1),
+    ("capacity_factor", "--capacity-factor", lambda v: v is not None),
 )
 
 
@@ -398,6 +426,10 @@ def _emit_plan(args, model) -> int:
     trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
     from . import launch
 
+    for dest, flag in (("expert_parallel", "--ep"), ("context_parallel", "--cp")):
+        if getattr(args, dest, None) not in (None, 1):
+            raise ValueError(f"--emit does not write {flag} yet: phaze.launch emits plans "
+                             f"without expert or context parallelism")
     recompute = getattr(args, "recompute", False)
     plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
                 microbatch=args.microbatch, global_batch=args.global_batch,
@@ -492,9 +524,16 @@ def _calibrated_result(args, model) -> dict:
     if args.virtual_stages is not None and args.virtual_stages < 1:
         raise ValueError(f"--virtual-stages must be a positive integer, got "
                          f"{args.virtual_stages}")
-    used = args.tp * args.pp * args.dp
+    cp = 1 if args.context_parallel is None else args.context_parallel
+    ep = 1 if args.expert_parallel is None else args.expert_parallel
+    if cp < 1 or ep < 1:
+        flag, value = ("--cp", cp) if cp < 1 else ("--ep", ep)
+        raise ValueError(f"{flag} must be a positive integer, got {value}")
+    if args.capacity_factor is not None and not args.capacity_factor > 0:
+        raise ValueError(f"--capacity-factor must be positive, got {args.capacity_factor:g}")
+    used = args.tp * cp * args.pp * args.dp
     if args.devices is not None and args.devices < used:
-        raise ValueError(f"--devices {args.devices} is fewer than t·p·d = {used}")
+        raise ValueError(f"--devices {args.devices} is fewer than t·cp·p·d = {used}")
     if args.optimizer not in (None, "adam"):
         raise ValueError("--optimizer sgd is the study's: the calibrated model prices Adam "
                          "only (add --study for sgd)")
@@ -506,7 +545,8 @@ def _calibrated_result(args, model) -> dict:
         virtual_stages=1 if args.virtual_stages is None else args.virtual_stages,
         sequence_parallel=bool(args.sequence_parallel),
         flash_attention=bool(args.flash_attention), zero_stage=args.zero_stage or 0,
-        overlap_grad_reduce=bool(args.overlap_grad_reduce), precision=args.precision)
+        overlap_grad_reduce=bool(args.overlap_grad_reduce), precision=args.precision,
+        expert_parallel=ep, context_parallel=cp, capacity_factor=args.capacity_factor)
     return out
 
 
@@ -528,7 +568,10 @@ def _evaluate_calibrated(args, model) -> int:
     print(f"  recompute {r['recompute']}, virtual stages {r['virtual_stages']}, sequence "
           f"parallel {sp}, flash attention {onoff[r['flash_attention']]}, ZeRO stage "
           f"{r['zero_stage']}, overlap grad reduce {onoff[r['overlap_grad_reduce']]}, "
-          f"precision {r['precision']}, optimizer Adam")
+          f"expert parallel {r['expert_parallel']}, context parallel {r['context_parallel']}"
+          + (f" (MoE capacity factor {r['capacity_factor']:g})"
+             if r.get("capacity_factor") is not None else "")
+          + f", precision {r['precision']}, optimizer Adam")
     trainers = {"megatron-lm": "Megatron-LM", "deepspeed": "DeepSpeed"}
     print("  launchable by: " + (", ".join(trainers.get(x, x) for x in r["trainers"])
                                  or "no trainer (DeepSpeed refuses ZeRO 2-3 with pipeline "
@@ -708,7 +751,8 @@ output conventions (place, evaluate, search):
 SEARCH_LEGEND = """\
 summary columns (one row per model: its best plan on the best architecture; the line above
 the table names the cost model: calibrated, the default, or study with --study):
-  t / p / d   tensor-parallel width / pipeline stages / data-parallel degree (t*p*d devices)
+  t / p / d   tensor-parallel width / pipeline stages / data-parallel degree (t*cp*p*d
+              devices, cp the context-parallel width below)
   mb          microbatch: samples per pipeline step (global batch / (mb * d) of them per
               pipeline per batch)
   HBM GiB     HBM capacity per chip at which the plan was found
@@ -723,8 +767,12 @@ the table names the cost model: calibrated, the default, or study with --study):
               optimizer: optimizer state sharded; 2 also gradients; 3 also weights)
   flash       fused (flash) attention: no b*a*s^2 scores stored, recomputed in backward
   ogr         overlap-grad-reduce: the gradient reduction overlaps the backward (on / off)
-              (sp, v, zero, flash, ogr are chosen inside each row, with t / p / d; --study
-              rows have the study's: off, 1, 0, off, off)
+  ep          expert parallelism (mixture of experts): each rank holds n_experts/ep routed
+              experts, tokens travel by all-to-all over the ep ranks (ep divides cp*d)
+  cp          context parallelism: each rank holds s/cp tokens of every sample, ring
+              attention passes K/V round the cp ranks (t*cp*p*d devices)
+              (sp, v, zero, flash, ogr, ep, cp are chosen inside each row, with t / p / d;
+              --study rows have the study's: off, 1, 0, off, off, 1, 1)
   samples/s   global batch / time per batch;  tokens/s = samples/s x sequence length
   MFU         model FLOPs utilisation: model FLOPs per sample x samples/s / (devices used x
               peak FLOP/s of the chip); model FLOPs per sample = 6*N*s + 12*L*a*s^2 (PaLM's

@@ -297,18 +297,11 @@ class ModelSpec:
 
     @property
     def graph_refusal(self) -> str:
-        """Why phaze cannot yet train-step and search this model end to end, in one
-        sentence; '' when it can: :attr:`op_graph_refusal`, or a mixture of experts, whose
-        operator graphs ``build_layers`` builds (``expert_parallel``) but whose expert
-        parallelism the training-step model and the search do not place yet."""
-        if self.op_graph_refusal:
-            return self.op_graph_refusal
-        if self.is_moe:
-            return (f"{self.name} is a mixture of experts ({self.n_experts} routed experts, "
-                    f"top-{self.experts_per_token}), whose expert parallelism the training-step "
-                    f"model and the search do not place yet (phaze.graph builds its operator "
-                    f"graphs)")
-        return ""
+        """Why phaze cannot train-step and search this model end to end, in one sentence;
+        '' when it can. Today that is :attr:`op_graph_refusal`: every model whose operator
+        graphs build is also placed by the training-step model and the search (a mixture
+        of experts with expert parallelism, issue 15)."""
+        return self.op_graph_refusal
 
     @property
     def embed_width(self) -> int:
@@ -549,20 +542,17 @@ _ZOO = _build_zoo()
 
 
 def _graph_pending(m: ModelSpec) -> bool:
-    """True for a model phaze cannot search end to end yet (``ModelSpec.graph_refusal``:
-    multi-head latent attention has no operator graphs; a mixture of experts has them, but
-    the step model and the search do not place expert parallelism yet)."""
+    """True for a model phaze cannot search end to end (``ModelSpec.graph_refusal``; no
+    zoo entry today)."""
     return bool(m.graph_refusal)
 
 
 def names(*, pending: bool = False) -> list:
-    """Names of the built-in models, in zoo order.
-
-    By default the models phaze can search end to end, with operator graphs that match
-    their parameter counts exactly (what ``phaze models``, the benchmarks and the
-    zoo-wide tests sweep). ``pending=True`` lists every entry, also those not searchable
-    yet (mixture of experts: graphs built, expert parallelism not yet in the step model
-    and the search; multi-head latent attention: no graphs); ``get`` returns any of them.
+    """Names of the built-in models, in zoo order: those phaze can search end to end, with
+    operator graphs that match their parameter counts exactly (dense, mixture of experts
+    and multi-head latent attention; what ``phaze models``, the benchmarks and the
+    zoo-wide tests sweep). ``pending=True`` also lists entries that cannot be searched
+    yet (none today); ``get`` returns any of them.
     """
     return [n for n, m in _ZOO.items() if pending or not _graph_pending(m)]
 

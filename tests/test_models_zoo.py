@@ -153,7 +153,9 @@ def test_hf_moe_configs_not_modelled_are_one_sentence_naming_the_key(base, chang
 def test_defaults_keep_dense_specs_unchanged():
     for name in models.names():
         m = models.get(name)
-        assert not m.is_moe and not m.uses_mla and m.graph_refusal == ""
+        if m.is_moe or m.uses_mla:
+            continue
+        assert m.graph_refusal == ""
         assert m.n_active_params == m.n_params
         assert m.qkv_bias == m.bias or name == "qwen2-7b"   # Q/K/V-only biases, in the graphs
 
@@ -182,17 +184,14 @@ def test_bad_moe_and_mla_fields_name_the_field(changes, field):
         base.with_(**changes)
 
 
-def test_graph_refusal_is_one_sentence_for_models_graphs_do_not_build():
+def test_every_zoo_model_builds_and_is_searchable():
     for name in ("mixtral-8x7b", "mixtral-8x22b", "deepseek-v2-lite"):
-        why = models.get(name).graph_refusal
-        assert name in why and "\n" not in why and why.count(". ") == 0
+        m = models.get(name)
+        assert m.graph_refusal == m.op_graph_refusal == "" and name in models.names()
     mla = models.from_hf_config(dict(json.loads((HF / "deepseek-v2-lite.json").read_text()),
                                      n_routed_experts=None))
     assert mla.uses_mla and mla.graph_refusal == mla.op_graph_refusal == ""   # MLA is built
     assert models.get("qwen2-7b").graph_refusal == ""      # built, Q/K/V biases exact
-    # MoE: the operator graphs build; the step model and the search refuse them still.
-    mix = models.get("mixtral-8x7b")
-    assert mix.op_graph_refusal == "" and "expert parallelism" in mix.graph_refusal
 
 
 # --- dense additions build, with the FLOP identity of the closed form ----------------------
@@ -299,9 +298,11 @@ def test_dense_addition_evaluates_end_to_end():
     assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 8192)
 
 
-def test_moe_models_are_refused_by_the_search_before_any_work():
-    """The search refuses a mixture of experts until expert parallelism is in the step model
-    (issue 15 pending); the graphs build MoE blocks (and MLA), never a dense stand-in."""
+def test_moe_models_are_searched_with_expert_parallelism():
+    """The graphs build MoE blocks (and MLA), never a dense stand-in, and the search takes a
+    mixture of experts (issue 15: expert parallelism is in the step model); an ep grid with
+    no width dividing the routed experts, and the study's model, are refused in one
+    sentence before any work."""
     import pytest as _pytest
 
     from phaze import graph, search
@@ -311,7 +312,17 @@ def test_moe_models_are_refused_by_the_search_before_any_work():
     lite = graph.build_layers("deepseek-v2-lite", 1, 1)       # MLA and fine-grained MoE
     assert [(L.kind, L.count) for L in lite.layers] == [
         ("embedding", 1), ("block", 1), ("moe_block", 26), ("head", 1)]
-    with _pytest.raises(ValueError, match="models: deepseek-v2-lite is a mixture of experts"):
-        search.search("deepseek-v2-lite", devices=8, space=None, executor="serial", progress=False)
-    with _pytest.raises(ValueError, match="models: mixtral-8x7b is a mixture of experts"):
-        search.search("mixtral-8x7b", devices=8, space=None, executor="serial", progress=False)
+    with _pytest.raises(ValueError, match="expert_parallel: no value of 3 divides the 64 "
+                                          "routed experts of deepseek-v2-lite"):
+        search.search("deepseek-v2-lite", devices=8, arch="a100-80g", expert_parallel=3,
+                      executor="serial", progress=False)
+    with _pytest.raises(ValueError, match="study: the study's model has no expert parallelism"):
+        search.search("mixtral-8x7b", devices=8, study=True, executor="serial", progress=False)
+    res = search.search("mixtral-8x7b", devices=64, global_batch=64, microbatch=1,
+                        arch="a100-80g", expert_parallel=(1, 8), context_parallel=(1, 2),
+                        recompute="full", executor="serial", progress=False)
+    best = res.best["plans"]["mixtral-8x7b"]
+    assert best["feasible"] and best["expert_parallel"] in (1, 8)
+    assert best["context_parallel"] in (1, 2)
+    assert best["devices_used"] == (best["tensor_parallel"] * best["context_parallel"]
+                                    * best["pipeline_parallel"] * best["data_parallel"])

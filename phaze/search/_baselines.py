@@ -110,7 +110,8 @@ def fixed_baseline(settings, model, tpu) -> dict:
 
 #: The strategy a study row records (the study's model has no other).
 STUDY_KNOBS_OF_ROW = {"sequence_parallel": False, "virtual_stages": 1, "zero_stage": 0,
-                      "flash_attention": False, "overlap_grad_reduce": False}
+                      "flash_attention": False, "overlap_grad_reduce": False,
+                      "expert_parallel": 1, "context_parallel": 1}
 
 
 def _calibrated_fixed(settings, model, tpu, t, p, d) -> dict:

@@ -7,8 +7,9 @@ each row its fastest feasible Megatron-launchable plan, optimising inside the
 point the tensor-parallel width t, the pipeline stages p (even: p divides the
 transformer layers), the data-parallel degree d (dividing global batch /
 microbatch; t·p·d ≤ devices), and the strategy grids of the settings: sequence
-parallelism, flash attention, virtual stages (interleaved 1F1B), ZeRO stage and
-overlapped gradient reduction. The row records the values chosen and the peak
+parallelism, flash attention, virtual stages (interleaved 1F1B), ZeRO stage,
+overlapped gradient reduction, expert parallelism (a mixture of experts) and context
+parallelism (t·cp·p·d ≤ devices). The row records the values chosen and the peak
 stage's memory per GPU. The kernels take the whole chunk at once; Python loops
 run per (model, microbatch, HBM, recomputation) only.
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from .. import cost, step
 from ._chunk import Rows, dominated, model_graph, staircase, survivors
+from ._inputs import model_expert_grid
 from ._settings import ChunkResult
 
 #: Pruned sweeps price a chunk's architectures in batches of this many (best bound first),
@@ -72,7 +74,16 @@ def lower_bounds(cfg, model_index, microbatch, recompute, archs) -> np.ndarray:
         global_batch=int(cfg.global_batch), microbatch=int(microbatch), recompute=recompute,
         tensor_parallel=tuple(cfg.widths[model_index]),
         sequence_parallel=tuple(cfg.sequence_parallel),
-        flash_attention=tuple(cfg.flash_attention)), dtype=np.float64)
+        flash_attention=tuple(cfg.flash_attention), **_parallel_grids(cfg, model_index)),
+        dtype=np.float64)
+
+
+def _parallel_grids(cfg, model_index) -> dict:
+    """The expert- and context-parallel grids and capacity factor of one model, as
+    ``phaze.step.best_plans`` takes them (a dense model: ep = 1 only)."""
+    return dict(expert_parallel=model_expert_grid(cfg.models[model_index], cfg.expert_parallel),
+                context_parallel=cfg.context_parallel,
+                capacity_factor=cfg.capacity_factor if cfg.models[model_index].is_moe else None)
 
 
 def best_plans(cfg, model_index, microbatch, recompute, hbm_bytes, archs) -> np.ndarray:
@@ -87,7 +98,7 @@ def best_plans(cfg, model_index, microbatch, recompute, hbm_bytes, archs) -> np.
         flash_attention=tuple(cfg.flash_attention),
         virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
         zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
-        precision=cfg.precision)
+        precision=cfg.precision, **_parallel_grids(cfg, model_index))
 
 
 def plans_over_hbm(cfg, model_index, microbatch, recompute, archs) -> list:
@@ -109,16 +120,23 @@ def block_fwbw_seconds(model, archs) -> np.ndarray:
     architecture, on the calibrated operator model: the sum of the operators' intra-op
     latencies (one kernel stream, as ``phaze.step`` prices a layer), each row with its own
     efficiency set (``phaze.arch.efficiency.for_rows``). What baseline (c), a
-    placement-blind accelerator search, minimises under the calibrated model."""
+    placement-blind accelerator search, minimises under the calibrated model. A model
+    with dense and mixture-of-experts blocks: the mean over its transformer blocks (each
+    kind weighted by how many layers have it; expert parallelism 1)."""
     from ..arch import efficiency
 
     mg = model_graph(model, 1, 1)
-    block = mg.layers[[layer.kind for layer in mg.layers].index("block")]
+    kinds = mg.kinds()
     eff = efficiency.for_rows(archs)
+    blocks = [k for k in ("block", "moe_block") if k in kinds]
+    counts = {k: sum(layer.count for layer in mg.layers if layer.kind == k) for k in blocks}
     total = np.zeros(len(archs))
-    for g in (block.forward, block.backward):
-        _single, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=eff)
-        total += np.asarray(intra, dtype=np.float64).sum(axis=0)
+    for kind in blocks:
+        part = np.zeros(len(archs))
+        for g in (kinds[kind].forward, kinds[kind].backward):
+            _single, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=eff)
+            part += np.asarray(intra, dtype=np.float64).sum(axis=0)
+        total = part if len(blocks) == 1 else total + part * counts[kind] / model.n_layers
     total[~np.isfinite(total)] = np.inf
     return total
 
@@ -168,6 +186,8 @@ def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arc
     cols["zero_stage"].extend(knob("zero_stage", np.int64, 0).tolist())
     cols["flash_attention"].extend(knob("flash_attention", bool, False).tolist())
     cols["overlap_grad_reduce"].extend(knob("overlap_grad_reduce", bool, False).tolist())
+    cols["expert_parallel"].extend(knob("expert_parallel", np.int64, 0).tolist())
+    cols["context_parallel"].extend(knob("context_parallel", np.int64, 0).tolist())
     for name in ("memory_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
                  "activations_bytes", "workspace_bytes"):
         cols[name].extend(np.where(feasible, np.asarray(plans[name], dtype=np.float64),
@@ -182,7 +202,8 @@ def add_infeasible(rows, model_index, microbatch, recompute, hbm_gib, archs, arc
         rows.add(model=model_index, arch_id=aid, microbatch=int(microbatch), hbm_gib=hbm,
                  recompute=recompute, feasible=False, time_per_batch_s=math.inf,
                  samples_per_s=0.0, tensor_parallel=0, data_parallel=0, pipeline_parallel=0,
-                 devices_used=0, stage_layers="", reason=reason, virtual_stages=0)
+                 devices_used=0, stage_layers="", reason=reason, virtual_stages=0,
+                 expert_parallel=0, context_parallel=0)
 
 
 def run_chunk(task) -> ChunkResult:
@@ -286,7 +307,9 @@ def fixed_plan_best(cfg, model, row, t, p, d):
     """The best of one fixed t/p/d plan on one architecture ``row`` under the calibrated step
     model (``phaze.step.training_step``), over the settings' microbatch, HBM and
     recomputation grids and, as in every row of the search, their strategy grids (the
-    plans ``phaze.step.best_plans`` considers at that t/p/d). Returns (the best as a
+    plans ``phaze.step.best_plans`` considers at that t/p/d, without expert or context
+    parallelism: the study's fixed strategies are for its dense models, and cp > 1 would
+    take more than the t·p·d devices it fixes). Returns (the best as a
     dict with the fields of a result row, or None; the first reason a plan failed)."""
     spec = model
     n_layers = int(spec.n_layers)
@@ -335,6 +358,7 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                         "sequence_parallel": bool(sp), "virtual_stages": v,
                                         "zero_stage": zero, "flash_attention": bool(fa),
                                         "overlap_grad_reduce": bool(ogr),
+                                        "expert_parallel": 1, "context_parallel": 1,
                                         "memory_bytes": float(peak.total),
                                         "stage_layers": _stage_text(n_layers, p)}
     return best, reason

@@ -26,9 +26,9 @@ from .._validate import nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
-from ._inputs import (check_some_width, int_tuple, resolve_hbm, resolve_models, resolve_prune,
-                      resolve_recompute, resolve_space, resolve_strategy_grids, space_ids,
-                      valid_widths)
+from ._inputs import (check_expert_grid, check_some_width, int_tuple, resolve_hbm,
+                      resolve_models, resolve_prune, resolve_recompute, resolve_space,
+                      resolve_strategy_grids, space_ids, valid_widths)
 from ._report import SearchResult, choose_best, per_arch
 from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, fill_mfu, recompute_rank, take
@@ -139,7 +139,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
            resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
            force=False, arch=None, seq_len=None, study=False, sequence_parallel=None,
            flash_attention=None, virtual_stages=None, zero_stage=None,
-           overlap_grad_reduce=None, precision=None) -> SearchResult:
+           overlap_grad_reduce=None, precision=None, expert_parallel=None,
+           context_parallel=None, capacity_factor=None) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -157,8 +158,14 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     also searches, inside each row, the strategy knobs ``sequence_parallel``,
     ``flash_attention``, ``overlap_grad_reduce`` (True, False or a list; None: both),
     ``virtual_stages`` (interleaved 1F1B; a positive integer or a list; None: every v
-    the plan allows) and ``zero_stage`` (0–3 or a list; None: all four), and records the
-    values chosen; ``precision``: "bf16" (default) or "fp16". ``study=True``: the
+    the plan allows), ``zero_stage`` (0–3 or a list; None: all four),
+    ``expert_parallel`` (a mixture of experts: widths ep dividing its routed experts and
+    cp·d; a positive integer or a list; None: every divisor of n_experts; a dense model
+    has ep = 1) and ``context_parallel`` (ring attention over cp ranks, t·cp·p·d devices;
+    None: ``phaze.step.context_parallel_grid``, the powers of two up to 32 leaving at
+    least 512 tokens per load-balanced chunk), and records the values chosen;
+    ``capacity_factor``: None (balanced MoE routing) or Megatron-Core's expert capacity
+    factor; ``precision``: "bf16" (default) or "fp16". ``study=True``: the
     original study's model (operator schedules and the placement DP over unconstrained
     plans) with its knob set (recomputation none/full, no other knob), which reproduces
     the study's results; the knob arguments must then be left out.
@@ -217,7 +224,15 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     grids = resolve_strategy_grids(study, sequence_parallel=sequence_parallel,
                                    flash_attention=flash_attention, virtual_stages=virtual_stages,
                                    zero_stage=zero_stage, overlap_grad_reduce=overlap_grad_reduce,
-                                   precision=precision)
+                                   precision=precision, expert_parallel=expert_parallel,
+                                   context_parallel=context_parallel,
+                                   capacity_factor=capacity_factor)
+    check_expert_grid(model_list, grids["expert_parallel"])
+    if study:
+        moe = [m.name for m in model_list if m.is_moe]
+        if moe:
+            raise ValueError(f"study: the study's model has no expert parallelism; {moe[0]} is "
+                             f"a mixture of experts (leave study off to search it)")
     widths_all = int_tuple("tensor_parallel", tensor_parallel)
     prune = resolve_prune(prune)
     if study:
@@ -335,7 +350,8 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         "strategy_grids": {k: inputs[k] for k in ("recompute", "sequence_parallel",
                                                    "flash_attention", "virtual_stages",
                                                    "zero_stage", "overlap_grad_reduce",
-                                                   "precision")},
+                                                   "expert_parallel", "context_parallel",
+                                                   "capacity_factor", "precision")},
         "inputs": {k: v for k, v in inputs.items() if k not in ("models",)} | {
             "models": model_names, "seq_len": {m.name: m.seq_len for m in model_list},
             "space_rows": n_archs, "executor": executor,

@@ -42,8 +42,8 @@ def resolve_models(models, seq_len=None) -> list:
         seq_len = positive_int("seq_len", seq_len, zoo.MODEL_LIMITS["seq_len"])
         out = [m if m.seq_len == seq_len else m.with_(seq_len=seq_len) for m in out]
     for m in out:
-        if m.graph_refusal:  # refuse before any chunk runs, not after its retries
-            raise ValueError(f"models: {m.graph_refusal}")
+        if m.op_graph_refusal:  # refuse before any chunk runs, not after its retries
+            raise ValueError(f"models: {m.op_graph_refusal}")
     names = [m.name for m in out]
     if len(set(names)) != len(names):
         raise ValueError(f"models: each model may appear once, got {', '.join(names)}")
@@ -179,27 +179,69 @@ def resolve_virtual_grid(value):
     return tuple(sorted({int(v) for v in values}))
 
 
+def resolve_width_grid(name, value):
+    """An expert- or context-parallel grid (``expert_parallel``, ``context_parallel``):
+    None → None (every valid value, per model: ``phaze.step.best_plans``' default); a
+    positive integer or a list of them → a sorted tuple."""
+    if value is None:
+        return None
+    allowed = "a positive integer or a list of them (None: every valid value)"
+    values = _values(name, value, (int, np.integer), allowed)
+    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or int(v) < 1
+           for v in values):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return tuple(sorted({int(v) for v in values}))
+
+
+def model_expert_grid(model, grid):
+    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
+    mixture of experts the grid's values that divide its routed experts (None: every
+    divisor, ``phaze.step.best_plans``' default)."""
+    if not model.is_moe:
+        return (1,)
+    if grid is None:
+        return None
+    return tuple(e for e in grid if model.n_experts % e == 0)
+
+
+def check_expert_grid(models, grid) -> None:
+    """Every mixture of experts must keep one expert-parallel width of ``grid``: one
+    sentence naming the model and its divisors otherwise."""
+    for m in models:
+        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
+            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
+            raise ValueError(f"expert_parallel: no value of {','.join(map(str, grid))} divides "
+                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
+                             f"{', '.join(map(str, allowed))}")
+
+
 #: The study's strategy: what each knob is under ``study=True`` (its only value).
 STUDY_GRIDS = {"sequence_parallel": (False,), "flash_attention": (False,),
-               "virtual_stages": (1,), "zero_stage": (0,), "overlap_grad_reduce": (False,)}
+               "virtual_stages": (1,), "zero_stage": (0,), "overlap_grad_reduce": (False,),
+               "expert_parallel": (1,), "context_parallel": (1,)}
 
 
 def resolve_strategy_grids(study, *, sequence_parallel, flash_attention, virtual_stages,
-                           zero_stage, overlap_grad_reduce, precision) -> dict:
-    """The strategy knob grids of a search, checked: {knob: tuple (virtual_stages may be
-    None: every valid v), precision: str}. With ``study`` each knob must be left out
-    (None) or be the study's own value; the study's model has no other."""
-    from .._validate import one_of
+                           zero_stage, overlap_grad_reduce, precision, expert_parallel=None,
+                           context_parallel=None, capacity_factor=None) -> dict:
+    """The strategy knob grids of a search, checked: {knob: tuple (virtual_stages,
+    expert_parallel and context_parallel may be None: every valid value), precision: str,
+    capacity_factor: None or a float}. With ``study`` each knob must be left out (None)
+    or be the study's own value; the study's model has no other."""
+    from .._validate import one_of, positive_float
 
     grids = {"sequence_parallel": resolve_flag_grid("sequence_parallel", sequence_parallel),
              "flash_attention": resolve_flag_grid("flash_attention", flash_attention),
              "virtual_stages": resolve_virtual_grid(virtual_stages),
              "zero_stage": resolve_zero_grid(zero_stage),
              "overlap_grad_reduce": resolve_flag_grid("overlap_grad_reduce",
-                                                      overlap_grad_reduce)}
+                                                      overlap_grad_reduce),
+             "expert_parallel": resolve_width_grid("expert_parallel", expert_parallel),
+             "context_parallel": resolve_width_grid("context_parallel", context_parallel)}
     given = {"sequence_parallel": sequence_parallel, "flash_attention": flash_attention,
              "virtual_stages": virtual_stages, "zero_stage": zero_stage,
-             "overlap_grad_reduce": overlap_grad_reduce}
+             "overlap_grad_reduce": overlap_grad_reduce, "expert_parallel": expert_parallel,
+             "context_parallel": context_parallel}
     if study:
         for name, study_value in STUDY_GRIDS.items():
             if given[name] is not None and grids[name] != study_value:
@@ -209,7 +251,12 @@ def resolve_strategy_grids(study, *, sequence_parallel, flash_attention, virtual
         if precision is not None and precision != "bf16":
             raise ValueError("precision: the study's model has no precision choice; leave it "
                              "out with study=True")
-        return dict(STUDY_GRIDS, precision="bf16")
+        if capacity_factor is not None:
+            raise ValueError("capacity_factor: the study's model has no mixture-of-experts "
+                             "routing; leave it out with study=True")
+        return dict(STUDY_GRIDS, precision="bf16", capacity_factor=None)
+    grids["capacity_factor"] = (None if capacity_factor is None
+                                else positive_float("capacity_factor", capacity_factor))
     grids["precision"] = one_of("precision", "bf16" if precision is None else precision,
                                 ("bf16", "fp16"))
     return grids

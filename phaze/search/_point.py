@@ -31,14 +31,16 @@ def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
 
 #: The strategy knobs of the calibrated step model, with the value the study's model has.
 _STEP_KNOBS = {"sequence_parallel": False, "flash_attention": False, "virtual_stages": 1,
-               "zero_stage": 0, "overlap_grad_reduce": False, "precision": None}
+               "zero_stage": 0, "overlap_grad_reduce": False, "precision": None,
+               "expert_parallel": 1, "context_parallel": 1, "capacity_factor": None}
 
 
 def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                    recompute, *, devices=None, global_batch=4096, hbm_gib=None, optimizer=None,
                    gap=None, stages=None, seq_len=None, study=False, sequence_parallel=False,
                    flash_attention=False, virtual_stages=1, zero_stage=0,
-                   overlap_grad_reduce=False, precision=None) -> dict:
+                   overlap_grad_reduce=False, precision=None, expert_parallel=1,
+                   context_parallel=1, capacity_factor=None) -> dict:
     """Evaluate one architecture with one strategy and say where the time and memory go.
 
     By default with the calibrated Megatron-LM training step (``phaze.step.training_step``;
@@ -46,8 +48,10 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     original study's placement model (below). ``recompute``: "none", "selective" or
     "full" (True = "full", False = "none"; the study's model: none or full).
     ``sequence_parallel``, ``flash_attention``, ``virtual_stages``, ``zero_stage``,
-    ``overlap_grad_reduce``, ``precision`` ("bf16" default, "fp16"): the calibrated
-    model's strategy knobs (the study's model has none of them); ``optimizer``: the
+    ``overlap_grad_reduce``, ``precision`` ("bf16" default, "fp16"),
+    ``expert_parallel`` (a mixture of experts), ``context_parallel`` (uses t·cp·p·d
+    devices) and ``capacity_factor``: the calibrated model's strategy knobs (the study's
+    model has none of them); ``optimizer``: the
     study's "sgd" (default) or "adam" (the calibrated model prices Adam).
 
     The study's model (``study=True``):
@@ -77,7 +81,9 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     """
     knobs = {"sequence_parallel": sequence_parallel, "flash_attention": flash_attention,
              "virtual_stages": virtual_stages, "zero_stage": zero_stage,
-             "overlap_grad_reduce": overlap_grad_reduce, "precision": precision}
+             "overlap_grad_reduce": overlap_grad_reduce, "precision": precision,
+             "expert_parallel": expert_parallel, "context_parallel": context_parallel,
+             "capacity_factor": capacity_factor}
     if not study:
         if gap is not None:
             raise ValueError("gap is the study's schedule gap; the calibrated step model has "
@@ -205,14 +211,16 @@ def _point_layer_times(model, mb, t, row, gap):
 def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                   recompute, *, devices=None, global_batch=4096, hbm_gib=None, seq_len=None,
                   sequence_parallel=False, flash_attention=False, virtual_stages=1,
-                  zero_stage=0, overlap_grad_reduce=False, precision=None) -> dict:
+                  zero_stage=0, overlap_grad_reduce=False, precision=None, expert_parallel=1,
+                  context_parallel=1, capacity_factor=None) -> dict:
     """One plan through the calibrated training step (``phaze.step.training_step``), as one
     JSON-ready dict (what ``phaze evaluate`` prints; units in the keys).
 
     Keys: model, arch (the chip's name, or "row" for a structured row), cost_model
     ("calibrated"), schedule ("1F1B" | "interleaved 1F1B"), optimizer ("adam"), devices,
-    seq_len, the plan (tensor_parallel, pipeline_parallel, data_parallel, microbatch,
-    global_batch, recompute, virtual_stages, sequence_parallel,
+    seq_len, the plan (tensor_parallel, pipeline_parallel, data_parallel, expert_parallel,
+    context_parallel, capacity_factor, microbatch, global_batch, recompute, virtual_stages,
+    sequence_parallel,
     sequence_parallel_effective, precision, flash_attention, zero_stage,
     overlap_grad_reduce, trainers), hbm_gib, status ("ok" | "infeasible" |
     "not_modelled"), reason, feasible (ok and every stage fits its HBM),
@@ -250,16 +258,19 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     if not spec.valid_tensor_parallel(t):
         raise ValueError(f"tensor_parallel {t} must divide heads ({spec.heads}) and kv_heads "
                          f"({spec.kv_heads}) of {spec.name}")
-    used = t * p * d
+    cp = positive_int("context_parallel", 1 if context_parallel is None else context_parallel)
+    used = t * cp * p * d
     if devices is not None and positive_int("devices", devices) < used:
-        raise ValueError(f"devices {devices} is fewer than t·p·d = {used}")
+        raise ValueError(f"devices {devices} is fewer than t·cp·p·d = {used}")
     res = step.training_step(
         spec, row, tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
         microbatch=microbatch, global_batch=global_batch, recompute=rc, virtual_stages=v,
         sequence_parallel=bool(sequence_parallel), flash_attention=bool(flash_attention),
         zero_stage=0 if zero_stage is None else zero_stage,
         overlap_grad_reduce=bool(overlap_grad_reduce),
-        precision="bf16" if precision is None else precision, efficiency=eff)
+        precision="bf16" if precision is None else precision, efficiency=eff,
+        expert_parallel=1 if expert_parallel is None else expert_parallel, context_parallel=cp,
+        capacity_factor=capacity_factor)
     gib = 2 ** 30
     plan = dict(res.plan)
     plan["trainers"] = list(plan.get("trainers", ()))

@@ -31,7 +31,8 @@ class SearchResult:
     pipeline_parallel, devices_used, stage_layers (layers per stage), reason, mfu (model
     FLOPs utilisation, ``_table.model_flops_per_sample``; NaN in rows of older files), the
     strategy chosen inside the row (sequence_parallel, virtual_stages, zero_stage,
-    flash_attention, overlap_grad_reduce; the study's values under its model) and the
+    flash_attention, overlap_grad_reduce, expert_parallel, context_parallel; the study's
+    values under its model) and the
     peak stage's memory per GPU in bytes (memory_bytes = weights_bytes + gradients_bytes
     + optimizer_bytes + activations_bytes + workspace_bytes; the study's model records
     memory_bytes alone, NaN elsewhere)). ``best``: the winning
@@ -293,7 +294,7 @@ def format_summary(summary: dict, model_names) -> str:
     else:
         lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
     hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} {'rc':>9} "
-           f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} "
+           f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} {'ep':>3} {'cp':>3} "
            f"{'samples/s':>11} {'tokens/s':>13} {'MFU':>6} {'vs tpuv4':>9} {'vs fixed':>9} "
            f"{'vs block':>9}")
     lines.append(hdr)
@@ -352,7 +353,11 @@ def cost_model_line(meta) -> str:
              show("flash attention", grids.get("flash_attention")),
              show("virtual stages", grids.get("virtual_stages")),
              show("ZeRO", grids.get("zero_stage")),
-             show("overlap grad reduce", grids.get("overlap_grad_reduce"))]
+             show("overlap grad reduce", grids.get("overlap_grad_reduce")),
+             show("expert parallel", grids.get("expert_parallel")),
+             show("context parallel", grids.get("context_parallel"))]
+    if grids.get("capacity_factor") is not None:
+        parts.append(f"MoE capacity factor {grids['capacity_factor']:g}")
     return (f"cost model: calibrated (Megatron-LM training step, phaze.step; "
             f"{grids.get('precision', 'bf16')}, Adam); searched: {'; '.join(parts)}")
 
@@ -363,14 +368,15 @@ def _flag(value) -> str:
 
 def knob_text(r) -> str:
     """A row's recomputation and strategy knobs as the summary's columns rc, sp, v, zero,
-    flash, ogr (a row of an older file lacks the strategy knobs: the study's)."""
+    flash, ogr, ep, cp (a row of an older file lacks the strategy knobs: the study's)."""
     rc = r.get("recompute")
     if isinstance(rc, bool):
         rc = "full" if rc else "none"
     return (f"{str(rc):>9} {_flag(r.get('sequence_parallel', False)):>3} "
             f"{int(r.get('virtual_stages') or 1):>2} {int(r.get('zero_stage') or 0):>4} "
             f"{_flag(r.get('flash_attention', False)):>5} "
-            f"{_flag(r.get('overlap_grad_reduce', False)):>3}")
+            f"{_flag(r.get('overlap_grad_reduce', False)):>3} "
+            f"{int(r.get('expert_parallel') or 1):>3} {int(r.get('context_parallel') or 1):>3}")
 
 
 def strategy_text(r) -> str:
@@ -381,7 +387,8 @@ def strategy_text(r) -> str:
     return (f"recompute {rc}, sp {_flag(r.get('sequence_parallel', False))}, "
             f"v={int(r.get('virtual_stages') or 1)}, zero {int(r.get('zero_stage') or 0)}, "
             f"flash {_flag(r.get('flash_attention', False))}, "
-            f"ogr {_flag(r.get('overlap_grad_reduce', False))}")
+            f"ogr {_flag(r.get('overlap_grad_reduce', False))}, "
+            f"ep {int(r.get('expert_parallel') or 1)}, cp {int(r.get('context_parallel') or 1)}")
 
 
 def _percent(fraction) -> str:

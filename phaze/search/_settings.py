@@ -30,9 +30,12 @@ class SearchSettings:
       calibrated Megatron-LM step model (``phaze.step.best_plans``: ``_calibrated``).
     - The strategy grids of the calibrated model, each a tuple of the values searched
       inside a row: ``sequence_parallel``, ``flash_attention``, ``overlap_grad_reduce``
-      (booleans), ``virtual_stages`` (None: every valid v), ``zero_stage`` (0–3);
-      ``precision`` "bf16" or "fp16" (one value). The study's model has none of them
-      (its grids are the study's: off, v = 1, ZeRO 0).
+      (booleans), ``virtual_stages`` (None: every valid v), ``zero_stage`` (0–3),
+      ``expert_parallel`` and ``context_parallel`` (None: every valid value per model,
+      ``phaze.step.best_plans``' defaults; a dense model has ep = 1 only);
+      ``capacity_factor`` (None: balanced MoE routing, or one factor); ``precision``
+      "bf16" or "fp16" (one value). The study's model has none of them (its grids are
+      the study's: off, v = 1, ZeRO 0, ep = cp = 1).
     - ``gap``: accepted relative schedule gap; ``prune``: "" (evaluate every point),
       "best" (skip points whose valid throughput upper bound lies below the best
       reached: the best is unchanged, the Pareto front may be partial) or "front" (skip
@@ -57,6 +60,9 @@ class SearchSettings:
     zero_stage: tuple = (0, 1, 2, 3)
     overlap_grad_reduce: tuple = (False, True)
     precision: str = "bf16"
+    expert_parallel: tuple = None
+    context_parallel: tuple = None
+    capacity_factor: float = None
 
     @property
     def prune_mode(self) -> str:

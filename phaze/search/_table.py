@@ -21,6 +21,7 @@ TABLE_COLUMNS = (
     ("devices_used", np.int64), ("stage_layers", object), ("reason", object),
     ("sequence_parallel", np.bool_), ("virtual_stages", np.int64), ("zero_stage", np.int64),
     ("flash_attention", np.bool_), ("overlap_grad_reduce", np.bool_),
+    ("expert_parallel", np.int64), ("context_parallel", np.int64),
     ("memory_bytes", np.float64), ("weights_bytes", np.float64), ("gradients_bytes", np.float64),
     ("optimizer_bytes", np.float64), ("activations_bytes", np.float64),
     ("workspace_bytes", np.float64),
@@ -34,8 +35,8 @@ COLUMN_DTYPES = dict(TABLE_COLUMNS)
 #: is what every older file searched), so older files still load.
 LATE_COLUMNS = {"mfu": math.nan, "sequence_parallel": False, "virtual_stages": 1,
                 "zero_stage": 0, "flash_attention": False, "overlap_grad_reduce": False,
-                "memory_bytes": math.nan, "weights_bytes": math.nan,
-                "gradients_bytes": math.nan, "optimizer_bytes": math.nan,
+                "expert_parallel": 1, "context_parallel": 1, "memory_bytes": math.nan,
+                "weights_bytes": math.nan, "gradients_bytes": math.nan, "optimizer_bytes": math.nan,
                 "activations_bytes": math.nan, "workspace_bytes": math.nan}
 #: Recomputation modes, in the order rows tie-break on them (least recomputation first).
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -46,8 +47,9 @@ _CHUNK_PLAN_COLUMNS = ("microbatch", "hbm_gib", "recompute", "feasible", "time_p
                        "samples_per_s", "tensor_parallel", "data_parallel", "pipeline_parallel",
                        "devices_used", "stage_layers", "reason", "sequence_parallel",
                        "virtual_stages", "zero_stage", "flash_attention", "overlap_grad_reduce",
-                       "memory_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
-                       "activations_bytes", "workspace_bytes")
+                       "expert_parallel", "context_parallel", "memory_bytes", "weights_bytes",
+                       "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                       "workspace_bytes")
 
 
 def recompute_mode(value) -> str:
