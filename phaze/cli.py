@@ -610,7 +610,8 @@ def _evaluate_calibrated(args, model) -> int:
 def _add_trace_arguments(p) -> None:
     _add_evaluate_arguments(p)   # the same plan arguments (and knobs) as evaluate
     for action in p._actions:    # evaluate's output options: hidden here, refused if given
-        if action.dest in ("json", "emit"):
+        if action.dest in ("json", "emit", "expert_parallel", "context_parallel",
+                           "capacity_factor"):
             action.help = argparse.SUPPRESS
     p.add_argument("--calibrated", action="store_true",
                    help="price the pipeline with the training-step model (phaze.step) "
@@ -630,6 +631,10 @@ def _cmd_trace(args) -> int:
     if getattr(args, "json", False) or getattr(args, "emit", None):
         raise ValueError("--json and --emit belong to phaze evaluate; phaze trace writes "
                          "the trace file given by -o")
+    for dest, flag, given in _STEP_ONLY[-3:]:   # --ep, --cp, --capacity-factor
+        if given(getattr(args, dest, None)):
+            raise ValueError(f"{flag} belongs to phaze evaluate: phaze trace does not draw "
+                             f"expert or context parallelism yet")
     model = args.model or models.from_hf_config(args.hf_config)
     plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
                 microbatch=args.microbatch,

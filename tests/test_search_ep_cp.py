@@ -155,3 +155,10 @@ def test_cli_help_documents_ep_cp(capsys):
     for word in ("--ep", "--cp", "--capacity-factor", "ep          expert parallelism",
                  "cp          context parallelism"):
         assert word in text, word
+
+
+def test_cli_trace_refuses_ep_cp(capsys, tmp_path):
+    rc = cli.main(["trace", "--model", "llama3-8b", "--arch", "a100-80g", "--tp", "1", "--pp",
+                   "1", "--dp", "2", "--cp", "2", "-o", str(tmp_path / "t.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--cp belongs to phaze evaluate" in err and err.count("\n") == 1
