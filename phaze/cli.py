@@ -138,8 +138,11 @@ def _add_search_arguments(p) -> None:
     p.add_argument("--overlap-grad-reduce", default=None, metavar="off,on",
                    help="overlap the gradient reduction with the backward: off, on or off,on "
                         "(default both)")
-    p.add_argument("--precision", choices=("bf16", "fp16"), default=None,
-                   help="mixed-precision format of the calibrated model (default bf16)")
+    p.add_argument("--dtype", "--precision", dest="precision", choices=("bf16", "fp16", "fp8"),
+                   default=None,
+                   help="training datatype of the calibrated model (default bf16; fp8: the "
+                        "linear layers' GEMMs in fp8 at the chip's fp8 rate, master weights "
+                        "and optimizer state fp32; --precision is the same flag)")
     p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel widths (default 1,2,4,8)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
                    help="optimizer (default: adam, the only one the calibrated model prices; "
@@ -242,7 +245,7 @@ def _cmd_search(args) -> int:
                                         ("--virtual-stages", "virtual_stages"),
                                         ("--zero-stage", "zero_stage"),
                                         ("--overlap-grad-reduce", "overlap_grad_reduce"),
-                                        ("--precision", "precision"))
+                                        ("--dtype", "precision"))
                  if getattr(args, key) is not None]
         if given:
             raise ValueError(f"{given[0]} is a knob of the calibrated model; the study's model "
@@ -358,8 +361,10 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--overlap-grad-reduce", action="store_true", default=None,
                    help="overlap the gradient reduction with the backward pass "
                         "(calibrated model only)")
-    p.add_argument("--precision", choices=("bf16", "fp16"),
-                   help="mixed-precision format (default bf16; calibrated model only)")
+    p.add_argument("--dtype", "--precision", dest="precision", choices=("bf16", "fp16", "fp8"),
+                   help="training datatype (default bf16; fp8: the linear layers' GEMMs in fp8 "
+                        "at the chip's fp8 rate, a chip without fp8 tensor cores is refused; "
+                        "calibrated model only; --precision is the same flag)")
 
 
 #: evaluate's options that only the training-step model has: (dest, flag, given?).
@@ -369,7 +374,7 @@ _STEP_ONLY = (
     ("zero_stage", "--zero-stage", lambda v: bool(v)),
     ("flash_attention", "--flash-attention", lambda v: bool(v)),
     ("overlap_grad_reduce", "--overlap-grad-reduce", lambda v: bool(v)),
-    ("precision", "--precision", lambda v: v is not None),
+    ("precision", "--dtype", lambda v: v is not None),
 )
 
 

@@ -159,7 +159,7 @@ def test_study_keeps_its_model_and_knob_set():
     (dict(virtual_stages=(0,)), "virtual_stages"),
     (dict(overlap_grad_reduce=(1, 0)), "overlap_grad_reduce"),
     (dict(recompute=("none", "some")), "recompute"),
-    (dict(precision="fp8"), "precision"),
+    (dict(precision="int8"), "precision"),
     (dict(optimizer="sgd"), "optimizer"),
 ])
 def test_bad_knobs_are_one_sentence_before_any_work(kwargs, words):
@@ -354,7 +354,7 @@ def test_cli_help_documents_the_knobs(capsys):
     text = capsys.readouterr().out
     for word in ("--study", "--recompute", "selective", "--sequence-parallel",
                  "--flash-attention", "--virtual-stages", "--zero-stage",
-                 "--overlap-grad-reduce", "--precision", "sp ", "zero ", "flash ", "ogr "):
+                 "--overlap-grad-reduce", "--dtype", "sp ", "zero ", "flash ", "ogr "):
         assert word in text, word
 
 
@@ -387,3 +387,21 @@ def test_evaluate_point_knobs_of_the_other_model_are_one_sentence(kwargs, words)
         search.evaluate_point("llama2-7b", "a100-80g", 2, 4, 8, 1, False, global_batch=64,
                               **kwargs)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_fp8_search_fixed_chips_and_baselines():
+    """dtype fp8: a fixed chip trains at its own fp8 rate (h100-sxm: faster than bf16), a
+    chip without fp8 tensor cores is refused in one sentence before any work, and the tpuv4
+    baselines of a space search are not applicable (tpuv4 has no fp8 tensor cores)."""
+    kw = dict(devices=64, global_batch=64, microbatch=(1,), executor="serial", progress=False,
+              recompute=("full",), zero_stage=(0, 1))
+    bf16 = search.search("opt-350m", arch="h100-sxm", **kw)
+    fp8 = search.search("opt-350m", arch="h100-sxm", precision="fp8", **kw)
+    assert fp8.best["samples_per_s"] > bf16.best["samples_per_s"]
+    with pytest.raises(ValueError, match="a100-80g does not have"):
+        search.search("opt-350m", arch="a100-80g", precision="fp8", **kw)
+    res = search.search("opt-350m", space=arch.ArchSpace.default().configs[::6000],
+                        precision="fp8", hbm_gib=(80.0,), **kw)
+    for name in ("tpuv4_searched", "tpuv4_fixed"):
+        row = res.baselines[name]["models"]["opt-350m"]
+        assert row["applicable"] is False and "fp8" in row["reason"]

@@ -211,7 +211,7 @@ def resolve_strategy_grids(study, *, sequence_parallel, flash_attention, virtual
                              "out with study=True")
         return dict(STUDY_GRIDS, precision="bf16")
     grids["precision"] = one_of("precision", "bf16" if precision is None else precision,
-                                ("bf16", "fp16"))
+                                ("bf16", "fp16", "fp8"))
     return grids
 
 

@@ -57,6 +57,10 @@ class SearchSettings:
     zero_stage: tuple = (0, 1, 2, 3)
     overlap_grad_reduce: tuple = (False, True)
     precision: str = "bf16"
+    #: fp8 only: the fixed chip's fp8 tensor-rate multiplier (``Chip.tensor_rate``); None
+    #: for a space, whose rows are hypothetical chips at the template's rate
+    #: (``phaze.arch.dtype_rates``).
+    fp8_rate: float = None
 
     @property
     def prune_mode(self) -> str:
