@@ -160,6 +160,10 @@ def _add_search_arguments(p) -> None:
                         "and exact Pareto front)")
     p.add_argument("--out", help="result file: .csv, .csv.gz, .json or .parquet (written per chunk)")
     p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
+    p.add_argument("--emit", choices=("megatron", "deepspeed"),
+                   help="after the summary, print each model's best plan as launch arguments: "
+                        "Megatron-LM, or Megatron-DeepSpeed with its ds_config JSON "
+                        "(phaze.launch); a plan the trainer cannot launch is one sentence")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out (never one another search is writing)")
     p.add_argument("--address", help="Dask scheduler tcp://HOST:PORT (needs phaze[dask])")
@@ -278,7 +282,50 @@ def _cmd_search(args) -> int:
     print(_fixed_system_summary(result) if args.arch is not None else result.format_summary())
     if args.out:
         print(f"results: {args.out}")
+    if args.emit:
+        return _emit_best_plans(args, result, model_list)
     return 0
+
+
+def _emit_best_plans(args, result, model_list) -> int:
+    """``search --emit``: each model's best plan as launch arguments (``phaze.launch.emit``),
+    after the summary. A model without a feasible plan, or a plan the trainer cannot
+    launch (the study's uneven stages under ``--study``), is one sentence on stderr and
+    exit status 2."""
+    from . import launch
+
+    from . import models
+
+    inputs = result.metadata.get("inputs", {})
+    trainer = "Megatron-LM" if args.emit == "megatron" else "DeepSpeed"
+    status = 0
+    for spec in (models.resolve(m) for m in model_list):
+        if args.seq_len and spec.seq_len != args.seq_len:
+            spec = spec.with_(seq_len=args.seq_len)   # the model as searched
+        plan = (result.best.get("plans") or {}).get(spec.name)
+        if not plan or not plan.get("feasible"):
+            print(f"phaze search: --emit {args.emit}: {spec.name} has no feasible plan to "
+                  f"launch", file=sys.stderr)
+            status = 2
+            continue
+        knobs = dict(tensor_parallel=int(plan["tensor_parallel"]),
+                     pipeline_parallel=int(plan["pipeline_parallel"]),
+                     data_parallel=int(plan["data_parallel"]), microbatch=int(plan["microbatch"]),
+                     global_batch=int(inputs.get("global_batch", args.global_batch)),
+                     recompute=str(plan["recompute"]),
+                     virtual_stages=int(plan.get("virtual_stages", 1)),
+                     sequence_parallel=bool(plan.get("sequence_parallel", False)),
+                     flash_attention=bool(plan.get("flash_attention", False)),
+                     zero_stage=int(plan.get("zero_stage", 0)),
+                     overlap_grad_reduce=bool(plan.get("overlap_grad_reduce", False)),
+                     precision=str(inputs.get("precision") or "bf16"))
+        try:
+            sys.stdout.write(launch.emit(args.emit, spec, **knobs))
+        except launch.NotLaunchable as exc:
+            print(f"phaze search: --emit {args.emit}: {trainer} cannot launch the best plan "
+                  f"of {spec.name}: {exc}", file=sys.stderr)
+            status = 2
+    return status
 
 
 def _fixed_system_summary(result) -> str:
