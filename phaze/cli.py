@@ -621,9 +621,7 @@ def _add_trace_arguments(p) -> None:
     for action in p._actions:    # evaluate's output options: hidden here, refused if given
         if action.dest in ("json", "emit"):
             action.help = argparse.SUPPRESS
-    p.add_argument("--calibrated", action="store_true",
-                   help="price the pipeline with the training-step model (phaze.step) "
-                        "instead of the study's placement model")
+    _add_calibrated_argument(p)  # the calibrated step model by default, --study the study's
     p.add_argument("--no-layer-schedule", dest="layer_schedule", action="store_false",
                    help="leave out the per-stage operator schedule of one transformer layer")
     p.add_argument("-o", "--out", default="trace.json",
@@ -639,17 +637,23 @@ def _cmd_trace(args) -> int:
     if getattr(args, "json", False) or getattr(args, "emit", None):
         raise ValueError("--json and --emit belong to phaze evaluate; phaze trace writes "
                          "the trace file given by -o")
+    if args.study and args.calibrated:
+        raise ValueError("--study and --calibrated name two cost models: give one of them")
+    if args.study:
+        _check_study_knobs(args)   # the study's model has none of the step's knobs
+    calibrated = not args.study    # the training-step model is the default, as in evaluate
     model = args.model or models.from_hf_config(args.hf_config)
+    recompute = {None: False, "none": False, "full": True}.get(args.recompute, args.recompute)
+    if calibrated and not isinstance(recompute, str):
+        recompute = "full" if recompute else "none"
     plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
-                microbatch=args.microbatch,
-                recompute={None: False, "none": False, "full": True}.get(args.recompute,
-                                                                         args.recompute),
-                global_batch=args.global_batch, calibrated=args.calibrated,
+                microbatch=args.microbatch, recompute=recompute,
+                global_batch=args.global_batch, calibrated=calibrated,
                 layer_schedule=args.layer_schedule)
-    if not args.calibrated:
+    if not calibrated:
         plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer or "sgd")
-    plan.update(_strategy_knobs(args))  # the study's model refuses them in one sentence
-    if args.calibrated and args.precision:
+    plan.update(_strategy_knobs(args))
+    if calibrated and args.precision:
         plan["precision"] = args.precision
     try:
         info = trace.write(args.out, model, args.arch, **plan)
