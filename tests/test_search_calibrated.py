@@ -425,3 +425,33 @@ def test_search_emit_prints_the_best_plans_launch_arguments(capsys):
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
         "phaze search: --emit deepspeed: opt-350m has no feasible plan to launch"]
+
+
+def test_default_plans_are_launchable_study_plans_need_not_be():
+    """Issue 16: the default search returns plans a trainer launches (d divides global
+    batch / microbatch, p divides the layers, ZeRO 2-3 only without a pipeline) — the
+    defect was gpt2-xl with d = 60 and GPT-3 with d = 15; --study keeps the unconstrained
+    plans (here d = 60, not dividing the batch)."""
+    from phaze import launch
+
+    space = arch.ArchSpace.default().configs[::4000]
+    kw = dict(devices=1024, global_batch=4096, microbatch=(1, 2), executor="serial",
+              progress=False, baselines=False)
+    res = search.search("gpt2-xl", space=space, **kw)
+    spec = models.get("gpt2-xl")
+    t = res.table
+    ok = t["feasible"]
+    assert ok.any()
+    for d, mb, p, z in zip(t["data_parallel"][ok], t["microbatch"][ok],
+                           t["pipeline_parallel"][ok], t["zero_stage"][ok]):
+        assert 4096 % (int(d) * int(mb)) == 0 and spec.n_layers % int(p) == 0
+        assert int(z) <= 1 or int(p) == 1
+    b = res.best
+    launch.emit("megatron", spec, tensor_parallel=b["tensor_parallel"],
+                pipeline_parallel=b["pipeline_parallel"], data_parallel=b["data_parallel"],
+                microbatch=b["microbatch"], global_batch=4096, recompute=b["recompute"],
+                virtual_stages=b["virtual_stages"], sequence_parallel=b["sequence_parallel"],
+                flash_attention=b["flash_attention"], zero_stage=b["zero_stage"],
+                overlap_grad_reduce=b["overlap_grad_reduce"])
+    study = search.search("gpt2-xl", space=space, study=True, **kw).best
+    assert 4096 % (study["data_parallel"] * study["microbatch"]) != 0
