@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+from . import _cli_emit
+
 
 def _cmd_models(args) -> int:
     from . import models
@@ -138,8 +140,11 @@ def _add_search_arguments(p) -> None:
     p.add_argument("--overlap-grad-reduce", default=None, metavar="off,on",
                    help="overlap the gradient reduction with the backward: off, on or off,on "
                         "(default both)")
-    p.add_argument("--precision", choices=("bf16", "fp16"), default=None,
-                   help="mixed-precision format of the calibrated model (default bf16)")
+    p.add_argument("--dtype", "--precision", dest="precision", choices=("bf16", "fp16", "fp8"),
+                   default=None,
+                   help="training datatype of the calibrated model (default bf16; fp8: the "
+                        "linear layers' GEMMs in fp8 at the chip's fp8 rate, master weights "
+                        "and optimizer state fp32; --precision is the same flag)")
     p.add_argument("--ep", default=None, metavar="N,...|all", dest="expert_parallel",
                    help="expert-parallel widths of a mixture of experts, e.g. 1,2,4,8 (default "
                         "all: every divisor of its routed experts; dense models: 1)")
@@ -166,6 +171,10 @@ def _add_search_arguments(p) -> None:
                         "and exact Pareto front)")
     p.add_argument("--out", help="result file: .csv, .csv.gz, .json or .parquet (written per chunk)")
     p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
+    p.add_argument("--emit", choices=("megatron", "deepspeed"),
+                   help="after the summary, print each model's best plan as launch arguments: "
+                        "Megatron-LM, or Megatron-DeepSpeed with its ds_config JSON "
+                        "(phaze.launch); a plan the trainer cannot launch is one sentence")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out (never one another search is writing)")
     p.add_argument("--address", help="Dask scheduler tcp://HOST:PORT (needs phaze[dask])")
@@ -254,7 +263,7 @@ def _cmd_search(args) -> int:
                                         ("--virtual-stages", "virtual_stages"),
                                         ("--zero-stage", "zero_stage"),
                                         ("--overlap-grad-reduce", "overlap_grad_reduce"),
-                                        ("--precision", "precision"),
+                                        ("--dtype", "precision"),
                                         ("--ep", "expert_parallel"),
                                         ("--cp", "context_parallel"),
                                         ("--capacity-factor", "capacity_factor"))
@@ -290,6 +299,8 @@ def _cmd_search(args) -> int:
     print(_fixed_system_summary(result) if args.arch is not None else result.format_summary())
     if args.out:
         print(f"results: {args.out}")
+    if args.emit:
+        return _cli_emit.emit_best_plans(args, result, model_list)
     return 0
 
 
@@ -373,8 +384,10 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--overlap-grad-reduce", action="store_true", default=None,
                    help="overlap the gradient reduction with the backward pass "
                         "(calibrated model only)")
-    p.add_argument("--precision", choices=("bf16", "fp16"),
-                   help="mixed-precision format (default bf16; calibrated model only)")
+    p.add_argument("--dtype", "--precision", dest="precision", choices=("bf16", "fp16", "fp8"),
+                   help="training datatype (default bf16; fp8: the linear layers' GEMMs in fp8 "
+                        "at the chip's fp8 rate, a chip without fp8 tensor cores is refused; "
+                        "calibrated model only; --precision is the same flag)")
     p.add_argument("--ep", type=int, default=None, metavar="N", dest="expert_parallel",
                    help="expert-parallel width (a mixture of experts: divides its routed experts "
                         "and cp*d; default 1; calibrated model only)")
@@ -394,7 +407,7 @@ _STEP_ONLY = (
     ("zero_stage", "--zero-stage", lambda v: bool(v)),
     ("flash_attention", "--flash-attention", lambda v: bool(v)),
     ("overlap_grad_reduce", "--overlap-grad-reduce", lambda v: bool(v)),
-    ("precision", "--precision", lambda v: v is not None),
+    ("precision", "--dtype", lambda v: v is not None),
     ("expert_parallel", "--ep", lambda v: v is not None and v != 1),
     ("context_parallel", "--cp", lambda v: v is not None and v != 1),
     ("capacity_factor", "--capacity-factor", lambda v: v is not None),
@@ -421,31 +434,6 @@ def _strategy_knobs(args) -> dict:
             if getattr(args, key) is not None}
 
 
-def _emit_plan(args, model) -> int:
-    """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``); a plan the
-    trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
-    from . import launch
-
-    for dest, flag in (("expert_parallel", "--ep"), ("context_parallel", "--cp")):
-        if getattr(args, dest, None) not in (None, 1):
-            raise ValueError(f"--emit does not write {flag} yet: phaze.launch emits plans "
-                             f"without expert or context parallelism")
-    recompute = getattr(args, "recompute", False)
-    plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
-                microbatch=args.microbatch, global_batch=args.global_batch,
-                recompute=recompute if isinstance(recompute, str) else bool(recompute))
-    plan.update(_strategy_knobs(args))
-    if args.precision:
-        plan["precision"] = args.precision
-    try:
-        text = launch.emit(args.emit, model, **plan)
-    except launch.NotLaunchable as exc:
-        trainer = "Megatron-LM" if args.emit == "megatron" else "DeepSpeed"
-        raise ValueError(f"--emit {args.emit}: {trainer} cannot launch this plan: {exc}") from None
-    sys.stdout.write(text)
-    return 0
-
-
 def _cmd_evaluate(args) -> int:
     """``phaze evaluate``: one architecture and strategy, where the time and memory go."""
     from . import models, search
@@ -457,7 +445,7 @@ def _cmd_evaluate(args) -> int:
     model = args.model or models.from_hf_config(args.hf_config, name=args.name,
                                                 seq_len=args.seq_len)
     if getattr(args, "emit", None):
-        return _emit_plan(args, model)
+        return _cli_emit.emit_plan(args, model, _strategy_knobs(args))
     if getattr(args, "study", False) and getattr(args, "calibrated", False):
         raise ValueError("--study and --calibrated name two cost models: give one of them")
     if not getattr(args, "study", False):
@@ -613,9 +601,7 @@ def _add_trace_arguments(p) -> None:
         if action.dest in ("json", "emit", "expert_parallel", "context_parallel",
                            "capacity_factor"):
             action.help = argparse.SUPPRESS
-    p.add_argument("--calibrated", action="store_true",
-                   help="price the pipeline with the training-step model (phaze.step) "
-                        "instead of the study's placement model")
+    _add_calibrated_argument(p)  # the calibrated step model by default, --study the study's
     p.add_argument("--no-layer-schedule", dest="layer_schedule", action="store_false",
                    help="leave out the per-stage operator schedule of one transformer layer")
     p.add_argument("-o", "--out", default="trace.json",
@@ -635,17 +621,23 @@ def _cmd_trace(args) -> int:
         if given(getattr(args, dest, None)):
             raise ValueError(f"{flag} belongs to phaze evaluate: phaze trace does not draw "
                              f"expert or context parallelism yet")
+    if args.study and args.calibrated:
+        raise ValueError("--study and --calibrated name two cost models: give one of them")
+    if args.study:
+        _check_study_knobs(args)   # the study's model has none of the step's knobs
+    calibrated = not args.study    # the training-step model is the default, as in evaluate
     model = args.model or models.from_hf_config(args.hf_config)
+    recompute = {None: False, "none": False, "full": True}.get(args.recompute, args.recompute)
+    if calibrated and not isinstance(recompute, str):
+        recompute = "full" if recompute else "none"
     plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
-                microbatch=args.microbatch,
-                recompute={None: False, "none": False, "full": True}.get(args.recompute,
-                                                                         args.recompute),
-                global_batch=args.global_batch, calibrated=args.calibrated,
+                microbatch=args.microbatch, recompute=recompute,
+                global_batch=args.global_batch, calibrated=calibrated,
                 layer_schedule=args.layer_schedule)
-    if not args.calibrated:
+    if not calibrated:
         plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer or "sgd")
-    plan.update(_strategy_knobs(args))  # the study's model refuses them in one sentence
-    if args.calibrated and args.precision:
+    plan.update(_strategy_knobs(args))
+    if calibrated and args.precision:
         plan["precision"] = args.precision
     try:
         info = trace.write(args.out, model, args.arch, **plan)

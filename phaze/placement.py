@@ -25,6 +25,14 @@ Conventions:
   ``time_per_batch`` is ``math.inf`` (never a sentinel like 1e30),
   ``tensor_parallel`` and ``data_parallel`` are 0, ``stages`` is empty and
   ``reason`` says what failed.
+
+Which plans, exactly: this DP is the original study's (``phaze.search`` with
+``study=True``). It is exact over the study's plans — every cut of the layer chain into
+contiguous stages (uneven sizes), one tensor-parallel width for the tensor-parallel
+stages, the largest data-parallel degree the devices allow — which a trainer may not
+launch. The default search prices Megatron-LM's launchable plans with the training-step
+model instead (``phaze.step.best_plans``: even stages, d dividing the batch, the
+strategy knobs), exact over those; docs/design.md §2.6 lists both sets.
 """
 from __future__ import annotations
 

@@ -432,7 +432,7 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
                   flash_attention: bool = False, zero_stage: int = 0,
                   overlap_grad_reduce: bool = False, efficiency=None,
                   expert_parallel: int = 1, context_parallel: int = 1,
-                  capacity_factor=None) -> StepResult:
+                  capacity_factor=None, fp8_rate=None) -> StepResult:
     """One iteration of a fixed Megatron-LM plan on one architecture (module docstring).
 
     ``model``: zoo name or ``ModelSpec`` (dense or mixture of experts); ``arch``: preset
@@ -449,7 +449,9 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     §5.2; fp8 runs the linear layers' GEMMs at the chip's fp8 rate and holds Transformer
     Engine's FP8 weight copies, 2 B per GEMM weight; a chip without fp8 tensor cores is
     refused); ``efficiency``: the calibrated parameter set (None: the preset's own for a
-    preset name, ``efficiency.for_rows`` for a row).
+    preset name, ``efficiency.for_rows`` for a row); ``fp8_rate``: with precision "fp8",
+    the chip's fp8 tensor-rate multiplier (None: a chip file's or preset's own for a name,
+    ``dtype_rates.for_rows`` for a row; 0 refuses).
 
     Returns a :class:`StepResult` (a plan the rules forbid — ep not dividing n_experts or
     cp·d, cp without flash attention, ... — is "infeasible" with a one-sentence reason);
@@ -482,7 +484,8 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     zero = int(zero_stage)
     row, eff = _arch_and_efficiency(arch, efficiency)
     # The chip's tensor rate at the datatype (one sentence when it has no fp8 tensor cores).
-    fp8_rate = _dtype_rate(arch, row, precision)
+    fp8_rate = _dtype_rate(arch, row, precision) if fp8_rate is None or precision != "fp8" \
+        else _dtype_rates.tensor_rate("fp8", _dtype_rates.check_fp8_rate(fp8_rate), "this chip")
     # Sequence parallelism splits over the tensor-parallel group: at t = 1 it is a no-op
     # (Megatron-LM switches it off there), and the plan records what ran.
     sp = bool(sequence_parallel) and t > 1

@@ -341,16 +341,17 @@ def _layer_schedule(tr, pid, plan, row, offsets):
 
 def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_parallel,
            microbatch=1, recompute=False, devices=None, global_batch=4096, hbm_gib=None,
-           optimizer="sgd", calibrated=False, layer_schedule=True, gap=None,
+           optimizer="sgd", calibrated=True, layer_schedule=True, gap=None,
            virtual_stages=1, sequence_parallel=False, flash_attention=False, zero_stage=0,
            overlap_grad_reduce=False, precision="bf16") -> dict:
     """The Chrome/Perfetto trace (a JSON-ready dict) of one training step of a plan.
 
     Plan arguments as :func:`phaze.search.evaluate_point` (``model`` zoo name or
     ModelSpec, ``arch`` preset name or row, t, p, d, ``microbatch`` and ``global_batch``
-    in samples, ``recompute`` bool — or "none" | "selective" | "full" with
-    ``calibrated`` — ``devices``, ``hbm_gib`` GiB, ``optimizer``); ``calibrated``
-    chooses the step model instead of the study's (module docstring), which also takes
+    in samples, ``recompute`` "none" | "selective" | "full" (or a bool: full / none) —
+    bool only with the study's model — ``devices``, ``hbm_gib`` GiB, ``optimizer``);
+    ``calibrated`` (the default, as ``phaze evaluate``) chooses the step model, False the
+    study's (module docstring); the step model also takes
     the strategy knobs of :func:`phaze.step.training_step` (``sequence_parallel``,
     ``flash_attention``, ``zero_stage``, ``overlap_grad_reduce``, ``precision``);
     ``layer_schedule`` adds the per-stage operator schedule of one transformer layer
@@ -380,6 +381,8 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
                  zero_stage=zero_stage, overlap_grad_reduce=overlap_grad_reduce,
                  precision=precision)
     if calibrated:
+        if isinstance(recompute, (bool, np.bool_)):
+            recompute = "full" if recompute else "none"
         stages, slot, c, tail, info, row = _calibrated_stages(
             model, arch, t, p, d, mb, recompute, global_batch, knobs)
     else:

@@ -155,7 +155,8 @@ def test_bare_recompute_still_means_full_on_the_study_path(capsys):
     (["--zero-stage", "1"], "--zero-stage"),
     (["--flash-attention"], "--flash-attention"),
     (["--overlap-grad-reduce"], "--overlap-grad-reduce"),
-    (["--precision", "fp16"], "--precision"),
+    (["--precision", "fp16"], "--dtype"),
+    (["--dtype", "fp16"], "--dtype"),
     (["--recompute", "selective"], "selective"),
 ])
 def test_step_only_knob_with_study_is_one_sentence(capsys, extra, flag):

@@ -138,7 +138,7 @@ def test_5_emit_launch_arguments(home, chip):
 
     # the same plan evaluated: the plan line and the per-stage table with its units
     report = phaze(home, "evaluate", "--model", MODEL, "--arch", path.name, *PLAN)
-    assert "t=2 p=4 d=8" in report and "samples/s" in report and "memory (GiB)" in report
+    assert "t=2 p=4 d=8" in report and "samples/s" in report and "total (GiB)" in report
 
 
 def test_6_write_a_trace(home, chip):

@@ -159,7 +159,7 @@ def test_study_keeps_its_model_and_knob_set():
     (dict(virtual_stages=(0,)), "virtual_stages"),
     (dict(overlap_grad_reduce=(1, 0)), "overlap_grad_reduce"),
     (dict(recompute=("none", "some")), "recompute"),
-    (dict(precision="fp8"), "precision"),
+    (dict(precision="int8"), "precision"),
     (dict(optimizer="sgd"), "optimizer"),
 ])
 def test_bad_knobs_are_one_sentence_before_any_work(kwargs, words):
@@ -354,7 +354,7 @@ def test_cli_help_documents_the_knobs(capsys):
     text = capsys.readouterr().out
     for word in ("--study", "--recompute", "selective", "--sequence-parallel",
                  "--flash-attention", "--virtual-stages", "--zero-stage",
-                 "--overlap-grad-reduce", "--precision", "sp ", "zero ", "flash ", "ogr "):
+                 "--overlap-grad-reduce", "--dtype", "sp ", "zero ", "flash ", "ogr "):
         assert word in text, word
 
 
@@ -387,3 +387,71 @@ def test_evaluate_point_knobs_of_the_other_model_are_one_sentence(kwargs, words)
         search.evaluate_point("llama2-7b", "a100-80g", 2, 4, 8, 1, False, global_batch=64,
                               **kwargs)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_fp8_search_fixed_chips_and_baselines():
+    """dtype fp8: a fixed chip trains at its own fp8 rate (h100-sxm: faster than bf16), a
+    chip without fp8 tensor cores is refused in one sentence before any work, and the tpuv4
+    baselines of a space search are not applicable (tpuv4 has no fp8 tensor cores)."""
+    kw = dict(devices=64, global_batch=64, microbatch=(1,), executor="serial", progress=False,
+              recompute=("full",), zero_stage=(0, 1))
+    bf16 = search.search("opt-350m", arch="h100-sxm", **kw)
+    fp8 = search.search("opt-350m", arch="h100-sxm", precision="fp8", **kw)
+    assert fp8.best["samples_per_s"] > bf16.best["samples_per_s"]
+    with pytest.raises(ValueError, match="a100-80g does not have"):
+        search.search("opt-350m", arch="a100-80g", precision="fp8", **kw)
+    res = search.search("opt-350m", space=arch.ArchSpace.default().configs[::6000],
+                        precision="fp8", hbm_gib=(80.0,), **kw)
+    for name in ("tpuv4_searched", "tpuv4_fixed"):
+        row = res.baselines[name]["models"]["opt-350m"]
+        assert row["applicable"] is False and "fp8" in row["reason"]
+
+
+def test_search_emit_prints_the_best_plans_launch_arguments(capsys):
+    """search --emit: after the summary, the best plan as Megatron-LM arguments with the
+    knobs the row chose; no feasible plan is one sentence and exit status 2."""
+    argv = ["search", "--model", "opt-350m", "--arch", "h100-sxm", "--devices", "64",
+            "--global-batch", "64", "--microbatch", "1", "--recompute", "full"]
+    assert cli.main(argv + ["--emit", "megatron"]) == 0
+    out = capsys.readouterr().out
+    best = search.search("opt-350m", arch="h100-sxm", devices=64, global_batch=64,
+                         microbatch=(1,), recompute=("full",), executor="serial",
+                         progress=False).best
+    assert "best plan:" in out and "# Megatron-LM launch arguments for opt-350m" in out
+    assert f"--tensor-model-parallel-size {best['tensor_parallel']}" in out
+    assert f"--pipeline-model-parallel-size {best['pipeline_parallel']}" in out
+    assert "--recompute-granularity full" in out and "--global-batch-size 64" in out
+    assert cli.main(argv + ["--hbm-gib", "0.001", "--emit", "deepspeed"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "phaze search: --emit deepspeed: opt-350m has no feasible plan to launch"]
+
+
+def test_default_plans_are_launchable_study_plans_need_not_be():
+    """Issue 16: the default search returns plans a trainer launches (d divides global
+    batch / microbatch, p divides the layers, ZeRO 2-3 only without a pipeline) — the
+    defect was gpt2-xl with d = 60 and GPT-3 with d = 15; --study keeps the unconstrained
+    plans (here d = 60, not dividing the batch)."""
+    from phaze import launch
+
+    space = arch.ArchSpace.default().configs[::4000]
+    kw = dict(devices=1024, global_batch=4096, microbatch=(1, 2), executor="serial",
+              progress=False, baselines=False)
+    res = search.search("gpt2-xl", space=space, **kw)
+    spec = models.get("gpt2-xl")
+    t = res.table
+    ok = t["feasible"]
+    assert ok.any()
+    for d, mb, p, z in zip(t["data_parallel"][ok], t["microbatch"][ok],
+                           t["pipeline_parallel"][ok], t["zero_stage"][ok]):
+        assert 4096 % (int(d) * int(mb)) == 0 and spec.n_layers % int(p) == 0
+        assert int(z) <= 1 or int(p) == 1
+    b = res.best
+    launch.emit("megatron", spec, tensor_parallel=b["tensor_parallel"],
+                pipeline_parallel=b["pipeline_parallel"], data_parallel=b["data_parallel"],
+                microbatch=b["microbatch"], global_batch=4096, recompute=b["recompute"],
+                virtual_stages=b["virtual_stages"], sequence_parallel=b["sequence_parallel"],
+                flash_attention=b["flash_attention"], zero_stage=b["zero_stage"],
+                overlap_grad_reduce=b["overlap_grad_reduce"])
+    study = search.search("gpt2-xl", space=space, study=True, **kw).best
+    assert 4096 % (study["data_parallel"] * study["microbatch"]) != 0

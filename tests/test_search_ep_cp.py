@@ -162,3 +162,11 @@ def test_cli_trace_refuses_ep_cp(capsys, tmp_path):
                    "1", "--dp", "2", "--cp", "2", "-o", str(tmp_path / "t.json")])
     err = capsys.readouterr().err
     assert rc == 2 and "--cp belongs to phaze evaluate" in err and err.count("\n") == 1
+
+
+def test_cli_search_emit_refuses_a_best_plan_with_ep(capsys):
+    rc = cli.main(["search", "--model", "mixtral-8x7b", "--arch", "a100-80g", "--devices", "64",
+                   "--global-batch", "64", "--microbatch", "1", "--recompute", "full", "--ep",
+                   "8", "--emit", "megatron"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "expert_parallel 8, which phaze.launch does not write yet" in err

@@ -110,7 +110,7 @@ def _check_layers(tr, p, summary):
 
 @pytest.mark.parametrize("recompute", [False, True])
 def test_study_trace_matches_the_breakdown(recompute):
-    tr = trace.events("opt-350m", "tpuv4", recompute=recompute, **PLAN)
+    tr = trace.events("opt-350m", "tpuv4", recompute=recompute, calibrated=False, **PLAN)
     r = search.evaluate_point("opt-350m", "tpuv4", 1, 4, 2, 1, recompute, global_batch=32, study=True)
     s = tr["otherData"]["phaze"]
     c = int(r["microbatches_per_pipeline"])
@@ -168,7 +168,7 @@ def test_calibrated_trace_matches_the_step_model():
 
 def test_write_round_trip_in_microseconds(tmp_path):
     path = tmp_path / "t.json"
-    info = trace.write(path, "opt-350m", "tpuv4", layer_schedule=False, **PLAN)
+    info = trace.write(path, "opt-350m", "tpuv4", layer_schedule=False, calibrated=False, **PLAN)
     tr = json.loads(path.read_text())
     assert tr["otherData"]["phaze"]["time_per_batch_s"] == info["time_per_batch_s"]
     r = search.evaluate_point("opt-350m", "tpuv4", 1, 4, 2, 1, False, global_batch=32, study=True)
@@ -207,32 +207,38 @@ def test_refusals():
     with pytest.raises(ValueError, match="interleaved"):
         trace.events("opt-350m", virtual_stages=2, **PLAN)
     with pytest.raises(ValueError, match="calibrated=True"):
-        trace.events("opt-350m", zero_stage=1, **PLAN)
+        trace.events("opt-350m", zero_stage=1, calibrated=False, **PLAN)
     with pytest.raises(ValueError, match="infeasible"):
         trace.events("gpt3-175b", "tpuv4", tensor_parallel=1, pipeline_parallel=1,
-                     data_parallel=1, global_batch=32)
+                     data_parallel=1, global_batch=32, calibrated=False)
 
 
 def test_cli_trace(tmp_path, capsys):
     out = tmp_path / "step.json"
     rc = cli.main(["trace", "--model", "opt-350m", "--tp", "1", "--pp", "4", "--dp", "2",
-                   "--global-batch", "32", "--recompute", "-o", str(out)])
+                   "--global-batch", "32", "--recompute", "--study", "-o", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
     assert "wrote" in text and "perfetto" in text
     tr = json.loads(out.read_text())
     assert tr["otherData"]["phaze"]["cost_model"] == "study"
-    rc = cli.main(["trace", "--model", "opt-350m", "--arch", "a100-80g", "--tp", "1", "--pp",
-                   "2", "--dp", "2", "--global-batch", "32", "--calibrated",
-                   "--no-layer-schedule", "-o", str(out)])
-    assert rc == 0
-    assert json.loads(out.read_text())["otherData"]["phaze"]["cost_model"] == "calibrated"
+    # the calibrated step model is the default (as in evaluate); --calibrated is accepted
+    for extra in ([], ["--calibrated"]):
+        rc = cli.main(["trace", "--model", "opt-350m", "--arch", "a100-80g", "--tp", "1", "--pp",
+                       "2", "--dp", "2", "--global-batch", "32", "--no-layer-schedule",
+                       "-o", str(out), *extra])
+        assert rc == 0
+        assert json.loads(out.read_text())["otherData"]["phaze"]["cost_model"] == "calibrated"
     capsys.readouterr()
+    assert cli.main(["trace", "--model", "opt-350m", "--tp", "1", "--pp", "2", "--dp", "2",
+                     "--global-batch", "32", "--study", "--zero-stage", "1",
+                     "-o", str(out)]) == 2
+    assert "drop --study" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,rc,words", [
-    (["--model", "gpt3-175b", "--tp", "1", "--pp", "1", "--dp", "1", "--global-batch", "32"],
-     2, "infeasible"),
+    (["--model", "gpt3-175b", "--tp", "1", "--pp", "1", "--dp", "1", "--global-batch", "32",
+      "--study"], 2, "infeasible"),
     (["--model", "opt-350m", "--tp", "1", "--pp", "2", "--dp", "1", "--json"], 2, "--json"),
 ])
 def test_cli_trace_errors(argv, rc, words, tmp_path, capsys):
@@ -256,7 +262,7 @@ def test_layer_schedule_on_one_core_lanes():
 
     row = arch.ArchSpace.default().configs[10000:10001]
     kw = dict(tensor_parallel=1, pipeline_parallel=2, data_parallel=1, global_batch=8)
-    tr = trace.events("opt-350m", row, **kw)
+    tr = trace.events("opt-350m", row, calibrated=False, **kw)
     s = tr["otherData"]["phaze"]
     _check_layers(tr, 2, s)
     _, tracks = _names(tr)

@@ -154,12 +154,20 @@ def baselines(settings, best, chunk_facts, archs, ids=None) -> dict:
     for mi, model in enumerate(settings.models):
         plan = best["plans"].get(model.name) if best.get("plans") else None
         best_sps = float(plan["samples_per_s"]) if plan and plan["feasible"] else 0.0
-        # (a) tpuv4 with the searched placement and knobs.
-        row_a = single_arch_best(settings, mi, tpu)
-        out["tpuv4_searched"]["models"][model.name] = with_gain(row_a, best_sps)
-        # (b) tpuv4 with the original study's fixed strategy.
-        out["tpuv4_fixed"]["models"][model.name] = with_gain(
-            fixed_baseline(settings, model, tpu), best_sps)
+        if settings.precision == "fp8":
+            # TPU v4 has no fp8 tensor cores (phaze.arch.dtype_rates): nothing to compare.
+            for name in ("tpuv4_searched", "tpuv4_fixed"):
+                out[name]["models"][model.name] = {
+                    "feasible": False, "applicable": False, "samples_per_s": 0.0, "gain": None,
+                    "reason": "tpuv4 has no fp8 tensor cores (its fp8_rate is 0): not "
+                              "applicable to an fp8 search"}
+        else:
+            # (a) tpuv4 with the searched placement and knobs.
+            row_a = single_arch_best(settings, mi, tpu)
+            out["tpuv4_searched"]["models"][model.name] = with_gain(row_a, best_sps)
+            # (b) tpuv4 with the original study's fixed strategy.
+            out["tpuv4_fixed"]["models"][model.name] = with_gain(
+                fixed_baseline(settings, model, tpu), best_sps)
         # (c) the fastest block at t = 1, microbatch 1, then the full search on it.
         cands = [f["block"][mi] for f in chunk_facts.values() if f.get("block")]
         cands = [c for c in cands if c[0] is not None]

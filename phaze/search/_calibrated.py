@@ -31,8 +31,8 @@ import math
 
 import numpy as np
 
-from .. import cost, step
-from ._chunk import Rows, dominated, model_graph, staircase, survivors
+from .. import cost, graph, step
+from ._chunk import Rows, dominated, staircase, survivors
 from ._inputs import model_expert_grid
 from ._settings import ChunkResult
 
@@ -74,8 +74,8 @@ def lower_bounds(cfg, model_index, microbatch, recompute, archs) -> np.ndarray:
         global_batch=int(cfg.global_batch), microbatch=int(microbatch), recompute=recompute,
         tensor_parallel=tuple(cfg.widths[model_index]),
         sequence_parallel=tuple(cfg.sequence_parallel),
-        flash_attention=tuple(cfg.flash_attention), **_parallel_grids(cfg, model_index)),
-        dtype=np.float64)
+        flash_attention=tuple(cfg.flash_attention), precision=cfg.precision,
+        fp8_rate=cfg.fp8_rate, **_parallel_grids(cfg, model_index)), dtype=np.float64)
 
 
 def _parallel_grids(cfg, model_index) -> dict:
@@ -98,7 +98,7 @@ def best_plans(cfg, model_index, microbatch, recompute, hbm_bytes, archs) -> np.
         flash_attention=tuple(cfg.flash_attention),
         virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
         zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
-        precision=cfg.precision, **_parallel_grids(cfg, model_index))
+        precision=cfg.precision, fp8_rate=cfg.fp8_rate, **_parallel_grids(cfg, model_index))
 
 
 def plans_over_hbm(cfg, model_index, microbatch, recompute, archs) -> list:
@@ -115,17 +115,18 @@ def plans_over_hbm(cfg, model_index, microbatch, recompute, archs) -> list:
     return [plans[k * n:(k + 1) * n] for k in range(len(caps))]
 
 
-def block_fwbw_seconds(model, archs) -> np.ndarray:
+def block_fwbw_seconds(model, archs, precision="bf16", fp8_rate=None) -> np.ndarray:
     """Forward + backward seconds of one transformer block at t = 1, microbatch 1, per
     architecture, on the calibrated operator model: the sum of the operators' intra-op
-    latencies (one kernel stream, as ``phaze.step`` prices a layer), each row with its own
-    efficiency set (``phaze.arch.efficiency.for_rows``). What baseline (c), a
-    placement-blind accelerator search, minimises under the calibrated model. A model
-    with dense and mixture-of-experts blocks: the mean over its transformer blocks (each
-    kind weighted by how many layers have it; expert parallelism 1)."""
+    latencies (one kernel stream, on the kernels Megatron-LM launches, in the search's
+    datatype, as ``phaze.step`` prices a layer), each row with its own efficiency set
+    (``phaze.arch.efficiency.for_rows``). What baseline (c), a placement-blind
+    accelerator search, minimises under the calibrated model. A model with dense and
+    mixture-of-experts blocks: the mean over its transformer blocks (each kind weighted by
+    how many layers have it; expert parallelism 1)."""
     from ..arch import efficiency
 
-    mg = model_graph(model, 1, 1)
+    mg = graph.build_layers(model, 1, 1, kernels="megatron", dtype=precision)
     kinds = mg.kinds()
     eff = efficiency.for_rows(archs)
     blocks = [k for k in ("block", "moe_block") if k in kinds]
@@ -134,7 +135,8 @@ def block_fwbw_seconds(model, archs) -> np.ndarray:
     for kind in blocks:
         part = np.zeros(len(archs))
         for g in (kinds[kind].forward, kinds[kind].backward):
-            _single, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=eff)
+            _single, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=eff,
+                                               fp8_rate=fp8_rate)
             part += np.asarray(intra, dtype=np.float64).sum(axis=0)
         total = part if len(blocks) == 1 else total + part * counts[kind] / model.n_layers
     total[~np.isfinite(total)] = np.inf
@@ -249,7 +251,7 @@ def run_chunk(task) -> ChunkResult:
     if task.want_block:
         block = np.full((n_models, n_archs), np.inf)
         for mi, model in enumerate(models):
-            block[mi] = block_fwbw_seconds(model, archs)
+            block[mi] = block_fwbw_seconds(model, archs, cfg.precision, cfg.fp8_rate)
 
     pruned += int((~keep_arch).sum()) * cfg.points_per_arch
     sub = np.flatnonzero(keep_arch)
@@ -327,6 +329,8 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                 for fa in cfg.flash_attention:
                     for v in v_grid:
                         for zero in cfg.zero_stage:
+                            if zero >= 2 and p > 1 and d > 1:
+                                continue   # no trainer launches it (best_plans' launchable)
                             for ogr in cfg.overlap_grad_reduce:
                                 res = step.training_step(
                                     spec, row, tensor_parallel=t, pipeline_parallel=p,

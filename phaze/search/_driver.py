@@ -269,7 +269,11 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     settings = SearchSettings(
         models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
         devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,
-        recompute=recompute, optimizer=optimizer, gap=gap, prune=prune, study=study, **grids)
+        recompute=recompute, optimizer=optimizer, gap=gap, prune=prune, study=study, **grids,
+        # A fixed chip trains fp8 at its own rate (one sentence when it has no fp8 tensor
+        # cores); a space's rows are hypothetical chips at the template's rate.
+        fp8_rate=(chip.tensor_rate("fp8") if chip is not None and grids["precision"] == "fp8"
+                  else None))
     n_archs = archs.shape[0]
     # What must match for --resume (also recorded in the metadata).
     inputs = {

@@ -258,7 +258,7 @@ def resolve_strategy_grids(study, *, sequence_parallel, flash_attention, virtual
     grids["capacity_factor"] = (None if capacity_factor is None
                                 else positive_float("capacity_factor", capacity_factor))
     grids["precision"] = one_of("precision", "bf16" if precision is None else precision,
-                                ("bf16", "fp16"))
+                                ("bf16", "fp16", "fp8"))
     return grids
 
 

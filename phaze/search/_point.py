@@ -241,9 +241,11 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     if isinstance(arch, (str, os.PathLike, Chip)):
         chip = resolve_chip(arch)
         row, eff, arch_name = chip.row.copy(), chip.efficiency_set(), chip.name
+        # The chip's own tensor rate at the datatype (one sentence without fp8 cores).
+        fp8_rate = chip.tensor_rate(precision) if precision == "fp8" else None
     else:
         row = arch_row(arch)
-        eff, arch_name = efficiency.for_rows(row), "row"
+        eff, arch_name, fp8_rate = efficiency.for_rows(row), "row", None
     if hbm_gib is not None:
         row = row.copy()
         row["hbm_gib"] = positive_float("hbm_gib", hbm_gib)
@@ -270,7 +272,7 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
         overlap_grad_reduce=bool(overlap_grad_reduce),
         precision="bf16" if precision is None else precision, efficiency=eff,
         expert_parallel=1 if expert_parallel is None else expert_parallel, context_parallel=cp,
-        capacity_factor=capacity_factor)
+        capacity_factor=capacity_factor, fp8_rate=fp8_rate)
     gib = 2 ** 30
     plan = dict(res.plan)
     plan["trainers"] = list(plan.get("trainers", ()))

@@ -63,6 +63,10 @@ class SearchSettings:
     expert_parallel: tuple = None
     context_parallel: tuple = None
     capacity_factor: float = None
+    #: fp8 only: the fixed chip's fp8 tensor-rate multiplier (``Chip.tensor_rate``); None
+    #: for a space, whose rows are hypothetical chips at the template's rate
+    #: (``phaze.arch.dtype_rates``).
+    fp8_rate: float = None
 
     @property
     def prune_mode(self) -> str:
