@@ -12,15 +12,14 @@ def emit_plan(args, model, knobs) -> int:
     trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
     from . import launch
 
-    for dest, flag in (("expert_parallel", "--ep"), ("context_parallel", "--cp")):
-        if getattr(args, dest, None) not in (None, 1):
-            raise ValueError(f"--emit does not write {flag} yet: phaze.launch emits plans "
-                             f"without expert or context parallelism")
     recompute = getattr(args, "recompute", False)
     plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
                 microbatch=args.microbatch, global_batch=args.global_batch,
                 recompute=recompute if isinstance(recompute, str) else bool(recompute))
     plan.update(knobs)
+    for dest in ("expert_parallel", "context_parallel", "capacity_factor"):
+        if getattr(args, dest, None) is not None:
+            plan[dest] = getattr(args, dest)
     if args.precision:
         plan["precision"] = args.precision
     try:
@@ -51,13 +50,6 @@ def emit_best_plans(args, result, model_list) -> int:
                   f"launch", file=sys.stderr)
             status = 2
             continue
-        wide = [f"{k} {int(plan.get(k) or 1)}" for k in ("expert_parallel", "context_parallel")
-                if int(plan.get(k) or 1) > 1]
-        if wide:
-            print(f"phaze search: --emit {args.emit}: the best plan of {spec.name} has "
-                  f"{' and '.join(wide)}, which phaze.launch does not write yet", file=sys.stderr)
-            status = 2
-            continue
         knobs = dict(tensor_parallel=int(plan["tensor_parallel"]),
                      pipeline_parallel=int(plan["pipeline_parallel"]),
                      data_parallel=int(plan["data_parallel"]), microbatch=int(plan["microbatch"]),
@@ -68,6 +60,9 @@ def emit_best_plans(args, result, model_list) -> int:
                      flash_attention=bool(plan.get("flash_attention", False)),
                      zero_stage=int(plan.get("zero_stage", 0)),
                      overlap_grad_reduce=bool(plan.get("overlap_grad_reduce", False)),
+                     expert_parallel=int(plan.get("expert_parallel") or 1),
+                     context_parallel=int(plan.get("context_parallel") or 1),
+                     capacity_factor=inputs.get("capacity_factor"),
                      precision=str(inputs.get("precision") or "bf16"))
         try:
             sys.stdout.write(launch.emit(args.emit, spec, **knobs))

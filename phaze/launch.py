@@ -17,15 +17,19 @@ one sentence saying why:
 - both: the global batch not divisible by b·d (Megatron-LM asserts it in
   ``megatron/training/arguments.py``; DeepSpeed requires ``train_batch_size =
   train_micro_batch_size_per_gpu × gradient_accumulation_steps × data-parallel GPUs``);
-  the heads (and key/value heads) not divisible by t; mixture-of-experts models (their
-  operator graphs do not exist in phaze yet).
+  the heads (and key/value heads) not divisible by t; expert parallelism not dividing
+  the experts or cp·d (Megatron-Core: expert-tensor × expert parallel divides
+  tensor × context × data parallel, with expert-tensor = t); context parallelism without
+  flash attention; multi-head latent attention (DeepSeek-V2: its Megatron arguments are
+  not written here).
 - Megatron-LM: transformer layers not divisible by p (stages as Megatron-LM builds
   them: L/p transformer layers each, the embedding on the first, the head on the last —
   phaze's ``evaluate`` spreads uneven remainders one layer at a time, which Megatron-LM
   does not express with these arguments); interleaving (v > 1) needs p ≥ 2, L divisible
   by p·v and the microbatches per pipeline B/(b·d) divisible by p; ZeRO 2–3 (Megatron-LM's
   distributed optimizer is ZeRO-1; use DeepSpeed).
-- DeepSpeed: fp8 (the ds_config has bf16 and fp16 sections only); ZeRO 2–3 with
+- DeepSpeed: fp8 (the ds_config has bf16 and fp16 sections only); expert and context
+  parallelism (not written for Megatron-DeepSpeed here: emit megatron); ZeRO 2–3 with
   pipeline parallelism (the DeepSpeed pipeline engine refuses
   them: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"), interleaving
   (DeepSpeed's pipeline engine runs plain 1F1B).
@@ -48,7 +52,13 @@ Sources of the argument names (looked up with the project's documentation search
   ``--kv-channels``, ``--swiglu``, ``--normalization RMSNorm``,
   ``--position-embedding-type rope``, ``--disable-bias-linear``,
   ``--untie-embeddings-and-output-weights``, ``--bf16``/``--fp16``, ``--fp8-format
-  hybrid`` (Transformer Engine fp8, with ``--bf16``).
+  hybrid`` (Transformer Engine fp8, with ``--bf16``); Megatron-Core's
+  ``--context-parallel-size``, ``--expert-model-parallel-size``, ``--num-experts``,
+  ``--moe-router-topk``, ``--moe-ffn-hidden-size``,
+  ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq`` (a 0/1 pattern per
+  layer, e.g. ``([0]*1+[1]*26)``), ``--moe-token-dispatcher-type alltoall`` (the
+  all-to-all dispatch phaze prices) and ``--moe-expert-capacity-factor`` (Megatron-Core
+  MoE user guide and ``megatron/training/arguments.py``).
 - Megatron-DeepSpeed (github.com/microsoft/Megatron-DeepSpeed, ``megatron/arguments.py``
   and ``examples_deepspeed``): the Megatron arguments above plus ``--deepspeed``,
   ``--deepspeed_config FILE``, ``--zero-stage N``, ``--no-pipeline-parallel`` (p = 1:
@@ -82,7 +92,8 @@ class NotLaunchable(ValueError):
 
 
 def _plan(model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, global_batch,
-          recompute, virtual_stages, zero_stage, precision):
+          recompute, virtual_stages, zero_stage, precision, expert_parallel=1,
+          context_parallel=1, flash_attention=False):
     """Validated plan values (bad input: ValueError naming the field)."""
     spec = models.resolve(model)
     t = positive_int("tensor_parallel", tensor_parallel)
@@ -100,16 +111,25 @@ def _plan(model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, 
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     if precision not in ("bf16", "fp16", "fp8"):
         raise ValueError(f"precision must be 'bf16', 'fp16' or 'fp8', got {precision!r}")
-    if getattr(spec, "n_experts", 0):
-        raise NotLaunchable(f"{spec.name} is a mixture-of-experts model, whose plans phaze "
-                            f"does not model yet")
+    ep = positive_int("expert_parallel", expert_parallel)
+    cp = positive_int("context_parallel", context_parallel)
+    if getattr(spec, "kv_lora_rank", 0):
+        raise NotLaunchable(f"{spec.name} uses multi-head latent attention, whose Megatron "
+                            f"arguments phaze does not write yet")
+    if ep > 1 and (not getattr(spec, "n_experts", 0) or spec.n_experts % ep or (cp * d) % ep):
+        raise NotLaunchable(f"expert parallel {ep} must divide the experts "
+                            f"({getattr(spec, 'n_experts', 0)}) and context × data parallel "
+                            f"= {cp * d} (Megatron-Core, expert-tensor parallel = t)")
+    if cp > 1 and not flash_attention:
+        raise NotLaunchable("context parallelism runs on the fused attention kernel: turn "
+                            "flash attention on")
     if B % (b * d):
         raise NotLaunchable(f"the global batch {B} is not divisible by microbatch × data "
                             f"parallel = {b} × {d} = {b * d}, which both trainers require")
     if not spec.valid_tensor_parallel(t):
         raise NotLaunchable(f"tensor parallel {t} does not divide the heads ({spec.heads}) "
                             f"and key/value heads ({spec.kv_heads}) of {spec.name}")
-    return spec, t, p, d, b, B, v, recompute, int(zero_stage)
+    return spec, t, p, d, b, B, v, recompute, int(zero_stage), ep, cp
 
 
 def _model_arguments(spec) -> list:
@@ -139,18 +159,22 @@ def _model_arguments(spec) -> list:
 def megatron_arguments(model, *, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                        global_batch, recompute="none", virtual_stages=1, sequence_parallel=False,
                        flash_attention=False, zero_stage=0, overlap_grad_reduce=False,
-                       precision="bf16") -> list:
+                       precision="bf16", expert_parallel=1, context_parallel=1,
+                       capacity_factor=None) -> list:
     """Megatron-LM command-line arguments (a list of strings) of one plan.
 
     ``model``: zoo name or ModelSpec; t, p, d, ``microbatch`` b and ``global_batch`` B in
     samples; ``recompute`` "none" | "selective" | "full" (True = "full"); the other knobs
-    as :func:`phaze.step.training_step`. Sequence parallelism at t = 1 is left out
+    as :func:`phaze.step.training_step` (``expert_parallel`` ep, ``context_parallel`` cp
+    and ``capacity_factor`` of a mixture of experts included; the GPUs are t·cp·p·d).
+    Sequence parallelism at t = 1 is left out
     (Megatron-LM switches it off there). Raises :class:`NotLaunchable` for a plan
     Megatron-LM cannot run (module docstring), ``ValueError`` for bad input.
     """
-    spec, t, p, d, b, B, v, recompute, zero = _plan(
+    spec, t, p, d, b, B, v, recompute, zero, ep, cp = _plan(
         model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, global_batch,
-        recompute, virtual_stages, zero_stage, precision)
+        recompute, virtual_stages, zero_stage, precision, expert_parallel, context_parallel,
+        flash_attention)
     L = spec.n_layers
     if L % p:
         raise NotLaunchable(f"Megatron-LM splits the {L} transformer layers evenly over the "
@@ -170,6 +194,10 @@ def megatron_arguments(model, *, tensor_parallel, pipeline_parallel, data_parall
         raise NotLaunchable(f"Megatron-LM has no ZeRO stage {zero} (its distributed optimizer "
                             f"is ZeRO-1); emit deepspeed for ZeRO 2-3")
     out = ["--tensor-model-parallel-size", str(t), "--pipeline-model-parallel-size", str(p)]
+    if cp > 1:
+        out += ["--context-parallel-size", str(cp)]
+    if ep > 1:
+        out += ["--expert-model-parallel-size", str(ep)]
     if v > 1:
         out += ["--num-layers-per-virtual-pipeline-stage", str(L // (p * v))]
     out += ["--micro-batch-size", str(b), "--global-batch-size", str(B)]
@@ -187,6 +215,7 @@ def megatron_arguments(model, *, tensor_parallel, pipeline_parallel, data_parall
     if overlap_grad_reduce:
         out += ["--overlap-grad-reduce"]
     out += _model_arguments(spec)
+    out += _moe_arguments(spec, capacity_factor)
     # fp8: Transformer Engine's hybrid format (E4M3 forward, E5M2 gradients) on top of bf16.
     out += (["--fp16"] if precision == "fp16" else ["--bf16"]
             + (["--fp8-format", "hybrid"] if precision == "fp8" else []))
@@ -197,7 +226,8 @@ def deepspeed_arguments(model, *, tensor_parallel, pipeline_parallel, data_paral
                         microbatch, global_batch, recompute="none", virtual_stages=1,
                         sequence_parallel=False, flash_attention=False, zero_stage=0,
                         overlap_grad_reduce=False, precision="bf16",
-                        config_path="ds_config.json") -> tuple:
+                        config_path="ds_config.json", expert_parallel=1, context_parallel=1,
+                        capacity_factor=None) -> tuple:
     """Megatron-DeepSpeed arguments and the ds_config of one plan: ``(arguments, config)``,
     a list of strings and a dict (JSON-ready; ``config_path`` is the file name the
     arguments point ``--deepspeed_config`` at).
@@ -208,9 +238,13 @@ def deepspeed_arguments(model, *, tensor_parallel, pipeline_parallel, data_paral
     ``zero_optimization.overlap_comm``. Raises :class:`NotLaunchable` for a plan DeepSpeed
     cannot run (module docstring), ``ValueError`` for bad input.
     """
-    spec, t, p, d, b, B, v, recompute, zero = _plan(
+    spec, t, p, d, b, B, v, recompute, zero, ep, cp = _plan(
         model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, global_batch,
-        recompute, virtual_stages, zero_stage, precision)
+        recompute, virtual_stages, zero_stage, precision, expert_parallel, context_parallel,
+        flash_attention)
+    if ep > 1 or cp > 1 or getattr(spec, "n_experts", 0):
+        raise NotLaunchable("the Megatron-DeepSpeed arguments written here have no mixture "
+                            "of experts, expert or context parallelism; emit megatron")
     if precision == "fp8":
         raise NotLaunchable("the ds_config written here has no fp8 training (DeepSpeed's "
                             "config offers bf16 and fp16); emit megatron for fp8")
@@ -251,6 +285,28 @@ def deepspeed_arguments(model, *, tensor_parallel, pipeline_parallel, data_paral
     return out, config
 
 
+def _moe_arguments(spec, capacity_factor) -> list:
+    """Megatron-Core's mixture-of-experts arguments of ``spec`` (none for a dense model):
+    experts, top-k, expert width, shared experts, the layer pattern, the all-to-all
+    dispatcher phaze prices and the capacity factor when one is set."""
+    n = getattr(spec, "n_experts", 0)
+    if not n:
+        return []
+    out = ["--num-experts", str(n), "--moe-router-topk", str(spec.experts_per_token),
+           "--moe-ffn-hidden-size", str(spec.expert_ffn_hidden or spec.ffn_hidden),
+           "--moe-token-dispatcher-type", "alltoall"]
+    if spec.n_shared_experts:
+        width = spec.shared_ffn_hidden or spec.expert_ffn_hidden or spec.ffn_hidden
+        out += ["--moe-shared-expert-intermediate-size", str(spec.n_shared_experts * width)]
+    moe = set(spec.moe_layer_ids)
+    if len(moe) != spec.n_layers:
+        pattern = "[" + ",".join("1" if i in moe else "0" for i in range(spec.n_layers)) + "]"
+        out += ["--moe-layer-freq", pattern]
+    if capacity_factor is not None:
+        out += ["--moe-expert-capacity-factor", f"{float(capacity_factor):g}"]
+    return out
+
+
 def _lines(arguments) -> list:
     """Arguments grouped one flag (with its values) per line."""
     lines, cur = [], []
@@ -274,7 +330,7 @@ def emit(trainer, model, **plan) -> str:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
     spec = models.resolve(model)
     gpus = (int(plan.get("tensor_parallel", 1)) * int(plan.get("pipeline_parallel", 1))
-            * int(plan.get("data_parallel", 1)))
+            * int(plan.get("data_parallel", 1)) * int(plan.get("context_parallel", 1) or 1))
     script = "pretrain_gpt.py" if getattr(spec, "causal", True) else "pretrain_bert.py"
     if trainer == "megatron":
         args = megatron_arguments(spec, **plan)

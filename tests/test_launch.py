@@ -156,3 +156,43 @@ def test_fp8():
         launch.deepspeed_arguments("llama2-7b", tensor_parallel=1, pipeline_parallel=1,
                                    data_parallel=8, microbatch=1, global_batch=64,
                                    precision="fp8")
+
+
+def test_context_and_expert_parallel_arguments():
+    """Megatron-Core's --context-parallel-size and --expert-model-parallel-size, the MoE
+    shape (experts, top-k, expert width, shared experts, the dense/MoE layer pattern) and
+    the GPUs t·cp·p·d; ep must divide the experts and cp·d; cp needs flash attention."""
+    from phaze import launch
+
+    args = launch.megatron_arguments("mixtral-8x7b", tensor_parallel=2, pipeline_parallel=4,
+                                     data_parallel=4, microbatch=1, global_batch=64,
+                                     context_parallel=2, expert_parallel=8,
+                                     flash_attention=True, sequence_parallel=True,
+                                     capacity_factor=1.25)
+    text = " ".join(args)
+    for flag in ("--context-parallel-size 2", "--expert-model-parallel-size 8",
+                 "--num-experts 8", "--moe-router-topk 2", "--moe-expert-capacity-factor 1.25"):
+        assert flag in text, flag
+    assert "--moe-layer-freq" not in text            # every layer is an MoE layer
+    ds = " ".join(launch.megatron_arguments("mixtral-8x7b", tensor_parallel=1,
+                                            pipeline_parallel=1, data_parallel=8,
+                                            microbatch=1, global_batch=8))
+    assert "--expert-model-parallel-size" not in ds and "--context-parallel-size" not in ds
+    assert "on 256 GPUs" in launch.emit("megatron", "mixtral-8x7b", tensor_parallel=2,
+                                        pipeline_parallel=4, data_parallel=16, microbatch=1,
+                                        global_batch=64, context_parallel=2,
+                                        flash_attention=True, sequence_parallel=True)
+    with pytest.raises(launch.NotLaunchable, match="must divide the experts"):
+        launch.megatron_arguments("mixtral-8x7b", tensor_parallel=1, pipeline_parallel=1,
+                                  data_parallel=4, microbatch=1, global_batch=8,
+                                  expert_parallel=8)
+    with pytest.raises(launch.NotLaunchable, match="fused attention kernel"):
+        launch.megatron_arguments("llama3-8b", tensor_parallel=1, pipeline_parallel=1,
+                                  data_parallel=2, microbatch=1, global_batch=8,
+                                  context_parallel=2)
+    with pytest.raises(launch.NotLaunchable, match="emit megatron"):
+        launch.deepspeed_arguments("mixtral-8x7b", tensor_parallel=1, pipeline_parallel=1,
+                                   data_parallel=8, microbatch=1, global_batch=8)
+    with pytest.raises(launch.NotLaunchable, match="multi-head latent attention"):
+        launch.megatron_arguments("deepseek-v2-lite", tensor_parallel=1, pipeline_parallel=1,
+                                  data_parallel=8, microbatch=1, global_batch=8)

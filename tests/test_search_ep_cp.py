@@ -139,7 +139,8 @@ def test_cli_evaluate_takes_ep_and_cp(capsys):
     (["--model", "llama3-8b", "--cp", "0"], "--cp must be a positive integer"),
     (["--model", "mixtral-8x7b", "--capacity-factor", "0"], "--capacity-factor must be positive"),
     (["--model", "llama3-8b", "--study", "--cp", "2"], "--cp is a knob of the calibrated"),
-    (["--model", "llama3-8b", "--emit", "megatron", "--cp", "2"], "--emit does not write --cp"),
+    (["--model", "llama3-8b", "--emit", "megatron", "--cp", "2"],
+     "context parallelism runs on the fused attention kernel"),
 ])
 def test_cli_evaluate_bad_ep_cp_are_one_sentence(capsys, argv, words):
     rc = cli.main(["evaluate", "--arch", "a100-80g", "--tp", "1", "--pp", "1", "--dp", "2",
@@ -164,9 +165,18 @@ def test_cli_trace_refuses_ep_cp(capsys, tmp_path):
     assert rc == 2 and "--cp belongs to phaze evaluate" in err and err.count("\n") == 1
 
 
-def test_cli_search_emit_refuses_a_best_plan_with_ep(capsys):
+def test_cli_search_emit_writes_ep_and_cp(capsys):
+    """search --emit on a mixture of experts with ep and cp searched: Megatron-Core's
+    expert, context-parallel and MoE arguments of the best plan."""
     rc = cli.main(["search", "--model", "mixtral-8x7b", "--arch", "a100-80g", "--devices", "64",
                    "--global-batch", "64", "--microbatch", "1", "--recompute", "full", "--ep",
                    "8", "--emit", "megatron"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "expert_parallel 8, which phaze.launch does not write yet" in err
+    out = capsys.readouterr().out
+    assert rc == 0
+    for flag in ("--expert-model-parallel-size 8", "--num-experts 8", "--moe-router-topk 2",
+                 "--moe-ffn-hidden-size 14336", "--moe-token-dispatcher-type alltoall"):
+        assert flag in out, flag
+    rc = cli.main(["search", "--model", "mixtral-8x7b", "--arch", "a100-80g", "--devices", "64",
+                   "--global-batch", "64", "--microbatch", "1", "--recompute", "full", "--ep",
+                   "8", "--emit", "deepspeed"])
+    assert rc == 2 and "emit megatron" in capsys.readouterr().err
