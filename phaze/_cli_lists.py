@@ -35,44 +35,37 @@ def switch_list(flag, text):
     return None if text is None else words(flag, text, SWITCH_WORDS)
 
 
+def _int_tuple(text):
+    """'1,2,4' → (1, 2, 4); () when any item is not an integer."""
+    try:
+        return tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        return ()
+
+
 def virtual_list(text):
     """--virtual-stages of search: '1,2,4' → (1, 2, 4); 'all' or absent → None (every v a
     plan allows)."""
-    if text is None or str(text).strip().lower() == "all":
-        return None
-    try:
-        values = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"--virtual-stages takes 'all' or a comma-separated list of positive "
-                         f"integers; got {text!r}")
-    return tuple(values)
+    return width_list("--virtual-stages", text)
 
 
 def zero_list(text):
     """--zero-stage of search: '0,1' → (0, 1); absent → None (all four stages)."""
     if text is None:
         return None
-    try:
-        values = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        values = []
+    values = _int_tuple(text)
     if not values or any(not 0 <= v <= 3 for v in values):
         raise ValueError(f"--zero-stage takes a comma-separated list of 0, 1, 2, 3; got {text!r}")
-    return tuple(values)
+    return values
 
 
 def width_list(flag, text):
-    """--ep / --cp of search: '1,2,4' → (1, 2, 4); 'all' or absent → None (every valid
-    width, per model)."""
+    """--ep / --cp / --virtual-stages of search: '1,2,4' → (1, 2, 4); 'all' or absent → None
+    (every valid value, per model)."""
     if text is None or str(text).strip().lower() == "all":
         return None
-    try:
-        values = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        values = []
+    values = _int_tuple(text)
     if not values or any(v < 1 for v in values):
         raise ValueError(f"{flag} takes 'all' or a comma-separated list of positive integers; "
                          f"got {text!r}")
-    return tuple(values)
+    return values

@@ -274,6 +274,29 @@ def stage_comm(r, p, v, pair_s):
 
 
 @njit(cache=True, nogil=True)
+def stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode):
+    """(forward, backward, recomputation) seconds per microbatch of stage r holding nd dense
+    and nm MoE blocks whose forward/backward are (bf, bb) and (mf, mb): the blocks, the
+    embedding on stage 0 and the head on stage p − 1; full recomputation re-runs the
+    blocks' forward, selective their attention cores (one definition for
+    :func:`step_time` and :func:`slot_lower_bound`)."""
+    f = nd * bf + nm * mf
+    bw = nd * bb + nm * mb
+    if r == 0:
+        f += lt[LT_EMB_F]
+        bw += lt[LT_EMB_B]
+    if r == p - 1:
+        f += lt[LT_HEAD_F]
+        bw += lt[LT_HEAD_B]
+    rec = 0.0
+    if rec_mode == REC_FULL:
+        rec = nd * bf + nm * mf
+    elif rec_mode == REC_SELECTIVE:
+        rec = nd * lt[LT_BLK_CORE] + nm * lt[LT_MOE_CORE]
+    return f, bw, rec
+
+
+@njit(cache=True, nogil=True)
 def step_time(p, t, d, cp, ep, v, m, n_layers, zero, ogr, rec_mode, sp, opt_bytes, opt_kernels,
               n_tiny, lt, rp, ints, moe_prefix, masks, dpn, cpn, epn, edpn, emb_nodes, mp_nodes,
               slots, bd):
@@ -310,19 +333,7 @@ def step_time(p, t, d, cp, ep, v, m, n_layers, zero, ogr, rec_mode, sp, opt_byte
     for r in range(p):
         nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
         bf, bb, mf, mb = layer_times(cp, ep, cpn[r], epn[r], lt, ints, rp)
-        f = nd * bf + nm * mf
-        bw = nd * bb + nm * mb
-        if r == 0:
-            f += lt[LT_EMB_F]
-            bw += lt[LT_EMB_B]
-        if r == p - 1:
-            f += lt[LT_HEAD_F]
-            bw += lt[LT_HEAD_B]
-        rec = 0.0
-        if full:
-            rec = nd * bf + nm * mf
-        elif rec_mode == REC_SELECTIVE:
-            rec = nd * lt[LT_BLK_CORE] + nm * lt[LT_MOE_CORE]
+        f, bw, rec = stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode)
         comm = stage_comm(r, p, v, slots[:, 5])
         # ZeRO-3: each layer's parameters all-gathered before its forward, its backward
         # and (full recomputation) its recomputed forward; the embedding and head twice.
@@ -671,19 +682,8 @@ def slot_lower_bound(p, v, n_layers, rec_mode, lt, moe_prefix):
         if r >= p or (r == 1 and p < 3):
             continue
         nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
-        f = nd * lt[LT_BLK_F] + nm * lt[LT_MOE_F]
-        bw = nd * lt[LT_BLK_B] + nm * lt[LT_MOE_B]
-        if r == 0:
-            f += lt[LT_EMB_F]
-            bw += lt[LT_EMB_B]
-        if r == p - 1:
-            f += lt[LT_HEAD_F]
-            bw += lt[LT_HEAD_B]
-        rec = 0.0
-        if rec_mode == REC_FULL:
-            rec = nd * lt[LT_BLK_F] + nm * lt[LT_MOE_F]
-        elif rec_mode == REC_SELECTIVE:
-            rec = nd * lt[LT_BLK_CORE] + nm * lt[LT_MOE_CORE]
+        f, bw, rec = stage_sums(r, p, nd, nm, lt[LT_BLK_F], lt[LT_BLK_B], lt[LT_MOE_F],
+                                lt[LT_MOE_B], lt, rec_mode)
         x = f + bw + rec
         if x > best:
             best = x

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from .. import cost, graph, step
-from ._chunk import Rows, dominated, staircase, survivors
+from ._chunk import Rows, dominated, pruning_state, staircase, survivors
 from ._inputs import model_expert_grid
 from ._settings import ChunkResult
 
@@ -218,9 +218,7 @@ def run_chunk(task) -> ChunkResult:
     global_batch = int(cfg.global_batch)
     mode = cfg.prune_mode
     prune = bool(mode)
-    floors = [float(x) for x in task.floors or [0.0] * n_models]
-    incumbents = [np.asarray(v, dtype=np.float64) for v in task.incumbents or []]
-    front = tuple(task.front or ())
+    floors, incumbents, front = pruning_state(task)
     n_archs = len(archs)
     rows = Rows()
     pruned = 0

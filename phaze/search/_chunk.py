@@ -267,6 +267,15 @@ def block_fwbw_seconds(model, archs, gap) -> np.ndarray:
 # --------------------------------------------------------------------------
 # The chunk
 # --------------------------------------------------------------------------
+def pruning_state(task: ChunkTask):
+    """The pruning state a chunk starts from: per model the best samples/s reached (a list:
+    the floors rise inside the chunk as its points are solved), the incumbents'
+    samples/s per model, and the front's rows (several models / ``prune="front"``)."""
+    floors = [float(x) for x in task.floors or [0.0] * len(task.settings.models)]
+    incumbents = [np.asarray(v, dtype=np.float64) for v in task.incumbents or []]
+    return floors, incumbents, tuple(task.front or ())
+
+
 def run_chunk(task: ChunkTask) -> ChunkResult:
     """Evaluate every point of one chunk (see :class:`ChunkTask` and :class:`ChunkResult`):
     with the study's model here, with the calibrated step model in ``_calibrated``."""
@@ -283,10 +292,7 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
     gap = float(cfg.gap)
     mode = cfg.prune_mode
     prune = bool(mode)
-    # A list: the floors rise inside the chunk as its points are solved.
-    floors = [float(x) for x in task.floors or [0.0] * n_models]
-    incumbents = [np.asarray(v, dtype=np.float64) for v in task.incumbents or []]
-    front = tuple(task.front or ())
+    floors, incumbents, front = pruning_state(task)
     n_archs = len(archs)
     rows = Rows()
     pruned = 0

@@ -366,29 +366,30 @@ def _flag(value) -> str:
     return "on" if value is True or value in (1, "true", "True") else "off"
 
 
-def knob_text(r) -> str:
-    """A row's recomputation and strategy knobs as the summary's columns rc, sp, v, zero,
-    flash, ogr, ep, cp (a row of an older file lacks the strategy knobs: the study's)."""
+def _knobs(r) -> tuple:
+    """A row's (recompute mode, sp, v, zero, flash, ogr, ep, cp); a row of an older file
+    lacks the strategy knobs (the study's) and may hold recompute as a bool."""
     rc = r.get("recompute")
     if isinstance(rc, bool):
         rc = "full" if rc else "none"
-    return (f"{str(rc):>9} {_flag(r.get('sequence_parallel', False)):>3} "
-            f"{int(r.get('virtual_stages') or 1):>2} {int(r.get('zero_stage') or 0):>4} "
-            f"{_flag(r.get('flash_attention', False)):>5} "
-            f"{_flag(r.get('overlap_grad_reduce', False)):>3} "
-            f"{int(r.get('expert_parallel') or 1):>3} {int(r.get('context_parallel') or 1):>3}")
+    return (str(rc), _flag(r.get("sequence_parallel", False)),
+            int(r.get("virtual_stages") or 1), int(r.get("zero_stage") or 0),
+            _flag(r.get("flash_attention", False)), _flag(r.get("overlap_grad_reduce", False)),
+            int(r.get("expert_parallel") or 1), int(r.get("context_parallel") or 1))
+
+
+def knob_text(r) -> str:
+    """A row's recomputation and strategy knobs as the summary's columns rc, sp, v, zero,
+    flash, ogr, ep, cp."""
+    rc, sp, v, zero, flash, ogr, ep, cp = _knobs(r)
+    return f"{rc:>9} {sp:>3} {v:>2} {zero:>4} {flash:>5} {ogr:>3} {ep:>3} {cp:>3}"
 
 
 def strategy_text(r) -> str:
     """A baseline row's recomputation and strategy knobs, as words."""
-    rc = r.get("recompute")
-    if isinstance(rc, bool):
-        rc = "full" if rc else "none"
-    return (f"recompute {rc}, sp {_flag(r.get('sequence_parallel', False))}, "
-            f"v={int(r.get('virtual_stages') or 1)}, zero {int(r.get('zero_stage') or 0)}, "
-            f"flash {_flag(r.get('flash_attention', False))}, "
-            f"ogr {_flag(r.get('overlap_grad_reduce', False))}, "
-            f"ep {int(r.get('expert_parallel') or 1)}, cp {int(r.get('context_parallel') or 1)}")
+    rc, sp, v, zero, flash, ogr, ep, cp = _knobs(r)
+    return (f"recompute {rc}, sp {sp}, v={v}, zero {zero}, flash {flash}, ogr {ogr}, "
+            f"ep {ep}, cp {cp}")
 
 
 def _percent(fraction) -> str:
