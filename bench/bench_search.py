@@ -58,7 +58,9 @@ def _check_best(result, rows, devices, global_batch, study):
             b["microbatch"], b["recompute"], devices=devices, global_batch=global_batch,
             hbm_gib=b["hbm_gib"], sequence_parallel=b["sequence_parallel"],
             flash_attention=b["flash_attention"], virtual_stages=b["virtual_stages"],
-            zero_stage=b["zero_stage"], overlap_grad_reduce=b["overlap_grad_reduce"])
+            zero_stage=b["zero_stage"], overlap_grad_reduce=b["overlap_grad_reduce"],
+            expert_parallel=b.get("expert_parallel", 1),
+            context_parallel=b.get("context_parallel", 1))
     if not (r["feasible"] and abs(r["samples_per_s"] - b["samples_per_s"]) <= 1e-9 * b["samples_per_s"]):
         raise SystemExit(f"CHECK FAILED: best point re-evaluates to {r['samples_per_s']} samples/s, "
                          f"search said {b['samples_per_s']}")
@@ -135,7 +137,7 @@ def cmd_models(args):
 #: The study's strategy set, on the calibrated model (``knobs``' "without" column).
 STUDY_KNOB_SET = dict(recompute=("none", "full"), sequence_parallel=(False,),
                       flash_attention=(False,), virtual_stages=(1,), zero_stage=(0,),
-                      overlap_grad_reduce=(False,))
+                      overlap_grad_reduce=(False,), expert_parallel=(1,), context_parallel=(1,))
 
 
 def _plan(b):
@@ -143,7 +145,8 @@ def _plan(b):
             f"mb {b['microbatch']}, {b['hbm_gib']:g} GiB, rc {b['recompute']}, "
             f"sp {'on' if b['sequence_parallel'] else 'off'}, v {b['virtual_stages']}, "
             f"zero {b['zero_stage']}, flash {'on' if b['flash_attention'] else 'off'}, "
-            f"ogr {'on' if b['overlap_grad_reduce'] else 'off'}")
+            f"ogr {'on' if b['overlap_grad_reduce'] else 'off'}, "
+            f"cp {b.get('context_parallel', 1)}")
 
 
 def cmd_knobs(args):
