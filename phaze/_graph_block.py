@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from ._graph_mla import mla_backward, mla_forward, mla_params, mla_stash
 from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
-                         Shape, uniq)
+                         Shape, unfused_attention, uniq)
 from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
@@ -80,20 +80,8 @@ def attention_forward(f: Ops, sh: Shape) -> str:
             "ring_kv_exchange", [k_src or "k_proj", "v_proj"], 2 * (sh.cp - 1) * T * sh.kv_dim * B,
             sh.cp, comm_bytes=b * s * sh.kv_dim * B) if sh.cp > 1 else None
     else:
-        f.gemm("attn_scores", [q_src or "q_proj", k_src or "k_proj"], b * sh.a_t, sq, sh.hd, s)
-        if sh.megatron:
-            # Megatron-LM's FusedScaleMaskSoftmax writes the probabilities; the attention
-            # dropout is a separate PyTorch kernel that reads them again and writes the
-            # dropped probabilities and the mask.
-            f.vector("softmax", ["attn_scores"], scores, _C["scale_mask"] + _C["softmax"],
-                     scores * B, scores * B)
-            probs = f.vector("attn_dropout", ["softmax"], scores, _C["dropout"], scores * B,
-                             scores * (B + MASK_BYTES_PER_ELEMENT))
-        else:
-            probs = f.vector("softmax", ["attn_scores"], scores,
-                             _C["scale_mask"] + _C["softmax"] + _C["dropout"], scores * B,
-                             scores * (2 * B + MASK_BYTES_PER_ELEMENT))  # probabilities, dropped, mask
-        ctx = f.gemm("attn_context", [probs, "v_proj"], b * sh.a_t, sq, s, sh.hd)
+        ctx = unfused_attention(f, sh, [q_src or "q_proj", k_src or "k_proj"], "v_proj",
+                                b * sh.a_t, sq, s, sh.hd, sh.hd, scores)
     # Row-parallel output projection: partial sums, all-reduced (or, with sequence
     # parallelism, reduce-scattered to the s/t tokens of each slice); its bias is added after.
     f.gemm("out_proj", [ctx, exchange], 1, T, sh.q_dim, h)

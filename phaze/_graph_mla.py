@@ -26,7 +26,7 @@ decompressed keys and values).
 from __future__ import annotations
 
 from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
-                         Shape, uniq)
+                         Shape, unfused_attention, uniq)
 from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
@@ -77,17 +77,8 @@ def mla_forward(f: Ops, sh: Shape) -> str:
                 "ring_kv_exchange", ["rotary", "kv_b_proj"], (sh.cp - 1) * T * a * (qk + vd) * B,
                 sh.cp, comm_bytes=b * s * a * (qk + vd) * B // 2)
     else:
-        f.gemm("attn_scores", ["rotary", "kv_b_proj"], b * a, sq, qk, s)
-        if sh.megatron:
-            f.vector("softmax", ["attn_scores"], scores, _C["scale_mask"] + _C["softmax"],
-                     scores * B, scores * B)
-            probs = f.vector("attn_dropout", ["softmax"], scores, _C["dropout"], scores * B,
-                             scores * (B + MASK_BYTES_PER_ELEMENT))
-        else:
-            probs = f.vector("softmax", ["attn_scores"], scores,
-                             _C["scale_mask"] + _C["softmax"] + _C["dropout"], scores * B,
-                             scores * (2 * B + MASK_BYTES_PER_ELEMENT))
-        ctx = f.gemm("attn_context", [probs, "kv_b_proj"], b * a, sq, s, vd)
+        ctx = unfused_attention(f, sh, ["rotary", "kv_b_proj"], "kv_b_proj", b * a, sq, s, qk,
+                                vd, scores)
     f.gemm("out_proj", [ctx, exchange], 1, T, a * vd, h)
     if sp:
         src = f.reduce_scatter("reduce_scatter_attn", ["out_proj"], T * h * B)

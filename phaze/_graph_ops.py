@@ -239,3 +239,24 @@ class Shape:
         self.V_t = m.padded_vocab(t) // t            # padded vocabulary columns (compute)
         self.V_rows = -(-m.vocab // t)               # real vocabulary rows (parameters)
         self.norm_w = (2 if m.norm == "layernorm" else 1) * m.hidden   # norm parameters
+
+
+def unfused_attention(f, sh, score_preds, value_pred, batch, sq, s, qk_dim, v_dim, scores):
+    """The attention core without flash attention, forward, into ``f``: ``attn_scores``
+    (batch × sq × qk_dim · qk_dim × s), the scale-mask-softmax with the attention dropout
+    (one pass with the study's fusion; with ``kernels="megatron"`` Megatron-LM's fused
+    softmax then a separate ``attn_dropout`` kernel that reads the probabilities back and
+    writes the dropped ones and the 1-byte mask), and ``attn_context`` (· V). ``scores``:
+    score elements of the slice. Returns the context operator's name."""
+    B = sh.B
+    f.gemm("attn_scores", score_preds, batch, sq, qk_dim, s)
+    if sh.megatron:
+        f.vector("softmax", ["attn_scores"], scores, _C["scale_mask"] + _C["softmax"],
+                 scores * B, scores * B)
+        probs = f.vector("attn_dropout", ["softmax"], scores, _C["dropout"], scores * B,
+                         scores * (B + MASK_BYTES_PER_ELEMENT))
+    else:
+        probs = f.vector("softmax", ["attn_scores"], scores,
+                         _C["scale_mask"] + _C["softmax"] + _C["dropout"], scores * B,
+                         scores * (2 * B + MASK_BYTES_PER_ELEMENT))  # probabilities, dropped, mask
+    return f.gemm("attn_context", [probs, value_pred], batch, sq, s, v_dim)
