@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from ._graph_mla import mla_backward, mla_forward, mla_params, mla_stash
 from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
-                         Shape, unfused_attention, uniq)
+                         Shape, ln1_backward, unfused_attention, uniq)
 from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
@@ -238,12 +238,7 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
                  T * qkv_out * B, qkv_out * B)
     src = g.vector("qkv.dX_sum", ["q_proj.dX", "k_proj.dX", "v_proj.dX"], T * h, 2 * _C["add"],
                    3 * T * h * B, T * h * B)
-    if sp:
-        src = g.reduce_scatter("reduce_scatter_qkv.dX", [src], T * h * B)
-    else:
-        src = g.allreduce("allreduce_qkv.dX", [src], T * h * B)
-    return g.vector("ln1.bwd", [src, "residual1.bwd"], Tn * h, _C[m.norm + "_bwd"] + _C["residual"],
-                    3 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
+    return ln1_backward(g, sh, src)
 
 
 def attention_params(sh: Shape) -> int:

@@ -26,7 +26,7 @@ decompressed keys and values).
 from __future__ import annotations
 
 from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
-                         Shape, unfused_attention, uniq)
+                         Shape, ln1_backward, unfused_attention, uniq)
 from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
@@ -152,12 +152,7 @@ def mla_backward(g: Ops, sh: Shape, src: str) -> str:
         g.gemm("q_proj.dW", q_in + [ln1_full], 1, h, T, a * qk)
         q_dx = "q_proj.dX"
     src = g.vector("qkv.dX_sum", [q_dx, "kv_a_proj.dX"], T * h, _C["add"], 2 * T * h * B, T * h * B)
-    if sp:
-        src = g.reduce_scatter("reduce_scatter_qkv.dX", [src], T * h * B)
-    else:
-        src = g.allreduce("allreduce_qkv.dX", [src], T * h * B)
-    return g.vector("ln1.bwd", [src, "residual1.bwd"], Tn * h, _C[m.norm + "_bwd"] + _C["residual"],
-                    3 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
+    return ln1_backward(g, sh, src)
 
 
 def mla_params(sh: Shape) -> int:

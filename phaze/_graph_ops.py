@@ -260,3 +260,18 @@ def unfused_attention(f, sh, score_preds, value_pred, batch, sq, s, qk_dim, v_di
                          _C["scale_mask"] + _C["softmax"] + _C["dropout"], scores * B,
                          scores * (2 * B + MASK_BYTES_PER_ELEMENT))  # probabilities, dropped, mask
     return f.gemm("attn_context", [probs, value_pred], batch, sq, s, v_dim)
+
+
+def ln1_backward(g, sh, src):
+    """The end of an attention half's backward, into ``g``: the summed input gradient
+    ``src`` of the column-parallel projections reduced over the tensor-parallel group
+    (all-reduce, or reduce-scatter to the s/t tokens under sequence parallelism), then the
+    first norm's backward with the residual stream's gradient. Returns its name."""
+    T, h, Tn, B = sh.T, sh.h, sh.Tn, sh.B
+    if sh.sp:
+        src = g.reduce_scatter("reduce_scatter_qkv.dX", [src], T * h * B)
+    else:
+        src = g.allreduce("allreduce_qkv.dX", [src], T * h * B)
+    return g.vector("ln1.bwd", [src, "residual1.bwd"], Tn * h,
+                    _C[sh.m.norm + "_bwd"] + _C["residual"],
+                    3 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)

@@ -48,6 +48,12 @@ def positive_int(name: str, value, maximum: int = INT64_MAX) -> int:
     return _int_in_range(name, value, 1, maximum, "positive")
 
 
+def positive_ints(**values) -> tuple:
+    """Each keyword's value as a positive int (:func:`positive_int`, the keyword names the
+    field), in the order given: a plan's sizes checked in one call."""
+    return tuple(positive_int(name, value) for name, value in values.items())
+
+
 def nonneg_int(name: str, value, maximum: int = INT64_MAX) -> int:
     """``value`` as an int from 0 to ``maximum``, else ValueError naming ``name``."""
     return _int_in_range(name, value, 0, maximum, "non-negative")

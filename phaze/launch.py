@@ -78,7 +78,7 @@ from __future__ import annotations
 import json
 
 from . import models
-from ._validate import positive_int
+from ._validate import positive_ints
 
 __all__ = ["NotLaunchable", "TRAINERS", "megatron_arguments", "deepspeed_arguments", "emit"]
 
@@ -96,12 +96,10 @@ def _plan(model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, 
           context_parallel=1, flash_attention=False):
     """Validated plan values (bad input: ValueError naming the field)."""
     spec = models.resolve(model)
-    t = positive_int("tensor_parallel", tensor_parallel)
-    p = positive_int("pipeline_parallel", pipeline_parallel)
-    d = positive_int("data_parallel", data_parallel)
-    b = positive_int("microbatch", microbatch)
-    B = positive_int("global_batch", global_batch)
-    v = positive_int("virtual_stages", virtual_stages)
+    t, p, d, b, B, v = positive_ints(
+        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
+        data_parallel=data_parallel, microbatch=microbatch, global_batch=global_batch,
+        virtual_stages=virtual_stages)
     if recompute is True or recompute is False:
         recompute = "full" if recompute else "none"
     if recompute not in ("none", "selective", "full"):
@@ -111,8 +109,7 @@ def _plan(model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, 
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     if precision not in ("bf16", "fp16", "fp8"):
         raise ValueError(f"precision must be 'bf16', 'fp16' or 'fp8', got {precision!r}")
-    ep = positive_int("expert_parallel", expert_parallel)
-    cp = positive_int("context_parallel", context_parallel)
+    ep, cp = positive_ints(expert_parallel=expert_parallel, context_parallel=context_parallel)
     if getattr(spec, "kv_lora_rank", 0):
         raise NotLaunchable(f"{spec.name} uses multi-head latent attention, whose Megatron "
                             f"arguments phaze does not write yet")

@@ -457,17 +457,14 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     cp·d, cp without flash attention, ... — is "infeasible" with a one-sentence reason);
     bad arguments raise ``ValueError``.
     """
-    from ._validate import positive_float, positive_int
+    from ._validate import positive_float, positive_ints
 
     m_spec = models.resolve(model)
-    t = positive_int("tensor_parallel", tensor_parallel)
-    p = positive_int("pipeline_parallel", pipeline_parallel)
-    d = positive_int("data_parallel", data_parallel)
-    b = positive_int("microbatch", microbatch)
-    B = positive_int("global_batch", global_batch)
-    v = positive_int("virtual_stages", virtual_stages)
-    ep = positive_int("expert_parallel", expert_parallel)
-    cp = positive_int("context_parallel", context_parallel)
+    t, p, d, b, B, v, ep, cp = positive_ints(
+        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
+        data_parallel=data_parallel, microbatch=microbatch, global_batch=global_batch,
+        virtual_stages=virtual_stages, expert_parallel=expert_parallel,
+        context_parallel=context_parallel)
     if capacity_factor is not None:
         capacity_factor = positive_float("capacity_factor", capacity_factor)
     if not m_spec.is_moe and (ep != 1 or capacity_factor is not None):

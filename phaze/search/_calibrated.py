@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from .. import cost, graph, step
-from ._chunk import Rows, dominated, pruning_state, staircase, survivors
+from ._chunk import Rows, kept_architectures, pruning_state, staircase
 from ._inputs import model_expert_grid
 from ._settings import ChunkResult
 
@@ -240,10 +240,7 @@ def run_chunk(task) -> ChunkResult:
                 bounds[mi, mb, least] = up = _bounds_to_throughput(
                     lower_bounds(cfg, mi, mb, least, archs), global_batch)
                 ub[mi] = np.maximum(ub[mi], up)
-        if mode == "front":
-            keep_arch = ~dominated(ub, archs["area_mm2"], front)
-        else:
-            keep_arch = survivors(ub, floors, incumbents)
+        keep_arch = kept_architectures(mode, ub, archs, floors, incumbents, front)
 
     block = None
     if task.want_block:

@@ -267,6 +267,16 @@ def block_fwbw_seconds(model, archs, gap) -> np.ndarray:
 # --------------------------------------------------------------------------
 # The chunk
 # --------------------------------------------------------------------------
+def kept_architectures(mode, ub, archs, floors, incumbents, front) -> np.ndarray:
+    """Which architectures a valid throughput upper bound ``ub`` (models × archs) keeps:
+    with ``prune="front"`` those no evaluated architecture of no more area beats
+    (:func:`dominated`), else those that can still reach a model's floor or beat an
+    incumbent (:func:`survivors`)."""
+    if mode == "front":
+        return ~dominated(ub, archs["area_mm2"], front)
+    return survivors(ub, floors, incumbents)
+
+
 def pruning_state(task: ChunkTask):
     """The pruning state a chunk starts from: per model the best samples/s reached (a list:
     the floors rise inside the chunk as its points are solved), the incumbents'
@@ -313,10 +323,7 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
                 lower = layer_times(model, mb, widths, lat, archs, gap, lower_only=True)
                 ub[mi] = np.maximum(ub[mi], throughput_upper_bounds(
                     model, mb, widths, lower, archs, devices, global_batch))
-        if mode == "front":
-            keep_arch = ~dominated(ub, archs["area_mm2"], front)
-        else:
-            keep_arch = survivors(ub, floors, incumbents)
+        keep_arch = kept_architectures(mode, ub, archs, floors, incumbents, front)
 
     block = None
     if task.want_block:
