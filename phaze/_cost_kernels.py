@@ -291,14 +291,16 @@ def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes,
                              tile_split, tile_m_mult, tile_n_mult, tile_k_mult, cores_per_tile, k_stages,
                              tile_of_arch,
                              num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
-                             node_size, tile_efficiency, hbm_efficiency, launch_s,
-                             coll_latency_s, link_step_s, net_step_s, link_efficiency, net_efficiency,
-                             in_bytes, fp8_op, fp8_rate, single, intra):
+                             node_size, tile_efficiency, hbm_efficiency, attention_hbm_efficiency,
+                             launch_s, coll_latency_s, link_step_s, net_step_s, link_efficiency,
+                             net_efficiency, attention_op, in_bytes, fp8_op, fp8_rate, single, intra):
     """Fill ``single`` and ``intra`` (n_ops, n_archs) with the calibrated latencies, seconds.
 
     As ``_op_latencies`` (shapes, splits), plus "tiles": distinct (split, tile
     parameters) combinations; ``tile_split[x]`` is the split of tile combination x.
     Per-architecture arrays: the fractions and latencies of phaze.arch.efficiency.
+    ``attention_op`` (per operator): its HBM traffic runs at ``attention_hbm_efficiency``
+    instead of ``hbm_efficiency`` (the unfused attention core).
     ``in_bytes``, ``fp8_op``, ``fp8_rate``: as in ``_op_latencies``.
     """
     n_ops = kind.shape[0]
@@ -319,10 +321,11 @@ def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes,
                 intra[i, a] = t
             continue
         moved = float(bytes_moved[i])
+        hbm_eff = attention_hbm_efficiency if attention_op[i] else hbm_efficiency
         if kd == KIND_VECTOR:
             el = float(elements[i])
             for a in range(n_archs):
-                traffic_s = moved / (hbm_bytes_per_s[a] * hbm_efficiency[a])
+                traffic_s = moved / (hbm_bytes_per_s[a] * hbm_eff[a])
                 lanes = float(vc_width[a])
                 t1 = _vector_cycles(el, cpe[i], lanes) / clock_hz[a]
                 tp = _vector_cycles(el, cpe[i], lanes * num_vc[a]) / clock_hz[a]
@@ -357,7 +360,7 @@ def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes,
             rate = clock_hz[a] * tile_efficiency[a]
             if fp8_op[i]:
                 rate = rate * fp8_rate[a]
-            bw = hbm_bytes_per_s[a] * hbm_efficiency[a]
+            bw = hbm_bytes_per_s[a] * hbm_eff[a]
             t1 = max(max(cyc1[u], tile1[x]) / rate, bytes1[u] / bw)
             tp = max(max(cycp[v], tilep[x]) / rate, bytes_all[u] / bw)
             if fused:

@@ -54,13 +54,24 @@ def attention_forward(f: Ops, sh: Shape) -> str:
     # Sequence parallelism: the norm ran on this slice's s/t tokens; the column-parallel
     # GEMMs need all of them (Korthikanti et al. 2022 §4.2.2: g = all-gather).
     src = f.all_gather("allgather_attn", ["ln1"], T * h * B) if sp else "ln1"
-    # Column-parallel Q, K, V (separate GEMMs: independent, the scheduler may overlap them).
-    for name, width in (("q_proj", sh.q_dim), ("k_proj", sh.kv_dim), ("v_proj", sh.kv_dim)):
-        f.gemm(name, [src], 1, T, h, width, epilogue=qkv_c, extra_in=width * B if m.qkv_bias else 0)
+    if sh.megatron:
+        # Megatron-LM: one column-parallel GEMM ``query_key_value`` whose output is split
+        # into Q, K and V as views (ColumnParallelLinear of width q_dim + 2·kv_dim).
+        width = sh.q_dim + 2 * sh.kv_dim
+        f.gemm("qkv_proj", [src], 1, T, h, width, epilogue=qkv_c,
+               extra_in=width * B if m.qkv_bias else 0)
+        q_out = k_out = v_out = "qkv_proj"
+    else:
+        # Column-parallel Q, K, V (separate GEMMs: independent, the scheduler may overlap them).
+        for name, width in (("q_proj", sh.q_dim), ("k_proj", sh.kv_dim), ("v_proj", sh.kv_dim)):
+            f.gemm(name, [src], 1, T, h, width, epilogue=qkv_c,
+                   extra_in=width * B if m.qkv_bias else 0)
+        q_out, k_out, v_out = "q_proj", "k_proj", "v_proj"
     q_src = k_src = None
     if m.position == "rotary":
         rot = T * (sh.q_dim + sh.kv_dim)
-        q_src = k_src = f.vector("rotary", ["q_proj", "k_proj"], rot, _C["rotary"], rot * B, rot * B)
+        q_src = k_src = f.vector("rotary", uniq([q_out, k_out]), rot, _C["rotary"], rot * B,
+                                 rot * B)
     exchange = None
     if flash:
         # One fused kernel (Dao et al. 2022): QKᵀ and P·V tile by tile with an online
@@ -69,7 +80,7 @@ def attention_forward(f: Ops, sh: Shape) -> str:
         # and writes the context and the log-sum-exp.
         f.ops.append(dict(
             name="flash_attn", kind=KIND_FUSED,
-            preds=uniq([q_src or "q_proj", k_src or "k_proj", "v_proj"]),
+            preds=uniq([q_src or q_out, k_src or k_out, v_out]),
             dims=(b * sh.a_t, sq, sh.hd, 2 * s),
             cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]) / 2.0,
             elements=2 * scores,
@@ -77,10 +88,10 @@ def attention_forward(f: Ops, sh: Shape) -> str:
         ctx = "flash_attn"
         # Ring attention: cp − 1 K/V chunks from the neighbour, concurrent with flash_attn.
         exchange = f.group_collective(
-            "ring_kv_exchange", [k_src or "k_proj", "v_proj"], 2 * (sh.cp - 1) * T * sh.kv_dim * B,
+            "ring_kv_exchange", uniq([k_src or k_out, v_out]), 2 * (sh.cp - 1) * T * sh.kv_dim * B,
             sh.cp, comm_bytes=b * s * sh.kv_dim * B) if sh.cp > 1 else None
     else:
-        ctx = unfused_attention(f, sh, [q_src or "q_proj", k_src or "k_proj"], "v_proj",
+        ctx = unfused_attention(f, sh, uniq([q_src or q_out, k_src or k_out]), v_out,
                                 b * sh.a_t, sq, s, sh.hd, sh.hd, scores)
     # Row-parallel output projection: partial sums, all-reduced (or, with sequence
     # parallelism, reduce-scattered to the s/t tokens of each slice); its bias is added after.
@@ -99,7 +110,13 @@ def dense_mlp_forward(f: Ops, sh: Shape, src: str) -> str:
     bias_c = _bias(m)
     f.vector("ln2", [src], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
     src = f.all_gather("allgather_mlp", ["ln2"], T * h * B) if sp else "ln2"
-    if m.activation == "swiglu":
+    if m.activation == "swiglu" and sh.megatron:
+        # Megatron-Core (gated linear unit): one linear_fc1 GEMM of width 2·ffn/t holding the
+        # gate and up projections, then the (bias +) SwiGLU kernel.
+        f.gemm("fc1", [src], 1, T, h, 2 * sh.f_t)
+        act = f.vector("swiglu", ["fc1"], T * sh.f_t, bias_c + _C["swiglu"],
+                       2 * T * sh.f_t * B + (2 * sh.f_t * B if m.bias else 0), T * sh.f_t * B)
+    elif m.activation == "swiglu":
         for name in ("gate_proj", "up_proj"):
             f.gemm(name, [src], 1, T, h, sh.f_t, epilogue=bias_c,
                    extra_in=sh.f_t * B if m.bias else 0)
@@ -141,7 +158,13 @@ def dense_mlp_backward(g: Ops, sh: Shape) -> str:
     # again for the weight gradients of the column-parallel GEMMs; Megatron overlaps that
     # all-gather with the input-gradient GEMM (Korthikanti et al. 2022 §4.2.2).
     ln2_full = g.all_gather("allgather_ln2.bwd", [], T * h * B) if sp else None
-    if m.activation == "swiglu":
+    if m.activation == "swiglu" and sh.megatron:
+        g.vector("swiglu.bwd", ["fc2.dX"], 2 * T * sh.f_t, _C["swiglu_bwd"] + bias_g,
+                 3 * T * sh.f_t * B, 2 * T * sh.f_t * B)
+        g.gemm("fc1.dX", ["swiglu.bwd"], 1, T, 2 * sh.f_t, h)
+        g.gemm("fc1.dW", ["swiglu.bwd", ln2_full], 1, h, T, 2 * sh.f_t)
+        src = "fc1.dX"
+    elif m.activation == "swiglu":
         g.vector("swiglu.bwd", ["fc2.dX"], 2 * T * sh.f_t, _C["swiglu_bwd"] + bias_g,
                  3 * T * sh.f_t * B, 2 * T * sh.f_t * B)
         for name in ("gate_proj", "up_proj"):
@@ -228,16 +251,23 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
         q_grad = k_grad = [g.vector("rotary.bwd", uniq(q_grad + k_grad), rot, _C["rotary_bwd"],
                                     rot * B, rot * B)]
     ln1_full = g.all_gather("allgather_ln1.bwd", [], T * h * B) if sp else None
-    for name, width, grad in (("q_proj", sh.q_dim, q_grad), ("k_proj", sh.kv_dim, k_grad),
-                              ("v_proj", sh.kv_dim, v_grad)):
-        g.gemm(name + ".dX", grad, 1, T, width, h)
-        g.gemm(name + ".dW", grad + [ln1_full], 1, h, T, width)
+    if sh.megatron:
+        # One input-gradient and one weight-gradient GEMM for the fused query_key_value.
+        grads = uniq(q_grad + k_grad + v_grad)
+        src = g.gemm("qkv_proj.dX", grads, 1, T, qkv_out, h)
+        g.gemm("qkv_proj.dW", grads + [ln1_full], 1, h, T, qkv_out)
+    else:
+        for name, width, grad in (("q_proj", sh.q_dim, q_grad), ("k_proj", sh.kv_dim, k_grad),
+                                  ("v_proj", sh.kv_dim, v_grad)):
+            g.gemm(name + ".dX", grad, 1, T, width, h)
+            g.gemm(name + ".dW", grad + [ln1_full], 1, h, T, width)
     if m.qkv_bias:
         # Q/K/V bias gradients: column sums of their output gradients (a sink).
         g.vector("qkv.dbias", uniq(q_grad + k_grad + v_grad), qkv_out, T * _C["bias_grad"],
                  T * qkv_out * B, qkv_out * B)
-    src = g.vector("qkv.dX_sum", ["q_proj.dX", "k_proj.dX", "v_proj.dX"], T * h, 2 * _C["add"],
-                   3 * T * h * B, T * h * B)
+    if not sh.megatron:
+        src = g.vector("qkv.dX_sum", ["q_proj.dX", "k_proj.dX", "v_proj.dX"], T * h,
+                       2 * _C["add"], 3 * T * h * B, T * h * B)
     return ln1_backward(g, sh, src)
 
 

@@ -13,6 +13,16 @@ import numpy as np
 from ._native._dag import topological_order
 from .precision import DEFAULT_DTYPE, check_dtype
 
+#: Operators of the unfused attention core, forward and backward (``phaze._graph_ops``
+#: ``unfused_attention`` and the blocks' backward): the batched score and context GEMMs,
+#: the scale-mask-softmax (with the study's kernels also the dropout) and Megatron-LM's
+#: separate attention dropout. They stream the b·a·s² score matrices.
+UNFUSED_ATTENTION_OPS = frozenset((
+    "attn_scores", "softmax", "attn_dropout", "attn_context",
+    "attn_context.dX", "attn_context.dW", "attn_dropout.bwd", "softmax.bwd",
+    "attn_scores.dX", "attn_scores.dW"))
+
+
 @dataclass(frozen=True, eq=False)
 class OpGraph:
     """Operators of one layer's forward or backward pass (one tensor-parallel slice).
@@ -34,6 +44,10 @@ class OpGraph:
     - ``dtype``: the training datatype of the graph (``phaze.precision.DTYPES``).
     - ``fp8`` bool: operators whose GEMM runs in FP8 (inputs at 1 byte per element in
       ``bytes_in``, the chip's fp8 tensor rate); all False unless ``dtype == "fp8"``.
+
+    :attr:`attention_core` (derived from the names): the operators of the unfused
+    attention core (:data:`UNFUSED_ATTENTION_OPS`), whose HBM traffic the calibrated cost
+    model prices at the chip's ``attention_hbm_efficiency``.
     """
 
     kind: np.ndarray
@@ -168,6 +182,18 @@ class OpGraph:
     def preds(self, i: int) -> np.ndarray:
         """Predecessor indices of operator ``i``."""
         return self.pred_idx[self.pred_ptr[i]:self.pred_ptr[i + 1]]
+
+    @property
+    def attention_core(self) -> np.ndarray:
+        """bool per operator: whether it belongs to the unfused attention core
+        (:data:`UNFUSED_ATTENTION_OPS`); read-only, computed once."""
+        flags = self.__dict__.get("_attention_core")
+        if flags is None:
+            flags = np.fromiter((n in UNFUSED_ATTENTION_OPS for n in self.names), dtype=bool,
+                                count=len(self.names))
+            flags.setflags(write=False)
+            object.__setattr__(self, "_attention_core", flags)
+        return flags
 
     @property
     def flops(self) -> np.ndarray:

@@ -36,7 +36,7 @@ RECOMPUTE_CODES = {"none": kern.REC_NONE, "selective": kern.REC_SELECTIVE, "full
 #: all-gathered again for the weight gradient while the input gradient is computed):
 #: all-gather → the GEMMs it runs concurrently with.
 OVERLAPPED_GATHERS = {
-    "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX"),
+    "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX", "qkv_proj.dX"),
     "allgather_ln2.bwd": ("fc1.dX", "gate_proj.dX", "up_proj.dX"),
 }
 #: The attention-core operators selective recomputation re-runs before the backward.

@@ -100,7 +100,12 @@ the tile rule's cycles) / (clock · ``tile_efficiency``), the sustained fraction
 peak inside a tile; the array model's quantisation and the tile rule's are both
 real limits, so the larger holds.
 
-*HBM*: every traffic time divides by ``hbm_efficiency`` × the HBM bandwidth.
+*HBM*: every traffic time divides by ``hbm_efficiency`` × the HBM bandwidth, except
+that of the unfused attention core's operators (``OpGraph.attention_core``: the batched
+score and context GEMMs, the scale-mask-softmax and the attention dropout, forward and
+backward), which divides by ``attention_hbm_efficiency`` × the bandwidth: those kernels
+stream the b·a·s² score matrices at a rate measured for them as a whole
+(``phaze.arch.presets``).
 
 *Launch*: every compute operator (GEMM, vector, fused) costs ``launch_s`` more
 (kernel launch and synchronisation gap; collectives carry their own latency).
@@ -236,8 +241,8 @@ def _check_model(model, efficiency):
 
 
 _TILE_FIELDS = ("tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile", "k_stages")
-_RATE_FIELDS = ("tile_efficiency", "hbm_efficiency", "launch_s", "coll_latency_s", "link_step_s",
-                "net_step_s", "link_efficiency", "net_efficiency")
+_RATE_FIELDS = ("tile_efficiency", "hbm_efficiency", "attention_hbm_efficiency", "launch_s",
+                "coll_latency_s", "link_step_s", "net_step_s", "link_efficiency", "net_efficiency")
 
 
 def _calibrated_inputs(prep, efficiency):
@@ -356,7 +361,7 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         *common, c["tile_split"], *(c[f] for f in _TILE_FIELDS), c["tile_of_arch"],
         prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
         prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
-        *(c[f] for f in _RATE_FIELDS), *dt, single, intra)
+        *(c[f] for f in _RATE_FIELDS), op_graph.attention_core, *dt, single, intra)
     return single, intra
 
 

@@ -43,7 +43,7 @@ import functools
 from dataclasses import dataclass
 
 from . import _config, precision
-from ._opgraph import OpGraph
+from ._opgraph import UNFUSED_ATTENTION_OPS, OpGraph
 from ._validate import positive_float, positive_int
 
 

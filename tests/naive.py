@@ -480,6 +480,12 @@ def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff):
     return latency + 2 * (group - 1) / group * comm_bytes / bw
 
 
+#: The unfused attention core's operators, written out (phaze._opgraph.UNFUSED_ATTENTION_OPS).
+ATTENTION_CORE_NAMES = ("attn_scores", "softmax", "attn_dropout", "attn_context", "attn_context.dX",
+                        "attn_context.dW", "attn_dropout.bwd", "softmax.bwd", "attn_scores.dX",
+                        "attn_scores.dW")
+
+
 def naive_op_latencies_calibrated(op_graph, archs, eff_rows, acc_bytes=4, single_buffer_fraction=1.0):
     """phaze.cost.op_latencies(model="calibrated") one operator and one architecture at a time;
     ``eff_rows``: one phaze.arch.efficiency.EFFICIENCY_DTYPE row per architecture."""
@@ -490,7 +496,8 @@ def naive_op_latencies_calibrated(op_graph, archs, eff_rows, acc_bytes=4, single
     for a, row in enumerate(archs):
         eff = eff_rows[a]
         hz = float(row["clock_ghz"]) * 1e9
-        bw = float(row["hbm_gb_per_s"]) * 1e9 * float(eff["hbm_efficiency"])
+        bw_plain = float(row["hbm_gb_per_s"]) * 1e9 * float(eff["hbm_efficiency"])
+        bw_attention = float(row["hbm_gb_per_s"]) * 1e9 * float(eff["attention_hbm_efficiency"])
         rate = hz * float(eff["tile_efficiency"])
         launch = float(eff["launch_s"])
         cap = float(row["buffer_mib"]) * 2 ** 20
@@ -501,6 +508,8 @@ def naive_op_latencies_calibrated(op_graph, archs, eff_rows, acc_bytes=4, single
         for i in range(n_ops):
             kind = int(op_graph.kind[i])
             moved = int(op_graph.bytes_in[i]) + int(op_graph.bytes_out[i])
+            # the unfused attention core's operators, by name (not the kernel's flag array)
+            bw = bw_attention if op_graph.names[i] in ATTENTION_CORE_NAMES else bw_plain
             if kind == 3:
                 single[i, a] = intra[i, a] = naive_ring_allreduce(
                     int(op_graph.group_size[i]), int(op_graph.comm_bytes[i]), int(row["node_size"]),

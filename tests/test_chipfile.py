@@ -28,9 +28,10 @@ _TODAY_KNOBS = {
                      link_gb_per_s=450.0, net_gb_per_s=50.0, node_size=8),
 }
 _A100_FRACTIONS = dict(
-    tile_efficiency=0.869 / ((320 / 324) * (160 / 162)), hbm_efficiency=0.88, launch_s=1e-6,
-    coll_latency_s=8.4e-6, link_step_s=3.4e-6, net_step_s=28e-6,
-    link_efficiency=235.0 / 300.0, net_efficiency=24.0 / 25.0,
+    tile_efficiency=0.869 / ((320 / 324) * (160 / 162)), hbm_efficiency=0.88,
+    attention_hbm_efficiency=0.65, launch_s=1e-6,
+    coll_latency_s=8.4e-6, link_step_s=4.457e-6, net_step_s=28e-6,
+    link_efficiency=0.7257, net_efficiency=24.0 / 25.0,
     link_p2p_latency_s=16.5e-6, link_p2p_efficiency=195.1 / 300.0,
     net_p2p_latency_s=2.0e-5, net_p2p_efficiency=24.0 / 25.0)
 _GPU_TILE = dict(tile_m_mult=16, tile_n_mult=8, tile_k_mult=2, cores_per_tile=4, k_stages=3)
@@ -40,7 +41,8 @@ _TODAY_EFFICIENCY = {
     "a100-80g": dict(_GPU_TILE, **_A100_FRACTIONS),
     "h100-sxm": dict(_GPU_TILE, **dict(
         _A100_FRACTIONS, tile_efficiency=0.803 / ((128 / 132) * (208 / 210)),
-        hbm_efficiency=0.90, net_step_s=14e-6, link_efficiency=367.61 / 450.0,
+        hbm_efficiency=0.90, link_step_s=3.4e-6, net_step_s=14e-6,
+        link_efficiency=367.61 / 450.0,
         net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0)),
     "template": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
 }

@@ -26,7 +26,8 @@ CAL = dict(model="calibrated")
 _eff = st.fixed_dictionaries(dict(
     tile_m_mult=st.integers(1, 4), tile_n_mult=st.integers(1, 4), tile_k_mult=st.integers(1, 4),
     cores_per_tile=st.integers(1, 8), k_stages=st.integers(1, 4),
-    tile_efficiency=st.floats(0.05, 1.0), hbm_efficiency=st.floats(0.05, 1.0), launch_s=st.floats(0.0, 1e-5),
+    tile_efficiency=st.floats(0.05, 1.0), hbm_efficiency=st.floats(0.05, 1.0),
+    attention_hbm_efficiency=st.floats(0.05, 1.0), launch_s=st.floats(0.0, 1e-5),
     coll_latency_s=st.floats(0.0, 1e-4), link_step_s=st.floats(0.0, 1e-5), net_step_s=st.floats(0.0, 1e-4),
     link_efficiency=st.floats(0.05, 1.0), net_efficiency=st.floats(0.05, 1.0),
     link_p2p_latency_s=st.floats(0.0, 1e-4), link_p2p_efficiency=st.floats(0.05, 1.0),
@@ -63,10 +64,16 @@ def test_tile_rule_matches_dealing_tiles_one_by_one(b, m, k, n, w, d, cores, tm,
     assert fast == pytest.approx(naive_tile_cycles(b, m, k, n, w, d, cores, tm, tn, tk, cpt, stages), rel=RTOL)
 
 
+#: Names for the random operators: plain ones and the unfused attention core's (its own HBM rate).
+_op_names = st.sampled_from(["op", "attn_scores", "softmax", "attn_dropout.bwd", "attn_context.dW"])
+
+
 @given(ops=st.lists(_any_op, min_size=1, max_size=4), knobs=st.lists(_arch, min_size=1, max_size=3),
-       effs=st.lists(_eff, min_size=1, max_size=3))
-def test_matches_naive_reference(ops, knobs, effs):
-    g = _graph(*_named(ops))
+       effs=st.lists(_eff, min_size=1, max_size=3), names=st.lists(_op_names, min_size=4, max_size=4))
+def test_matches_naive_reference(ops, knobs, effs, names):
+    # unique names: a random one of the list above, numbered
+    g = _graph(*[dict(op, name=f"{names[i]}" if names[i] != "op" and names[i] not in names[:i]
+                      else f"op{i}") for i, op in enumerate(ops)])
     archs = _rows(knobs)
     eff = _eff_rows(effs, archs.shape[0])
     single, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=eff)
@@ -193,23 +200,58 @@ def test_wave_quantisation_example_of_the_nvidia_guide():
 
 def test_memory_bound_kernel_at_achievable_bandwidth():
     row = presets.get("a100-80g")
-    g = _graph(_vector("softmax", 10 ** 8, 1.0, 2 * 10 ** 8, 2 * 10 ** 8))
+    g = _graph(_vector("residual1", 10 ** 8, 1.0, 2 * 10 ** 8, 2 * 10 ** 8))
     e = efficiency.get("a100-80g")
     _, intra = cost.op_latencies(g, row, model="calibrated", efficiency="a100-80g")
     assert intra[0, 0] == pytest.approx(4e8 / (0.88 * 2039e9) + e.launch_s, rel=1e-12)
 
 
-def test_a100_allreduce_against_nccl_tests():
-    # 8×A100 NVLink all_reduce_perf (ml-engineering network/README.md): 1 GiB in 8.2039 ms,
-    # 4 GiB in 32.136 ms; the model uses NCCL's own α (56 µs) and the 235 GB/s busBw cap
+@pytest.mark.parametrize("name", ["softmax", "attn_dropout", "softmax.bwd", "attn_dropout.bwd"])
+def test_attention_core_kernels_at_their_measured_bandwidth(name):
+    # the unfused attention core streams the score matrices at attention_hbm_efficiency
     row = presets.get("a100-80g")
-    for size, measured in ((2 ** 30, 8.2039e-3), (2 ** 32, 32.136e-3)):
+    e = efficiency.get("a100-80g")
+    g = _graph(_vector(name, 10 ** 8, 1.0, 2 * 10 ** 8, 2 * 10 ** 8))
+    _, intra = cost.op_latencies(g, row, model="calibrated", efficiency=e)
+    assert e.attention_hbm_efficiency == 0.65
+    assert intra[0, 0] == pytest.approx(4e8 / (0.65 * 2039e9) + e.launch_s, rel=1e-12)
+
+
+def test_attention_core_reproduces_the_flashattention_megatron_table():
+    # Dao et al. 2022, Appendix E.6 (A100 40 GB, fp16, batch 16, 8 heads, head dim 64, dropout,
+    # no mask), "Megatron" column, forward + backward: Table 17, 17.41 ms at s = 2048 (the
+    # measurement attention_hbm_efficiency is derived from) and 4.73 ms at s = 1024.
+    from phaze import graph, models
+    row = arch.make_archs(base="a100-80g", hbm_gb_per_s=1555.0)
+    core = [n for n in graph.UNFUSED_ATTENTION_OPS]
+    for s, measured, rel in ((2048, 17.41e-3, 2e-3), (1024, 4.73e-3, 0.08)):
+        spec = models.ModelSpec(name="fa", n_layers=1, hidden=512, heads=8, kv_heads=8,
+                                ffn_hidden=2048, vocab=512, seq_len=s, causal=False)
+        blk = graph.build_layers(spec, 16, 1, kernels="megatron", dtype="fp16").layers[1]
+        total = 0.0
+        for g in (blk.forward, blk.backward):
+            _, intra = cost.op_latencies(g, row, model="calibrated", efficiency="a100-80g")
+            total += sum(intra[i, 0] for i, n in enumerate(g.names) if n in core)
+        assert total == pytest.approx(measured, rel=rel)
+
+
+#: 8 × A100-SXM4-80GB ``all_reduce_perf``, one process per GPU (mpirun -np 8 … -g 1),
+#: out-of-place times (docs/fidelity-sources.md §4.1, run "C2"): bytes → seconds.
+A100_ALLREDUCE_MPIRUN = {2 ** 23: 130.6e-6, 2 ** 24: 213.3e-6, 2 ** 25: 377.6e-6,
+                         2 ** 26: 615.7e-6, 2 ** 27: 1181.6e-6, 2 ** 28: 2218.2e-6,
+                         2 ** 29: 4248.8e-6, 2 ** 30: 8244.5e-6}
+
+
+def test_a100_allreduce_against_nccl_tests():
+    # the in-node α–β is fitted to the curve above: every row within 10 %
+    row = presets.get("a100-80g")
+    for size, measured in A100_ALLREDUCE_MPIRUN.items():
         g = _graph(_allreduce("ar", size, 8))
         t = cost.op_latencies(g, row, model="calibrated", efficiency="a100-80g")[0][0, 0]
-        assert t == pytest.approx(measured, rel=0.03)
+        assert t == pytest.approx(measured, rel=0.10)
     e = efficiency.get("a100-80g")
     small = cost.op_latencies(_graph(_allreduce("ar", 8, 8)), row, **CAL, efficiency=e)[0][0, 0]
-    assert small == pytest.approx(8.4e-6 + 14 * 3.4e-6, rel=1e-3)  # α of an 8-GPU ring, Simple protocol
+    assert small == pytest.approx(8.4e-6 + 14 * 4.457e-6, rel=1e-3)  # α of an 8-GPU ring: 70.8 µs
 
 
 def test_allreduce_across_nodes_counts_inter_node_steps():
@@ -217,7 +259,7 @@ def test_allreduce_across_nodes_counts_inter_node_steps():
     e = efficiency.get("a100-80g")
     t = cost.op_latencies(_graph(_allreduce("dp", 10 ** 9, 32)), row, **CAL, efficiency=e)[0][0, 0]
     # 32 GPUs on 4 nodes: 62 ring steps, 6 of them between nodes, over the 25 GB/s NIC at 0.96
-    alpha = 8.4e-6 + 56 * 3.4e-6 + 6 * 28e-6
+    alpha = 8.4e-6 + 56 * 4.457e-6 + 6 * 28e-6
     assert t == pytest.approx(alpha + 2 * 31 / 32 * 1e9 / (25e9 * 0.96), rel=1e-12)
     assert t == pytest.approx(naive_ring_allreduce(32, 10 ** 9, 8, 300e9, 25e9, e.row()[0]), rel=1e-12)
 

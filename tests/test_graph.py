@@ -263,13 +263,24 @@ def test_random_width_not_dividing_heads(m, t):
 @pytest.mark.parametrize("name,b,t", [("gpt3-175b", 1, 8), ("bert-large", 2, 1), ("opt-350m", 4, 2)])
 def test_megatron_kernels_split_the_study_fusions(name, b, t):
     """Same GEMM FLOPs, stashes and parameters; the attention dropout and the bias + GeLU
-    become their own kernels, which read their input back: more HBM bytes, never fewer."""
+    become their own kernels, which read their input back, and Q, K, V are one GEMM
+    (Megatron-LM's query_key_value) with one input- and one weight-gradient GEMM and no
+    sum of three input gradients."""
     from phaze.graph import build_layers
     study = build_layers(name, b, t).layers[1]
     mega = build_layers(name, b, t, kernels="megatron").layers[1]
     for a, m in ((study.forward, mega.forward), (study.backward, mega.backward)):
         assert a.flops.sum() == m.flops.sum()
-        assert (m.bytes_in.sum() + m.bytes_out.sum()) > (a.bytes_in.sum() + a.bytes_out.sum())
+    spec = build_layers(name, b, t).model
+    T, h = b * spec.seq_len, spec.hidden
+    width = (spec.heads + 2 * spec.kv_heads) * spec.head_dim // t
+    for g, names in ((mega.forward, {"qkv_proj": (1, T, h, width)}),
+                     (mega.backward, {"qkv_proj.dX": (1, T, width, h),
+                                      "qkv_proj.dW": (1, h, T, width)})):
+        idx = {n: i for i, n in enumerate(g.names)}
+        for n, dims in names.items():
+            assert tuple(int(x) for x in g.dims[idx[n]]) == dims
+        assert not {"q_proj", "k_proj", "v_proj", "q_proj.dX", "qkv.dX_sum"} & set(idx)
     for mode in ("none", "selective", "full"):
         assert study.stash(mode) == mega.stash(mode)
     assert study.param_bytes == mega.param_bytes and study.boundary_bytes == mega.boundary_bytes

@@ -47,6 +47,39 @@ def test_every_builtin_row_is_modelled(builtin):
             by[f"korthikanti2022/table5/{model}/full"]["predicted_s"]
 
 
+def test_builtin_table_within_the_fidelity_targets(builtin):
+    """Issue 13's targets on every modelled row of the built-in table (held-out rows
+    included): time MAPE <= 10 %, max <= 20 %; memory MAPE <= 5 %; and issue 14's on the
+    four Table 5 "seqsel" rows. A regression guard: no parameter is set from these rows."""
+    assert builtin.time_mape <= 10.0 and builtin.time_max_error <= 20.0
+    assert builtin.memory_mape <= 5.0
+    seqsel = [abs(r["error"]) for r in builtin.rows if r["name"].endswith("/seqsel")
+              and "table5" in r["name"]]
+    assert len(seqsel) == 4 and sum(seqsel) / 4 <= 10.0 and max(seqsel) <= 20.0
+
+
+def test_one_layer_against_korthikanti_table4():
+    """One 22B layer (t = 8, b = 4, s = 2048, A100) against Korthikanti et al. 2022 Table 4's
+    measured forward / backward (ms): baseline 7.7 / 11.9, sequence parallel 7.2 / 11.8,
+    and the recomputed attention core (selective minus baseline backward) 1.3 — each
+    within 5 % (the core 10 %). Layer-level evidence of the kernels, not an input."""
+    import numpy as np
+    from phaze import graph, step
+    from phaze._step_search import ATTENTION_CORE
+    from phaze.arch import resolve_chip
+    chip = resolve_chip("a100-80g")
+    spec = validate._model_spec("megatron-22b", _table()["models"])
+    for sp, (fwd, bwd) in ((False, (7.7e-3, 11.9e-3)), (True, (7.2e-3, 11.8e-3))):
+        blk = graph.build_layers(spec, 4, 8, kernels="megatron", sequence_parallel=sp,
+                                 dtype="fp16").layers[1]
+        f, fi = step._op_seconds(blk.forward, chip.row, chip.efficiency_set(), 8)
+        b, _ = step._op_seconds(blk.backward, chip.row, chip.efficiency_set(), 8)
+        assert float(np.sum(f)) == pytest.approx(fwd, rel=0.05)
+        assert float(np.sum(b)) == pytest.approx(bwd, rel=0.05)
+        if not sp:
+            assert sum(f[fi[n]] for n in ATTENTION_CORE) == pytest.approx(1.3e-3, rel=0.10)
+
+
 def test_errors_and_summaries(builtin):
     time_err, mem_err = [], []
     for r in builtin.rows:

@@ -17,6 +17,7 @@ EFFICIENCY_DTYPE = np.dtype([
     ("k_stages", np.int64),
     ("tile_efficiency", np.float64),
     ("hbm_efficiency", np.float64),
+    ("attention_hbm_efficiency", np.float64),
     ("launch_s", np.float64),
     ("coll_latency_s", np.float64),
     ("link_step_s", np.float64),

@@ -24,6 +24,10 @@ GEMM tile rule (``phaze.cost`` module docstring, "calibrated model"):
 Memory and launches:
 
 - ``hbm_efficiency``: achievable fraction of the HBM bandwidth for streaming traffic.
+- ``attention_hbm_efficiency``: the same for the unfused attention core's kernels
+  (:data:`phaze.graph.UNFUSED_ATTENTION_OPS`: the batched score and context GEMMs, the
+  scale-mask-softmax and the attention dropout, forward and backward), which stream the
+  b·a·s² score matrices; a component measurement of exactly those kernels sets it.
 - ``launch_s``: fixed time per compute operator (kernel launch and synchronisation gap), s.
 
 Collectives (ring all-reduce, NCCL's α–β form) and point-to-point transfers:
@@ -65,6 +69,7 @@ class Efficiency:
     k_stages: int
     tile_efficiency: float
     hbm_efficiency: float
+    attention_hbm_efficiency: float
     launch_s: float
     coll_latency_s: float
     link_step_s: float

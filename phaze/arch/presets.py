@@ -61,14 +61,31 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
 - hbm_efficiency = 0.88: event-timed read kernel at 1.80e12 of 2.039e12 B/s, Nsight
   Compute agreeing (NVIDIA developer forum, "Trouble to Reach Peak Bandwidth of A100" [S],
   sheet §2).
+- attention_hbm_efficiency = 0.650 [D]: Megatron-LM's unfused attention core measured as a
+  whole on an A100 (40 GB, fp16, batch 16, 8 heads, head dim 64, s = 2048, dropout 0.1, no
+  mask): 17.41 ms forward + backward (Dao et al. 2022, "FlashAttention", arXiv 2205.14135,
+  Appendix E.6, Table 17, "Megatron" column [P], sheet §2.1). phaze's own operators of that
+  core (batched QKᵀ and P·V GEMMs, fused scale-mask-softmax, attention dropout, and their
+  backward: 17.58e9 bytes) take 17.41 ms at 0.6498 of the 1.555e12 B/s peak (solved with
+  this module's other a100 parameters; fraction of peak assumed to carry from HBM2 to
+  HBM2e). Cross-checks, not used to set it: the same table at s = 1024 (4.46 ms predicted,
+  4.73 measured) and the forward / backward split at s = 2048 (7.04 / 10.36 ms predicted,
+  6.56 / 10.80 measured, Tables 15/16).
 - launch_s = 1e-6 s: GPU-side gap between back-to-back kernels on one stream (3.8 µs per
   kernel for a 2.9 µs kernel; A. Gray, "Getting Started with CUDA Graphs", NVIDIA blog
   2019 [S], sheet §3; no A100-specific number was found).
-- Collectives: NCCL v2.12.7 ring Simple cost model (src/graph/tuning.cc [P], sheet §4.3):
-  coll_latency_s = 8.4e-6 (baseLat), link_step_s = 3.4e-6 (NVLink hwLat per step),
-  net_step_s = 28e-6 (NET hwLat per inter-node step); link_efficiency = 235/300 = 0.7833
-  (NCCL's sm80 busBw cap 235 GB/s, equal to the measured 8-GPU all-reduce busbw of
-  234.9e9 B/s, stas00/ml-engineering network/README.md [P], sheet §4.1);
+- Collectives: NCCL's ring α–β form. coll_latency_s = 8.4e-6 (NCCL v2.12.7 ring Simple
+  baseLat, src/graph/tuning.cc [P], sheet §4.3) and net_step_s = 28e-6 (NET hwLat per
+  inter-node step, same file). In-node: link_step_s = 4.457e-6 and link_efficiency =
+  217.7/300 = 0.7257 [D], the least-squares fit (relative errors) of
+  α + 2(n−1)/n · S/β over the 8 MiB – 1 GiB rows of an 8 × A100-SXM4-80GB
+  ``all_reduce_perf`` run with one process per GPU (``mpirun -np 8 … -g 1``, as
+  Megatron-LM runs; out-of-place; sheet §4.1, run "C2"): α = 70.8e-6 s = 8.4e-6 +
+  14 · link_step_s, β = 217.7e9 B/s bus bandwidth; every row of that range within
+  −9.8 … +5.9 %. The range is where Megatron's tensor-parallel collectives fall (one
+  2048-token microbatch of hidden 2048 in 16 bits is 8 MiB). NCCL's own tuning model
+  (3.4e-6 per step, the 235 GB/s sm80 cap) is 7–19 % faster than every measured A100
+  curve at those sizes (sheet §4.1), so it is not used for them;
   net_efficiency = 24/25 = 0.96 (HDR NIC at ~24 GB/s, S. Jeaugey in NVIDIA/nccl #412 and
   #1048 [P], sheet §4.2).
 - Point-to-point: link_p2p_latency_s = 16.5e-6 (DGX A100 2-GPU send/recv of small
@@ -89,6 +106,8 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
   (128 tiles on 132 SMs: 128/132; 208 K-steps + 2: 208/210): 0.803 / 0.96046 = 0.8361.
 - hbm_efficiency = 0.90: event-timed copy at 3.02e12 of 3.35e12 B/s (sheet §2 [S, weak];
   the H100 NVL BabelStream run, 0.78–0.85, is another SKU).
+- attention_hbm_efficiency = 0.650: the A100's (no Hopper measurement of the unfused
+  attention core was found; Hopper runs use flash attention).
 - launch_s = 1e-6 s (as A100; Hopper host launch 1.3–2.1 µs, the GPU-side gap ≈1 µs, sheet §3 [S]).
 - Collectives: NCCL v2.20.3 ring Simple (sheet §4.3 [P]): coll_latency_s = 8.4e-6,
   link_step_s = 3.4e-6, net_step_s = 14e-6; link_efficiency = 367.61/450 = 0.8169 (8×H200
@@ -101,7 +120,8 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
 ``tpuv4`` and ``template`` (every row that is no preset, e.g. the study's space): no
 component-level TPU v4 measurement of GEMM, HBM or ICI efficiency was found (sheet §8.4).
 They take the a100-80g fractions and latencies (tile_efficiency 0.8909, hbm_efficiency
-0.88, launch_s 1e-6, the NCCL α/β values) — the only chip with a source for each — and
+0.88, attention_hbm_efficiency 0.650, launch_s 1e-6, the α/β values) — the only chip with
+a source for each — and
 the template's own tile rule: one weight-stationary array per tile (cores_per_tile 1;
 tile_m_mult = tile_n_mult = tile_k_mult = 1) and no per-tile K fill (k_stages 1), because
 an array's fill and drain is already in the template's array model.
