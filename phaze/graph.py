@@ -16,6 +16,8 @@ independent GEMMs ``G.dX`` (gradient of its first operand, the activation) and
 K and V); vector operators ``X`` become ``X.bwd``; the input gradients of the
 column-parallel GEMMs are summed (``qkv.dX_sum``, ``mlp_in.dX_sum``) and, when
 t > 1, all-reduced (``allreduce_qkv.dX``, ``allreduce_fc1.dX``) before they flow on.
+(With ``kernels="megatron"`` Q, K, V are one ``qkv_proj`` GEMM and a gated MLP's gate and
+up projections one ``fc1``, so there is nothing to sum.)
 Collectives exist only when t > 1.
 
 Strategy options of :func:`build_layers` (defaults: the graphs above, unchanged):
@@ -297,10 +299,14 @@ def build_layers(model, microbatch, tensor_parallel, *,
       backward); no b·a·s² scores are stashed, the fp32 log-sum-exp is.
     - ``kernels``: "study" (the study's fusions: scale-mask-softmax and the attention
       dropout in one pass; bias and activation in FC1's GEMM epilogue) or "megatron" (the
-      kernels Megatron-LM launches, which the calibrated step model prices:
-      ``FusedScaleMaskSoftmax`` then a separate ``attn_dropout`` kernel, and their two
-      backward kernels ``attn_dropout.bwd`` and ``softmax.bwd``; FC1 as a plain GEMM
-      followed by the fused bias + GeLU kernel ``fc1_act``). Stashes are the same.
+      kernels Megatron-LM launches, which the calibrated step model prices: one
+      ``qkv_proj`` GEMM (Megatron's fused ``query_key_value``; backward ``qkv_proj.dX``
+      and ``qkv_proj.dW``, no sum of three input gradients); ``FusedScaleMaskSoftmax``
+      then a separate ``attn_dropout`` kernel, and their two backward kernels
+      ``attn_dropout.bwd`` and ``softmax.bwd``; FC1 as a plain GEMM followed by the fused
+      bias + GeLU kernel ``fc1_act``, or for a gated MLP one ``fc1`` of width 2·ffn/t
+      then ``swiglu`` (Megatron-Core's ``linear_fc1``)). FLOPs, stashes and parameters
+      are the same as the study's.
     - ``dtype``: "bf16" (default) or "fp16" (the same graphs), or "fp8": the linear
       layers' GEMMs (experts' included) read FP8 operands (1 byte per element;
       ``OpGraph.fp8`` marks them for the chip's fp8 tensor rate) and their inputs are

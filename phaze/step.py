@@ -25,8 +25,11 @@ separate cores overlapping in time — does not describe that stream, so the lay
 here is the plain sum of the operators' intra-op calibrated latencies (each already
 carries its kernel launch gap, ``launch_s``). The graphs are built with
 ``kernels="megatron"`` (``phaze.graph.build_layers``): the kernels Megatron-LM launches
-— the attention dropout after the fused scale-mask-softmax and the bias + GeLU after
-FC1 as their own memory-bound kernels — not the study's fusions. For a template (multi-core
+— one fused Q/K/V GEMM, the attention dropout after the fused scale-mask-softmax and the
+bias + GeLU after FC1 as their own memory-bound kernels — not the study's fusions. The
+asynchronous all-reduce of the column-parallel input gradient (Megatron-LM from Sept.
+2021) is charged in full: on the A100 a GEMM running beside an NCCL collective is
+slowed by up to 1.76× (sheet §5.8), so the overlap is not modelled as free. For a template (multi-core
 hypothetical) row this sum is an upper bound of its certified schedule; this module
 is meant for GPU presets, where it is the honest model.
 
