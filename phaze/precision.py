@@ -18,13 +18,14 @@
 
   * **FP8 GEMMs** (:data:`FP8_GEMMS`): the linear layers of every transformer block —
     ``q_proj, k_proj, v_proj`` (Megatron-LM's fused ``qkv_proj``), ``out_proj, fc1 |
-    gate_proj, up_proj, fc2`` — and their backward ``.dX`` (dgrad) and ``.dW`` (wgrad) GEMMs. Both inputs (activation or
-    output gradient, and weight or saved input) are read at :data:`FP8_BYTES` = 1 byte
-    per element and the GEMM runs at the chip's fp8 tensor rate
-    (``phaze.arch.fp8_rate``); its output is written in 16-bit (TE's ``Linear`` returns
-    the activation dtype; the wgrad accumulates into the 16/32-bit gradient). The cast
-    to FP8 is fused into the producer (TE's ``LayerNormLinear`` / ``LayerNormMLP`` emit
-    the norm output and the activation in FP8) and is not priced separately.
+    gate_proj, up_proj, fc2`` — and their backward ``.dX`` (dgrad) and ``.dW`` (wgrad)
+    GEMMs. Both inputs (activation or output gradient, and weight or saved input) are
+    read at :data:`FP8_BYTES` = 1 byte per element and the GEMM runs at the chip's fp8
+    tensor rate (``phaze.arch.fp8_rate``); its output is written in 16-bit (TE's
+    ``Linear`` returns the activation dtype; the wgrad accumulates into the 16/32-bit
+    gradient). The cast to FP8 is fused into the producer (TE's ``LayerNormLinear`` /
+    ``LayerNormMLP`` emit the norm output and the activation in FP8) and is not priced
+    separately.
   * **16-bit as before**: norms, softmax, dropout, residual adds, rotary, the
     activation's element-wise math, the attention core (``attn_scores``,
     ``attn_context`` or ``flash_attn``: TE's ``DotProductAttention`` runs in FP8 only
@@ -69,7 +70,8 @@ DEFAULT_DTYPE = "bf16"
 FP8_BYTES = 1
 #: Operators that run in FP8 under ``dtype="fp8"`` (forward names; their backward
 #: ``NAME.dX`` and ``NAME.dW`` GEMMs too): the linear layers of a transformer block.
-FP8_GEMMS = ("q_proj", "k_proj", "v_proj", "qkv_proj", "out_proj", "fc1", "gate_proj", "up_proj", "fc2",
+FP8_GEMMS = ("q_proj", "k_proj", "v_proj", "qkv_proj", "out_proj",
+             "fc1", "gate_proj", "up_proj", "fc2",
              # mixture of experts (Transformer Engine's FP8 grouped GEMMs); the router and
              # the shared-expert gate stay 16-bit
              "expert_fc1", "expert_gate_proj", "expert_up_proj", "expert_fc2",

@@ -29,9 +29,9 @@ carries its kernel launch gap, ``launch_s``). The graphs are built with
 bias + GeLU after FC1 as their own memory-bound kernels — not the study's fusions. The
 asynchronous all-reduce of the column-parallel input gradient (Megatron-LM from Sept.
 2021) is charged in full: on the A100 a GEMM running beside an NCCL collective is
-slowed by up to 1.76× (sheet §5.8), so the overlap is not modelled as free. For a template (multi-core
-hypothetical) row this sum is an upper bound of its certified schedule; this module
-is meant for GPU presets, where it is the honest model.
+slowed by up to 1.76× (sheet §5.8), so the overlap is not modelled as free. For a
+template (multi-core hypothetical) row this sum is an upper bound of its certified
+schedule; this module is meant for GPU presets, where it is the honest model.
 
 The step (1F1B, Narayanan et al. 2021 §2.2.1; sheet §5.4)
 ----------------------------------------------------------

@@ -120,11 +120,11 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
 ``tpuv4`` and ``template`` (every row that is no preset, e.g. the study's space): no
 component-level TPU v4 measurement of GEMM, HBM or ICI efficiency was found (sheet §8.4).
 They take the a100-80g fractions and latencies (tile_efficiency 0.8909, hbm_efficiency
-0.88, attention_hbm_efficiency 0.650, launch_s 1e-6, the α/β values) — the only chip with
-a source for each — and
-the template's own tile rule: one weight-stationary array per tile (cores_per_tile 1;
-tile_m_mult = tile_n_mult = tile_k_mult = 1) and no per-tile K fill (k_stages 1), because
-an array's fill and drain is already in the template's array model.
+0.88, attention_hbm_efficiency 0.650, launch_s 1e-6, the α/β values) — the only chip
+with a source for each — and the template's own tile rule: one weight-stationary array
+per tile (cores_per_tile 1; tile_m_mult = tile_n_mult = tile_k_mult = 1) and no per-tile
+K fill (k_stages 1), because an array's fill and drain is already in the template's
+array model.
 """
 from __future__ import annotations
 
