@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from ._graph_mla import mla_backward, mla_forward, mla_params, mla_stash
 from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
-                         Shape, ln1_backward, unfused_attention, uniq)
+                         Shape, ln1_backward, residual_out, unfused_attention, uniq)
 from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
@@ -46,7 +46,6 @@ def attention_forward(f: Ops, sh: Shape) -> str:
     m, B, T, h = sh.m, sh.B, sh.T, sh.h
     b, s, sq = sh.b, sh.s, sh.s_q
     Tn, sp, flash = sh.Tn, sh.sp, sh.flash
-    bias_c = _bias(m)
     qkv_c = _bias(m, qkv=True)
     scores = b * sh.a_t * sq * s                     # attention score elements of this slice
     lse = b * sh.a_t * sq * LOSS_BYTES_PER_ELEMENT
@@ -96,12 +95,7 @@ def attention_forward(f: Ops, sh: Shape) -> str:
     # Row-parallel output projection: partial sums, all-reduced (or, with sequence
     # parallelism, reduce-scattered to the s/t tokens of each slice); its bias is added after.
     f.gemm("out_proj", [ctx, exchange], 1, T, sh.q_dim, h)
-    if sp:
-        src = f.reduce_scatter("reduce_scatter_attn", ["out_proj"], T * h * B)
-    else:
-        src = f.allreduce("allreduce_attn", ["out_proj"], T * h * B)
-    return f.vector("residual1", [src], Tn * h, bias_c + _C["dropout"] + _C["residual"],
-                    2 * Tn * h * B + (h * B if m.bias else 0), Tn * h * (B + MASK_BYTES_PER_ELEMENT))
+    return residual_out(f, sh, "residual1", f.tp_reduce("attn", "out_proj", T * h * B, sp), m.bias)
 
 
 def dense_mlp_forward(f: Ops, sh: Shape, src: str) -> str:
@@ -133,12 +127,7 @@ def dense_mlp_forward(f: Ops, sh: Shape, src: str) -> str:
         act = f.gemm("fc1", [src], 1, T, h, sh.f_t, epilogue=bias_c + _C[m.activation],
                      extra_in=sh.f_t * B if m.bias else 0)
     f.gemm("fc2", [act], 1, T, sh.f_t, h)
-    if sp:
-        src = f.reduce_scatter("reduce_scatter_mlp", ["fc2"], T * h * B)
-    else:
-        src = f.allreduce("allreduce_mlp", ["fc2"], T * h * B)
-    return f.vector("residual2", [src], Tn * h, bias_c + _C["dropout"] + _C["residual"],
-                    2 * Tn * h * B + (h * B if m.bias else 0), Tn * h * (B + MASK_BYTES_PER_ELEMENT))
+    return residual_out(f, sh, "residual2", f.tp_reduce("mlp", "fc2", T * h * B, sp), m.bias)
 
 
 def dense_mlp_backward(g: Ops, sh: Shape) -> str:
@@ -178,10 +167,7 @@ def dense_mlp_backward(g: Ops, sh: Shape) -> str:
         g.gemm("fc1.dX", ["fc1.act.bwd"], 1, T, sh.f_t, h)
         g.gemm("fc1.dW", ["fc1.act.bwd", ln2_full], 1, h, T, sh.f_t)
         src = "fc1.dX"
-    if sp:
-        src = g.reduce_scatter("reduce_scatter_fc1.dX", [src], T * h * B)
-    else:
-        src = g.allreduce("allreduce_fc1.dX", [src], T * h * B)
+    src = g.tp_reduce("fc1.dX", src, T * h * B, sp)
     # LN2 backward, plus the residual stream's gradient (the add of both branches).
     return g.vector("ln2.bwd", [src, "residual2.bwd"], Tn * h, _C[m.norm + "_bwd"] + _C["residual"],
                     3 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
@@ -287,7 +273,7 @@ def attention_stash(sh: Shape) -> tuple:
     share that selective recomputation drops)."""
     if sh.m.uses_mla:
         return mla_stash(sh)
-    m, B, T, h, Tn = sh.m, sh.B, sh.T, sh.h, sh.Tn
+    B, T, h, Tn = sh.B, sh.T, sh.h, sh.Tn
     scores = sh.b * sh.a_t * sh.s_q * sh.s
     lse = sh.b * sh.a_t * sh.s_q * LOSS_BYTES_PER_ELEMENT
     # Korthikanti et al. 2022 (Megatron, 2-byte elements, no sequence parallelism): ln1 input

@@ -26,7 +26,7 @@ decompressed keys and values).
 from __future__ import annotations
 
 from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
-                         Shape, ln1_backward, unfused_attention, uniq)
+                         Shape, ln1_backward, residual_out, unfused_attention, uniq)
 from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
@@ -80,12 +80,9 @@ def mla_forward(f: Ops, sh: Shape) -> str:
         ctx = unfused_attention(f, sh, ["rotary", "kv_b_proj"], "kv_b_proj", b * a, sq, s, qk,
                                 vd, scores)
     f.gemm("out_proj", [ctx, exchange], 1, T, a * vd, h)
-    if sp:
-        src = f.reduce_scatter("reduce_scatter_attn", ["out_proj"], T * h * B)
-    else:
-        src = f.allreduce("allreduce_attn", ["out_proj"], T * h * B)
-    return f.vector("residual1", [src], Tn * h, _C["dropout"] + _C["residual"], 2 * Tn * h * B,
-                    Tn * h * (B + MASK_BYTES_PER_ELEMENT))
+    # (the MLA block carries no output bias)
+    return residual_out(f, sh, "residual1", f.tp_reduce("attn", "out_proj", T * h * B, sp),
+                        bias=False)
 
 
 def mla_backward(g: Ops, sh: Shape, src: str) -> str:

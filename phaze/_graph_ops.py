@@ -169,6 +169,15 @@ class Ops:
         assert name.startswith("allgather_")
         return self._sp_collective(name, preds, nbytes)
 
+    def tp_reduce(self, tag, src, nbytes, sequence_parallel):
+        """The tensor-parallel reduction of ``src`` (a row-parallel GEMM's partial sums, or
+        a column-parallel GEMM's input gradient): ``reduce_scatter_<tag>`` to the s/t tokens
+        of each slice under sequence parallelism, else ``allreduce_<tag>``; none when t = 1.
+        Returns what follows waits on."""
+        if sequence_parallel:
+            return self.reduce_scatter("reduce_scatter_" + tag, [src], nbytes)
+        return self.allreduce("allreduce_" + tag, [src], nbytes)
+
     def group_collective(self, name, preds, nbytes, group, *, comm_bytes):
         """A collective over ``group`` ranks other than the tensor-parallel group (expert or
         context parallel); none when ``group`` = 1. ``comm_bytes``: what the ring all-reduce
@@ -262,16 +271,24 @@ def unfused_attention(f, sh, score_preds, value_pred, batch, sq, s, qk_dim, v_di
     return f.gemm("attn_context", [probs, value_pred], batch, sq, s, v_dim)
 
 
+def residual_out(f, sh, name, src, bias):
+    """Megatron-LM's fused bias + dropout + residual add after a branch's reduction ``src``
+    (``residual1`` / ``residual2``), on the slice's tokens (s/t of them under sequence
+    parallelism): reads the branch and the residual stream (and the bias when ``bias``),
+    writes the sum and the 1-byte dropout mask. Returns its name."""
+    Tn, h, B = sh.Tn, sh.h, sh.B
+    return f.vector(name, [src], Tn * h,
+                    (_C["bias"] if bias else 0.0) + _C["dropout"] + _C["residual"],
+                    2 * Tn * h * B + (h * B if bias else 0), Tn * h * (B + MASK_BYTES_PER_ELEMENT))
+
+
 def ln1_backward(g, sh, src):
     """The end of an attention half's backward, into ``g``: the summed input gradient
     ``src`` of the column-parallel projections reduced over the tensor-parallel group
     (all-reduce, or reduce-scatter to the s/t tokens under sequence parallelism), then the
     first norm's backward with the residual stream's gradient. Returns its name."""
     T, h, Tn, B = sh.T, sh.h, sh.Tn, sh.B
-    if sh.sp:
-        src = g.reduce_scatter("reduce_scatter_qkv.dX", [src], T * h * B)
-    else:
-        src = g.allreduce("allreduce_qkv.dX", [src], T * h * B)
+    src = g.tp_reduce("qkv.dX", src, T * h * B, sh.sp)
     return g.vector("ln1.bwd", [src, "residual1.bwd"], Tn * h,
                     _C[sh.m.norm + "_bwd"] + _C["residual"],
                     3 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)

@@ -34,7 +34,6 @@ Packed inputs (dense float64 / int64 arrays, no Python objects):
   over the data-parallel index, per stage the nodes its data-parallel ring spans, the
   nodes of the embedding all-reduce and of the model-parallel group.
 """
-import math
 
 import numpy as np
 from numba import njit

@@ -10,8 +10,6 @@ compiled arithmetic of :mod:`phaze._step_kernels`, shared with ``training_step``
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import _step_kernels as kern

@@ -62,7 +62,6 @@ Interleaved schedules (``virtual_stages`` > 1) are not drawn yet.
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 

@@ -226,17 +226,21 @@ def test_old_files_with_boolean_recompute_still_load(tmp_path, full):
     assert set(back.table["recompute"]) <= {"none", "full"}
 
 
-def test_resume_keeps_the_knob_columns(tmp_path):
-    out = tmp_path / "run.csv.gz"
-    kw = dict(KNOBS, microbatch=(1,), hbm_gib=(1.0,), chunk_archs=4, out=out)
-    whole = search.search(TINY, space=ROWS, **kw)
-    # cut the run after its first chunk: drop the journal's other chunks
-    meta_path = tmp_path / "run.csv.gz.meta.json"
+def _cut_journal_after_first_chunk(meta_path):
+    """Make a finished run's journal (``*.meta.json``) look cut after its first chunk: only
+    chunk 0 recorded, no completion mark, no summary."""
     meta = json.loads(meta_path.read_text())
     meta["chunks"] = {"0": meta["chunks"]["0"]}
     meta.pop("complete", None)
     meta.pop("summary", None)
     meta_path.write_text(json.dumps(meta))
+
+
+def test_resume_keeps_the_knob_columns(tmp_path):
+    out = tmp_path / "run.csv.gz"
+    kw = dict(KNOBS, microbatch=(1,), hbm_gib=(1.0,), chunk_archs=4, out=out)
+    whole = search.search(TINY, space=ROWS, **kw)
+    _cut_journal_after_first_chunk(tmp_path / "run.csv.gz.meta.json")
     again = search.search(TINY, space=ROWS, resume=True, **dict(kw, out=out))
     assert again.metadata["resumed_chunks"] == 1
     for name in _table.COLUMN_NAMES:

@@ -11,6 +11,8 @@ import pytest
 from phaze import arch, cli, models, search
 from phaze.search import _table
 
+from test_search_calibrated import _cut_journal_after_first_chunk
+
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
 KNOBS = dict(study=True, devices=4, global_batch=8, microbatch=(1, 2), hbm_gib=(1.0,), recompute=(False,),
@@ -108,12 +110,7 @@ def test_resume_fills_mfu_of_rows_written_without_it(tmp_path):
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows([r[:cut] + r[cut + 1:] for r in kept])
     out.write_text(buf.getvalue())
-    meta_path = tmp_path / "r.csv.meta.json"
-    meta = json.loads(meta_path.read_text())
-    meta["chunks"] = {"0": meta["chunks"]["0"]}
-    meta.pop("complete", None)
-    meta.pop("summary", None)
-    meta_path.write_text(json.dumps(meta))
+    _cut_journal_after_first_chunk(tmp_path / "r.csv.meta.json")
     resumed = search.search(TINY, space=ROWS, **kw, resume=True)
     assert resumed.metadata["resumed_chunks"] == 1
     assert np.allclose(resumed.table["mfu"], full.table["mfu"])

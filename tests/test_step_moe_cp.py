@@ -15,6 +15,7 @@ from phaze.arch import efficiency, make_archs, presets
 from phaze.models import ModelSpec
 
 from naive import naive_megatron_groups
+from test_step_search import _brute, _check_row_is_its_plan
 
 A100 = efficiency.get("a100-80g")
 MOE = ModelSpec(name="moe-4x2", n_layers=4, hidden=64, heads=4, kv_heads=2, ffn_hidden=256,
@@ -59,47 +60,6 @@ def _plans(model, devices, global_batch, microbatch):
                                                 microbatch=microbatch, global_batch=global_batch)
 
 
-def _brute(model, row, cap, devices, global_batch, microbatch, recompute):
-    """The least time over every combination Megatron launches (no ZeRO 2–3 over more than
-    one rank with pipeline or context parallelism)."""
-    best = math.inf
-    for plan in _plans(model, devices, global_batch, microbatch):
-        D = plan["context_parallel"] * plan["data_parallel"]
-        if plan["zero_stage"] >= 2 and D > 1 and (plan["pipeline_parallel"] > 1
-                                                  or plan["context_parallel"] > 1):
-            continue
-        r = step.training_step(model, row[None], recompute=recompute, **plan)
-        if r.ok and all(mb.total <= cap for mb in r.memory) and r.time_s < best:
-            best = r.time_s
-    return best
-
-
-def _reprice(model, row, rec, recompute, microbatch, global_batch):
-    """The returned plan priced by training_step gives the row's time and fields."""
-    r = step.training_step(
-        model, row[None], tensor_parallel=int(rec["tensor_parallel"]),
-        pipeline_parallel=int(rec["pipeline_parallel"]), data_parallel=int(rec["data_parallel"]),
-        expert_parallel=int(rec["expert_parallel"]), context_parallel=int(rec["context_parallel"]),
-        microbatch=microbatch, global_batch=global_batch, recompute=recompute,
-        virtual_stages=int(rec["virtual_stages"]), sequence_parallel=bool(rec["sequence_parallel"]),
-        flash_attention=bool(rec["flash_attention"]), zero_stage=int(rec["zero_stage"]),
-        overlap_grad_reduce=bool(rec["overlap_grad_reduce"]))
-    assert r.ok, r.reason
-    assert rec["time_s"] == pytest.approx(r.time_s, rel=1e-12)
-    for f in ("forward_s", "backward_s", "recompute_s", "p2p_s", "bubble_s", "dp_allreduce_s",
-              "optimizer_s"):
-        assert rec[f] == pytest.approx(getattr(r.breakdown, f), rel=1e-12, abs=1e-300)
-    assert rec["devices_used"] == (rec["tensor_parallel"] * rec["context_parallel"]
-                                   * rec["pipeline_parallel"] * rec["data_parallel"])
-    assert rec["microbatches"] == r.breakdown.microbatches
-    peak = r.peak_memory
-    assert rec["memory_bytes"] == peak.total
-    assert rec["weights_bytes"] == peak.weights
-    assert rec["optimizer_bytes"] == peak.optimizer_state
-    assert rec["activations_bytes"] == peak.activations + peak.activations_other
-    return r
-
-
 @settings(max_examples=6, deadline=None)
 @given(model=st.sampled_from([MOE, ALL_MOE, DENSE]), devices=st.integers(1, 8),
        batch_mult=st.integers(1, 3), recompute=st.sampled_from(["none", "selective", "full"]),
@@ -112,13 +72,13 @@ def test_best_plans_is_the_brute_force_minimum_with_ep_and_cp(model, devices, ba
     out = step.best_plans(model, archs, devices=devices, global_batch=global_batch, microbatch=1,
                           recompute=recompute, hbm_bytes=cap,
                           expert_parallel=EPS if model.is_moe else None, **GRIDS)
-    ref = _brute(model, archs[0], cap, devices, global_batch, 1, recompute)
+    ref = _brute(model, archs[0], cap, _plans(model, devices, global_batch, 1), recompute)
     if math.isinf(ref):
         assert not out["feasible"][0] and out["reason"][0] in (1, 2)
         return
     assert out["feasible"][0]
     assert out["time_s"][0] == pytest.approx(ref, rel=1e-12)
-    _reprice(model, archs[0], out[0], recompute, 1, global_batch)
+    _check_row_is_its_plan(model, archs[0], out[0], recompute, 1, global_batch)
 
 
 @pytest.mark.parametrize("model, row, recompute, cap, parallel", [
@@ -131,11 +91,11 @@ def test_brute_force_across_nodes(model, row, recompute, cap, parallel):
     out = step.best_plans(model, archs, devices=8, global_batch=8, microbatch=1,
                           recompute=recompute, hbm_bytes=cap,
                           expert_parallel=EPS if model.is_moe else None, **GRIDS)
-    ref = _brute(model, archs[0], cap, 8, 8, 1, recompute)
+    ref = _brute(model, archs[0], cap, _plans(model, 8, 8, 1), recompute)
     assert out["time_s"][0] == pytest.approx(ref, rel=1e-12)
     if parallel:
         assert out["expert_parallel"][0] * out["context_parallel"][0] > 1
-    _reprice(model, archs[0], out[0], recompute, 1, 8)
+    _check_row_is_its_plan(model, archs[0], out[0], recompute, 1, 8)
 
 
 @settings(max_examples=40, deadline=None)

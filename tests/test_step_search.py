@@ -50,13 +50,21 @@ def _plans(model, devices, global_batch, microbatch):
                                                microbatch=microbatch, global_batch=global_batch)
 
 
-def _brute(model, row, cap, devices, global_batch, microbatch, recompute, launchable=True):
-    """The least time over every combination; ``launchable``: without ZeRO 2–3 under
-    pipeline parallelism (what no trainer launches; ZeRO at d = 1 is no ZeRO)."""
+def _launchable(plan):
+    """Whether a trainer launches ``plan``: no ZeRO 2–3 sharded over more than one rank
+    (the cp·d data and context ranks; ZeRO at one rank is no ZeRO) together with pipeline
+    or context parallelism."""
+    cp = plan.get("context_parallel", 1)
+    return not (plan["zero_stage"] >= 2 and cp * plan["data_parallel"] > 1
+                and (plan["pipeline_parallel"] > 1 or cp > 1))
+
+
+def _brute(model, row, cap, plans, recompute, launchable=True):
+    """The least time over every combination of ``plans`` (dicts of training_step's
+    keywords) that fits in ``cap`` bytes; ``launchable``: only what a trainer launches."""
     best = math.inf
-    for plan in _plans(model, devices, global_batch, microbatch):
-        if launchable and plan["zero_stage"] >= 2 and plan["pipeline_parallel"] > 1 \
-                and plan["data_parallel"] > 1:
+    for plan in plans:
+        if launchable and not _launchable(plan):
             continue
         r = step.training_step(model, row[None], recompute=recompute, **plan)
         if r.ok and all(mb.total <= cap for mb in r.memory) and r.time_s < best:
@@ -69,17 +77,18 @@ def _check_row_is_its_plan(model, row, rec, recompute, microbatch, global_batch)
     r = step.training_step(
         model, row[None], tensor_parallel=int(rec["tensor_parallel"]),
         pipeline_parallel=int(rec["pipeline_parallel"]), data_parallel=int(rec["data_parallel"]),
+        expert_parallel=int(rec["expert_parallel"]), context_parallel=int(rec["context_parallel"]),
         microbatch=microbatch, global_batch=global_batch, recompute=recompute,
         virtual_stages=int(rec["virtual_stages"]), sequence_parallel=bool(rec["sequence_parallel"]),
         flash_attention=bool(rec["flash_attention"]), zero_stage=int(rec["zero_stage"]),
         overlap_grad_reduce=bool(rec["overlap_grad_reduce"]))
-    assert r.ok
+    assert r.ok, r.reason
     assert rec["time_s"] == pytest.approx(r.time_s, rel=1e-12)
     for ours, theirs in FIELDS_OF_BREAKDOWN:
         assert rec[ours] == pytest.approx(getattr(r.breakdown, theirs), rel=1e-12, abs=1e-300)
     assert rec["microbatches"] == r.breakdown.microbatches
-    assert rec["devices_used"] == (rec["tensor_parallel"] * rec["pipeline_parallel"]
-                                   * rec["data_parallel"])
+    assert rec["devices_used"] == (rec["tensor_parallel"] * rec["context_parallel"]
+                                   * rec["pipeline_parallel"] * rec["data_parallel"])
     assert rec["sequence_parallel"] == r.plan["sequence_parallel_effective"]
     peak = r.peak_memory
     assert rec["memory_bytes"] == peak.total
@@ -107,7 +116,7 @@ def test_best_plans_is_the_brute_force_minimum(model, devices, batch_mult, micro
                           tensor_parallel=WIDTHS)
     assert out.dtype == step.PLAN_DTYPE
     for i, row in enumerate(archs):
-        ref = _brute(model, row, cap, devices, global_batch, microbatch, recompute)
+        ref = _brute(model, row, cap, _plans(model, devices, global_batch, microbatch), recompute)
         if math.isinf(ref):
             assert not out["feasible"][i] and math.isinf(out["time_s"][i])
             assert out["reason"][i] in (1, 2)
@@ -128,7 +137,7 @@ def test_best_plans_brute_force_on_small_nodes(rows, devices, global_batch, reco
     out = step.best_plans(TINY4, archs, devices=devices, global_batch=global_batch, microbatch=1,
                           recompute=recompute, hbm_bytes=1e12, tensor_parallel=WIDTHS)
     for i, row in enumerate(archs):
-        ref = _brute(TINY4, row, 1e12, devices, global_batch, 1, recompute)
+        ref = _brute(TINY4, row, 1e12, _plans(TINY4, devices, global_batch, 1), recompute)
         assert out["time_s"][i] == pytest.approx(ref, rel=1e-12)
         _check_row_is_its_plan(TINY4, row, out[i], recompute, 1, global_batch)
 
@@ -263,7 +272,7 @@ def test_launchable_drops_only_zero_2_3_under_pipelines():
     assert off["pipeline_parallel"][0] > 1 and off["zero_stage"][0] >= 2
     assert on["pipeline_parallel"][0] == 1 or on["zero_stage"][0] <= 1
     for rec, launchable in ((on[0], True), (off[0], False)):
-        ref = _brute(TINY6, row, cap, 8, 16, 1, "full", launchable)
+        ref = _brute(TINY6, row, cap, _plans(TINY6, 8, 16, 1), "full", launchable)
         assert rec["time_s"] == ref
 
 
