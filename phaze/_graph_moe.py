@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 
 from ._graph_block import attention_backward, attention_forward, attention_params, attention_stash
-from ._graph_ops import EXPERT_INDEX_BYTES, MASK_BYTES_PER_ELEMENT, Ops, Shape
+from ._graph_ops import EXPERT_INDEX_BYTES, MASK_BYTES_PER_ELEMENT, Ops, Shape, residual_out
 from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
@@ -153,8 +153,7 @@ def moe_block(sh: Shape):
              (sent + (R if shared else 0)) * h * B + R * k * B + (R * B if m.shared_expert_gate else 0),
              R * h * B)
     # t = 1 or sequence parallel: the output is complete on this slice's tokens.
-    f.vector("residual2", ["moe_combine"], Tn * h, _C["dropout"] + _C["residual"],
-             2 * Tn * h * B, Tn * h * (B + MASK_BYTES_PER_ELEMENT))
+    residual_out(f, sh, "residual2", "moe_combine", bias=False)
 
     # -- backward -------------------------------------------------------------------------
     g = Ops(B, t, sh.dtype)
