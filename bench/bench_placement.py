@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
 
 from phaze import placement as pl  # noqa: E402
-from phaze._native import _placement as kernel  # noqa: E402
+from phaze.placement import _dp as kernel  # noqa: E402
 from phaze._threads import available_cores  # noqa: E402
 
 GOLDEN = Path(os.environ.get("PHAZE_GOLDEN", REPO.parent / "shared" / "golden"))

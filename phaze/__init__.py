@@ -59,7 +59,8 @@ def _numba_cache_dir() -> None:
 
 _numba_cache_dir()
 
-_SUBMODULES = ("models", "graph", "arch", "cost", "schedule", "placement", "search", "cli")
+_SUBMODULES = ("models", "graph", "arch", "cost", "schedule", "placement", "step", "search",
+               "validate", "trace", "launch", "precision", "cli")
 
 __all__ = ["__version__", *_SUBMODULES]
 

@@ -1,7 +1,7 @@
 """Thread-count policy, in one place.
 
 phaze parallelises across *processes* (the search's worker pool, Dask workers)
-and inside compiled kernels (numba, OpenMP in ``phaze._native``). Mixing the two
+and inside compiled kernels (numba, OpenMP in the Cython extensions). Mixing the two
 oversubscribes the cores, so a worker process pins every library to one thread,
 while a plain interactive call may use all cores.
 """

@@ -480,7 +480,7 @@ def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff):
     return latency + 2 * (group - 1) / group * comm_bytes / bw
 
 
-#: The unfused attention core's operators, written out (phaze._opgraph.UNFUSED_ATTENTION_OPS).
+#: The unfused attention core's operators, written out (phaze.graph._opgraph.UNFUSED_ATTENTION_OPS).
 ATTENTION_CORE_NAMES = ("attn_scores", "softmax", "attn_dropout", "attn_context", "attn_context.dX",
                         "attn_context.dW", "attn_dropout.bwd", "softmax.bwd", "attn_scores.dX",
                         "attn_scores.dW")

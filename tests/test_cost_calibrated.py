@@ -57,7 +57,7 @@ def _efficiency_of(graph, row, **kw):
        tm=st.integers(1, 4), tn=st.integers(1, 4), tk=st.integers(1, 4), cpt=st.integers(1, 8),
        stages=st.integers(1, 4))
 def test_tile_rule_matches_dealing_tiles_one_by_one(b, m, k, n, w, d, cores, tm, tn, tk, cpt, stages):
-    from phaze._cost_kernels import _tile_cycles
+    from phaze.cost._kernels import _tile_cycles
 
     fast = _tile_cycles(float(b), float(m), float(k), float(n), float(w), float(d), float(cores),
                         float(tm), float(tn), float(tk), float(cpt), float(stages))

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from phaze import cli, search, step, validate
+from phaze.cli import _main as cli_main
 
 #: Korthikanti et al. 2022 Table 5, 22B "full": t=8 p=1 d=1, microbatch 4, global batch 4.
 PLAN_22B = dict(tensor_parallel=8, pipeline_parallel=1, data_parallel=1, microbatch=4,
@@ -33,7 +34,7 @@ def test_korthikanti_22b_equals_training_step(capsys):
         ["evaluate", "--model", "x", "--arch", "a100-80g", "--tp", "8", "--pp", "1", "--dp", "1",
          "--microbatch", "4", "--global-batch", "4", "--recompute", "--precision", "fp16",
          "--calibrated"])
-    r = cli._calibrated_result(args, spec)
+    r = cli_main._calibrated_result(args, spec)
     want = step.training_step(spec, "a100-80g", recompute="full", precision="fp16", **PLAN_22B)
     assert want.ok and r["feasible"]
     assert r["time_per_batch_s"] == want.time_s

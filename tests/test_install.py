@@ -22,7 +22,7 @@ needs_jit = pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT", "0") not in (
 # where numba put the cache.
 _COMPILE = textwrap.dedent("""
     import phaze, numba
-    from phaze import _cost_kernels
+    from phaze.cost import _kernels as _cost_kernels
     assert _cost_kernels._cdiv(7.0, 2.0) == 4.0
     print(numba.config.CACHE_DIR)
 """)

@@ -294,14 +294,14 @@ def _search_args(argv):
     ("on", ("full",)), ("both", ("none", "full")), ("full,none", ("full", "none")),
     ("selective", ("selective",))])
 def test_cli_recompute_lists(text, want):
-    from phaze import _cli_lists
+    from phaze.cli import _lists as _cli_lists
 
     assert _cli_lists.recompute_list(text) == want
     assert _cli_lists.recompute_list(None) is None
 
 
 def test_cli_switch_virtual_zero_lists():
-    from phaze import _cli_lists as L
+    from phaze.cli import _lists as L
 
     assert L.switch_list("--sequence-parallel", "off,on") == (False, True)
     assert L.switch_list("--sequence-parallel", "both") == (False, True)

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phaze import _step_kernels as kern
+from phaze.step import _kernels as kern
 from phaze import graph, step
 from phaze.arch import efficiency, make_archs, presets
 from phaze.models import ModelSpec
+from phaze.step import _model as _step_model
 
 from naive import naive_megatron_groups
 from test_step_search import _brute, _check_row_is_its_plan
@@ -180,7 +181,7 @@ def test_ring_exchange_counts_only_its_excess_over_flash_attention():
     blk = mg.kinds()["block"]
     excess = {}
     for name, row in (("one", one), ("two", two)):
-        sec, index = step._op_seconds(blk.forward, row, A100, 1)
+        sec, index = _step_model._op_seconds(blk.forward, row, A100, 1)
         g = blk.forward
         nbytes = int(g.bytes_in[index["ring_kv_exchange"]])
         nodes = 1 if name == "one" else 2

@@ -16,6 +16,7 @@ from phaze import graph, models, step
 from phaze.arch import efficiency, presets
 from phaze.models import ModelSpec
 from phaze.validate import _model_spec
+from phaze.step import _model as _step_model
 
 from naive import (naive_interleaved_in_flight, naive_interleaved_makespan,
                    naive_korthikanti_table2, naive_ring_gather_seconds)
@@ -251,7 +252,7 @@ def test_sp_collectives_are_priced_as_rings():
     r_row = presets.get("a100-80g")
     m_spec = _small()
     g = graph.build_layers(m_spec, 2, 2, sequence_parallel=True).layers[1].forward
-    sec, index = step._op_seconds(g, r_row, A100, 2)
+    sec, index = _step_model._op_seconds(g, r_row, A100, 2)
     i = index["reduce_scatter_attn"]
     ref = naive_ring_gather_seconds(2, int(g.bytes_in[i]), 1, float(r_row["link_gb_per_s"][0]),
                                     float(r_row["net_gb_per_s"][0]), A100)
@@ -270,7 +271,7 @@ def test_recompute_modes_order_time_and_memory():
     assert act["none"] > act["selective"] > act["full"]
     bd = res["selective"].breakdown
     g = graph.build_layers(_small(), 2, 2, kernels="megatron").layers[1].forward
-    sec, index = step._op_seconds(g, presets.get("a100-80g"), A100, 2)
+    sec, index = _step_model._op_seconds(g, presets.get("a100-80g"), A100, 2)
     core = sum(sec[index[n]] for n in ("attn_scores", "softmax", "attn_dropout", "attn_context"))
     assert bd.recompute_s == pytest.approx(4 * core, rel=1e-12)     # 4 layers per stage
 

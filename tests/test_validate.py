@@ -6,6 +6,7 @@ import pytest
 
 from phaze import validate
 from phaze.cli import main
+from phaze.step import _model as _step_model
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +66,15 @@ def test_one_layer_against_korthikanti_table4():
     within 5 % (the core 10 %). Layer-level evidence of the kernels, not an input."""
     import numpy as np
     from phaze import graph, step
-    from phaze._step_search import ATTENTION_CORE
+    from phaze.step._plans import ATTENTION_CORE
     from phaze.arch import resolve_chip
     chip = resolve_chip("a100-80g")
     spec = validate._model_spec("megatron-22b", _table()["models"])
     for sp, (fwd, bwd) in ((False, (7.7e-3, 11.9e-3)), (True, (7.2e-3, 11.8e-3))):
         blk = graph.build_layers(spec, 4, 8, kernels="megatron", sequence_parallel=sp,
                                  dtype="fp16").layers[1]
-        f, fi = step._op_seconds(blk.forward, chip.row, chip.efficiency_set(), 8)
-        b, _ = step._op_seconds(blk.backward, chip.row, chip.efficiency_set(), 8)
+        f, fi = _step_model._op_seconds(blk.forward, chip.row, chip.efficiency_set(), 8)
+        b, _ = _step_model._op_seconds(blk.backward, chip.row, chip.efficiency_set(), 8)
         assert float(np.sum(f)) == pytest.approx(fwd, rel=0.05)
         assert float(np.sum(b)) == pytest.approx(bwd, rel=0.05)
         if not sp:

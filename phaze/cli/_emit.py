@@ -10,7 +10,7 @@ import sys
 def emit_plan(args, model, knobs) -> int:
     """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``); a plan the
     trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
-    from . import launch
+    from .. import launch
 
     recompute = getattr(args, "recompute", False)
     plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
@@ -36,7 +36,7 @@ def emit_best_plans(args, result, model_list) -> int:
     after the summary. A model without a feasible plan, or a plan the trainer cannot
     launch (the study's uneven stages under ``--study``), is one sentence on stderr and
     exit status 2."""
-    from . import launch, models
+    from .. import launch, models
 
     inputs = result.metadata.get("inputs", {})
     trainer = "Megatron-LM" if args.emit == "megatron" else "DeepSpeed"

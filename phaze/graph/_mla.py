@@ -20,14 +20,14 @@ and so are the down-projections' input gradients: their sum ``qkv.dX_sum`` is al
 (sequence parallel: reduce-scattered) over t as the dense block's is; the replicated
 weights' gradients are partial over the t slices and are reduced with the gradient sync,
 as the sequence-parallel norms' are. Operator names otherwise as the dense block's
-(``phaze/_graph_block.py``), including context parallelism (the K/V exchange carries the
+(``phaze/graph/_block.py``), including context parallelism (the K/V exchange carries the
 decompressed keys and values).
 """
 from __future__ import annotations
 
-from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
-                         Shape, ln1_backward, residual_out, unfused_attention, uniq)
-from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
+from ._ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops, Shape,
+                   ln1_backward, residual_out, unfused_attention, uniq)
+from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
 def _dims(sh: Shape):

@@ -13,11 +13,11 @@ import json
 import os
 import sys
 
-from . import _cli_emit
+from . import _emit as _cli_emit
 
 
 def _cmd_models(args) -> int:
-    from . import models
+    from .. import models
 
     rows = [models.get(n) for n in models.names()]
     print(f"{'name':<18} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'ffn':>6} "
@@ -29,7 +29,7 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_archs(args) -> int:
-    from . import arch
+    from .. import arch
 
     if args.show is not None:
         # A chip file on stdout: `phaze archs --show a100-80g > mine.json`, edit, --arch mine.json.
@@ -56,7 +56,7 @@ def _cmd_archs(args) -> int:
 
 
 def _cmd_place(args) -> int:
-    from . import placement
+    from .. import placement
 
     problem = placement.load_phaze_json(args.file)
     plan = placement.solve(problem)
@@ -189,7 +189,7 @@ def _add_search_arguments(p) -> None:
 def _models_from_args(args):
     """The models of ``phaze search``: --model names (repeated or comma-separated) and
     --hf-config files."""
-    from . import models
+    from .. import models
 
     out = [name.strip() for item in args.model for name in item.split(",") if name.strip()]
     names = args.name or [None] * len(args.hf_config)
@@ -212,7 +212,7 @@ def _models_from_args(args):
 def _check_tp(model_list, widths) -> None:
     """One sentence naming --tp, before any work, when a model allows none of the widths
     (unknown model names are left to the search to report)."""
-    from . import models
+    from .. import models
 
     widths = [t for t in widths if t > 0]  # others: the search names them
     for m in model_list if widths else ():
@@ -229,8 +229,8 @@ def _check_tp(model_list, widths) -> None:
 
 def _cmd_search(args) -> int:
     """``phaze search``: run the sweep, print its summary (and where the rows went)."""
-    from . import _cli_lists as lists
-    from . import arch, search
+    from . import _lists as lists
+    from .. import arch, search
 
     model_list = _models_from_args(args)
     _check_tp(model_list, _int_list(args.tp))
@@ -307,7 +307,7 @@ def _cmd_search(args) -> int:
 def _fixed_system_summary(result) -> str:
     """What ``phaze search --arch`` prints: the chip, then each model's best plan on it
     (no architecture, Pareto front or baseline lines: there is one chip)."""
-    from .search._report import cost_model_line, knob_text
+    from ..search._report import cost_model_line, knob_text
 
     meta, best = result.metadata, result.best
     inp, chip = meta.get("inputs", {}), meta.get("chip") or {}
@@ -436,7 +436,7 @@ def _strategy_knobs(args) -> dict:
 
 def _cmd_evaluate(args) -> int:
     """``phaze evaluate``: one architecture and strategy, where the time and memory go."""
-    from . import models, search
+    from .. import models, search
 
     if bool(args.model) == bool(args.hf_config):
         raise ValueError("give exactly one of --model or --hf-config")
@@ -458,7 +458,7 @@ def _cmd_evaluate(args) -> int:
     if args.json:
         print(json.dumps(search.json_safe(r), indent=1))
         return 0
-    from .arch import resolve_chip
+    from ..arch import resolve_chip
 
     print(f"{r['model']} on {resolve_chip(args.arch).name}: t={r['tensor_parallel']} "
           f"p={r['pipeline_parallel']} d={r['data_parallel']} microbatch {r['microbatch']} recompute "
@@ -502,8 +502,8 @@ def _calibrated_result(args, model) -> dict:
     ``phaze.search.evaluate_point`` → ``phaze.step.training_step``, as one JSON-ready dict
     (seconds ``_s``, GiB ``_gib``; stages numbered from 1; keys in
     ``phaze.search._point.evaluate_step``)."""
-    from . import search
-    from .arch import resolve_chip
+    from .. import search
+    from ..arch import resolve_chip
 
     if getattr(args, "study", False) and getattr(args, "calibrated", False):
         raise ValueError("--study and --calibrated name two cost models: give one of them")
@@ -610,7 +610,7 @@ def _add_trace_arguments(p) -> None:
 
 def _cmd_trace(args) -> int:
     """``phaze trace``: a Chrome/Perfetto trace of one training step (phaze.trace)."""
-    from . import models, trace
+    from .. import models, trace
 
     if bool(args.model) == bool(args.hf_config):
         raise ValueError("give exactly one of --model or --hf-config")
@@ -657,7 +657,7 @@ def _add_plot_arguments(p) -> None:
 
 def _cmd_plot(args) -> int:
     """``phaze plot``: throughput (or normalised score) vs area of a result file."""
-    from . import search
+    from .. import search
 
     import numpy as np
 
@@ -721,7 +721,7 @@ def _plot_result(result, out_path, per_arch, front) -> None:
 
 def _cmd_validate(args) -> int:
     """``phaze validate [FILE] [--json]``: predicted vs published training runs (phaze.validate)."""
-    from . import validate
+    from .. import validate
 
     report = validate.run(args.file)
     if args.json:
@@ -786,7 +786,7 @@ the table names the cost model: calibrated, the default, or study with --study):
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``phaze`` argument parser: one sub-command per job, each with its handler."""
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(
         prog="phaze",

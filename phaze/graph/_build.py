@@ -1,6 +1,6 @@
 """Operator graphs of one layer of one tensor-parallel slice (docs/design.md §2.2).
 
-An :class:`OpGraph` (defined in ``phaze/_opgraph.py``) is a struct of numpy arrays, one
+An :class:`OpGraph` (defined in ``phaze/graph/_opgraph.py``) is a struct of numpy arrays, one
 entry per operator, with predecessors in CSR form; it is what ``phaze.cost`` and
 ``phaze.schedule`` consume.
 
@@ -33,28 +33,28 @@ exactly their (n−1)/n·bytes/BW (the calibrated model's α then counts 2(n−1
 steps where they take n − 1; ``phaze.step`` prices them with their own ring).
 
 Issue 15 (defaults unchanged): mixture-of-experts blocks (``expert_parallel``,
-``capacity_factor``; ``phaze/_graph_moe.py``), context parallelism
-(``context_parallel``: ring attention, ``phaze/_graph_block.py``), multi-head latent
-attention (``phaze/_graph_mla.py``) and Qwen2's Q/K/V-only biases. The builders live in
+``capacity_factor``; ``phaze/graph/_moe.py``), context parallelism
+(``context_parallel``: ring attention, ``phaze/graph/_block.py``), multi-head latent
+attention (``phaze/graph/_mla.py``) and Qwen2's Q/K/V-only biases. The builders live in
 those modules; the operator kinds, cycle table, :class:`Ops` and :class:`Shape` in
-``phaze/_graph_ops.py`` (re-exported here).
+``phaze/graph/_ops.py`` (re-exported here).
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 
-from . import _config, precision
+from .. import _config, precision
 from ._opgraph import UNFUSED_ATTENTION_OPS, OpGraph
-from ._validate import positive_float, positive_int
+from .._validate import positive_float, positive_int
 
 
-from ._graph_block import block as _dense_block
-from ._graph_moe import moe_block as _moe_block
-from ._graph_ops import (KERNEL_SETS, KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM,  # noqa: F401
-                         KIND_VECTOR, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT,
-                         TOKEN_ID_BYTES, VECTOR_CYCLES_PER_ELEMENT, Ops, Shape)
-from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
+from ._block import block as _dense_block
+from ._moe import moe_block as _moe_block
+from ._ops import (KERNEL_SETS, KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR,
+                   LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
+                   VECTOR_CYCLES_PER_ELEMENT, Ops, Shape)
+from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
 
@@ -318,18 +318,18 @@ def build_layers(model, microbatch, tensor_parallel, *,
       n_experts. ``capacity_factor``: None (balanced routing: every expert receives
       tokens·top_k/n_experts) or a positive factor (Megatron-Core's expert capacity, tokens
       dropped or padded to it). The MoE block, the parallelism rule (expert-tensor-parallel
-      = t) and the all-to-all price: ``phaze/_graph_moe.py``.
+      = t) and the all-to-all price: ``phaze/graph/_moe.py``.
     - ``context_parallel`` cp: each rank holds s/cp tokens of every sample (ring
       attention; causal models load-balanced over 2·cp chunks as Megatron-Core does);
       needs ``flash_attention`` and seq_len divisible by 2·cp (cp for an encoder).
       Every token-proportional operator, stash and boundary shrinks by cp; the attention
       core is 1/cp of the full one; the K/V exchange (``ring_kv_exchange``) may overlap
-      the attention compute: ``phaze/_graph_block.py``.
+      the attention compute: ``phaze/graph/_block.py``.
 
     Every block carries its stash per recomputation mode (:meth:`LayerGraph.stash`):
     none, selective (attention core recomputed), full (layer input only).
     """
-    from . import models   # graph sits after models in the flow
+    from .. import models   # graph sits after models in the flow
 
     model = models.resolve(model)
     b = positive_int("microbatch", microbatch)

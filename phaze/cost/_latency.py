@@ -127,11 +127,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import _config, precision
-from .arch import ARCH_DTYPE, dtype_rates
-from .arch import efficiency as _efficiency
-from .arch import validate as _validate_archs
-from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
+from .. import _config, precision
+from ..arch import ARCH_DTYPE, dtype_rates
+from ..arch import efficiency as _efficiency
+from ..arch import validate as _validate_archs
+from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
 
 __all__ = ["MODELS", "op_latencies", "p2p_seconds", "roofline_bounds"]
 
@@ -338,7 +338,7 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
     op_graph = _check_graph(op_graph)
     _check_model(model, efficiency)
     prep = _prepared(archs)
-    from . import _cost_kernels as kern
+    from . import _kernels as kern
 
     n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
     dt = _dtype_inputs(op_graph, n_archs, fp8_rate)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
+from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
 
 
 @njit(cache=True, nogil=True)

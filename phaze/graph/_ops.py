@@ -5,7 +5,7 @@ sizes :class:`Shape`. Shared by ``graph`` and the block builders (``_graph_block
 """
 from __future__ import annotations
 
-from . import precision
+from .. import precision
 from ._opgraph import OpGraph
 
 #: Operator kinds (the ``kind`` array of an OpGraph).

@@ -7,8 +7,8 @@ recomputation none/selective/full and the strategy knobs below — on one archit
 each GPU. It is the model ``phaze validate`` holds against published runs.
 :func:`best_plans` finds, for many architecture rows at once, the fastest plan of this
 model over every strategy knob (:data:`PLAN_DTYPE` rows), and :func:`step_lower_bounds`
-bounds its answer cheaply (both in ``phaze._step_search``). The step's arithmetic after
-the layer times has one definition, the compiled functions of ``phaze._step_kernels``,
+bounds its answer cheaply (both in ``phaze.step._plans``). The step's arithmetic after
+the layer times has one definition, the compiled functions of ``phaze.step._kernels``,
 which ``training_step`` and the search both call.
 
 Every number below is in SI units (seconds, bytes). Sources are the parameter sheet
@@ -194,15 +194,15 @@ import os
 
 import numpy as np
 
-from . import _step_kernels as _kern
-from . import _step_search as _search
-from . import graph, models
-from ._step_search import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
-                           step_lower_bounds)
-from .arch import dtype_rates as _dtype_rates
-from .arch import efficiency as _efficiency
-from .arch import resolve_chip
-from .arch import validate as _validate_archs
+from . import _kernels as _kern
+from . import _plans as _search
+from .. import graph, models
+from ._plans import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
+                     step_lower_bounds)
+from ..arch import dtype_rates as _dtype_rates
+from ..arch import efficiency as _efficiency
+from ..arch import resolve_chip
+from ..arch import validate as _validate_archs
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
            "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
@@ -210,7 +210,7 @@ __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "Ste
 
 #: Bytes per parameter held per GPU (sheet §5.1; Megatron-LM docs/api-guide/dist_optimizer.md,
 #: bf16/fp16 parameters with fp32 main gradients, non-distributed optimizer: 18 B/param);
-#: the kernels (phaze._step_kernels) hold the one definition.
+#: the kernels (phaze.step._kernels) hold the one definition.
 WEIGHT_BYTES_PER_PARAM = _kern.WEIGHT_BYTES
 GRAD_BYTES_PER_PARAM = _kern.GRAD_BYTES
 OPTIMIZER_STATE_BYTES_PER_PARAM = _kern.OPT_STATE_BYTES   # fp32 master 4 + Adam m 4 + v 4
@@ -325,7 +325,7 @@ def _ring_seconds(nbytes, ranks, row, eff, passes) -> float:
     α = coll_latency_s + (passes·(n−1) − x)·link_step_s + x·net_step_s, where
     x = passes·(nodes − 1) steps cross a node boundary; β = passes·(n−1)/n · bytes / (η·BW)
     on the between-node tier when the ring spans nodes, else the in-node link
-    (``phaze.cost`` module docstring; ``phaze._step_kernels.ring_seconds``).
+    (``phaze.cost`` module docstring; ``phaze.step._kernels.ring_seconds``).
     """
     ranks = list(ranks)
     n = len(ranks)
@@ -392,7 +392,7 @@ def _arch_and_efficiency(arch, efficiency):
 
 def _one_row_inputs(row, eff):
     """The efficiency set of one row as a one-row EFFICIENCY_DTYPE array, the row's
-    collective parameters (``_step_search.row_params``) and its node size array."""
+    collective parameters (``step._plans.row_params``) and its node size array."""
     eff_row = eff.row()
     return (eff_row, _search.row_params(row, eff_row),
             np.ascontiguousarray(row["node_size"], dtype=np.int64))
@@ -404,7 +404,7 @@ def _op_seconds(g, row, eff, t):
     own ring form (n − 1 steps of (n−1)/n of the full tensor over the in-node
     tensor-parallel group, ranks 0..t−1) instead of the half-size all-reduce the graph
     stores them as, and the overlapped backward all-gathers charged only for what exceeds
-    the GEMMs they overlap (max(0, gather − GEMMs)); ``_step_search.op_seconds_rows`` on
+    the GEMMs they overlap (max(0, gather − GEMMs)); ``step._plans.op_seconds_rows`` on
     one row. Returns (seconds (n_ops,), {name: index})."""
     _, rp, ns = _one_row_inputs(row, eff)
     sec, index = _search.op_seconds_rows(g, row, eff, rp, ns, t)
@@ -460,7 +460,7 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
     cp·d, cp without flash attention, ... — is "infeasible" with a one-sentence reason);
     bad arguments raise ``ValueError``.
     """
-    from ._validate import positive_float, positive_ints
+    from .._validate import positive_float, positive_ints
 
     m_spec = models.resolve(model)
     t, p, d, b, B, v, ep, cp = positive_ints(
@@ -549,7 +549,7 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
                             kernels="megatron", dtype=precision, expert_parallel=ep,
                             context_parallel=cp, capacity_factor=capacity_factor)
     # Layer times (Python, via phaze.cost), then the one compiled definition of the step's
-    # arithmetic that best_plans shares (phaze._step_kernels).
+    # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
     lt, ints = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute, fp8_rate)
     prefix = _search.moe_prefix(m_spec)

@@ -2,11 +2,11 @@
 backward, for one tensor-parallel slice (docs/design.md §2.2).
 
 The block is built in four parts that append to one forward and one backward
-:class:`~phaze._graph_ops.Ops` in chain order — :func:`attention_forward` (``ln1`` …
+:class:`~phaze.graph._ops.Ops` in chain order — :func:`attention_forward` (``ln1`` …
 ``residual1``), :func:`dense_mlp_forward` (``ln2`` … ``residual2``), then
 :func:`dense_mlp_backward` (``residual2.bwd`` … ``ln2.bwd``) and
 :func:`attention_backward` (``residual1.bwd`` … ``ln1.bwd``) — so that a mixture-of-experts
-block (``phaze/_graph_moe.py``) reuses the attention half and replaces the MLP half.
+block (``phaze/graph/_moe.py``) reuses the attention half and replaces the MLP half.
 
 Context parallelism (``Shape.cp`` > 1, ring attention as Megatron-Core runs it through
 Transformer Engine's fused attention; flash attention is required): the rank holds
@@ -27,10 +27,10 @@ concurrent with ``flash_attn.bwd``.
 """
 from __future__ import annotations
 
-from ._graph_mla import mla_backward, mla_forward, mla_params, mla_stash
-from ._graph_ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops,
-                         Shape, ln1_backward, residual_out, unfused_attention, uniq)
-from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
+from ._mla import mla_backward, mla_forward, mla_params, mla_stash
+from ._ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops, Shape,
+                   ln1_backward, residual_out, unfused_attention, uniq)
+from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
 def _bias(m, qkv=False):
@@ -40,7 +40,7 @@ def _bias(m, qkv=False):
 
 def attention_forward(f: Ops, sh: Shape) -> str:
     """Append ``ln1`` … ``residual1`` to ``f``; returns the last operator's name
-    (multi-head latent attention: ``phaze/_graph_mla.py``)."""
+    (multi-head latent attention: ``phaze/graph/_mla.py``)."""
     if sh.m.uses_mla:
         return mla_forward(f, sh)
     m, B, T, h = sh.m, sh.B, sh.T, sh.h

@@ -1,7 +1,7 @@
 """The mixture-of-experts block of :mod:`phaze.graph` (docs/design.md §2.2).
 
 A block whose MLP is a mixture of experts: the attention half of the dense block
-(``phaze/_graph_block.py``), then
+(``phaze/graph/_block.py``), then
 
 forward: ``ln2``, ``router`` (GEMM tokens × hidden × n_experts, no bias, 16-bit),
 ``router_topk`` (softmax and top-k over the experts), ``moe_permute`` (tokens into
@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import math
 
-from ._graph_block import attention_backward, attention_forward, attention_params, attention_stash
-from ._graph_ops import EXPERT_INDEX_BYTES, MASK_BYTES_PER_ELEMENT, Ops, Shape, residual_out
-from ._graph_ops import VECTOR_CYCLES_PER_ELEMENT as _C
+from ._block import attention_backward, attention_forward, attention_params, attention_stash
+from ._ops import EXPERT_INDEX_BYTES, MASK_BYTES_PER_ELEMENT, Ops, Shape, residual_out
+from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
 def tokens_per_expert(routed_tokens: int, top_k: int, n_experts: int, capacity_factor=None) -> int:

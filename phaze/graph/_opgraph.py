@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._native._dag import topological_order
-from .precision import DEFAULT_DTYPE, check_dtype
+from ._dag import topological_order
+from ..precision import DEFAULT_DTYPE, check_dtype
 
-#: Operators of the unfused attention core, forward and backward (``phaze._graph_ops``
+#: Operators of the unfused attention core, forward and backward (``phaze.graph._ops``
 #: ``unfused_attention`` and the blocks' backward): the batched score and context GEMMs,
 #: the scale-mask-softmax (with the study's kernels also the dropout) and Megatron-LM's
 #: separate attention dropout. They stream the b·a·s² score matrices.

@@ -9,7 +9,7 @@ stages; it is scored by
 
 seconds, where m is the number of microbatches per batch and P_first the
 parameter bytes of the first stage. :func:`solve` finds the optimum exactly with
-the compiled kernel ``phaze._native._placement`` (Cython, GIL released, OpenMP
+the compiled kernel ``phaze.placement._dp`` (Cython, GIL released, OpenMP
 over problems in :func:`solve_many`). :func:`breakdown` costs any given plan
 from the rules, independently of the kernel (per stage: compute, communication,
 memory; per batch: steady state, pipeline bubble, gradient sync) and
@@ -43,9 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _validate
-from ._native import _placement as _kernel
-from ._threads import kernel_threads
+from .. import _validate
+from . import _dp as _kernel
+from .._threads import kernel_threads
 
 __all__ = ["PlacementProblem", "Placement", "StageCost", "PlanBreakdown", "load_phaze_json", "solve",
            "solve_many", "evaluate", "breakdown", "lower_bound_time", "time_per_batch_lower_bound"]

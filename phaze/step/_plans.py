@@ -6,16 +6,16 @@ Layer times are the sums of the operators' calibrated intra-op latencies exactly
 :func:`phaze.step.training_step` prices them (one ``phaze.cost.op_latencies`` call per
 operator graph for all rows, the sequence-parallel collectives re-priced as rings, the
 overlapped backward gathers charged for their excess); the rest of the step is the
-compiled arithmetic of :mod:`phaze._step_kernels`, shared with ``training_step``.
+compiled arithmetic of :mod:`phaze.step._kernels`, shared with ``training_step``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import _step_kernels as kern
-from . import cost, graph, models, precision
-from .arch import efficiency as _efficiency
-from .arch import validate as _validate_archs
+from . import _kernels as kern
+from .. import cost, graph, models, precision
+from ..arch import efficiency as _efficiency
+from ..arch import validate as _validate_archs
 
 #: HBM bytes moved per parameter by Megatron's mixed-precision Adam step (sheet §5.2, [D]
 #: from megatron/core/optimizer/optimizer.py): unscale + inf check 8 (fp16 only), grad norm 4,
@@ -78,7 +78,7 @@ def efficiency_rows(efficiency, archs) -> np.ndarray:
 
 
 def row_params(archs, eff_rows) -> np.ndarray:
-    """(n, N_RP) collective parameters per row (the ``RP_*`` slots of ``_step_kernels``),
+    """(n, N_RP) collective parameters per row (the ``RP_*`` slots of ``step._kernels``),
     each product formed as ``training_step`` forms it: (η · GB/s) · 10⁹."""
     rp = np.empty((archs.shape[0], kern.N_RP))
     rp[:, kern.RP_COLL] = eff_rows["coll_latency_s"]
@@ -95,7 +95,7 @@ def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
     """Seconds of each operator of ``g`` (one microbatch) on every row, (n_ops, n): the
     intra-op calibrated latencies, with sequence parallelism's reduce-scatters and
     all-gathers priced as rings over the in-node tensor-parallel group (ranks 0..t−1,
-    ``_step_kernels.ring_seconds``, one pass) instead of the half-size all-reduce the
+    ``step._kernels.ring_seconds``, one pass) instead of the half-size all-reduce the
     graph stores them as, and the overlapped backward all-gathers charged only for what
     exceeds the GEMMs they overlap. ``efficiency`` and ``fp8_rate`` (an fp8 graph's
     tensor-rate multiplier) go to ``op_latencies`` as given.
@@ -119,7 +119,7 @@ def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
 
 
 #: Collectives over the expert- and context-parallel groups: priced by the kernels from where
-#: the group's ranks sit (``_step_kernels.layer_times``), not summed with the operators.
+#: the group's ranks sit (``step._kernels.layer_times``), not summed with the operators.
 GROUP_COLLECTIVES = ("alltoall_", "ring_kv_exchange")
 
 
@@ -285,7 +285,7 @@ def _bool_grid(name, values):
 
 
 def _common(model, archs, devices, global_batch, microbatch, recompute, efficiency):
-    from ._validate import positive_int
+    from .._validate import positive_int
 
     m_spec = models.resolve(model)
     if m_spec.op_graph_refusal:

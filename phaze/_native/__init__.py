@@ -1,1 +1,0 @@
-"""Compiled kernels (Cython). Private: call them through the public modules."""

@@ -1,0 +1,20 @@
+"""phaze.graph — the operators of one layer of one tensor-parallel slice (docs/design.md §2.2).
+
+The face re-exports; the work is split by job: ``_opgraph`` (the :class:`OpGraph` record
+and its operator kinds' validation), ``_ops`` (operator kinds, the cycle table,
+:class:`Ops` and :class:`Shape`), ``_block`` (the dense transformer block, context
+parallelism), ``_mla`` (multi-head latent attention), ``_moe`` (mixture-of-experts blocks)
+and ``_build`` (:func:`build_layers`: the embedding, the blocks and the head of a model,
+as :class:`LayerGraph` records of a :class:`ModelGraph`). ``_dag.pyx`` is the compiled
+topological order the OpGraph checks.
+"""
+from ._build import LayerGraph, ModelGraph, build_layers
+from ._opgraph import UNFUSED_ATTENTION_OPS, OpGraph
+from ._ops import (KERNEL_SETS, KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR,
+                   LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
+                   VECTOR_CYCLES_PER_ELEMENT)
+
+__all__ = ["LayerGraph", "ModelGraph", "build_layers", "OpGraph", "UNFUSED_ATTENTION_OPS",
+           "KERNEL_SETS", "KIND_COLLECTIVE", "KIND_FUSED", "KIND_GEMM", "KIND_VECTOR",
+           "LOSS_BYTES_PER_ELEMENT", "MASK_BYTES_PER_ELEMENT", "TOKEN_ID_BYTES",
+           "VECTOR_CYCLES_PER_ELEMENT"]

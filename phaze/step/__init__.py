@@ -1,0 +1,16 @@
+"""phaze.step — the training step of a fixed plan as Megatron-LM runs it, and the plan
+search over it (docs/design.md; the physics in ``_model``'s docstring).
+
+The face re-exports; ``_model`` prices one plan (:func:`training_step`, memory per GPU),
+``_plans`` searches the plans of many architecture rows (:func:`best_plans`,
+:func:`step_lower_bounds`), ``_kernels`` holds the compiled step arithmetic both share.
+"""
+from ._model import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, MemoryBreakdown,
+                     StepBreakdown, StepResult, best_plans, ring_allgather_seconds,
+                     ring_allreduce_seconds, stage_layers, step_lower_bounds, training_step)
+from ._plans import context_parallel_grid, expert_parallel_grid
+
+__all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
+           "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
+           "PLAN_DTYPE", "PLAN_REASONS", "best_plans", "step_lower_bounds",
+           "context_parallel_grid", "expert_parallel_grid"]
