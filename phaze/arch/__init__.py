@@ -10,13 +10,26 @@ devices and ``net_gb_per_s`` between nodes, and the derived ``area_mm2``.
   rows someone else built, :func:`area_mm2` and :func:`peak_flops` evaluate them;
 - :mod:`phaze.arch.presets` holds ``tpuv4``, ``a100-80g`` and ``h100-sxm`` with sources,
   each read from its chip file ``phaze/arch/chips/NAME.json``;
-- :func:`load_chip` reads a chip file (JSON; TOML on Python 3.11+: the knobs, an optional
-  name, source and efficiency set) as a :class:`Chip`, :func:`resolve_chip` takes what
-  ``--arch NAME|FILE`` and ``arch=`` accept (format: :mod:`phaze.arch._chipfile`);
+- :class:`Chip` is the one record of a chip: the knob row, the efficiency set, the tensor
+  rate at each datatype, power and process (``tdp_w``, ``process_nm``; None when unknown)
+  and the fabric as network tiers (:class:`Tier`); its fields are declared once
+  (``_fields.CHIP_FIELDS``). :func:`resolve` is the entrance: a preset name, a chip file,
+  a ``Chip`` or one row, optionally with an efficiency set or fp8 rate, gives the record,
+  checked once; :func:`resolve_rows` gives many rows their efficiency sets and fp8 rates
+  as arrays. :func:`load_chip` reads a chip file (JSON; TOML on Python 3.11+; format:
+  :mod:`phaze.arch._chipfile`), :func:`resolve_chip` is :func:`resolve` without overrides;
 - :mod:`phaze.arch.dtype_rates`: the tensor rate at each training datatype (a chip's
   ``fp8_rate``, the template rule of 2× for the space's hypothetical chips);
 - :class:`ArchSpace` is a grid of knobs filtered by an area budget; ``ArchSpace.default()``
   is exactly the original study's 29,360-row space.
+
+Modules, each importing only those before it (no cycle, no import inside a function to
+dodge one): ``_area`` (area model) → ``_rows`` (the dtype, rows from knobs) → ``_efields``
+(efficiency fields and ranges) → ``_fields`` (the chip-field table, value checks, reading a
+file) → ``_catalog`` (the presets' files as data) → ``efficiency`` (parameter sets,
+``for_rows``) → ``dtype_rates`` (tensor rate per datatype) → ``_chipfile`` (the ``Chip``
+record, chip files) → ``presets`` (the real chips, cited) → ``_resolve`` (the entrance)
+→ ``_make`` (``make_archs``) → this face with ``ArchSpace``.
 """
 from __future__ import annotations
 
@@ -24,13 +37,17 @@ import numpy as np
 
 from .. import _config
 from .._validate import nonneg_float, positive_float
-from . import dtype_rates, presets
-from ._chipfile import Chip, chip_from_dict, load_chip, resolve_chip
+from . import dtype_rates, efficiency, presets
+from ._chipfile import Chip, Tier, chip_from_dict, load_chip
+from ._fields import CHIP_FIELDS, ChipField
 from ._make import make_archs
+from ._resolve import ChipRows, resolve, resolve_chip, resolve_rows
 from ._rows import ARCH_DTYPE, KNOBS, area_of, check_knob, peak_flops, validate
 
-__all__ = ["ARCH_DTYPE", "KNOBS", "ArchSpace", "Chip", "area_mm2", "chip_from_dict", "dtype_rates",
-           "load_chip", "make_archs", "peak_flops", "presets", "resolve_chip", "validate"]
+__all__ = ["ARCH_DTYPE", "CHIP_FIELDS", "KNOBS", "ArchSpace", "Chip", "ChipField", "ChipRows",
+           "Tier", "area_mm2", "chip_from_dict", "dtype_rates", "efficiency", "load_chip",
+           "make_archs", "peak_flops", "presets", "resolve", "resolve_chip", "resolve_rows",
+           "validate"]
 
 _POW2_COUNTS = tuple(2 ** i for i in range(13))      # 1 … 4096
 _POW2_WIDTHS = tuple(2 ** i for i in range(1, 9))    # 2 … 256

@@ -1,4 +1,4 @@
-"""Chip files: one accelerator described in a JSON (or TOML) file (docs/design.md §2.3).
+"""The chip record and chip files: one accelerator, resolved once (docs/design.md §2.3).
 
 A chip file holds one object with the template's knobs, all required::
 
@@ -9,11 +9,12 @@ A chip file holds one object with the template's knobs, all required::
       "num_vc": 64, "vc_width": 64, "buffer_mib": 64,
       "hbm_gib": 96, "hbm_gb_per_s": 3000, "clock_ghz": 1.5,
       "link_gb_per_s": 200, "net_gb_per_s": 50, "node_size": 8,
-      "fp8_rate": 2,
+      "fp8_rate": 2, "tdp_w": 700, "process_nm": 4,
       "efficiency": {"hbm_efficiency": 0.85}
     }
 
-Fields (units in the names; :data:`FIELDS` is their order):
+Fields (units in the names; declared once in ``phaze.arch._fields.CHIP_FIELDS``, which the
+parser, :meth:`Chip.to_dict` and the checks read; :data:`FIELDS` is their order):
 
 - ``num_tc`` tensor cores (systolic arrays) of ``tc_width`` columns × ``tc_depth`` rows,
   ``num_vc`` vector cores of ``vc_width`` lanes, ``node_size`` devices joined by the fast
@@ -29,6 +30,9 @@ Fields (units in the names; :data:`FIELDS` is their order):
   rate the knobs give (``phaze.arch.dtype_rates``): 0 = no FP8 tensor cores (training in
   fp8 is refused), else a number >= 1 (H100: 2). Left out: the preset's value when the
   knobs equal a preset's, else the template rule (2). bf16 and fp16 run at the 16-bit rate.
+- ``tdp_w`` (optional): the thermal design power of one chip, W; ``process_nm``
+  (optional): the process node, nm. Finite numbers > 0, None (unknown) when left out; no
+  number of phaze uses them yet (room for the power and cost issues).
 - ``efficiency`` (optional): the calibrated cost model's parameters
   (``phaze.arch.efficiency.Efficiency``; integers ≥ 1, fractions in (0, 1], seconds ≥ 0);
   fields left out take the value of the set the knobs alone would get
@@ -41,57 +45,113 @@ zero, negative, NaN or out of range — is refused with one sentence naming the 
 the field. JSON is read by the standard library; ``.toml`` files need Python 3.11 or
 later (``tomllib``), the same fields with ``[efficiency]`` as a table.
 
-:func:`load_chip` reads a file, :func:`chip_from_dict` checks a dict, :func:`resolve_chip`
-turns what the CLI's ``--arch NAME|FILE`` and the Python ``arch=`` arguments accept
-into a :class:`Chip`; :meth:`Chip.to_json` writes a file :func:`load_chip` reads back.
+:class:`Chip` is the one record of a chip that the rest of phaze takes whole: the knob row,
+the fields given, and what they resolve to — the efficiency set, the tensor rate at each
+datatype and the fabric as network tiers (:class:`Tier`). :func:`load_chip` reads a file,
+:func:`chip_from_dict` checks a dict, :meth:`Chip.to_json` writes a file :func:`load_chip`
+reads back; ``phaze.arch.resolve`` (module ``_resolve``) is the entrance that turns what
+``--arch NAME|FILE`` and ``arch=`` accept into a :class:`Chip`.
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import math
-import numbers
 import os
+import types
 
 import numpy as np
 
-from .._validate import show
-from . import dtype_rates
-from ._efields import EFFICIENCY_DTYPE, FRACTIONS, INT_FIELDS, SECONDS
-from ._rows import INT_KNOBS, KNOBS, build_rows
+from . import _catalog, dtype_rates
+from ._efields import EFFICIENCY_DTYPE
+from ._fields import (CHIP_FIELDS, FIELDS, KNOB_UNITS, MAX_INT, OPTIONAL_NUMBERS,
+                      check_fields, check_value, read_file)
+from ._rows import ARCH_DTYPE, KNOBS, build_rows, validate
+from .efficiency import Efficiency, for_rows as _efficiency_for_rows
 
-#: Largest integer a chip file may give a count (2**31 − 1): no real chip comes near it,
-#: and every product of counts in the cost model stays exact in float64.
-MAX_INT = 2 ** 31 - 1
+__all__ = ["Chip", "FIELDS", "KNOB_UNITS", "MAX_INT", "TOPOLOGIES", "Tier", "chip_from_dict",
+           "load_chip"]
 
-#: What each knob is, with its unit (used in the error messages).
-KNOB_UNITS = {
-    "num_tc": "tensor cores", "tc_width": "systolic array columns",
-    "tc_depth": "systolic array rows", "num_vc": "vector cores",
-    "vc_width": "lanes per vector core",
-    "buffer_mib": "MiB", "hbm_gib": "GiB", "hbm_gb_per_s": "GB/s of the whole chip",
-    "clock_ghz": "GHz", "link_gb_per_s": "GB/s per direction inside a node",
-    "net_gb_per_s": "GB/s per direction between nodes", "node_size": "devices per node",
-}
+#: Topology words of a network tier. Today's cost model prices every tier alike (NCCL's ring
+#: α–β form over the tier's bandwidth), whatever its word; the fabric issues price by it.
+TOPOLOGIES = ("switch", "ring", "torus")
 
-#: A chip file's fields, in the order :meth:`Chip.to_dict` writes them.
-FIELDS = ("name", "source") + tuple(KNOBS) + ("fp8_rate", "efficiency")
+
+@dataclasses.dataclass(frozen=True)
+class Tier:
+    """One network tier of a chip's fabric (SI units).
+
+    - ``name``: ``"scale-up"`` (the fast domain inside a node) or ``"scale-out"`` (between
+      nodes).
+    - ``size``: devices in one domain of the tier (the row's ``node_size`` for scale-up);
+      None for scale-out: as many as the job spans.
+    - ``bytes_per_s``: bandwidth per chip and direction, bytes/s (``link_gb_per_s · 1e9``,
+      ``net_gb_per_s · 1e9``).
+    - ``step_s``: latency per ring step of a collective on the tier, s (``link_step_s``,
+      ``net_step_s`` of the efficiency set).
+    - ``efficiency``: achievable bus bandwidth of a collective as a fraction of
+      ``bytes_per_s`` (``link_efficiency``, ``net_efficiency``).
+    - ``p2p_latency_s``, ``p2p_efficiency``: the same for one point-to-point send.
+    - ``topology``: how the tier joins its chips, one of :data:`TOPOLOGIES`.
+    """
+
+    name: str
+    size: object
+    bytes_per_s: float
+    step_s: float
+    efficiency: float
+    p2p_latency_s: float
+    p2p_efficiency: float
+    topology: str = "switch"
+
+    def __post_init__(self):
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"tier {self.name}: topology must be one of {', '.join(TOPOLOGIES)}, "
+                             f"got {self.topology!r}")
+
+
+def tiers_of(row, eff: Efficiency) -> tuple:
+    """The fabric of a one-row ``ARCH_DTYPE`` array ``row`` with efficiency set ``eff``:
+    ``(scale-up, scale-out)`` :class:`Tier` s built from today's row and efficiency fields
+    (the numbers the cost model prices collectives with, exactly)."""
+    r = row[0]
+    return (Tier("scale-up", int(r["node_size"]), float(r["link_gb_per_s"] * 1e9),
+                 eff.link_step_s, eff.link_efficiency, eff.link_p2p_latency_s,
+                 eff.link_p2p_efficiency),
+            Tier("scale-out", None, float(r["net_gb_per_s"] * 1e9), eff.net_step_s,
+                 eff.net_efficiency, eff.net_p2p_latency_s, eff.net_p2p_efficiency))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Chip:
-    """One accelerator: its architecture row, optional efficiency set, name and source.
+    """One accelerator, resolved once: what a chip file gives and what it resolves to.
+
+    Given (the fields of a chip file, :data:`FIELDS`):
 
     - ``name``: the chip's name (str).
     - ``row``: a one-row ``ARCH_DTYPE`` array (read-only; ``area_mm2`` from the area model),
       what ``phaze.search`` and ``phaze.cost`` take as an architecture.
     - ``efficiency``: a ``phaze.arch.efficiency.Efficiency`` or None when the file gave
-      none (:meth:`efficiency_set` then supplies the default set).
+      none (:attr:`resolved_efficiency` then holds the default set).
     - ``source``: where the numbers come from (text, possibly several lines; "" if none).
     - ``path``: the file read (None for a dict or a row).
     - ``fp8_rate``: the file's fp8 multiplier (``phaze.arch.dtype_rates``), or None when
-      it gave none (:meth:`tensor_rate` then supplies the default).
+      it gave none (:attr:`rates` then holds the default).
+    - ``tdp_w``: thermal design power of one chip, W; ``process_nm``: process node, nm
+      (None when unknown; no number uses them yet).
+
+    Resolved when the record is made (not arguments; ``dataclasses.replace`` resolves again):
+
+    - ``resolved_efficiency``: the efficiency set to use — ``efficiency``, else
+      ``efficiency.for_rows`` of the row (a preset's own set when the knobs equal that
+      preset's, else ``template``).
+    - ``rates``: the dense tensor rate at each datatype of ``phaze.precision.DTYPES`` as a
+      multiple of the 16-bit rate (a read-only mapping: bf16 and fp16 1.0, fp8 the
+      ``fp8_rate``, else ``dtype_rates.for_rows`` of the row; 0.0 = no fp8 tensor cores).
+    - ``tiers``: the fabric, ``(scale-up, scale-out)`` :class:`Tier` s from the row's
+      ``node_size``, ``link_gb_per_s``, ``net_gb_per_s`` and the resolved set's link and
+      net latencies and efficiencies.
+
+    Bad values raise ``ValueError`` in one sentence naming the field.
     """
 
     name: str
@@ -100,40 +160,90 @@ class Chip:
     source: str = ""
     path: object = None
     fp8_rate: object = None
+    tdp_w: object = None
+    process_nm: object = None
+    resolved_efficiency: Efficiency = dataclasses.field(init=False, repr=False)
+    rates: types.MappingProxyType = dataclasses.field(init=False, repr=False)
+    tiers: tuple = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        name = check_value("name", self.name, "chip")
+        where = f"chip {name!r}"
+        row = self.row
+        if not (isinstance(row, np.ndarray) and row.dtype == ARCH_DTYPE and row.shape == (1,)
+                and not row.flags.writeable):
+            row = validate(row)
+            if row.shape[0] != 1:
+                raise ValueError(f"{where}: row must be one architecture, got {row.shape[0]} rows")
+            row = row.copy()
+            row.setflags(write=False)
+        if self.efficiency is not None and not isinstance(self.efficiency, Efficiency):
+            raise ValueError(f"{where}: efficiency must be None or a "
+                             f"phaze.arch.efficiency.Efficiency, got "
+                             f"{type(self.efficiency).__name__}")
+        source = check_value("source", self.source, where)
+        set_(self, "name", name)
+        set_(self, "row", row)
+        set_(self, "source", source)
+        for field in OPTIONAL_NUMBERS:
+            value = getattr(self, field)
+            if value is not None:
+                set_(self, field, check_value(field, value, where))
+        eff = self.efficiency
+        if eff is None:
+            record = _efficiency_for_rows(row)[0]
+            eff = Efficiency(**{f: record[f].item() for f in EFFICIENCY_DTYPE.names})
+        fp8 = self.fp8_rate if self.fp8_rate is not None else float(dtype_rates.for_rows(row)[0])
+        set_(self, "resolved_efficiency", eff)
+        set_(self, "rates", types.MappingProxyType(dtype_rates.rates(fp8)))
+        set_(self, "tiers", tiers_of(row, eff))
+
+    @property
+    def scale_up(self) -> Tier:
+        """The fabric's tier inside a node (``tiers[0]``)."""
+        return self.tiers[0]
+
+    @property
+    def scale_out(self) -> Tier:
+        """The fabric's tier between nodes (``tiers[1]``)."""
+        return self.tiers[1]
 
     def tensor_rate(self, dtype: str = "bf16") -> float:
-        """The chip's dense tensor rate at ``dtype`` as a multiple of its 16-bit rate: 1 for
-        bf16 and fp16; for fp8 the file's ``fp8_rate``, else ``dtype_rates.for_rows`` of
-        the row (a preset's own when the knobs equal that preset's, else the template's 2).
-        A chip without fp8 tensor cores refuses fp8 (``ValueError``, one sentence)."""
-        rate = self.fp8_rate if self.fp8_rate is not None else float(
-            dtype_rates.for_rows(self.row)[0])
-        return dtype_rates.tensor_rate(dtype, rate, self.name)
+        """The chip's dense tensor rate at ``dtype`` as a multiple of its 16-bit rate
+        (:attr:`rates`): 1 for bf16 and fp16; for fp8 the file's ``fp8_rate``, else
+        ``dtype_rates.for_rows`` of the row. A chip without fp8 tensor cores refuses fp8
+        (``ValueError``, one sentence)."""
+        return dtype_rates.tensor_rate(dtype, self.rates["fp8"], self.name)
 
-    def efficiency_set(self):
-        """The efficiency parameters to use: the file's, else ``efficiency.for_rows`` of the
-        row (a preset's own set when the knobs equal that preset's, else ``template``)."""
-        from . import efficiency as eff_mod
-
-        if self.efficiency is not None:
-            return self.efficiency
-        return _efficiency_of(eff_mod.for_rows(self.row)[0])
+    def efficiency_set(self) -> Efficiency:
+        """The efficiency parameters to use (:attr:`resolved_efficiency`): the file's, else
+        ``efficiency.for_rows`` of the row (a preset's own set when the knobs equal that
+        preset's, else ``template``)."""
+        return self.resolved_efficiency
 
     def to_dict(self) -> dict:
-        """The chip as a chip file's object: name, source (when any), the knobs, and the
-        efficiency object (when the chip has one). Integers stay integers; floats are
-        written exactly (``json`` writes the shortest text that reads back the same float)."""
-        out = {"name": self.name}
-        if self.source:
-            lines = self.source.split("\n")
-            out["source"] = lines[0] if len(lines) == 1 else lines
-        for knob in KNOBS:
-            out[knob] = self.row[knob][0].item()
-        if self.fp8_rate is not None:
-            rate = float(self.fp8_rate)
-            out["fp8_rate"] = int(rate) if rate.is_integer() else rate
-        if self.efficiency is not None:
-            out["efficiency"] = {f: getattr(self.efficiency, f) for f in EFFICIENCY_DTYPE.names}
+        """The chip as a chip file's object, in :data:`FIELDS` order: name, source (when
+        any), the knobs, each optional number the chip was given, and the efficiency object
+        (when the chip has one). Integers stay integers; floats are written exactly
+        (``json`` writes the shortest text that reads back the same float)."""
+        out = {}
+        for spec in CHIP_FIELDS:
+            f = spec.name
+            if f == "name":
+                out[f] = self.name
+            elif f == "source":
+                if self.source:
+                    lines = self.source.split("\n")
+                    out[f] = lines[0] if len(lines) == 1 else lines
+            elif f in KNOBS:
+                out[f] = self.row[f][0].item()
+            elif f == "efficiency":
+                if self.efficiency is not None:
+                    out[f] = {e: getattr(self.efficiency, e) for e in EFFICIENCY_DTYPE.names}
+            elif getattr(self, f) is not None:
+                value = float(getattr(self, f))
+                out[f] = int(value) if value.is_integer() else value
         return out
 
     def to_json(self) -> str:
@@ -141,125 +251,17 @@ class Chip:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
 
-def _efficiency_of(record):
-    """An ``Efficiency`` from one ``EFFICIENCY_DTYPE`` record."""
-    from .efficiency import Efficiency
-
-    return Efficiency(**{f: record[f].item() for f in EFFICIENCY_DTYPE.names})
-
-
-# ---------------------------------------------------------------------------
-# checking a chip's fields
-# ---------------------------------------------------------------------------
-
-def _is_number(value) -> bool:
-    """A real number that is not a bool (JSON true/false are not numbers here)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _as_float(value) -> float:
-    """``float(value)`` for a real number (inf beyond float's range), NaN for anything else."""
-    if not _is_number(value):
-        return math.nan
-    try:
-        return float(value)
-    except OverflowError:  # an integer beyond float's range
-        return math.inf
-
-
-def _count(where, field, value) -> int:
-    """An integer from 1 to MAX_INT (an integral float such as 8.0 is accepted)."""
-    if _is_number(value) and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) \
-            or not 1 <= value <= MAX_INT:
-        raise ValueError(f"{where}: {field} must be an integer from 1 to {MAX_INT:,}, "
-                         f"got {show(value)}")
-    return int(value)
-
-
-def _positive(where, field, value, unit) -> float:
-    """A finite number > 0."""
-    f = _as_float(value)
-    if not math.isfinite(f) or f <= 0:
-        raise ValueError(f"{where}: {field} must be a finite number > 0 ({unit}), "
-                         f"got {show(value)}")
-    return f
-
-
-def _unknown(where, field, allowed, what) -> ValueError:
-    near = difflib.get_close_matches(str(field), allowed, n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    return ValueError(f"{where}: unknown {what} {show(field)}{hint}; allowed: "
-                      f"{', '.join(allowed)}")
-
-
-def _check_efficiency(where, value) -> dict:
-    """The efficiency object's fields (a subset of EFFICIENCY_DTYPE's), checked."""
-    names = EFFICIENCY_DTYPE.names
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: efficiency must be an object of efficiency parameters "
-                         f"({', '.join(names)}), got {show(value)}")
-    out = {}
-    for field, v in value.items():
-        if field not in names:
-            raise _unknown(where, field, names, "efficiency field")
-        key = f"efficiency.{field}"
-        if field in INT_FIELDS:
-            out[field] = _count(where, key, v)
-        elif field in FRACTIONS:
-            if not 0 < _as_float(v) <= 1:
-                raise ValueError(f"{where}: {key} must be a fraction in (0, 1], got {show(v)}")
-            out[field] = float(v)
-        elif field in SECONDS:
-            if not math.isfinite(_as_float(v)) or _as_float(v) < 0:
-                raise ValueError(f"{where}: {key} must be a finite time >= 0 (seconds), "
-                                 f"got {show(v)}")
-            out[field] = float(v)
-        else:  # pragma: no cover - every field has a range above
-            raise AssertionError(field)
-    return out
-
-
-def parse_fields(data, where) -> tuple:
-    """Check a chip file's object ``data`` without building anything.
-
-    Returns ``(knobs, efficiency, name, source)``: the knob values (dict, all of
-    ``KNOBS``), the efficiency fields given (dict, possibly partial, or None), the name
-    (str or None) and the source (str, "" if none). ``where`` starts every error message
-    (e.g. "chip file 'x.json'"). Used by :func:`chip_from_dict` and by the presets, which
-    read their own files with it while ``phaze.arch`` is being imported.
-    """
-    if not isinstance(data, dict):
-        raise ValueError(f"{where} must hold one object of the chip's fields "
-                         f"({', '.join(FIELDS)}), got {show(data)}")
-    for field in data:
-        if field == "area_mm2":
-            raise ValueError(f"{where}: area_mm2 is not a field: the area model computes it "
-                             f"from the knobs; remove it")
-        if field not in FIELDS:
-            raise _unknown(where, field, FIELDS, "field")
-    missing = [k for k in KNOBS if k not in data]
-    if missing:
-        raise ValueError(f"{where}: missing field{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(missing)} (every knob is required: {', '.join(KNOBS)})")
-    knobs = {}
-    for k in KNOBS:
-        knobs[k] = (_count(where, k, data[k]) if k in INT_KNOBS
-                    else _positive(where, k, data[k], KNOB_UNITS[k]))
-    name = data.get("name")
-    if name is not None and (not isinstance(name, str) or not name.strip()
-                             or not name.isprintable()):
-        raise ValueError(f"{where}: name must be a non-empty line of printable text, "
-                         f"got {show(name)}")
-    source = data.get("source", "")
-    if isinstance(source, list) and all(isinstance(s, str) for s in source):
-        source = "\n".join(source)
-    if not isinstance(source, str):
-        raise ValueError(f"{where}: source must be text or a list of lines of text, "
-                         f"got {show(source)}")
-    efficiency = _check_efficiency(where, data["efficiency"]) if "efficiency" in data else None
-    return knobs, efficiency, (name.strip() if name is not None else None), source
+def preset_chip(name: str) -> Chip:
+    """The preset ``name`` as a :class:`Chip` (its file's row, efficiency set, rates, name,
+    source and path); KeyError lists the names."""
+    values = _catalog.FILES.get(name) if isinstance(name, str) else None
+    if values is None:
+        raise KeyError(f"unknown architecture preset {name!r}; known presets: "
+                       f"{', '.join(_catalog.NAMES)}")
+    return Chip(name=name, row=_catalog.ROWS[name],
+                efficiency=Efficiency(**_catalog.EFFICIENCY[name]), source=_catalog.SOURCES[name],
+                path=str(_catalog.path(name)),
+                **{f: values[f] for f in OPTIONAL_NUMBERS if f in values})
 
 
 def chip_from_dict(data, *, where="chip", name=None, path=None) -> Chip:
@@ -269,75 +271,26 @@ def chip_from_dict(data, *, where="chip", name=None, path=None) -> Chip:
     (default "chip"); ``path``: recorded in :attr:`Chip.path`. Raises ``ValueError``
     with one sentence naming the field and what it allows.
     """
-    from . import efficiency as eff_mod
-    from . import presets
-
-    knobs, eff, given_name, source = parse_fields(data, where)
-    fp8_rate = (dtype_rates.check_fp8_rate(data["fp8_rate"], f"{where}: fp8_rate")
-                if "fp8_rate" in data else None)
-    name = given_name or name or "chip"
-    row = build_rows(**knobs)
-    if name in presets.names():
-        ref = presets.get(name)
+    values = check_fields(data, where)
+    name = values.get("name") or name or "chip"
+    row = build_rows(**{k: values[k] for k in KNOBS})
+    if name in _catalog.NAMES:
+        ref, ref_values = _catalog.ROWS[name], _catalog.FILES[name]
         differ = [(k, row[k][0].item(), ref[k][0].item()) for k in KNOBS if row[k][0] != ref[k][0]]
-        if fp8_rate is not None and fp8_rate != presets.FP8_RATE[name]:
-            differ.append(("fp8_rate", fp8_rate, presets.FP8_RATE[name]))
+        differ += [(f, values[f], ref_values.get(f)) for f in OPTIONAL_NUMBERS
+                   if f in values and values[f] != ref_values.get(f)]
         if differ:
             k, mine, theirs = differ[0]
             raise ValueError(f"{where}: name {name!r} is a preset's, but {k} is {mine!r} where "
                              f"the preset has {theirs!r}; give the changed chip its own name")
     efficiency = None
-    if eff is not None:
-        base = eff_mod.for_rows(row)[0]
-        values = {f: eff.get(f, base[f].item()) for f in EFFICIENCY_DTYPE.names}
-        efficiency = eff_mod.Efficiency(**values)
+    if "efficiency" in values:
+        base = _efficiency_for_rows(row)[0]
+        given = values["efficiency"]
+        efficiency = Efficiency(**{f: given.get(f, base[f].item()) for f in EFFICIENCY_DTYPE.names})
     row.setflags(write=False)
-    return Chip(name=name, row=row, efficiency=efficiency, source=source, path=path,
-                fp8_rate=fp8_rate)
-
-
-def read_file(path, where) -> object:
-    """The parsed content of a chip file (JSON, or TOML by its ``.toml`` extension); one
-    ``ValueError`` sentence starting with ``where`` when it cannot be parsed."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    if not raw.strip():
-        raise ValueError(f"{where} is empty; it must hold one object of the chip's fields")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{where} is not UTF-8 text") from None
-    if os.fspath(path).lower().endswith(".toml"):
-        try:
-            import tomllib
-        except ImportError:  # Python 3.10
-            raise ValueError(f"{where}: TOML chip files need Python 3.11 or later (tomllib); "
-                             f"write the chip as JSON") from None
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{where} is not valid TOML: {exc}") from None
-
-    def no_repeats(pairs):
-        out = {}
-        for key, value in pairs:
-            if key in out:
-                raise ValueError(f"{where}: field {key!r} is given twice")
-            out[key] = value
-        return out
-
-    try:
-        return json.loads(text, object_pairs_hook=no_repeats)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where} is not valid JSON: {exc.msg} (line {exc.lineno}, "
-                         f"column {exc.colno})") from None
-    except RecursionError:
-        raise ValueError(f"{where} is not a chip file: it is nested too deeply") from None
-    except ValueError as exc:
-        if str(exc).startswith(where):
-            raise
-        # e.g. an integer of more digits than Python converts
-        raise ValueError(f"{where} cannot be read: {str(exc).splitlines()[0]}") from None
+    return Chip(name=name, row=row, efficiency=efficiency, source=values.get("source", ""),
+                path=path, **{f: values[f] for f in OPTIONAL_NUMBERS if f in values})
 
 
 def load_chip(path) -> Chip:
@@ -352,42 +305,3 @@ def load_chip(path) -> Chip:
     data = read_file(path, where)
     stem = os.path.splitext(os.path.basename(path))[0]
     return chip_from_dict(data, where=where, name=stem, path=path)
-
-
-def resolve_chip(spec) -> Chip:
-    """What ``--arch NAME|FILE`` and ``arch=`` accept, as a :class:`Chip`.
-
-    ``spec``: a :class:`Chip`; a preset name (``presets.names()``; the preset's own file,
-    efficiency set included); a path (str or ``os.PathLike``) of a chip file; or an
-    architecture row (a one-row structured array or record, name "custom", no
-    efficiency set). A preset name wins over a file of the same name in the working
-    directory. An unknown name raises ``KeyError`` naming the presets.
-    """
-    from . import presets
-    from ._rows import validate
-
-    if isinstance(spec, Chip):
-        return spec
-    if isinstance(spec, str) and spec in presets.names():
-        return presets.chip(spec)
-    if isinstance(spec, (str, os.PathLike)):
-        text = os.fspath(spec)
-        looks_like_path = (os.sep in text or (os.altsep and os.altsep in text)
-                           or text.lower().endswith((".json", ".toml")))
-        if looks_like_path or os.path.isfile(text):
-            return load_chip(text)
-        raise KeyError(f"unknown architecture {text!r}: neither a preset "
-                       f"({', '.join(presets.names())}) nor a chip file (.json)")
-    if isinstance(spec, (np.ndarray, np.void)):
-        row = validate(spec)
-        if row.shape[0] != 1:
-            raise ValueError(f"arch must be one architecture, got {row.shape[0]} rows")
-        row = row.copy()
-        row.setflags(write=False)
-        for name in presets.names():  # a preset's row keeps the preset's name
-            ref = presets.get(name)
-            if all(row[k][0] == ref[k][0] for k in KNOBS):
-                return dataclasses.replace(presets.chip(name), row=row)
-        return Chip(name="custom", row=row)
-    raise ValueError(f"arch must be a preset name, a chip file, a Chip or one architecture "
-                     f"row, got {show(spec)}")

@@ -1,7 +1,6 @@
 """``make_archs``: architecture rows from knobs, the missing ones taken from a preset.
 
-Its own module so that ``presets`` (which builds its rows with ``_rows.build_rows``)
-and the preset-name lookup do not import each other.
+Its own module, after ``presets`` (whose rows a base name gives), before the face.
 """
 from __future__ import annotations
 

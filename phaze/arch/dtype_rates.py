@@ -30,26 +30,19 @@ takes the template's efficiency set).
 """
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 
-from .._validate import show
+from ..precision import DTYPES, check_dtype
+from . import _catalog
+from ._fields import check_fp8_rate
+from ._rows import validate
+
+__all__ = ["TEMPLATE_FP8_RATE", "check_fp8_rate", "for_rows", "per_row", "rates", "tensor_rate"]
 
 #: fp8 dense tensor rate / 16-bit dense rate of a template (hypothetical) chip.
 TEMPLATE_FP8_RATE = 2.0
-
-
-def check_fp8_rate(value, where: str = "fp8_rate") -> float:
-    """``value`` as a float if it is 0 or a finite number ≥ 1, else ``ValueError`` in one
-    sentence starting with ``where``."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    f = float(value) if ok else math.nan
-    if not (f == 0.0 or (math.isfinite(f) and f >= 1.0)):
-        raise ValueError(f"{where} must be 0 (no fp8 tensor cores) or a number >= 1 (the fp8 "
-                         f"dense tensor rate as a multiple of the 16-bit rate), got {show(value)}")
-    return f
 
 
 def per_row(fp8_rate, n_archs: int) -> np.ndarray:
@@ -73,28 +66,27 @@ def for_rows(archs) -> np.ndarray:
     """The fp8 multiplier of each architecture row: a preset's where the row equals that
     preset in every knob, :data:`TEMPLATE_FP8_RATE` elsewhere (as
     ``phaze.arch.efficiency.for_rows``)."""
-    from . import presets
-    from ._rows import KNOBS, validate
-
     archs = validate(archs)
     out = np.full(archs.shape[0], TEMPLATE_FP8_RATE)
-    for name in presets.names():
-        ref = presets.get(name)
-        same = np.ones(archs.shape[0], dtype=bool)
-        for knob in KNOBS:
-            same &= archs[knob] == ref[knob][0]
-        out[same] = presets.FP8_RATE[name]
+    for name, same in _catalog.match(archs):
+        out[same] = _catalog.FP8_RATE[name]
     return out
 
 
 def tensor_rate(dtype: str, fp8_rate: float, chip_name: str) -> float:
     """The multiplier of the 16-bit rate at ``dtype`` for a chip whose fp8 multiplier is
     ``fp8_rate``; ``ValueError`` in one sentence when the chip cannot train in ``dtype``."""
-    from ..precision import check_dtype
-
     if check_dtype(dtype) != "fp8":
         return 1.0
     if fp8_rate == 0:
         raise ValueError(f"dtype fp8 needs fp8 tensor cores, which {chip_name} does not have "
                          f"(its fp8_rate is 0); train it in bf16 or fp16")
     return float(fp8_rate)
+
+
+def rates(fp8_rate) -> dict:
+    """The multiplier of the 16-bit dense tensor rate at every training datatype
+    (``phaze.precision.DTYPES``) of a chip whose fp8 multiplier is ``fp8_rate``: 1.0 for bf16
+    and fp16, ``fp8_rate`` (0.0: no fp8 tensor cores) for fp8."""
+    fp8 = check_fp8_rate(fp8_rate)
+    return {dtype: (fp8 if dtype == "fp8" else 1.0) for dtype in DTYPES}

@@ -54,8 +54,9 @@ import dataclasses
 
 import numpy as np
 
-from . import presets
+from . import _catalog
 from ._efields import EFFICIENCY_DTYPE, check_row as _check_row
+from ._rows import validate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +93,9 @@ class Efficiency:
         return out
 
 
-#: Parameter sets by name: every preset of ``phaze.arch.presets`` plus ``"template"``.
-PARAMETER_SETS = {name: Efficiency(**values) for name, values in presets.EFFICIENCY.items()}
+#: Parameter sets by name: every preset of ``phaze.arch.presets`` (read from its chip file)
+#: plus ``"template"``.
+PARAMETER_SETS = {name: Efficiency(**values) for name, values in _catalog.EFFICIENCY.items()}
 
 #: The set of rows that are no preset (the study's hypothetical chips); see the module docstring.
 TEMPLATE = PARAMETER_SETS["template"]
@@ -155,15 +157,9 @@ def for_rows(archs) -> np.ndarray:
     hypothetical chip and takes the template's set: the presets' parameters were
     measured on those chips only.
     """
-    from ._rows import KNOBS, validate
-
     archs = validate(archs)
     out = np.repeat(TEMPLATE.row(), archs.shape[0])
-    for name in presets.names():
-        ref = presets.get(name)
-        same = np.ones(archs.shape[0], dtype=bool)
-        for knob in KNOBS:
-            same &= archs[knob] == ref[knob][0]
+    for name, same in _catalog.match(archs):
         if np.any(same):
             out[same] = get(name).row()[0]
     return np.ascontiguousarray(out)

@@ -128,90 +128,58 @@ array model.
 """
 from __future__ import annotations
 
-import json
-from importlib import resources
-
 import numpy as np
 
-from . import _chipfile, dtype_rates
-from ._efields import EFFICIENCY_DTYPE, INT_FIELDS
-from ._rows import build_rows
+from . import _catalog
+from ._chipfile import Chip, preset_chip
 
 #: 4 GiB/s (the original study's device-to-device bandwidth) in decimal GB/s.
 ORIGINAL_STUDY_GB_PER_S = 4 * 2**30 / 1e9
 
-#: Preset names, in their fixed order; preset ``NAME`` is the package file ``chips/NAME.json``.
-_NAMES = ("tpuv4", "a100-80g", "h100-sxm")
-
-
-def path(name: str):
-    """The chip file of preset ``name`` (an ``importlib.resources`` Traversable inside the
-    package; ``str()`` of it is a path in an ordinary install); KeyError lists the names."""
-    if name not in _NAMES:
-        raise KeyError(f"unknown architecture preset {name!r}; known presets: {', '.join(_NAMES)}")
-    return resources.files(__package__) / "chips" / f"{name}.json"
-
-
-def _read(name: str) -> tuple:
-    """(knobs, efficiency, source, fp8_rate) of preset ``name``'s file, checked like any
-    chip file."""
-    where = f"preset file chips/{name}.json"
-    try:
-        data = json.loads(path(name).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # a broken install
-        raise ImportError(f"phaze.arch: cannot read {where}: {exc}") from None
-    knobs, eff, given, source = _chipfile.parse_fields(data, where)
-    if given != name or eff is None or set(eff) != set(EFFICIENCY_DTYPE.names) \
-            or "fp8_rate" not in data:
-        raise ImportError(f"phaze.arch: {where} must be named {name!r} and give fp8_rate and "
-                          f"every efficiency field")
-    return knobs, eff, source, dtype_rates.check_fp8_rate(data["fp8_rate"], f"{where}: fp8_rate")
-
-
-_FILES = {name: _read(name) for name in _NAMES}
 #: Knobs of each preset (read from its chip file).
-_PRESETS = {name: knobs for name, (knobs, _, _, _) in _FILES.items()}
+_PRESETS = _catalog.KNOB_VALUES
 #: Where each preset's numbers come from (each file's ``source``; the full citations are
 #: this module's docstring).
-SOURCES = {name: source for name, (_, _, source, _) in _FILES.items()}
+SOURCES = _catalog.SOURCES
 #: Dense FP8 tensor rate of each preset as a multiple of its 16-bit rate (each file's
 #: ``fp8_rate``; 0 = no FP8 tensor cores; sources: ``phaze.arch.dtype_rates``).
-FP8_RATE = {name: rate for name, (_, _, _, rate) in _FILES.items()}
+FP8_RATE = _catalog.FP8_RATE
 
 #: Vendor peak dense bf16 FLOP/s each preset is meant to reproduce (checked by the tests).
 VENDOR_PEAK_FLOPS = {"tpuv4": 275e12, "a100-80g": 312e12, "h100-sxm": 989e12}
 
-# The template's tile rule: one weight-stationary array per tile, no per-tile K fill.
-_TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_tile=1, k_stages=1)
-
 #: Efficiency parameters per preset (each file's ``efficiency``), plus ``"template"`` for
 #: rows that are no preset: the template's tile rule with a100-80g's fractions and
 #: latencies (fields: ``phaze.arch.efficiency``; sources: this module's docstring).
-EFFICIENCY = {name: dict(eff) for name, (_, eff, _, _) in _FILES.items()}
-EFFICIENCY["template"] = dict(_TEMPLATE_TILE, **{f: v for f, v in EFFICIENCY["a100-80g"].items()
-                                                 if f not in INT_FIELDS})
+EFFICIENCY = _catalog.EFFICIENCY
+
+#: The chip file of preset ``name`` (``importlib.resources`` Traversable); KeyError lists the names.
+path = _catalog.path
+
+# Each preset's record, made once (a Chip is immutable: frozen, its row read-only).
+_CHIPS = {name: preset_chip(name) for name in _catalog.NAMES}
 
 
 def names() -> list:
     """Preset names, in a fixed order."""
-    return list(_NAMES)
+    return list(_catalog.NAMES)
 
 
 def get(name: str) -> np.ndarray:
     """The preset ``name`` as a one-row ``ARCH_DTYPE`` array (a fresh copy); KeyError lists the names."""
     try:
-        knobs = _PRESETS[name]
+        row = _catalog.ROWS[name]
     except (KeyError, TypeError):
-        raise KeyError(f"unknown architecture preset {name!r}; known presets: {', '.join(_PRESETS)}") from None
-    return build_rows(**knobs)
+        raise KeyError(f"unknown architecture preset {name!r}; known presets: "
+                       f"{', '.join(_catalog.NAMES)}") from None
+    return row.copy()
 
 
-def chip(name: str):
-    """The preset ``name`` as a ``phaze.arch.Chip`` (its row, efficiency set, name and
-    source); KeyError lists the names."""
-    from .efficiency import Efficiency
-
-    row = get(name)
-    row.setflags(write=False)
-    return _chipfile.Chip(name=name, row=row, efficiency=Efficiency(**EFFICIENCY[name]),
-                          source=SOURCES[name], path=str(path(name)), fp8_rate=FP8_RATE[name])
+def chip(name: str) -> Chip:
+    """The preset ``name`` as a ``phaze.arch.Chip`` (its row, efficiency set, tensor rates,
+    fabric tiers, name and source); KeyError lists the names."""
+    try:
+        return _CHIPS[name]
+    except (KeyError, TypeError):
+        raise KeyError(f"unknown architecture preset {name!r}; known presets: "
+                       f"{', '.join(_catalog.NAMES)}") from None
