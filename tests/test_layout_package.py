@@ -33,6 +33,12 @@ def _modules():
     return {_module_name(p): p for p in sorted(PHAZE.rglob("*.py"))}
 
 
+def _compiled():
+    """Names of the compiled (Cython) modules: imported like modules, they import nothing
+    of phaze's Python."""
+    return {_module_name(p) for p in sorted(PHAZE.rglob("*.pyx"))}
+
+
 def _imports(name, path, modules):
     """(line, absolute module imported, imported name or None) of every import, lazy too."""
     is_pkg = path.name == "__init__.py"
@@ -53,7 +59,8 @@ def _imports(name, path, modules):
                 continue
             for a in node.names:
                 sub = f"{mod}.{a.name}"
-                yield (node.lineno, sub, None) if sub in modules else (node.lineno, mod, a.name)
+                known = sub in modules or sub in _compiled()
+                yield (node.lineno, sub, None) if known else (node.lineno, mod, a.name)
 
 
 def _owner(module):
