@@ -1,10 +1,12 @@
-"""Hugging Face ``config.json`` → ModelSpec: the reader behind
+"""Hugging Face ``config.json`` → the fields of a ModelSpec: the reader behind
 ``phaze.models.from_hf_config`` (docs/design.md §2.1).
 
 Each model type (gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, deepseek_v2, opt, bert)
 has its library defaults for the keys phaze reads; a present key phaze cannot model is a
 ``ValueError`` naming the key. Kept apart from ``phaze.models`` so that each module stays
-one screenful of concerns (and under the layout's line limit).
+one screenful of concerns (and under the layout's line limit). The reader returns keyword
+arguments and ``phaze.models`` builds the ModelSpec from them, so only ``models`` imports
+this module and not the other way round.
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import numbers
 import os
 
 from ._validate import positive_int, read_json, show
-from .models import MODEL_LIMITS, ModelSpec
 
 _GELU_NAMES = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python",
                "gelu_accurate", "quick_gelu")
@@ -309,8 +310,11 @@ def _hf_deepseek_v2(cfg) -> dict:
     return spec
 
 
-def read_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> ModelSpec:
-    """The reader behind ``phaze.models.from_hf_config`` (see its docstring)."""
+def read_hf_config(path_or_dict, *, name: str = None, seq_len: int = None,
+                   max_seq_len: int) -> dict:
+    """The keyword arguments of the ModelSpec that ``phaze.models.from_hf_config``
+    builds from ``path_or_dict`` (see its docstring): ``name``, ``seq_len`` (checked
+    against ``max_seq_len``, the ModelSpec's limit) and the shape fields."""
     raw = _load_hf(path_or_dict)
     mt = _hf_model_type(raw)
     _check_unmodelled(raw, None, mt)
@@ -414,15 +418,12 @@ def read_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> Mo
     if seq_len is None:
         seq_len = positions
     else:
-        seq_len = positive_int("seq_len", seq_len, MODEL_LIMITS["seq_len"])
+        seq_len = positive_int("seq_len", seq_len, max_seq_len)
     _check_unmodelled(raw, seq_len, mt)
     spec.setdefault("max_positions", None)
     if spec["max_positions"] is not None and spec["position"] != "learned":
         spec["max_positions"] = None
-    try:
-        return ModelSpec(name=name, seq_len=seq_len, **spec)
-    except ValueError as exc:
-        raise ValueError(f"config does not describe a model phaze can build: {exc}") from None
+    return dict(name=name, seq_len=seq_len, **spec)
 
 
 __all__ = ["read_hf_config"]

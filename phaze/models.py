@@ -54,6 +54,7 @@ import numbers
 from dataclasses import dataclass, replace
 
 from . import _config
+from ._hf_config import read_hf_config
 from ._validate import nonneg_int, one_of, positive_int, show
 
 ACTIVATIONS = ("gelu", "relu", "swiglu")
@@ -603,10 +604,13 @@ def from_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> Mo
     stretched (Llama 3.1: 8,192 of 131,072), else the config's maximum positions;
     ``name`` defaults to ``_name_or_path`` or the model type.
     """
-    # The reader lives in phaze/_hf_config.py (it imports this module: imported here, late).
-    from ._hf_config import read_hf_config
-
-    return read_hf_config(path_or_dict, name=name, seq_len=seq_len)
+    # The reader (phaze/_hf_config.py) returns the fields; the record is built here.
+    fields = read_hf_config(path_or_dict, name=name, seq_len=seq_len,
+                            max_seq_len=MODEL_LIMITS["seq_len"])
+    try:
+        return ModelSpec(**fields)
+    except ValueError as exc:
+        raise ValueError(f"config does not describe a model phaze can build: {exc}") from None
 
 
 def gemm_flops_per_sample(m: ModelSpec) -> float:

@@ -38,15 +38,18 @@ architectures that differ only in knobs the latencies do not see share a solve.
 Status strings: "optimal" (proved), "certified" (gap <= requested gap), "limit"
 (no proof within the gap in the time allowed; valid schedule, gap reported),
 "infeasible" (an architecture without cores of a needed type, ``schedule_many``
-only), "error" (the solver failed; the list schedule is returned).
+only), "error" (the solver failed; the list schedule is returned). A :class:`Schedule`
+keeps what the MILP solver said in ``message`` (HiGHS's model-status text, "" when no
+MILP ran), as scipy's ``milp`` reports a status and a message.
 
 Modules, by algorithm: ``_prepare`` (cut operators, segments, antichain widths,
 reachability, hashes), ``_profile`` (resource profiles), ``_energy`` (fastest
 durations, critical paths, chip energy), ``_windows`` and ``_bounds`` (lower bounds),
 ``_list`` (list scheduling and the mode search), ``_bnb`` (branch and bound and its
 dominance table), ``_solve`` (the compiled per-chip pipeline), ``_milp`` (HiGHS),
-``_driver`` (entry points, memo, threads), ``_check`` (the validator) and ``_status``
-(the status vocabulary). This face only re-exports.
+``_driver`` (entry points, memo, threads), ``_inputs`` (the checks on the arguments),
+``_check`` (the validator) and ``_status`` (the status vocabulary). This face only
+re-exports (``_prepare`` for ``bench/bench_schedule.py``); no module imports it.
 
 The kernels (``_profile`` .. ``_solve``, with ``_cdefs``: the operator kinds and
 tolerance as C globals) are Cython extensions compiled at install (``setup.py``), so a

@@ -3,7 +3,7 @@ docs/design.md §2.5 checked directly on start times and modes."""
 import numpy as np
 
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
-from ._driver import _inputs
+from ._inputs import layer_inputs
 from ._status import STATUS_NAMES
 
 
@@ -11,7 +11,7 @@ def check_schedule(op_graph, single, intra, num_tc, num_vc, schedule) -> list:
     """Rules ``schedule`` breaks (empty list when valid): shapes, modes, precedence,
     core capacity (an event sweep), intra-op exclusivity, one collective at a time,
     makespan = last finish, lower_bound <= makespan."""
-    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    ds, da, ntc, nvc = layer_inputs(op_graph, single, intra, num_tc, num_vc)
     n = op_graph.n_ops
     names = op_graph.names
     errors = []

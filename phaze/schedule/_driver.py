@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import queue
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import _config
+from .._cache import Memo
 from .._threads import kernel_threads
-from .._validate import finite_nonneg_array, nonneg_float, nonneg_int, one_of
-from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
+from .._validate import finite_nonneg_array, nonneg_float, one_of
+from . import _milp
 from ._bnb import _BNB_TABLE_MAX_BUCKETS, _BNB_TABLE_WAYS, _bnb_table
 from ._bounds import _layer_lower_bounds_kernel, _segment_bound, _strong_bound
+from ._inputs import check_graph, check_total, gap_arg, layer_inputs
 from ._list import _list_schedule
 from ._prepare import _graph_hash, _prepare
 from ._solve import _solve, _solve_range, _status
@@ -51,13 +52,16 @@ class Schedule:
 
     makespan, lower_bound: seconds (lower_bound is the best bound proved);
     starts: float64 (n_ops,) start times in seconds; modes: int8 (n_ops,), 0 one core,
-    1 intra-op (collectives 0); status: one of ``STATUS_NAMES`` (meanings in ``_status``)."""
+    1 intra-op (collectives 0); status: one of ``STATUS_NAMES`` (meanings in ``_status``);
+    message: what the MILP solver said when one ran (HiGHS's model-status text, per part
+    as "part k: ..." when several parts were solved, or why it failed), else ""."""
 
     makespan: float
     lower_bound: float
     starts: np.ndarray
     modes: np.ndarray
     status: str
+    message: str = ""
 
     @property
     def gap(self) -> float:
@@ -71,64 +75,6 @@ class Schedule:
         single = np.asarray(single, dtype=np.float64).reshape(-1)
         intra = np.asarray(intra, dtype=np.float64).reshape(-1)
         return self.starts + np.where(self.modes == 1, intra, single)
-
-
-# ---------------------------------------------------------------------------
-# validation
-# ---------------------------------------------------------------------------
-def _check_graph(op_graph):
-    if not isinstance(op_graph, OpGraph):
-        raise ValueError(f"op_graph must be a phaze.graph.OpGraph, got {type(op_graph).__name__}")
-
-
-def _latency_vector(name, values, n):
-    arr = finite_nonneg_array(name, values)
-    if arr.shape not in ((n,), (n, 1)):
-        raise ValueError(f"{name} must have shape ({n},) (one latency per operator), got {arr.shape}")
-    return np.ascontiguousarray(arr.reshape(n))
-
-
-#: Largest total latency (seconds, single plus intra over all operators) a schedule
-#: accepts. The bounds add and scale latencies; a total near the float maximum would
-#: overflow to inf and an inf makespan and bound would read as "optimal". 1e300 s is
-#: beyond anything physical and leaves the arithmetic ample headroom.
-MAX_TOTAL_LATENCY_S = 1e300
-
-
-def _check_total(single, intra, axis=None) -> None:
-    """ValueError unless the latencies' total (per architecture with ``axis=0``) is at most
-    ``MAX_TOTAL_LATENCY_S``."""
-    with np.errstate(over="ignore"):
-        total = np.sum(single, axis=axis) + np.sum(intra, axis=axis)
-    if not np.all(total <= MAX_TOTAL_LATENCY_S):
-        raise ValueError(f"single and intra must sum to at most {MAX_TOTAL_LATENCY_S:g} seconds "
-                         f"(per architecture), got {float(np.max(total)):g}: latencies that "
-                         f"large overflow the schedule's arithmetic")
-
-
-def _inputs(op_graph, single, intra, num_tc, num_vc):
-    _check_graph(op_graph)
-    n = op_graph.n_ops
-    ds = _latency_vector("single", single, n)
-    da = _latency_vector("intra", intra, n)
-    _check_total(ds, da)
-    ntc = nonneg_int("num_tc", num_tc)
-    nvc = nonneg_int("num_vc", num_vc)
-    kind = op_graph.kind
-    if ntc == 0 and np.any((kind == KIND_GEMM) | (kind == KIND_FUSED)):
-        raise ValueError("num_tc must be >= 1 because the graph has GEMM or fused operators")
-    if nvc == 0 and np.any((kind == KIND_VECTOR) | (kind == KIND_FUSED)):
-        raise ValueError("num_vc must be >= 1 because the graph has vector or fused operators")
-    # a collective has one mode: its intra latency is its single latency
-    da = np.where(kind == KIND_COLLECTIVE, ds, da)
-    return ds, da, ntc, nvc
-
-
-def _gap_arg(gap):
-    g = nonneg_float("gap", gap)
-    if g >= 1.0:
-        raise ValueError(f"gap must be in [0, 1), got {gap!r}")
-    return g
 
 
 def _status_name(makespan, lb, optimal, gap):
@@ -170,7 +116,7 @@ def lower_bound(op_graph, single, intra, num_tc, num_vc) -> float:
       can only usefully run intra-op fills at most one collective's run (whole), the
       best filling found exactly by dynamic programming.
     """
-    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    ds, da, ntc, nvc = layer_inputs(op_graph, single, intra, num_tc, num_vc)
     prep = _prepare(op_graph)
     dsq, daq = ds[prep.perm], da[prep.perm]
     total = 0.0
@@ -207,8 +153,8 @@ def list_schedule(op_graph, single, intra, num_tc, num_vc, *, gap=None) -> Sched
     """List schedule of the whole graph: operators by critical-path priority, started as
     early as capacity allows, both modes tried (earliest finish) plus fixed-mode passes;
     the best pass is returned with :func:`lower_bound`. Always valid."""
-    gap = _config.SCHEDULE_GAP if gap is None else _gap_arg(gap)
-    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    gap = _config.SCHEDULE_GAP if gap is None else gap_arg(gap)
+    ds, da, ntc, nvc = layer_inputs(op_graph, single, intra, num_tc, num_vc)
     prep = _prepare(op_graph, split=False)
     n = op_graph.n_ops
     starts_q = np.empty(n)
@@ -231,33 +177,42 @@ def milp_schedule(op_graph, single, intra, num_tc, num_vc, *, gap=None, time_lim
     ``initial`` (default: the list schedule). ``gap`` is HiGHS's ``mip_rel_gap``;
     ``time_limit`` in seconds. Status "optimal" when HiGHS proves optimality (gap ≤ 1e-9),
     "certified" within ``gap``, else "limit"."""
-    from . import _milp
-
-    gap = _config.SCHEDULE_GAP if gap is None else _gap_arg(gap)
+    gap = _config.SCHEDULE_GAP if gap is None else gap_arg(gap)
     time_limit = _config.SCHEDULE_TIME_LIMIT_S if time_limit is None else nonneg_float(
         "time_limit", time_limit)
-    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    ds, da, ntc, nvc = layer_inputs(op_graph, single, intra, num_tc, num_vc)
     if initial is None:
         initial = list_schedule(op_graph, ds, da, ntc, nvc, gap=gap)
     prep = _prepare(op_graph, split=False)
     perm = prep.perm
     lb0 = max(initial.lower_bound, 0.0)
     try:
-        st_q, md_q, ms, lb, proved, _ = _milp.solve(
+        res = _milp.solve(
             prep.kind[:], ds[perm], da[perm], prep.local_preds, ntc, nvc,
             np.asarray(initial.starts)[perm], np.asarray(initial.modes)[perm], lb0, gap, time_limit)
-    except Exception:  # pragma: no cover - solver failure is reported, not raised
-        return Schedule(initial.makespan, initial.lower_bound, initial.starts, initial.modes, "error")
+    except Exception as exc:  # pragma: no cover - solver failure is reported, not raised
+        return Schedule(initial.makespan, initial.lower_bound, initial.starts, initial.modes, "error",
+                        _failure(exc))
+    if res.status == "error":
+        return Schedule(initial.makespan, initial.lower_bound, initial.starts, initial.modes, "error",
+                        res.message)
     starts = np.empty(len(perm))
     modes = np.empty(len(perm), np.int8)
-    starts[perm] = st_q
-    modes[perm] = md_q
+    starts[perm] = res.starts
+    modes[perm] = res.modes
     starts, modes = _freeze(starts, modes)
-    status = "optimal" if proved else _status_name(ms, lb, False, gap)
-    return Schedule(float(ms), float(lb), starts, modes, status)
+    return Schedule(float(res.makespan), float(res.lower_bound), starts, modes, res.status,
+                    res.message)
 
 
-_MEMO: "OrderedDict[tuple, Schedule]" = OrderedDict()
+def _failure(exc) -> str:
+    """The message of a MILP solve that raised ``exc``."""
+    return f"HiGHS failed: {type(exc).__name__}: {exc}"
+
+
+#: Schedules by a content hash of (graph, latencies, counts, options), at most
+#: ``_config.SCHEDULE_MEMO_SIZE`` (least recently used dropped first).
+_MEMO = Memo(lambda: _config.SCHEDULE_MEMO_SIZE, name="schedule.layer")
 
 
 def clear_memo() -> None:
@@ -274,15 +229,14 @@ def schedule_layer(op_graph, single, intra, num_tc, num_vc, *, gap=None,
     ``_config.SCHEDULE_GAP``) is the relative gap accepted as certified; ``time_limit``
     (seconds, default ``_config.SCHEDULE_TIME_LIMIT_S``) bounds the MILP. Results are
     memoised by a content hash of (graph, latencies, counts, options)."""
-    gap = _config.SCHEDULE_GAP if gap is None else _gap_arg(gap)
+    gap = _config.SCHEDULE_GAP if gap is None else gap_arg(gap)
     time_limit = _config.SCHEDULE_TIME_LIMIT_S if time_limit is None else nonneg_float(
         "time_limit", time_limit)
     method = one_of("method", method, ("auto", "list", "milp"))
-    ds, da, ntc, nvc = _inputs(op_graph, single, intra, num_tc, num_vc)
+    ds, da, ntc, nvc = layer_inputs(op_graph, single, intra, num_tc, num_vc)
     key = (_graph_hash(op_graph), ds.tobytes(), da.tobytes(), ntc, nvc, gap, method, time_limit)
     hit = _MEMO.get(key)
     if hit is not None:
-        _MEMO.move_to_end(key)
         return hit
     if method == "list":
         result = list_schedule(op_graph, ds, da, ntc, nvc, gap=gap)
@@ -290,10 +244,7 @@ def schedule_layer(op_graph, single, intra, num_tc, num_vc, *, gap=None,
         result = milp_schedule(op_graph, ds, da, ntc, nvc, gap=gap, time_limit=time_limit)
     else:
         result = _auto(op_graph, ds, da, ntc, nvc, gap, time_limit)
-    _MEMO[key] = result
-    while len(_MEMO) > _config.SCHEDULE_MEMO_SIZE:
-        _MEMO.popitem(last=False)
-    return result
+    return _MEMO.put(key, result)
 
 
 def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
@@ -311,10 +262,10 @@ def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
                              prep.opinfo, prep.reach, prep.pred_ptr, prep.pred_idx, prep.succ_ptr,
                              prep.succ_idx, ntc, nvc, gap, *_search_limits(), starts_q, modes_q,
                              seg_ub, seg_lb, _NO_TABLE)
-    status = None
+    status, message = None, ""
     if ms - lb > gap * ms and time_limit > 0:
-        ms, lb, optimal, status = _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit,
-                                                     starts_q, modes_q, seg_ub, seg_lb)
+        ms, lb, optimal, status, message = _improve_with_milp(
+            prep, dsq, daq, ntc, nvc, gap, time_limit, starts_q, modes_q, seg_ub, seg_lb)
     starts = np.empty(n)
     modes = np.empty(n, np.int8)
     starts[perm] = starts_q
@@ -322,18 +273,18 @@ def _auto(op_graph, ds, da, ntc, nvc, gap, time_limit) -> Schedule:
     starts, modes = _freeze(starts, modes)
     if status is None:
         status = _status_name(ms, lb, optimal, gap)
-    return Schedule(float(ms), float(lb), starts, modes, status)
+    return Schedule(float(ms), float(lb), starts, modes, status, message)
 
 
 def _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit, starts_q, modes_q, seg_ub, seg_lb):
-    """MILP on the parts whose gap is still open (widest first), within ``time_limit``."""
-    from . import _milp
-
+    """MILP on the parts whose gap is still open (widest first), within ``time_limit``.
+    Returns (makespan, lower bound, optimal, "error" or None, the solver's messages)."""
     deadline = time.monotonic() + time_limit
     seg_ptr = prep.seg_ptr
     nseg = len(seg_ptr) - 1
     offsets = np.concatenate([[0.0], np.cumsum(seg_ub)[:-1]])
     errored = False
+    messages = []
     for s in sorted(range(nseg), key=lambda s: -(seg_ub[s] - seg_lb[s])):
         total_ub, total_lb = seg_ub.sum(), seg_lb.sum()
         if total_ub - total_lb <= gap * total_ub:
@@ -348,17 +299,22 @@ def _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit, starts_q, mode
         slack = gap * total_ub - (total_ub - total_lb) + (seg_ub[s] - seg_lb[s])
         part_gap = min(max(slack / seg_ub[s], 0.0), gap) if seg_ub[s] > 0 else gap
         try:
-            st, md, ub, lb, proved, _ = _milp.solve(
+            res = _milp.solve(
                 prep.kind[b:e], dsq[b:e], daq[b:e], prep.local_preds[b:e], ntc, nvc,
                 starts_q[b:e] - offsets[s], modes_q[b:e], seg_lb[s], part_gap, left)
-        except Exception:  # pragma: no cover - solver failure: keep the list schedule
+        except Exception as exc:  # pragma: no cover - solver failure: keep the list schedule
+            errored = True
+            messages.append((s, _failure(exc)))
+            continue
+        messages.append((s, res.message))
+        if res.status == "error":  # the solver failed: keep the list schedule
             errored = True
             continue
-        if ub <= seg_ub[s]:
-            starts_q[b:e] = st + offsets[s]
-            modes_q[b:e] = md
-            seg_ub[s] = ub
-        seg_lb[s] = max(seg_lb[s], lb if not proved else seg_ub[s])
+        if res.makespan <= seg_ub[s]:
+            starts_q[b:e] = res.starts + offsets[s]
+            modes_q[b:e] = res.modes
+            seg_ub[s] = res.makespan
+        seg_lb[s] = max(seg_lb[s], res.lower_bound if not res.proved else seg_ub[s])
     # re-lay the parts end to end with their (possibly shorter) makespans
     offset = 0.0
     for s in range(nseg):
@@ -368,7 +324,11 @@ def _improve_with_milp(prep, dsq, daq, ntc, nvc, gap, time_limit, starts_q, mode
     ms, lb = float(seg_ub.sum()), float(seg_lb.sum())
     optimal = bool(np.all(seg_ub - seg_lb <= _REL_EQ * seg_ub))
     status = "error" if errored and ms - lb > gap * ms else None
-    return ms, lb, optimal, status
+    if nseg == 1:
+        message = "; ".join(text for _, text in messages)
+    else:
+        message = "; ".join(f"part {s}: {text}" for s, text in messages)
+    return ms, lb, optimal, status, message
 
 
 def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=None):
@@ -381,8 +341,8 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=None):
     run here: an architecture not certified within ``gap`` keeps code 2 and its proven
     gap (makespan − lower_bound)/makespan. Architectures with zero cores of a type the
     graph uses are infeasible (code 3, makespan and bound +inf)."""
-    gap = _config.SCHEDULE_GAP if gap is None else _gap_arg(gap)
-    _check_graph(op_graph)
+    gap = _config.SCHEDULE_GAP if gap is None else gap_arg(gap)
+    check_graph(op_graph)
     n = op_graph.n_ops
     single = finite_nonneg_array("single", single)
     intra = finite_nonneg_array("intra", intra)
@@ -390,7 +350,7 @@ def schedule_many(op_graph, single, intra, num_tc, num_vc, *, gap=None):
         raise ValueError(f"single must have shape ({n}, n_archs), got {single.shape}")
     if intra.shape != single.shape:
         raise ValueError(f"intra must have the shape of single {single.shape}, got {intra.shape}")
-    _check_total(single, intra, axis=0)
+    check_total(single, intra, axis=0)
     n_archs = single.shape[1]
     ntc = finite_nonneg_array("num_tc", num_tc, dtype=np.int64).reshape(-1)
     nvc = finite_nonneg_array("num_vc", num_vc, dtype=np.int64).reshape(-1)

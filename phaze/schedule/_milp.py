@@ -17,14 +17,61 @@ Times are scaled by the incumbent's makespan, so every big-M is 1 and the solver
 absolute tolerances act relatively. The solver's answer fixes modes and pairwise orders;
 start times are then recomputed exactly (longest path over precedence plus the chosen
 orders), so the returned schedule is valid to the last bit, not to the solver tolerance.
+
+:func:`solve` returns a :class:`MilpResult`: the schedule, a status from the one
+vocabulary of ``phaze.schedule`` (``_status``) and HiGHS's own model-status message, as
+scipy's ``milp`` reports ``status`` and ``message``.
 """
 import os
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
 from ._prepare import _widest_antichain
+from ._solve import _status
+from ._status import STATUS_NAMES
+
+#: HiGHS model statuses (``highspy.HighsModelStatus`` member names) after which the best
+#: point found is a usable answer: proved optimal, or stopped by a limit with the
+#: incumbent (a valid MIP start) still feasible. Every other status (load, model,
+#: presolve, solve or postsolve error, infeasible or unbounded although a feasible start
+#: was given, unknown, memory limit) means the solver failed: status "error".
+HIGHS_USABLE = frozenset({"kOptimal", "kTimeLimit", "kIterationLimit", "kSolutionLimit",
+                          "kObjectiveBound", "kObjectiveTarget", "kInterrupt",
+                          "kHighsInterrupt"})
+
+
+@dataclass(frozen=True, eq=False)
+class MilpResult:
+    """One MILP solve of a (sub)graph, in its local operator order.
+
+    starts: float64 start times in seconds; modes: int8 (0 one core, 1 intra-op);
+    makespan, lower_bound: seconds (the schedule's makespan and the best bound proved);
+    proved: HiGHS proved optimality (gap <= 1e-9); status: one of ``STATUS_NAMES``
+    ("optimal", "certified", "limit" or "error"; see :func:`status_of`); message: HiGHS's
+    model-status text ("Optimal", "Time limit reached", ...), or why HiGHS did not run.
+    """
+
+    starts: np.ndarray
+    modes: np.ndarray
+    makespan: float
+    lower_bound: float
+    proved: bool
+    status: str
+    message: str
+
+
+def status_of(model_status, proved, makespan, lower_bound, gap) -> str:
+    """The ``phaze.schedule`` status of a solve that ended in HiGHS's ``model_status`` (a
+    ``highspy.HighsModelStatus`` or its member name): "error" unless the status is in
+    ``HIGHS_USABLE``; else "optimal" when ``proved``, "certified" when
+    makespan - lower_bound <= gap x makespan, "limit" otherwise."""
+    name = model_status if isinstance(model_status, str) else model_status.name
+    if name not in HIGHS_USABLE:
+        return "error"
+    return STATUS_NAMES[_status(makespan, lower_bound, bool(proved), gap)]
 
 _BANNER_SILENCED = False
 
@@ -88,7 +135,9 @@ def solve(kind, ds, da, preds, ntc, nvc, inc_starts, inc_modes, lower, gap, time
 
     ``preds[j]``: local predecessor indices. ``inc_starts``/``inc_modes``: a valid
     incumbent (MIP start and big-M source). ``lower``: a proven lower bound (seconds).
-    Returns (starts, modes, makespan, lower_bound, proved_optimal, status_text)."""
+    ``gap``: HiGHS's ``mip_rel_gap`` and the gap of the status; ``time_limit``: seconds.
+    Returns a :class:`MilpResult`; when HiGHS fails (status "error") it holds the
+    incumbent and ``lower``."""
     import highspy
 
     m = len(kind)
@@ -98,7 +147,8 @@ def solve(kind, ds, da, preds, ntc, nvc, inc_starts, inc_modes, lower, gap, time
     inc_finish = inc_starts + dur_inc
     ub = float(inc_finish.max()) if m else 0.0
     if ub <= 0.0:
-        return inc_starts, inc_modes, ub, ub, True, "trivial"
+        return MilpResult(inc_starts, inc_modes, ub, ub, True, "optimal",
+                          "HiGHS not run: the incumbent's makespan is 0 s")
     scale = ub
     s = ds / scale
     a = da / scale
@@ -258,10 +308,13 @@ def solve(kind, ds, da, preds, ntc, nvc, inc_starts, inc_modes, lower, gap, time
     status = h.getModelStatus()
     info = h.getInfo()
     text = h.modelStatusToString(status)
+    if status_of(status, False, ub, float(lower), gap) == "error":
+        return MilpResult(inc_starts, inc_modes, ub, float(lower), False, "error", text)
     dual = float(info.mip_dual_bound) * scale if np.isfinite(info.mip_dual_bound) else 0.0
     lower_out = max(float(lower), min(dual, ub))
     if info.primal_solution_status != 2:  # no feasible point: keep the incumbent
-        return inc_starts, inc_modes, ub, lower_out, False, text
+        return MilpResult(inc_starts, inc_modes, ub, lower_out, False,
+                          status_of(status, False, ub, lower_out, gap), text)
     v = np.array(h.getSolution().col_value)
     modes = (v[X] > 0.5).astype(np.int8)
     arcs = [list(p) for p in preds]
@@ -274,13 +327,15 @@ def solve(kind, ds, da, preds, ntc, nvc, inc_starts, inc_modes, lower, gap, time
             arcs[i].append(j)
     starts = _longest_path(m, arcs, np.where(modes == 1, da, ds))
     if starts is None:
-        return inc_starts, inc_modes, ub, lower_out, False, text
+        return MilpResult(inc_starts, inc_modes, ub, lower_out, False,
+                          status_of(status, False, ub, lower_out, gap), text)
     makespan = float((starts + np.where(modes == 1, da, ds)).max())
     if makespan > ub:
         starts, modes, makespan = inc_starts, inc_modes, ub
     proved = status == highspy.HighsModelStatus.kOptimal and float(info.mip_gap) <= 1e-9
     lower_out = min(lower_out, makespan)
-    return starts, modes, makespan, lower_out, proved, text
+    return MilpResult(starts, modes, makespan, lower_out, proved,
+                      status_of(status, proved, makespan, lower_out, gap), text)
 
 
 def _longest_path(m, arcs, dur):

@@ -8,11 +8,11 @@ fast enough here: a transformer block takes about 1-2 ms, once per distinct grap
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 
 import numpy as np
 
 from .. import _config
+from .._cache import Memo
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
 
 
@@ -23,7 +23,8 @@ class _Prepared:
                  "need_tc", "need_vc", "local_preds")
 
 
-_PREP_CACHE: "OrderedDict[tuple, _Prepared]" = OrderedDict()
+#: Prepared graphs by (content hash, split), at most ``_config.SCHEDULE_PREP_CACHE_SIZE``.
+_PREP_CACHE = Memo(lambda: _config.SCHEDULE_PREP_CACHE_SIZE, name="schedule.prepare")
 # OpGraph is immutable (read-only arrays), so its content hash is computed once per object.
 _HASHES: "weakref.WeakKeyDictionary[OpGraph, str]" = weakref.WeakKeyDictionary()
 
@@ -37,10 +38,13 @@ def _graph_hash(g: OpGraph) -> str:
 
 
 def _prepare(g: OpGraph, split: bool = True) -> _Prepared:
-    key = (_graph_hash(g), split)
-    hit = _PREP_CACHE.get(key)
-    if hit is not None:
-        return hit
+    """``g`` prepared for the kernels (cached by content): with ``split``, cut at its
+    cut operators into segments; else one segment."""
+    return _PREP_CACHE.get_or_compute((_graph_hash(g), split), lambda: _prepare_now(g, split))
+
+
+def _prepare_now(g: OpGraph, split: bool) -> _Prepared:
+    """The work of :func:`_prepare`, uncached."""
     n = g.n_ops
     order = np.asarray(g.order, dtype=np.int64)
     # ancestors as a boolean matrix (layer graphs have tens of operators)
@@ -116,9 +120,6 @@ def _prepare(g: OpGraph, split: bool = True) -> _Prepared:
                 reach[q, r] = anc[order[r], order[q]]
     prep.reach = reach
     prep.seg_wvc = np.array(wvc, dtype=np.int64)
-    _PREP_CACHE[key] = prep
-    while len(_PREP_CACHE) > _config.SCHEDULE_PREP_CACHE_SIZE:
-        _PREP_CACHE.popitem(last=False)
     return prep
 
 
