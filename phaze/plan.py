@@ -1,0 +1,713 @@
+"""One declaration of a training plan: the knob table, the :class:`Plan` record and the
+launchability rules (issue 23 item 1; docs/design.md §3b).
+
+A plan is what a trainer is told: the placement sizes (tensor, pipeline, data, expert and
+context parallel widths, microbatch, global batch) and the strategy knobs (recomputation,
+interleaving, sequence parallelism, flash attention, ZeRO, overlapped gradient reduction,
+MoE capacity factor, datatype). :data:`KNOBS` declares each of them once — its Python
+name and type, domain and validation rule, default (today's behaviour), the command-line
+flags of ``phaze evaluate`` (one value) and ``phaze search`` (a comma list), the result
+column and its summary header, the legend text, the value the original study's model
+has, and the argument names of the trainers it maps to (Megatron-LM / Megatron-Core,
+Megatron-DeepSpeed, torchtitan). Everything else reads this table:
+
+- :class:`Plan` (a frozen dataclass, validated) and :data:`PLAN_RECORD_DTYPE` (its numpy
+  record) are generated from it;
+- the CLI (``phaze.cli``) adds its options with :func:`add_evaluate_options` /
+  :func:`add_search_options` and parses the lists with :func:`search_values`;
+- ``phaze.search`` takes the strategy grids (:func:`grid`), writes the result columns
+  (:data:`COLUMNS`), prints the summary columns (:func:`summary_header`,
+  :func:`summary_cells`) and the cost-model line (:func:`grid_words`);
+- ``phaze.step.training_step`` validates its keywords with :func:`check_keywords` and
+  records :meth:`Plan.as_dict`; :func:`trainers` says who can launch it;
+- ``phaze.launch`` refuses what a trainer cannot run with :func:`refusal`.
+
+The launchability rules (:data:`RULES`) are data too: each names a trainer, the knobs it
+reads, when it refuses and the sentence it says. ``kind="trainer"`` rules are what the
+trainer itself cannot do (they decide :func:`trainers`); ``kind="emit"`` rules are what
+phaze's argument writer (``phaze.launch``) does not write for that trainer.
+
+How to add a knob: one :class:`Knob` row here (and its rule, if a trainer refuses some
+values); then the cost model that prices it (``phaze.step``, ``phaze.graph``) and, for a
+searched knob, the search kernel's loop (``phaze.step._plans``, ``phaze.search``'s chunk
+runner). The CLI options, keywords, result column, legend, summaries, ``--emit`` and
+trace read it from here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+
+import numpy as np
+
+from ._validate import positive_float, positive_int, show
+
+__all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS", "STRATEGY_COLUMNS", "Plan",
+           "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule", "RULES", "trainers",
+           "launchable", "refusal", "check", "check_keywords", "grid", "study_value",
+           "differs_from_study", "add_evaluate_options", "add_search_options",
+           "search_values", "legend_lines", "summary_header", "summary_cells", "grid_words",
+           "keyword_signature", "SWITCH_WORDS", "RECOMPUTE_WORDS"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One knob of a training plan (module docstring). Field by field:
+
+    - ``name``: the Python keyword, :class:`Plan` field and (when ``column``) result column;
+      ``type``: bool, int, str or float; ``default``: today's behaviour; ``choices``: the
+      allowed values (None: any value ≥ ``minimum`` for an int, any positive number for a
+      float); ``optional``: None is allowed too (meaning "not set");
+      ``rule``: what is allowed, as the end of the one-sentence error ("must be ...").
+    - ``flags``: the command-line flags (the first is the canonical one, the others
+      aliases); ``metavar``/``help``: ``phaze evaluate``'s (one value; a bool is a bare
+      switch); ``search``: how ``phaze search`` takes it — "grid" (a comma list, absent =
+      every value), "one" (one value) or None (not a search option); ``search_metavar`` /
+      ``search_help`` / ``search_default`` (the flag's default text, None: absent);
+      ``grid_none``: what an absent grid means, in words ("both", "every valid v").
+    - ``column``: a column of the search's result table; ``column_rank``: its place among
+      the plan's columns (today's file order); ``short``/``width``: the summary's header
+      and its width; ``legend``: the legend's text for it (``phaze search --help``).
+    - ``grid_rank``: its place among the search's strategy grids (metadata, the summary's
+      cost-model line); ``title``: its name in words.
+    - ``study``: the value the original study's model has (the only one it prices);
+      ``calibrated_only`` says the study's model refuses any other value.
+    - ``megatron``, ``deepspeed``, ``torchtitan``: the trainer arguments it maps to
+      (Megatron-LM / Megatron-Core ``megatron/training/arguments.py``; Megatron-DeepSpeed
+      ``megatron/arguments.py`` and the ds_config; torchtitan's job config, written
+      ``--section.key``); "" when the trainer has none.
+    """
+
+    name: str
+    type: type
+    default: object
+    rule: str
+    choices: tuple = None
+    minimum: int = None
+    optional: bool = False
+    flags: tuple = ()
+    metavar: str = None
+    help: str = ""
+    const: object = None
+    search: str = None
+    search_metavar: str = None
+    search_help: str = ""
+    search_default: str = None
+    grid_none: str = ""
+    column: bool = False
+    column_rank: int = None
+    short: str = ""
+    width: int = 0
+    legend: str = ""
+    grid_rank: int = None
+    title: str = ""
+    study: object = None
+    calibrated_only: bool = False
+    megatron: str = ""
+    deepspeed: str = ""
+    torchtitan: str = ""
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination (= the Python keyword)."""
+        return self.name
+
+    @property
+    def flag(self) -> str:
+        """The canonical command-line flag."""
+        return self.flags[0] if self.flags else ""
+
+    def check(self, value, field: str = None):
+        """``value`` as this knob's canonical Python value; ``ValueError`` in one sentence
+        naming the field (``field``, default the knob's name) and what is allowed."""
+        field = field or self.name
+        if value is None and self.optional:
+            return None
+        if self.type is bool:
+            if isinstance(value, (bool, np.bool_)) or (
+                    isinstance(value, (int, np.integer)) and value in (0, 1)):
+                return bool(value)
+            raise ValueError(f"{field} must be {self.rule}, got {show(value)}")
+        if self.type is int:
+            if self.choices is not None:
+                if isinstance(value, (bool, np.bool_)) or not isinstance(
+                        value, (int, np.integer)) or int(value) not in self.choices:
+                    raise ValueError(f"{field} must be {self.rule}, got {show(value)}")
+                return int(value)
+            return positive_int(field, value)
+        if self.type is float:
+            return positive_float(field, value)
+        if isinstance(value, str) and value in self.choices:
+            return value
+        raise ValueError(f"{field} must be {self.rule}, got {show(value)}")
+
+
+_MEGATRON_CORE = "Megatron-Core"
+
+#: The knob table, in :class:`Plan` field order (the order of ``training_step``'s plan).
+KNOBS = (
+    Knob("tensor_parallel", int, 1, "a positive integer", minimum=1, flags=("--tp",),
+         help="tensor-parallel width t", search="grid", search_default="1,2,4,8",
+         search_help="tensor-parallel widths (default 1,2,4,8)",
+         megatron="--tensor-model-parallel-size", deepspeed="--tensor-model-parallel-size",
+         torchtitan="--parallelism.tensor_parallel_degree"),
+    Knob("pipeline_parallel", int, 1, "a positive integer", minimum=1, flags=("--pp",),
+         help="pipeline stages p", megatron="--pipeline-model-parallel-size",
+         deepspeed="--pipeline-model-parallel-size (p = 1: --no-pipeline-parallel)",
+         torchtitan="--parallelism.pipeline_parallel_degree"),
+    Knob("data_parallel", int, 1, "a positive integer", minimum=1, flags=("--dp",),
+         help="data-parallel degree d",
+         megatron="(the world size / (t·cp·p); --global-batch-size / --micro-batch-size)",
+         deepspeed="(the world size / (t·p); ds_config train_batch_size)",
+         torchtitan="--parallelism.data_parallel_shard_degree"),
+    Knob("expert_parallel", int, 1, "a positive integer", minimum=1, flags=("--ep",),
+         metavar="N", study=1, calibrated_only=True,
+         help="expert-parallel width (a mixture of experts: divides its routed experts and "
+              "cp*d; default 1; calibrated model only)",
+         search="grid", search_metavar="N,...|all", grid_none="every valid value",
+         search_help="expert-parallel widths of a mixture of experts, e.g. 1,2,4,8 (default "
+                     "all: every divisor of its routed experts; dense models: 1)",
+         column=True, column_rank=6, short="ep", width=3,
+         legend="expert parallelism (mixture of experts): each rank holds n_experts/ep routed\n"
+                "experts, tokens travel by all-to-all over the ep ranks (ep divides cp*d)",
+         grid_rank=6, title="expert parallel",
+         megatron="--expert-model-parallel-size", torchtitan="--parallelism.expert_parallel_degree"),
+    Knob("context_parallel", int, 1, "a positive integer", minimum=1, flags=("--cp",),
+         metavar="N", study=1, calibrated_only=True,
+         help="context-parallel width (ring attention over N ranks: needs --flash-attention "
+              "and the sequence divisible by 2N; t*cp*p*d devices; default 1; calibrated "
+              "model only)",
+         search="grid", search_metavar="N,...|all", grid_none="every valid value",
+         search_help="context-parallel widths (ring attention; t*cp*p*d devices), e.g. 1,2,4 "
+                     "(default all: powers of two up to 32 leaving >= 512 tokens per "
+                     "load-balanced chunk)",
+         column=True, column_rank=7, short="cp", width=3,
+         legend="context parallelism: each rank holds s/cp tokens of every sample, ring\n"
+                "attention passes K/V round the cp ranks (t*cp*p*d devices)",
+         grid_rank=7, title="context parallel",
+         megatron="--context-parallel-size", torchtitan="--parallelism.context_parallel_degree"),
+    Knob("capacity_factor", float, None, "None or a positive number", optional=True,
+         flags=("--capacity-factor",), metavar="F", study=None, calibrated_only=True,
+         help="MoE expert capacity factor (tokens dropped or padded to it; default: balanced "
+              "routing; calibrated model only)",
+         search="one", search_metavar="F",
+         search_help="MoE expert capacity factor (default: balanced routing)",
+         grid_rank=8, title="MoE capacity factor",
+         megatron="--moe-expert-capacity-factor"),
+    Knob("microbatch", int, 1, "a positive integer", minimum=1, flags=("--microbatch",),
+         help=None, search="grid", search_default="1,2,4,8",
+         search_help="microbatch sizes (default 1,2,4,8)",
+         megatron="--micro-batch-size", deepspeed="--micro-batch-size (ds_config "
+         "train_micro_batch_size_per_gpu)", torchtitan="--training.local_batch_size"),
+    Knob("global_batch", int, 4096, "a positive integer", minimum=1,
+         flags=("--global-batch",), help=None, search="one", search_default="4096",
+         search_help="samples per batch (default 4096)",
+         megatron="--global-batch-size", deepspeed="--global-batch-size (ds_config "
+         "train_batch_size)", torchtitan="--training.global_batch_size"),
+    Knob("recompute", str, "none", "one of none, selective, full",
+         choices=("none", "selective", "full"), flags=("--recompute",), const="full",
+         help="activation recomputation: none (the default when absent), selective "
+              "(attention core only; calibrated model only) or full (bare --recompute)",
+         search="grid", search_metavar="MODES",
+         search_help="activation recomputation modes, comma-separated: none, selective, full "
+                     "(default all three; --study: none,full); off = none, on = full, both "
+                     "= none,full",
+         column=True, column_rank=0, short="rc", width=9,
+         legend="activation recomputation mode: none; selective (the attention core re-runs\n"
+                "before its backward, Korthikanti et al. 2022); full (every transformer layer\n"
+                "re-runs its forward before the backward: least activation memory). With\n"
+                "--study: full = every stage but the last re-runs its forward, none = not",
+         grid_rank=0, title="recompute",
+         megatron="--recompute-granularity full|selective (full: --recompute-method uniform "
+                  "--recompute-num-layers 1)",
+         deepspeed="--checkpoint-activations --deepspeed-activation-checkpointing (full); "
+                   "--recompute-granularity selective",
+         torchtitan="--activation_checkpoint.mode none|selective|full"),
+    Knob("virtual_stages", int, 1, "a positive integer", minimum=1,
+         flags=("--virtual-stages",), metavar="V", study=1, calibrated_only=True,
+         help="interleaved 1F1B with V model chunks per device (default 1; V > 1 calibrated "
+              "model only)",
+         search="grid", search_metavar="V,...|all", grid_none="every valid v",
+         search_help="interleaved 1F1B model chunks per device, e.g. 1,2,4 (default all: "
+                     "every V dividing the layers per stage)",
+         column=True, column_rank=2, short="v", width=2,
+         legend="virtual stages per device (interleaved 1F1B when > 1: bubble / v)",
+         grid_rank=3, title="virtual stages",
+         megatron="--num-layers-per-virtual-pipeline-stage (L / (p·v))",
+         torchtitan="--parallelism.pipeline_parallel_schedule Interleaved1F1B"),
+    Knob("sequence_parallel", bool, False, "True or False", flags=("--sequence-parallel",),
+         study=False, calibrated_only=True,
+         help="sequence parallelism over the tensor-parallel group (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="sequence parallelism: off, on or off,on (default both; chosen per row)",
+         column=True, column_rank=1, short="sp", width=3,
+         legend="sequence parallelism (norms and dropouts split over the t tensor-parallel\n"
+                "ranks; the all-reduces become reduce-scatter + all-gather): on / off",
+         grid_rank=1, title="sequence parallel",
+         megatron="--sequence-parallel", deepspeed="--sequence-parallel",
+         torchtitan="(part of its tensor-parallel plan: SequenceParallel norms)"),
+    Knob("precision", str, "bf16", "one of bf16, fp16, fp8", choices=("bf16", "fp16", "fp8"),
+         flags=("--dtype", "--precision"), study="bf16", calibrated_only=True,
+         help="training datatype (default bf16; fp8: the linear layers' GEMMs in fp8 at the "
+              "chip's fp8 rate, a chip without fp8 tensor cores is refused; calibrated model "
+              "only; --precision is the same flag)",
+         search="one",
+         search_help="training datatype of the calibrated model (default bf16; fp8: the "
+                     "linear layers' GEMMs in fp8 at the chip's fp8 rate, master weights and "
+                     "optimizer state fp32; --precision is the same flag)",
+         grid_rank=9, title="precision",
+         megatron="--bf16 | --fp16 | --bf16 --fp8-format hybrid",
+         deepspeed="--bf16 | --fp16 (ds_config bf16.enabled / fp16.enabled)",
+         torchtitan="--training.mixed_precision_param bfloat16 (fp8: --model.converters "
+                    "float8)"),
+    Knob("flash_attention", bool, False, "True or False", flags=("--flash-attention",),
+         study=False, calibrated_only=True,
+         help="fused attention kernel, no materialised scores (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="fused (flash) attention: off, on or off,on (default both)",
+         column=True, column_rank=4, short="flash", width=5,
+         legend="fused (flash) attention: no b*a*s^2 scores stored, recomputed in backward",
+         grid_rank=2, title="flash attention",
+         megatron="--use-flash-attn", deepspeed="--use-flash-attn-v2",
+         torchtitan="(scaled_dot_product_attention, its default)"),
+    Knob("zero_stage", int, 0, "0, 1, 2 or 3", choices=(0, 1, 2, 3), flags=("--zero-stage",),
+         study=0, calibrated_only=True,
+         help="ZeRO stage over the data-parallel group (default 0; 1 = Megatron-LM's "
+              "distributed optimizer; > 0: calibrated model only)",
+         search="grid", search_metavar="Z,...", grid_none="all four",
+         search_help="ZeRO stages over the data-parallel group, e.g. 0,1 (default 0,1,2,3; "
+                     "plans are those Megatron-LM launches)",
+         column=True, column_rank=3, short="zero", width=4,
+         legend="ZeRO stage over the d data-parallel ranks (1 = Megatron-LM's distributed\n"
+                "optimizer: optimizer state sharded; 2 also gradients; 3 also weights)",
+         grid_rank=4, title="ZeRO",
+         megatron="--use-distributed-optimizer (stage 1)",
+         deepspeed="--zero-stage N (ds_config zero_optimization.stage)",
+         torchtitan="--parallelism.data_parallel_shard_degree (FSDP2, stage 3)"),
+    Knob("overlap_grad_reduce", bool, False, "True or False",
+         flags=("--overlap-grad-reduce",), study=False, calibrated_only=True,
+         help="overlap the gradient reduction with the backward pass (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="overlap the gradient reduction with the backward: off, on or off,on "
+                     "(default both)",
+         column=True, column_rank=5, short="ogr", width=3,
+         legend="overlap-grad-reduce: the gradient reduction overlaps the backward (on / off)",
+         grid_rank=5, title="overlap grad reduce",
+         megatron="--overlap-grad-reduce",
+         deepspeed="ds_config zero_optimization.overlap_comm (ZeRO >= 1)",
+         torchtitan="(FSDP2 overlaps its reduce-scatters by default)"),
+)
+
+#: Knob by name.
+KNOB = {k.name: k for k in KNOBS}
+#: The knob names, in :class:`Plan` field order.
+NAMES = tuple(k.name for k in KNOBS)
+#: The strategy knobs the calibrated model has and the study's does not (``calibrated_only``),
+#: in table order.
+STRATEGY = tuple(k.name for k in KNOBS if k.calibrated_only)
+#: The search's strategy grids and one-value settings, in their order (``grid_rank``).
+GRIDS = tuple(k.name for k in sorted((k for k in KNOBS if k.grid_rank is not None
+                                       and k.name != "recompute"), key=lambda k: k.grid_rank))
+#: The result columns of a plan's knobs, in the summary's order (``column_rank``).
+COLUMNS = tuple(k.name for k in sorted((k for k in KNOBS if k.column),
+                                        key=lambda k: k.column_rank))
+#: The strategy columns of the result table (after ``reason``), in file order.
+STRATEGY_COLUMNS = tuple(n for n in COLUMNS if KNOB[n].calibrated_only)
+
+
+# ---------------------------------------------------------------------------
+# checking values
+# ---------------------------------------------------------------------------
+
+def check(name: str, value, field: str = None):
+    """``value`` of knob ``name`` as its canonical value (:meth:`Knob.check`)."""
+    return KNOB[name].check(value, field)
+
+
+def check_keywords(function: str, given: dict, allowed, required=()) -> None:
+    """Refuse a keyword outside ``allowed`` (``TypeError``, as Python's own for a bad
+    keyword) and a missing ``required`` one, naming ``function``."""
+    for key in given:
+        if key not in allowed:
+            raise TypeError(f"{function}() got an unexpected keyword argument {key!r}")
+    for key in required:
+        if key not in given:
+            raise TypeError(f"{function}() missing required keyword-only argument: {key!r}")
+
+
+def study_value(name: str):
+    """The value the original study's model has for knob ``name``."""
+    return KNOB[name].study
+
+
+def differs_from_study(name: str, value) -> bool:
+    """Whether ``value`` (None: not given) of a calibrated-only knob is something the
+    study's model does not price."""
+    if value is None:
+        return False
+    return value != KNOB[name].study
+
+
+# ---------------------------------------------------------------------------
+# the Plan record
+# ---------------------------------------------------------------------------
+
+def _post_init(self):
+    for k in KNOBS:
+        object.__setattr__(self, k.name, k.check(getattr(self, k.name)))
+
+
+def _as_dict(self) -> dict:
+    """The plan as a dict in field order (what ``training_step`` records)."""
+    return {name: getattr(self, name) for name in NAMES}
+
+
+def _to_record(self) -> np.ndarray:
+    """The plan as one :data:`PLAN_RECORD_DTYPE` record (capacity factor None → NaN)."""
+    rec = np.zeros((), dtype=PLAN_RECORD_DTYPE)
+    for name in NAMES:
+        value = getattr(self, name)
+        rec[name] = math.nan if value is None else value
+    return rec
+
+
+def _from_record(cls, record):
+    """A :class:`Plan` from a :data:`PLAN_RECORD_DTYPE` record (or any mapping)."""
+    values = {}
+    for k in KNOBS:
+        v = record[k.name]
+        v = v.item() if hasattr(v, "item") else v
+        if k.optional and isinstance(v, float) and math.isnan(v):
+            v = None
+        values[k.name] = k.type(v) if v is not None else None
+    return cls(**values)
+
+
+#: A training plan: every knob of :data:`KNOBS`, validated on construction (``ValueError``
+#: in one sentence naming the field). Frozen; ``as_dict()``, ``to_record()``,
+#: ``Plan.from_record(rec)``; ``dataclasses.replace`` re-validates.
+Plan = dataclasses.make_dataclass(
+    "Plan", [(k.name, k.type, dataclasses.field(default=k.default)) for k in KNOBS],
+    frozen=True,
+    namespace={"__post_init__": _post_init, "as_dict": _as_dict, "to_record": _to_record,
+               "from_record": classmethod(_from_record),
+               "__doc__": "A training plan: the knobs of phaze.plan.KNOBS, validated "
+                          "(module docstring)."})
+Plan.__module__ = __name__   # pickles as phaze.plan.Plan
+
+_NUMPY = {bool: "?", int: "<i8", float: "<f8"}
+#: The numpy record of a :class:`Plan` (strings as fixed-width unicode, a capacity factor
+#: of None as NaN).
+PLAN_RECORD_DTYPE = np.dtype([(k.name, _NUMPY.get(k.type) or f"<U{max(map(len, k.choices))}")
+                              for k in KNOBS])
+
+
+# ---------------------------------------------------------------------------
+# trainers and the launchability rules
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """A trainer phaze knows: ``id`` (as ``StepResult.plan["trainers"]`` lists it),
+    ``title`` (in sentences), ``emit`` (``phaze.launch``'s name, "" when it writes none)
+    and ``knob`` (the :class:`Knob` field holding its argument names)."""
+
+    id: str
+    title: str
+    emit: str
+    knob: str
+
+
+#: The trainers, in the order ``trainers`` lists them. torchtitan's argument names are
+#: recorded in the table; phaze neither writes its arguments nor judges its plans yet.
+TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron"),
+            Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed"),
+            Trainer("torchtitan", "torchtitan", "", "torchtitan"))
+_JUDGED = ("megatron-lm", "deepspeed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One launchability rule: ``trainer`` (a :class:`Trainer` id) refuses a plan when
+    ``refuses(values)`` holds, saying ``why(values)``. ``values``: the plan's knobs by
+    name, plus ``moe`` (the model has routed experts) for ``emit`` rules. ``kind``:
+    "trainer" (the trainer cannot run it) or "emit" (phaze's argument writer does not
+    write it for that trainer). ``knobs``: the knobs it reads."""
+
+    trainer: str
+    kind: str
+    knobs: tuple
+    refuses: object
+    why: object
+
+
+#: The launchability rules, in the order ``phaze.launch`` checks them.
+RULES = (
+    Rule("megatron-lm", "trainer", ("zero_stage",), lambda v: v["zero_stage"] >= 2,
+         lambda v: f"Megatron-LM has no ZeRO stage {v['zero_stage']} (its distributed "
+                   f"optimizer is ZeRO-1); emit deepspeed for ZeRO 2-3"),
+    Rule("deepspeed", "emit", ("expert_parallel", "context_parallel"),
+         lambda v: v["expert_parallel"] > 1 or v["context_parallel"] > 1 or v.get("moe", False),
+         lambda v: "the Megatron-DeepSpeed arguments written here have no mixture of experts, "
+                   "expert or context parallelism; emit megatron"),
+    Rule("deepspeed", "emit", ("precision",), lambda v: v["precision"] == "fp8",
+         lambda v: "the ds_config written here has no fp8 training (DeepSpeed's config offers "
+                   "bf16 and fp16); emit megatron for fp8"),
+    Rule("deepspeed", "trainer", ("virtual_stages",), lambda v: v["virtual_stages"] > 1,
+         lambda v: "DeepSpeed's pipeline engine has no interleaved schedule (virtual stages "
+                   "> 1); emit megatron instead"),
+    Rule("deepspeed", "trainer", ("context_parallel",), lambda v: v["context_parallel"] > 1,
+         lambda v: "DeepSpeed has no ring attention (context parallelism); emit megatron"),
+    Rule("deepspeed", "trainer", ("zero_stage", "pipeline_parallel"),
+         lambda v: v["zero_stage"] >= 2 and v["pipeline_parallel"] > 1,
+         lambda v: f"DeepSpeed refuses ZeRO stage {v['zero_stage']} with pipeline "
+                   f"parallelism (p = {v['pipeline_parallel']}); use ZeRO 0-1 or p = 1"),
+)
+
+
+def _values(values: dict) -> dict:
+    out = {k.name: k.default for k in KNOBS}
+    out.update(values)
+    return out
+
+
+def refusal(trainer: str, values: dict, kinds=("trainer", "emit")):
+    """The sentence of the first rule of ``kinds`` by which ``trainer`` refuses the plan
+    ``values`` (knob name → value; absent knobs at their defaults), or None."""
+    v = _values(values)
+    for rule in RULES:
+        if rule.trainer == trainer and rule.kind in kinds and rule.refuses(v):
+            return rule.why(v)
+    return None
+
+
+def trainers(**values) -> tuple:
+    """The trainers (ids) that can launch the plan ``values``, by the "trainer" rules:
+    Megatron-LM for ZeRO 0–1 (any p, v, cp); DeepSpeed without interleaving or ring
+    attention, for ZeRO 0–1 or, without pipeline parallelism, 2–3."""
+    return tuple(t for t in _JUDGED if refusal(t, values, ("trainer",)) is None)
+
+
+def launchable(**values) -> bool:
+    """Whether some trainer launches the plan as it runs: ZeRO over a single
+    (context × data) rank is no sharding, evaluated as stage 0 (``phaze.step``)."""
+    v = _values(values)
+    if v["context_parallel"] * v["data_parallel"] == 1:
+        v["zero_stage"] = 0
+    return bool(trainers(**v))
+
+
+# ---------------------------------------------------------------------------
+# the search's grids
+# ---------------------------------------------------------------------------
+
+def _as_list(name, value, allowed):
+    if isinstance(value, (list, tuple, np.ndarray)):
+        values = list(np.asarray(value, dtype=object).reshape(-1)) if isinstance(
+            value, np.ndarray) else list(value)
+    else:
+        values = [value]
+    if not values:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return values
+
+
+def grid(name: str, value):
+    """The checked search grid of knob ``name``: None → the default (every value: both
+    booleans, every choice, or None = every valid value per model for an open integer);
+    one value or a list of them → a sorted tuple; ``ValueError`` naming the knob and what
+    is allowed otherwise."""
+    k = KNOB[name]
+    if k.type is bool:
+        allowed = f"True, False or a list of them (None: {k.grid_none})"
+        if value is None:
+            return (False, True)
+        values = _as_list(name, value, allowed)
+        if any(not isinstance(v, (bool, np.bool_)) for v in values):
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        return tuple(sorted({bool(v) for v in values}))
+    if k.choices is not None:
+        allowed = (f"{', '.join(map(str, k.choices))} or a list of them "
+                   f"(None: {k.grid_none})")
+        if value is None:
+            return tuple(k.choices)
+    else:
+        allowed = f"a positive integer or a list of them (None: {k.grid_none})"
+        if value is None:
+            return None
+    values = _as_list(name, value, allowed)
+    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))
+           or (int(v) not in k.choices if k.choices is not None else int(v) < 1)
+           for v in values):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return tuple(sorted({int(v) for v in values}))
+
+
+def grid_words(grids: dict) -> list:
+    """The searched values of each grid in words, in grid order ("sequence parallel
+    off,on", "virtual stages all valid"): the summary's cost-model line."""
+    out = []
+    for k in sorted((k for k in KNOBS if k.grid_rank is not None and k.search == "grid"),
+                    key=lambda k: k.grid_rank):
+        values = grids.get(k.name)
+        if values is None:
+            out.append(f"{k.title} all valid")
+            continue
+        vals = ["on" if v is True else "off" if v is False else str(v) for v in values]
+        out.append(f"{k.title} {','.join(vals)}")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------
+
+#: search's words of an on/off switch list, and of the recomputation modes (the study-era
+#: switches: off = none, on = full, both = none,full).
+SWITCH_WORDS = {"off": (False,), "on": (True,), "both": (False, True)}
+RECOMPUTE_WORDS = {"none": ("none",), "selective": ("selective",), "full": ("full",),
+                   "off": ("none",), "on": ("full",), "both": ("none", "full")}
+
+
+def add_evaluate_options(parser, names) -> None:
+    """Add ``phaze evaluate``'s option of each knob in ``names`` (one value each): a bool
+    is a bare switch (None when absent, so that the study's model can refuse it by name),
+    an int with choices takes one of them, ``recompute`` a mode (bare: ``const``)."""
+    for name in names:
+        k = KNOB[name]
+        kw = dict(dest=k.dest, help=k.help)
+        if k.type is bool:
+            kw.update(action="store_true", default=None)
+        elif k.const is not None:
+            kw.update(nargs="?", const=k.const, default=None, choices=k.choices)
+        elif k.type is str:
+            kw.update(choices=k.choices, default=None)
+        else:
+            kw.update(type=k.type, default=None)
+            if k.choices is not None:
+                kw["choices"] = k.choices
+            elif k.metavar:
+                kw["metavar"] = k.metavar
+        if kw["help"] is None:
+            del kw["help"]
+        parser.add_argument(*k.flags, **kw)
+
+
+def add_search_options(parser, names) -> None:
+    """Add ``phaze search``'s option of each knob in ``names``: a grid takes a comma list
+    (text, parsed by :func:`search_values`; absent = every value), a one-value knob one."""
+    for name in names:
+        k = KNOB[name]
+        kw = dict(dest=k.dest, help=k.search_help, default=k.search_default)
+        if k.search == "one" and k.type is str:
+            kw["choices"] = k.choices
+        elif k.search == "one" and k.search_default is None:
+            kw["type"] = k.type
+        if k.search_metavar:
+            kw["metavar"] = k.search_metavar
+        parser.add_argument(*k.flags, **kw)
+
+
+def _int_tuple(text):
+    try:
+        return tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        return ()
+
+
+def words(flag, text, allowed):
+    """A comma list of words from ``allowed`` (dict word → values) as the union of their
+    values in first-seen order; ValueError naming ``flag`` otherwise."""
+    out = []
+    items = [w.strip().lower() for w in str(text).split(",")]
+    if not all(items) or any(w not in allowed for w in items):
+        raise ValueError(f"{flag} takes a comma-separated list of {', '.join(allowed)}; "
+                         f"got {text!r}")
+    for w in items:
+        out.extend(v for v in allowed[w] if v not in out)
+    return tuple(out)
+
+
+def search_values(name: str, text):
+    """``phaze search``'s text of grid knob ``name`` as the tuple ``search`` takes, or None
+    when absent (every value): 'off,on'/'both' for a switch, the mode words for
+    ``recompute``, the choices for ZeRO, 'all' or positive integers for an open width;
+    ``ValueError`` in one sentence naming the flag otherwise."""
+    k = KNOB[name]
+    if k.type is bool:
+        return None if text is None else words(k.flag, text, SWITCH_WORDS)
+    if k.type is str:
+        return None if text is None else words(k.flag, text, RECOMPUTE_WORDS)
+    if k.choices is not None:
+        if text is None:
+            return None
+        values = _int_tuple(text)
+        if not values or any(v not in k.choices for v in values):
+            raise ValueError(f"{k.flag} takes a comma-separated list of "
+                             f"{', '.join(map(str, k.choices))}; got {text!r}")
+        return values
+    if text is None or str(text).strip().lower() == "all":
+        return None
+    values = _int_tuple(text)
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{k.flag} takes 'all' or a comma-separated list of positive "
+                         f"integers; got {text!r}")
+    return values
+
+
+# ---------------------------------------------------------------------------
+# legend and summaries
+# ---------------------------------------------------------------------------
+
+def legend_lines(indent: str = "  ", key_width: int = 12) -> list:
+    """The legend's lines of the knob columns, in column order: the header word, then its
+    text (continuation lines indented under it)."""
+    lines = []
+    for name in COLUMNS:
+        k = KNOB[name]
+        first, *rest = k.legend.split("\n")
+        lines.append(f"{indent}{k.short:<{key_width}}{first}")
+        lines.extend(f"{indent}{'':<{key_width}}{line}" for line in rest)
+    return lines
+
+
+def summary_header() -> str:
+    """The summary's header of the knob columns (rc, sp, v, zero, flash, ogr, ep, cp)."""
+    return " ".join(f"{KNOB[n].short:>{KNOB[n].width}}" for n in COLUMNS)
+
+
+def _cell(k, value) -> str:
+    if k.type is bool:
+        return "on" if value is True or value in (1, "true", "True") else "off"
+    if k.type is str:
+        if isinstance(value, bool):   # files of the study era hold recompute as a bool
+            value = "full" if value else "none"
+        return str(value)
+    return str(int(value or k.default))
+
+
+def summary_cells(row) -> list:
+    """A result row's knob values as the summary shows them, in column order (a row of an
+    older file lacks the strategy knobs: the study's values)."""
+    return [_cell(KNOB[n], row.get(n, KNOB[n].study)) for n in COLUMNS]
+
+
+# ---------------------------------------------------------------------------
+# keyword signatures generated from the table
+# ---------------------------------------------------------------------------
+
+def keyword_signature(function, names, defaults=None):
+    """Give ``function`` (which takes ``**knobs``) an introspectable signature: its own
+    parameters, the ``**knobs`` replaced by keyword-only parameters ``names`` with
+    ``defaults`` (name → value; absent: the knob's default; ``inspect.Parameter.empty``
+    for a required one). Returns ``function``."""
+    defaults = defaults or {}
+    sig = inspect.signature(function)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    have = {p.name for p in params}
+    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY,
+                               default=defaults.get(n, KNOB[n].default if n in KNOB else None))
+             for n in names if n not in have]
+    function.__signature__ = sig.replace(parameters=params + extra)
+    return function
