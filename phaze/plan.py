@@ -47,7 +47,7 @@ __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS", "ST
            "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule", "RULES", "trainers",
            "launchable", "refusal", "check", "check_keywords", "grid", "study_value",
            "differs_from_study", "add_evaluate_options", "add_search_options",
-           "search_values", "legend_lines", "summary_header", "summary_cells", "grid_words",
+           "search_values", "legend_lines", "summary_header", "summary_row", "summary_cells", "summary_phrases", "grid_words",
            "keyword_signature", "SWITCH_WORDS", "RECOMPUTE_WORDS"]
 
 
@@ -68,11 +68,13 @@ class Knob:
       ``grid_none``: what an absent grid means, in words ("both", "every valid v").
     - ``column``: a column of the search's result table; ``column_rank``: its place among
       the plan's columns (today's file order); ``short``/``width``: the summary's header
-      and its width; ``legend``: the legend's text for it (``phaze search --help``).
+      and its width; ``phrase``: how a baseline line says it (a format with one ``{}``;
+      "": the header word, a space and the value); ``legend``: the legend's text for it (``phaze search --help``).
     - ``grid_rank``: its place among the search's strategy grids (metadata, the summary's
       cost-model line); ``title``: its name in words.
     - ``study``: the value the original study's model has (the only one it prices);
-      ``calibrated_only`` says the study's model refuses any other value.
+      ``calibrated_only`` says the study's model refuses any other value; ``study_lacks``:
+      what the study's model has not, in words, for a one-value knob ("precision choice").
     - ``megatron``, ``deepspeed``, ``torchtitan``: the trainer arguments it maps to
       (Megatron-LM / Megatron-Core ``megatron/training/arguments.py``; Megatron-DeepSpeed
       ``megatron/arguments.py`` and the ds_config; torchtitan's job config, written
@@ -99,11 +101,13 @@ class Knob:
     column_rank: int = None
     short: str = ""
     width: int = 0
+    phrase: str = ""
     legend: str = ""
     grid_rank: int = None
     title: str = ""
     study: object = None
     calibrated_only: bool = False
+    study_lacks: str = ""
     megatron: str = ""
     deepspeed: str = ""
     torchtitan: str = ""
@@ -189,6 +193,7 @@ KNOBS = (
          megatron="--context-parallel-size", torchtitan="--parallelism.context_parallel_degree"),
     Knob("capacity_factor", float, None, "None or a positive number", optional=True,
          flags=("--capacity-factor",), metavar="F", study=None, calibrated_only=True,
+         study_lacks="mixture-of-experts routing",
          help="MoE expert capacity factor (tokens dropped or padded to it; default: balanced "
               "routing; calibrated model only)",
          search="one", search_metavar="F",
@@ -213,7 +218,7 @@ KNOBS = (
          search_help="activation recomputation modes, comma-separated: none, selective, full "
                      "(default all three; --study: none,full); off = none, on = full, both "
                      "= none,full",
-         column=True, column_rank=0, short="rc", width=9,
+         column=True, column_rank=0, short="rc", width=9, phrase="recompute {}",
          legend="activation recomputation mode: none; selective (the attention core re-runs\n"
                 "before its backward, Korthikanti et al. 2022); full (every transformer layer\n"
                 "re-runs its forward before the backward: least activation memory). With\n"
@@ -231,7 +236,7 @@ KNOBS = (
          search="grid", search_metavar="V,...|all", grid_none="every valid v",
          search_help="interleaved 1F1B model chunks per device, e.g. 1,2,4 (default all: "
                      "every V dividing the layers per stage)",
-         column=True, column_rank=2, short="v", width=2,
+         column=True, column_rank=2, short="v", width=2, phrase="v={}",
          legend="virtual stages per device (interleaved 1F1B when > 1: bubble / v)",
          grid_rank=3, title="virtual stages",
          megatron="--num-layers-per-virtual-pipeline-stage (L / (p·v))",
@@ -249,6 +254,7 @@ KNOBS = (
          torchtitan="(part of its tensor-parallel plan: SequenceParallel norms)"),
     Knob("precision", str, "bf16", "one of bf16, fp16, fp8", choices=("bf16", "fp16", "fp8"),
          flags=("--dtype", "--precision"), study="bf16", calibrated_only=True,
+         study_lacks="precision choice",
          help="training datatype (default bf16; fp8: the linear layers' GEMMs in fp8 at the "
               "chip's fp8 rate, a chip without fp8 tensor cores is refused; calibrated model "
               "only; --precision is the same flag)",
@@ -386,12 +392,18 @@ def _from_record(cls, record):
 
 #: A training plan: every knob of :data:`KNOBS`, validated on construction (``ValueError``
 #: in one sentence naming the field). Frozen; ``as_dict()``, ``to_record()``,
-#: ``Plan.from_record(rec)``; ``dataclasses.replace`` re-validates.
+#: ``Plan.from_record(rec)``, ``devices`` (t·cp·p·d), ``schedule`` ("1F1B" or "interleaved
+#: 1F1B"); ``dataclasses.replace`` re-validates.
 Plan = dataclasses.make_dataclass(
     "Plan", [(k.name, k.type, dataclasses.field(default=k.default)) for k in KNOBS],
     frozen=True,
     namespace={"__post_init__": _post_init, "as_dict": _as_dict, "to_record": _to_record,
                "from_record": classmethod(_from_record),
+               "devices": property(lambda self: self.tensor_parallel * self.context_parallel
+                                   * self.pipeline_parallel * self.data_parallel,
+                                   doc="GPUs the plan uses: t·cp·p·d."),
+               "schedule": property(lambda self: "interleaved 1F1B" if self.virtual_stages > 1
+                                    else "1F1B", doc="Megatron-LM's pipeline schedule."),
                "__doc__": "A training plan: the knobs of phaze.plan.KNOBS, validated "
                           "(module docstring)."})
 Plan.__module__ = __name__   # pickles as phaze.plan.Plan
@@ -503,11 +515,13 @@ def launchable(**values) -> bool:
 # ---------------------------------------------------------------------------
 
 def _as_list(name, value, allowed):
-    if isinstance(value, (list, tuple, np.ndarray)):
-        values = list(np.asarray(value, dtype=object).reshape(-1)) if isinstance(
-            value, np.ndarray) else list(value)
-    else:
-        values = [value]
+    """``value`` (one value or a list) as a list, or ValueError naming ``name``."""
+    if isinstance(value, (bool, np.bool_, int, np.integer, str, bytes)):
+        value = (value,)
+    try:
+        values = list(value)
+    except TypeError:
+        values = []
     if not values:
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
     return values
@@ -677,6 +691,11 @@ def summary_header() -> str:
     return " ".join(f"{KNOB[n].short:>{KNOB[n].width}}" for n in COLUMNS)
 
 
+def summary_row(row) -> str:
+    """A result row's knob cells under :func:`summary_header`."""
+    return " ".join(f"{cell:>{KNOB[n].width}}" for n, cell in zip(COLUMNS, summary_cells(row)))
+
+
 def _cell(k, value) -> str:
     if k.type is bool:
         return "on" if value is True or value in (1, "true", "True") else "off"
@@ -685,6 +704,13 @@ def _cell(k, value) -> str:
             value = "full" if value else "none"
         return str(value)
     return str(int(value or k.default))
+
+
+def summary_phrases(row) -> str:
+    """A result row's knobs in words, in column order ("recompute full, sp on, v=2, ...":
+    the baselines' lines)."""
+    return ", ".join((KNOB[n].phrase or f"{KNOB[n].short} {{}}").format(cell)
+                     for n, cell in zip(COLUMNS, summary_cells(row)))
 
 
 def summary_cells(row) -> list:
