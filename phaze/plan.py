@@ -46,8 +46,8 @@ from ._validate import positive_float, positive_int, show
 __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS", "STRATEGY_COLUMNS", "Plan",
            "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule", "RULES", "trainers",
            "launchable", "refusal", "check", "check_keywords", "grid", "study_value",
-           "differs_from_study", "add_evaluate_options", "add_search_options",
-           "search_values", "legend_lines", "summary_header", "summary_row", "summary_cells", "summary_phrases", "grid_words",
+           "differs_from_study", "devices_of", "model_expert_grid", "check_expert_grid", "add_evaluate_options", "add_search_options",
+           "search_values", "int_tuple", "words", "legend_lines", "summary_header", "summary_row", "summary_cells", "summary_phrases", "grid_words",
            "keyword_signature", "SWITCH_WORDS", "RECOMPUTE_WORDS"]
 
 
@@ -79,6 +79,17 @@ class Knob:
       (Megatron-LM / Megatron-Core ``megatron/training/arguments.py``; Megatron-DeepSpeed
       ``megatron/arguments.py`` and the ds_config; torchtitan's job config, written
       ``--section.key``); "" when the trainer has none.
+    - ``devices_factor``: the plan's GPUs are the product of these sizes (t·cp·p·d);
+      ``noop_note``: what ``evaluate`` says when the value asked for is a no-op (the plan
+      records ``NAME_effective`` False).
+    - ``trace_values``: the values ``phaze trace`` draws (None: every value);
+      ``trace_note``: its sentence for another value (""): the option is hidden in
+      ``phaze trace`` and refused by name).
+    - ``file_key``: the key of a row of the validation table (``phaze.validate``; "": not
+      in its schema), ``file_rank`` its place in a report row's ``config``,
+      ``file_optional``: the row may leave it out (the knob's default).
+    - ``required``: ``phaze evaluate`` must be given it; ``evaluate_default``: its
+      default there (None: absent, so that the study's model can refuse it by name).
     """
 
     name: str
@@ -92,6 +103,8 @@ class Knob:
     metavar: str = None
     help: str = ""
     const: object = None
+    required: bool = False
+    evaluate_default: object = None
     search: str = None
     search_metavar: str = None
     search_help: str = ""
@@ -111,6 +124,13 @@ class Knob:
     megatron: str = ""
     deepspeed: str = ""
     torchtitan: str = ""
+    devices_factor: bool = False
+    noop_note: str = ""
+    trace_values: tuple = None
+    trace_note: str = ""
+    file_key: str = ""
+    file_rank: int = None
+    file_optional: bool = False
 
     @property
     def dest(self) -> str:
@@ -152,21 +172,25 @@ _MEGATRON_CORE = "Megatron-Core"
 #: The knob table, in :class:`Plan` field order (the order of ``training_step``'s plan).
 KNOBS = (
     Knob("tensor_parallel", int, 1, "a positive integer", minimum=1, flags=("--tp",),
+         required=True, devices_factor=True, file_key="t", file_rank=0, metavar="TP",
+         search_metavar="TP",
          help="tensor-parallel width t", search="grid", search_default="1,2,4,8",
          search_help="tensor-parallel widths (default 1,2,4,8)",
          megatron="--tensor-model-parallel-size", deepspeed="--tensor-model-parallel-size",
          torchtitan="--parallelism.tensor_parallel_degree"),
     Knob("pipeline_parallel", int, 1, "a positive integer", minimum=1, flags=("--pp",),
+         required=True, devices_factor=True, file_key="p", file_rank=1, metavar="PP",
          help="pipeline stages p", megatron="--pipeline-model-parallel-size",
          deepspeed="--pipeline-model-parallel-size (p = 1: --no-pipeline-parallel)",
          torchtitan="--parallelism.pipeline_parallel_degree"),
     Knob("data_parallel", int, 1, "a positive integer", minimum=1, flags=("--dp",),
+         required=True, devices_factor=True, file_key="d", file_rank=2, metavar="DP",
          help="data-parallel degree d",
          megatron="(the world size / (t·cp·p); --global-batch-size / --micro-batch-size)",
          deepspeed="(the world size / (t·p); ds_config train_batch_size)",
          torchtitan="--parallelism.data_parallel_shard_degree"),
     Knob("expert_parallel", int, 1, "a positive integer", minimum=1, flags=("--ep",),
-         metavar="N", study=1, calibrated_only=True,
+         metavar="N", study=1, calibrated_only=True, trace_values=(1,),
          help="expert-parallel width (a mixture of experts: divides its routed experts and "
               "cp*d; default 1; calibrated model only)",
          search="grid", search_metavar="N,...|all", grid_none="every valid value",
@@ -178,7 +202,7 @@ KNOBS = (
          grid_rank=6, title="expert parallel",
          megatron="--expert-model-parallel-size", torchtitan="--parallelism.expert_parallel_degree"),
     Knob("context_parallel", int, 1, "a positive integer", minimum=1, flags=("--cp",),
-         metavar="N", study=1, calibrated_only=True,
+         metavar="N", study=1, calibrated_only=True, trace_values=(1,), devices_factor=True,
          help="context-parallel width (ring attention over N ranks: needs --flash-attention "
               "and the sequence divisible by 2N; t*cp*p*d devices; default 1; calibrated "
               "model only)",
@@ -193,7 +217,7 @@ KNOBS = (
          megatron="--context-parallel-size", torchtitan="--parallelism.context_parallel_degree"),
     Knob("capacity_factor", float, None, "None or a positive number", optional=True,
          flags=("--capacity-factor",), metavar="F", study=None, calibrated_only=True,
-         study_lacks="mixture-of-experts routing",
+         study_lacks="mixture-of-experts routing", trace_values=(None,),
          help="MoE expert capacity factor (tokens dropped or padded to it; default: balanced "
               "routing; calibrated model only)",
          search="one", search_metavar="F",
@@ -201,17 +225,19 @@ KNOBS = (
          grid_rank=8, title="MoE capacity factor",
          megatron="--moe-expert-capacity-factor"),
     Knob("microbatch", int, 1, "a positive integer", minimum=1, flags=("--microbatch",),
-         help=None, search="grid", search_default="1,2,4,8",
+         help=None, evaluate_default=1, file_key="microbatch", file_rank=3, search="grid", search_default="1,2,4,8",
          search_help="microbatch sizes (default 1,2,4,8)",
          megatron="--micro-batch-size", deepspeed="--micro-batch-size (ds_config "
          "train_micro_batch_size_per_gpu)", torchtitan="--training.local_batch_size"),
     Knob("global_batch", int, 4096, "a positive integer", minimum=1,
-         flags=("--global-batch",), help=None, search="one", search_default="4096",
+         flags=("--global-batch",), help=None, search="one", search_default=4096,
+         evaluate_default=4096, file_key="global_batch", file_rank=4,
          search_help="samples per batch (default 4096)",
          megatron="--global-batch-size", deepspeed="--global-batch-size (ds_config "
          "train_batch_size)", torchtitan="--training.global_batch_size"),
     Knob("recompute", str, "none", "one of none, selective, full",
          choices=("none", "selective", "full"), flags=("--recompute",), const="full",
+         file_key="recompute", file_rank=6,
          help="activation recomputation: none (the default when absent), selective "
               "(attention core only; calibrated model only) or full (bare --recompute)",
          search="grid", search_metavar="MODES",
@@ -231,6 +257,9 @@ KNOBS = (
          torchtitan="--activation_checkpoint.mode none|selective|full"),
     Knob("virtual_stages", int, 1, "a positive integer", minimum=1,
          flags=("--virtual-stages",), metavar="V", study=1, calibrated_only=True,
+         file_key="virtual_stages", file_rank=5, trace_values=(1,),
+         trace_note="phaze trace draws plain 1F1B; interleaved schedules (virtual_stages > 1) "
+                    "are not drawn yet",
          help="interleaved 1F1B with V model chunks per device (default 1; V > 1 calibrated "
               "model only)",
          search="grid", search_metavar="V,...|all", grid_none="every valid v",
@@ -242,7 +271,8 @@ KNOBS = (
          megatron="--num-layers-per-virtual-pipeline-stage (L / (p·v))",
          torchtitan="--parallelism.pipeline_parallel_schedule Interleaved1F1B"),
     Knob("sequence_parallel", bool, False, "True or False", flags=("--sequence-parallel",),
-         study=False, calibrated_only=True,
+         study=False, calibrated_only=True, noop_note="no-op at t = 1",
+         file_key="sequence_parallel", file_rank=7,
          help="sequence parallelism over the tensor-parallel group (calibrated model only)",
          search="grid", search_metavar="off,on", grid_none="both",
          search_help="sequence parallelism: off, on or off,on (default both; chosen per row)",
@@ -254,7 +284,7 @@ KNOBS = (
          torchtitan="(part of its tensor-parallel plan: SequenceParallel norms)"),
     Knob("precision", str, "bf16", "one of bf16, fp16, fp8", choices=("bf16", "fp16", "fp8"),
          flags=("--dtype", "--precision"), study="bf16", calibrated_only=True,
-         study_lacks="precision choice",
+         study_lacks="precision choice", file_key="precision", file_rank=8,
          help="training datatype (default bf16; fp8: the linear layers' GEMMs in fp8 at the "
               "chip's fp8 rate, a chip without fp8 tensor cores is refused; calibrated model "
               "only; --precision is the same flag)",
@@ -268,7 +298,8 @@ KNOBS = (
          torchtitan="--training.mixed_precision_param bfloat16 (fp8: --model.converters "
                     "float8)"),
     Knob("flash_attention", bool, False, "True or False", flags=("--flash-attention",),
-         study=False, calibrated_only=True,
+         study=False, calibrated_only=True, file_key="flash_attention", file_rank=9,
+         file_optional=True,
          help="fused attention kernel, no materialised scores (calibrated model only)",
          search="grid", search_metavar="off,on", grid_none="both",
          search_help="fused (flash) attention: off, on or off,on (default both)",
@@ -278,7 +309,7 @@ KNOBS = (
          megatron="--use-flash-attn", deepspeed="--use-flash-attn-v2",
          torchtitan="(scaled_dot_product_attention, its default)"),
     Knob("zero_stage", int, 0, "0, 1, 2 or 3", choices=(0, 1, 2, 3), flags=("--zero-stage",),
-         study=0, calibrated_only=True,
+         study=0, calibrated_only=True, file_key="zero_stage", file_rank=10, file_optional=True,
          help="ZeRO stage over the data-parallel group (default 0; 1 = Megatron-LM's "
               "distributed optimizer; > 0: calibrated model only)",
          search="grid", search_metavar="Z,...", grid_none="all four",
@@ -293,6 +324,7 @@ KNOBS = (
          torchtitan="--parallelism.data_parallel_shard_degree (FSDP2, stage 3)"),
     Knob("overlap_grad_reduce", bool, False, "True or False",
          flags=("--overlap-grad-reduce",), study=False, calibrated_only=True,
+         file_key="overlap_grad_reduce", file_rank=11, file_optional=True,
          help="overlap the gradient reduction with the backward pass (calibrated model only)",
          search="grid", search_metavar="off,on", grid_none="both",
          search_help="overlap the gradient reduction with the backward: off, on or off,on "
@@ -340,6 +372,16 @@ def check_keywords(function: str, given: dict, allowed, required=()) -> None:
     for key in required:
         if key not in given:
             raise TypeError(f"{function}() missing required keyword-only argument: {key!r}")
+
+
+def devices_of(values: dict) -> int:
+    """GPUs of a plan: the product of its ``devices_factor`` sizes (t·cp·p·d); a size
+    absent or None counts as 1."""
+    out = 1
+    for k in KNOBS:
+        if k.devices_factor and values.get(k.name) is not None:
+            out *= int(values[k.name])
+    return out
 
 
 def study_value(name: str):
@@ -399,8 +441,7 @@ Plan = dataclasses.make_dataclass(
     frozen=True,
     namespace={"__post_init__": _post_init, "as_dict": _as_dict, "to_record": _to_record,
                "from_record": classmethod(_from_record),
-               "devices": property(lambda self: self.tensor_parallel * self.context_parallel
-                                   * self.pipeline_parallel * self.data_parallel,
+               "devices": property(lambda self: devices_of(self.as_dict()),
                                    doc="GPUs the plan uses: t·cp·p·d."),
                "schedule": property(lambda self: "interleaved 1F1B" if self.virtual_stages > 1
                                     else "1F1B", doc="Megatron-LM's pipeline schedule."),
@@ -558,6 +599,33 @@ def grid(name: str, value):
     return tuple(sorted({int(v) for v in values}))
 
 
+_EXPERT = "expert_parallel"
+
+
+def model_expert_grid(model, grid):
+    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
+    mixture of experts the grid's values that divide its routed experts (None: every
+    divisor, ``phaze.step.best_plans``' default)."""
+    if not model.is_moe:
+        return (1,)
+    if grid is None:
+        return None
+    return tuple(e for e in grid if model.n_experts % e == 0)
+
+
+def check_expert_grid(models, grids) -> None:
+    """Every mixture of experts must keep one expert-parallel width of the search's grid
+    (``grids``: the checked strategy grids, or that grid alone): one sentence naming the
+    model and its divisors otherwise."""
+    grid = grids.get(_EXPERT) if isinstance(grids, dict) else grids
+    for m in models:
+        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
+            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
+            raise ValueError(f"{_EXPERT}: no value of {','.join(map(str, grid))} divides "
+                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
+                             f"{', '.join(map(str, allowed))}")
+
+
 def grid_words(grids: dict) -> list:
     """The searched values of each grid in words, in grid order ("sequence parallel
     off,on", "virtual stages all valid"): the summary's cost-model line."""
@@ -598,7 +666,10 @@ def add_evaluate_options(parser, names) -> None:
         elif k.type is str:
             kw.update(choices=k.choices, default=None)
         else:
-            kw.update(type=k.type, default=None)
+            kw.update(type=k.type, default=k.evaluate_default)
+            if k.required:
+                del kw["default"]
+                kw["required"] = True
             if k.choices is not None:
                 kw["choices"] = k.choices
             elif k.metavar:
@@ -616,14 +687,15 @@ def add_search_options(parser, names) -> None:
         kw = dict(dest=k.dest, help=k.search_help, default=k.search_default)
         if k.search == "one" and k.type is str:
             kw["choices"] = k.choices
-        elif k.search == "one" and k.search_default is None:
+        elif k.search == "one":
             kw["type"] = k.type
         if k.search_metavar:
             kw["metavar"] = k.search_metavar
         parser.add_argument(*k.flags, **kw)
 
 
-def _int_tuple(text):
+def int_tuple(text):
+    """'1,2,4' → (1, 2, 4); () when any item is not an integer."""
     try:
         return tuple(int(x) for x in str(text).split(","))
     except ValueError:
@@ -656,14 +728,14 @@ def search_values(name: str, text):
     if k.choices is not None:
         if text is None:
             return None
-        values = _int_tuple(text)
+        values = int_tuple(text)
         if not values or any(v not in k.choices for v in values):
             raise ValueError(f"{k.flag} takes a comma-separated list of "
                              f"{', '.join(map(str, k.choices))}; got {text!r}")
         return values
     if text is None or str(text).strip().lower() == "all":
         return None
-    values = _int_tuple(text)
+    values = int_tuple(text)
     if not values or any(v < 1 for v in values):
         raise ValueError(f"{k.flag} takes 'all' or a comma-separated list of positive "
                          f"integers; got {text!r}")

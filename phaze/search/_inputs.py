@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from .. import plan as _plan
+from ..plan import check_expert_grid, model_expert_grid  # noqa: F401  (the chunk runners')
 from .._validate import positive_float, positive_int
 
 def resolve_models(models, seq_len=None) -> list:
@@ -136,30 +137,6 @@ def resolve_grid(name, value):
     every valid value per model); one value or a list of them → a sorted tuple; one
     sentence naming the knob otherwise."""
     return _plan.grid(name, value)
-
-
-def model_expert_grid(model, grid):
-    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
-    mixture of experts the grid's values that divide its routed experts (None: every
-    divisor, ``phaze.step.best_plans``' default)."""
-    if not model.is_moe:
-        return (1,)
-    if grid is None:
-        return None
-    return tuple(e for e in grid if model.n_experts % e == 0)
-
-
-def check_expert_grid(models, grids) -> None:
-    """Every mixture of experts must keep one expert-parallel width of the search's grid
-    (``grids``: the checked strategy grids, or that grid alone): one sentence naming the
-    model and its divisors otherwise."""
-    grid = grids.get("expert_parallel") if isinstance(grids, dict) else grids
-    for m in models:
-        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
-            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
-            raise ValueError(f"expert_parallel: no value of {','.join(map(str, grid))} divides "
-                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
-                             f"{', '.join(map(str, allowed))}")
 
 
 #: The study's strategy: what each searched knob is under ``study=True`` (its only value).
