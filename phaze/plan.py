@@ -45,7 +45,8 @@ from ._validate import positive_float, positive_int, show
 
 __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS", "STRATEGY_COLUMNS", "Plan",
            "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule", "RULES", "trainers",
-           "launchable", "refusal", "check", "check_keywords", "grid", "study_value",
+           "launchable", "refusal", "ARGUMENTS", "DS_CONFIG", "MODEL_ARGUMENTS", "trainer_arguments",
+           "ds_config", "check", "check_keywords", "grid", "study_value",
            "differs_from_study", "devices_of", "model_expert_grid", "check_expert_grid", "add_evaluate_options", "add_search_options",
            "search_values", "int_tuple", "words", "legend_lines", "summary_header", "summary_row", "summary_cells", "summary_phrases", "grid_words",
            "keyword_signature", "SWITCH_WORDS", "RECOMPUTE_WORDS"]
@@ -376,10 +377,10 @@ def check_keywords(function: str, given: dict, allowed, required=()) -> None:
 
 def devices_of(values: dict) -> int:
     """GPUs of a plan: the product of its ``devices_factor`` sizes (t·cp·p·d); a size
-    absent or None counts as 1."""
+    absent, None or 0 counts as 1."""
     out = 1
     for k in KNOBS:
-        if k.devices_factor and values.get(k.name) is not None:
+        if k.devices_factor and values.get(k.name):
             out *= int(values[k.name])
     return out
 
@@ -549,6 +550,150 @@ def launchable(**values) -> bool:
     if v["context_parallel"] * v["data_parallel"] == 1:
         v["zero_stage"] = 0
     return bool(trainers(**v))
+
+
+# ---------------------------------------------------------------------------
+# the trainers' arguments (phaze.launch writes them in this order)
+# ---------------------------------------------------------------------------
+
+#: Where the model-shape (and mixture-of-experts) arguments go in a trainer's list.
+MODEL_ARGUMENTS = "<model>"
+
+
+def _given(flag, value) -> list:
+    return [flag, str(value)]
+
+
+def _recompute_megatron(v) -> list:
+    if v["recompute"] == "full":
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                "--recompute-num-layers", "1"]
+    return ["--recompute-granularity", "selective"] if v["recompute"] == "selective" else []
+
+
+def _recompute_deepspeed(v) -> list:
+    if v["recompute"] == "full":
+        return ["--checkpoint-activations", "--deepspeed-activation-checkpointing"]
+    return ["--recompute-granularity", "selective"] if v["recompute"] == "selective" else []
+
+
+def _precision_megatron(v) -> list:
+    # fp8: Transformer Engine's hybrid format (E4M3 forward, E5M2 gradients) on top of bf16.
+    if v["precision"] == "fp16":
+        return ["--fp16"]
+    return ["--bf16"] + (["--fp8-format", "hybrid"] if v["precision"] == "fp8" else [])
+
+
+#: Each trainer's command-line arguments of a plan, in order: (knob name, writer) pairs,
+#: a writer mapping the plan's values ``v`` (plus ``n_layers``, ``moe`` and, for
+#: DeepSpeed, ``config_path``) to a list of strings; :data:`MODEL_ARGUMENTS` marks where
+#: the model's shape goes (the ``megatron``/``deepspeed`` fields of :data:`KNOBS` name the
+#: same arguments).
+ARGUMENTS = {
+    "megatron-lm": (
+        ("tensor_parallel", lambda v: _given("--tensor-model-parallel-size",
+                                             v["tensor_parallel"])),
+        ("pipeline_parallel", lambda v: _given("--pipeline-model-parallel-size",
+                                               v["pipeline_parallel"])),
+        ("context_parallel", lambda v: _given("--context-parallel-size", v["context_parallel"])
+         if v["context_parallel"] > 1 else []),
+        ("expert_parallel", lambda v: _given("--expert-model-parallel-size",
+                                             v["expert_parallel"])
+         if v["expert_parallel"] > 1 else []),
+        ("virtual_stages", lambda v: _given(
+            "--num-layers-per-virtual-pipeline-stage",
+            v["n_layers"] // (v["pipeline_parallel"] * v["virtual_stages"]))
+         if v["virtual_stages"] > 1 else []),
+        ("microbatch", lambda v: _given("--micro-batch-size", v["microbatch"])),
+        ("global_batch", lambda v: _given("--global-batch-size", v["global_batch"])),
+        ("sequence_parallel", lambda v: ["--sequence-parallel"]
+         if v["sequence_parallel"] and v["tensor_parallel"] > 1 else []),
+        ("recompute", _recompute_megatron),
+        ("zero_stage", lambda v: ["--use-distributed-optimizer"] if v["zero_stage"] == 1 else []),
+        ("flash_attention", lambda v: ["--use-flash-attn"] if v["flash_attention"] else []),
+        ("overlap_grad_reduce", lambda v: ["--overlap-grad-reduce"]
+         if v["overlap_grad_reduce"] else []),
+        (MODEL_ARGUMENTS, None),
+        ("capacity_factor", lambda v: ["--moe-expert-capacity-factor",
+                                       f"{float(v['capacity_factor']):g}"]
+         if v["moe"] and v["capacity_factor"] is not None else []),
+        ("precision", _precision_megatron),
+    ),
+    "deepspeed": (
+        ("tensor_parallel", lambda v: _given("--tensor-model-parallel-size",
+                                             v["tensor_parallel"])),
+        ("pipeline_parallel", lambda v: _given("--pipeline-model-parallel-size",
+                                               v["pipeline_parallel"])
+         + (["--no-pipeline-parallel"] if v["pipeline_parallel"] == 1 else [])),
+        ("microbatch", lambda v: _given("--micro-batch-size", v["microbatch"])),
+        ("global_batch", lambda v: _given("--global-batch-size", v["global_batch"])),
+        ("sequence_parallel", lambda v: ["--sequence-parallel"]
+         if v["sequence_parallel"] and v["tensor_parallel"] > 1 else []),
+        ("recompute", _recompute_deepspeed),
+        ("flash_attention", lambda v: ["--use-flash-attn-v2"] if v["flash_attention"] else []),
+        (MODEL_ARGUMENTS, None),
+        ("precision", lambda v: ["--bf16" if v["precision"] == "bf16" else "--fp16"]),
+        ("zero_stage", lambda v: ["--deepspeed", "--deepspeed_config", str(v["config_path"]),
+                                  "--zero-stage", str(v["zero_stage"])]),
+    ),
+}
+
+
+def _ds_zero(v, c):
+    c["zero_optimization"] = {"stage": v["zero_stage"]}
+
+
+def _ds_overlap(v, c):
+    if v["overlap_grad_reduce"] and v["zero_stage"] >= 1:
+        c["zero_optimization"]["overlap_comm"] = True
+
+
+def _ds_precision(v, c):
+    if v["precision"] == "bf16":
+        c["bf16"] = {"enabled": True}
+    else:
+        c["fp16"] = {"enabled": True, "loss_scale": 0}
+
+
+def _ds_recompute(v, c):
+    if v["recompute"] == "full":
+        c["activation_checkpointing"] = {"partition_activations": False,
+                                         "contiguous_memory_optimization": False,
+                                         "cpu_checkpointing": False}
+
+
+def _ds_batch(v, c):
+    c["train_micro_batch_size_per_gpu"] = v["microbatch"]
+    c["gradient_accumulation_steps"] = v["global_batch"] // (v["microbatch"]
+                                                              * v["data_parallel"])
+
+
+#: DeepSpeed's ds_config of a plan, in key order: (knob name, writer(v, config)) pairs.
+DS_CONFIG = (
+    ("global_batch", lambda v, c: c.update(train_batch_size=v["global_batch"])),
+    ("microbatch", _ds_batch),
+    ("zero_stage", _ds_zero),
+    ("overlap_grad_reduce", _ds_overlap),
+    ("precision", _ds_precision),
+    ("recompute", _ds_recompute),
+)
+
+
+def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list:
+    """The command-line arguments of ``trainer`` for the plan ``values`` (module
+    docstring of ``phaze.launch``), with ``model_arguments`` at :data:`MODEL_ARGUMENTS`."""
+    out = []
+    for name, write in ARGUMENTS[trainer]:
+        out += model_arguments if name == MODEL_ARGUMENTS else write(values)
+    return out
+
+
+def ds_config(values: dict) -> dict:
+    """DeepSpeed's configuration dict of the plan ``values``."""
+    config = {}
+    for _, write in DS_CONFIG:
+        write(values, config)
+    return config
 
 
 # ---------------------------------------------------------------------------

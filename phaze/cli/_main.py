@@ -546,8 +546,9 @@ def _cmd_trace(args) -> int:
                          "the trace file given by -o")
     for name in _UNTRACED:   # --ep, --cp, --capacity-factor
         if _given_for_study(name, getattr(args, name, None)):
+            titles = [_plan.KNOB[n].title for n in _UNTRACED]
             raise ValueError(f"{_plan.KNOB[name].flag} belongs to phaze evaluate: phaze trace "
-                             f"does not draw {_plan.KNOB[name].title} yet")
+                             f"does not draw {', '.join(titles[:-1])} or {titles[-1]} yet")
     if args.study and args.calibrated:
         raise ValueError("--study and --calibrated name two cost models: give one of them")
     if args.study:
