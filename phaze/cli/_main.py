@@ -691,13 +691,13 @@ the table names the cost model: calibrated, the default, or study with --study):
               given the same placement and knob search (a placement-blind chip search)
               (a gain: 1.50x = 50 % more samples/s; n/a = baseline infeasible or not run)
   normalised score (several models): the mean over the models of the architecture's
-              samples/s / that model's best samples/s anywhere in the space (1 = best for all)""".format(knobs="\n".join(
+              samples/s / that model's best samples/s anywhere in the space (1 = best for all)"""
+SEARCH_LEGEND = _SEARCH_LEGEND.format(knobs="\n".join(
     _plan.legend_lines()
     + [f"{'':14}({', '.join(_plan.KNOB[n].short for n in _plan.STRATEGY_COLUMNS)} are chosen "
        f"inside each row, with t / p / d;",
        f"{'':14}--study rows have the study's: "
        f"{', '.join(_plan.summary_cells({})[1:])})"]))
-SEARCH_LEGEND = _SEARCH_LEGEND
 
 
 def build_parser() -> argparse.ArgumentParser:

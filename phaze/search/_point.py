@@ -212,7 +212,8 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     Keys: model, arch (the chip's name, or "row" for a structured row), cost_model
     ("calibrated"), schedule ("1F1B" | "interleaved 1F1B"), optimizer ("adam"), devices,
     seq_len, the plan (``phaze.plan.NAMES`` in table order, then ``training_step``'s
-    derived keys: whether sequence parallelism took effect, and the trainers), hbm_gib, status ("ok" | "infeasible" |
+    derived keys: whether sequence parallelism took effect, and the trainers), hbm_gib,
+    status ("ok" | "infeasible" |
     "not_modelled"), reason, feasible (ok and every stage fits its HBM),
     model_flops_per_sample; when ok also time_per_batch_s, samples_per_s,
     tokens_per_s, mfu (0 unless feasible), microbatches_per_pipeline, ``breakdown``

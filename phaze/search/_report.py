@@ -294,7 +294,8 @@ def format_summary(summary: dict, model_names) -> str:
     else:
         lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
     hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} "
-           f"{_plan.summary_header()} {'samples/s':>11} {'tokens/s':>13} {'MFU':>6} {'vs tpuv4':>9} {'vs fixed':>9} "
+           f"{_plan.summary_header()} {'samples/s':>11} {'tokens/s':>13} {'MFU':>6} "
+           f"{'vs tpuv4':>9} {'vs fixed':>9} "
            f"{'vs block':>9}")
     lines.append(hdr)
     for name in model_names:

@@ -1,55 +1,16 @@
-"""One declaration of a training plan: the knob table, the :class:`Plan` record and the
-launchability rules (issue 23 item 1; docs/design.md §3b).
+"""The knob table of a training plan, the :class:`Plan` record, the launchability rules
+and the trainers' argument writers (``phaze.plan``'s docstring says what reads them)."""
 
-A plan is what a trainer is told: the placement sizes (tensor, pipeline, data, expert and
-context parallel widths, microbatch, global batch) and the strategy knobs (recomputation,
-interleaving, sequence parallelism, flash attention, ZeRO, overlapped gradient reduction,
-MoE capacity factor, datatype). :data:`KNOBS` declares each of them once — its Python
-name and type, domain and validation rule, default (today's behaviour), the command-line
-flags of ``phaze evaluate`` (one value) and ``phaze search`` (a comma list), the result
-column and its summary header, the legend text, the value the original study's model
-has, and the argument names of the trainers it maps to (Megatron-LM / Megatron-Core,
-Megatron-DeepSpeed, torchtitan). Everything else reads this table:
-
-- :class:`Plan` (a frozen dataclass, validated) and :data:`PLAN_RECORD_DTYPE` (its numpy
-  record) are generated from it;
-- the CLI (``phaze.cli``) adds its options with :func:`add_evaluate_options` /
-  :func:`add_search_options` and parses the lists with :func:`search_values`;
-- ``phaze.search`` takes the strategy grids (:func:`grid`), writes the result columns
-  (:data:`COLUMNS`), prints the summary columns (:func:`summary_header`,
-  :func:`summary_cells`) and the cost-model line (:func:`grid_words`);
-- ``phaze.step.training_step`` validates its keywords with :func:`check_keywords` and
-  records :meth:`Plan.as_dict`; :func:`trainers` says who can launch it;
-- ``phaze.launch`` refuses what a trainer cannot run with :func:`refusal`.
-
-The launchability rules (:data:`RULES`) are data too: each names a trainer, the knobs it
-reads, when it refuses and the sentence it says. ``kind="trainer"`` rules are what the
-trainer itself cannot do (they decide :func:`trainers`); ``kind="emit"`` rules are what
-phaze's argument writer (``phaze.launch``) does not write for that trainer.
-
-How to add a knob: one :class:`Knob` row here (and its rule, if a trainer refuses some
-values); then the cost model that prices it (``phaze.step``, ``phaze.graph``) and, for a
-searched knob, the search kernel's loop (``phaze.step._plans``, ``phaze.search``'s chunk
-runner). The CLI options, keywords, result column, legend, summaries, ``--emit`` and
-trace read it from here.
-"""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 
 import numpy as np
 
-from ._validate import positive_float, positive_int, show
+from .._validate import positive_float, positive_int, show
 
-__all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS", "STRATEGY_COLUMNS", "Plan",
-           "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule", "RULES", "trainers",
-           "launchable", "refusal", "ARGUMENTS", "DS_CONFIG", "MODEL_ARGUMENTS", "trainer_arguments",
-           "ds_config", "check", "check_keywords", "grid", "study_value",
-           "differs_from_study", "devices_of", "model_expert_grid", "check_expert_grid", "add_evaluate_options", "add_search_options",
-           "search_values", "int_tuple", "words", "legend_lines", "summary_header", "summary_row", "summary_cells", "summary_phrases", "grid_words",
-           "keyword_signature", "SWITCH_WORDS", "RECOMPUTE_WORDS"]
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +31,8 @@ class Knob:
     - ``column``: a column of the search's result table; ``column_rank``: its place among
       the plan's columns (today's file order); ``short``/``width``: the summary's header
       and its width; ``phrase``: how a baseline line says it (a format with one ``{}``;
-      "": the header word, a space and the value); ``legend``: the legend's text for it (``phaze search --help``).
+      "": the header word, a space and the value); ``legend``: the legend's text for it
+      (``phaze search --help``).
     - ``grid_rank``: its place among the search's strategy grids (metadata, the summary's
       cost-model line); ``title``: its name in words.
     - ``study``: the value the original study's model has (the only one it prices);
@@ -201,7 +163,8 @@ KNOBS = (
          legend="expert parallelism (mixture of experts): each rank holds n_experts/ep routed\n"
                 "experts, tokens travel by all-to-all over the ep ranks (ep divides cp*d)",
          grid_rank=6, title="expert parallel",
-         megatron="--expert-model-parallel-size", torchtitan="--parallelism.expert_parallel_degree"),
+         megatron="--expert-model-parallel-size",
+         torchtitan="--parallelism.expert_parallel_degree"),
     Knob("context_parallel", int, 1, "a positive integer", minimum=1, flags=("--cp",),
          metavar="N", study=1, calibrated_only=True, trace_values=(1,), devices_factor=True,
          help="context-parallel width (ring attention over N ranks: needs --flash-attention "
@@ -226,7 +189,8 @@ KNOBS = (
          grid_rank=8, title="MoE capacity factor",
          megatron="--moe-expert-capacity-factor"),
     Knob("microbatch", int, 1, "a positive integer", minimum=1, flags=("--microbatch",),
-         help=None, evaluate_default=1, file_key="microbatch", file_rank=3, search="grid", search_default="1,2,4,8",
+         help=None, evaluate_default=1, file_key="microbatch", file_rank=3, search="grid",
+         search_default="1,2,4,8",
          search_help="microbatch sizes (default 1,2,4,8)",
          megatron="--micro-batch-size", deepspeed="--micro-batch-size (ds_config "
          "train_micro_batch_size_per_gpu)", torchtitan="--training.local_batch_size"),
@@ -321,7 +285,8 @@ KNOBS = (
                 "optimizer: optimizer state sharded; 2 also gradients; 3 also weights)",
          grid_rank=4, title="ZeRO",
          megatron="--use-distributed-optimizer (stage 1)",
-         deepspeed="--zero-stage N (ds_config zero_optimization.stage)",
+         deepspeed="--deepspeed --deepspeed_config FILE --zero-stage N (ds_config "
+                   "zero_optimization.stage)",
          torchtitan="--parallelism.data_parallel_shard_degree (FSDP2, stage 3)"),
     Knob("overlap_grad_reduce", bool, False, "True or False",
          flags=("--overlap-grad-reduce",), study=False, calibrated_only=True,
@@ -696,53 +661,6 @@ def ds_config(values: dict) -> dict:
     return config
 
 
-# ---------------------------------------------------------------------------
-# the search's grids
-# ---------------------------------------------------------------------------
-
-def _as_list(name, value, allowed):
-    """``value`` (one value or a list) as a list, or ValueError naming ``name``."""
-    if isinstance(value, (bool, np.bool_, int, np.integer, str, bytes)):
-        value = (value,)
-    try:
-        values = list(value)
-    except TypeError:
-        values = []
-    if not values:
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return values
-
-
-def grid(name: str, value):
-    """The checked search grid of knob ``name``: None → the default (every value: both
-    booleans, every choice, or None = every valid value per model for an open integer);
-    one value or a list of them → a sorted tuple; ``ValueError`` naming the knob and what
-    is allowed otherwise."""
-    k = KNOB[name]
-    if k.type is bool:
-        allowed = f"True, False or a list of them (None: {k.grid_none})"
-        if value is None:
-            return (False, True)
-        values = _as_list(name, value, allowed)
-        if any(not isinstance(v, (bool, np.bool_)) for v in values):
-            raise ValueError(f"{name} must be {allowed}, got {value!r}")
-        return tuple(sorted({bool(v) for v in values}))
-    if k.choices is not None:
-        allowed = (f"{', '.join(map(str, k.choices))} or a list of them "
-                   f"(None: {k.grid_none})")
-        if value is None:
-            return tuple(k.choices)
-    else:
-        allowed = f"a positive integer or a list of them (None: {k.grid_none})"
-        if value is None:
-            return None
-    values = _as_list(name, value, allowed)
-    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))
-           or (int(v) not in k.choices if k.choices is not None else int(v) < 1)
-           for v in values):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return tuple(sorted({int(v) for v in values}))
-
 
 _EXPERT = "expert_parallel"
 
@@ -769,188 +687,3 @@ def check_expert_grid(models, grids) -> None:
             raise ValueError(f"{_EXPERT}: no value of {','.join(map(str, grid))} divides "
                              f"the {m.n_experts} routed experts of {m.name}; allowed: "
                              f"{', '.join(map(str, allowed))}")
-
-
-def grid_words(grids: dict) -> list:
-    """The searched values of each grid in words, in grid order ("sequence parallel
-    off,on", "virtual stages all valid"): the summary's cost-model line."""
-    out = []
-    for k in sorted((k for k in KNOBS if k.grid_rank is not None and k.search == "grid"),
-                    key=lambda k: k.grid_rank):
-        values = grids.get(k.name)
-        if values is None:
-            out.append(f"{k.title} all valid")
-            continue
-        vals = ["on" if v is True else "off" if v is False else str(v) for v in values]
-        out.append(f"{k.title} {','.join(vals)}")
-    return out
-
-
-# ---------------------------------------------------------------------------
-# the command line
-# ---------------------------------------------------------------------------
-
-#: search's words of an on/off switch list, and of the recomputation modes (the study-era
-#: switches: off = none, on = full, both = none,full).
-SWITCH_WORDS = {"off": (False,), "on": (True,), "both": (False, True)}
-RECOMPUTE_WORDS = {"none": ("none",), "selective": ("selective",), "full": ("full",),
-                   "off": ("none",), "on": ("full",), "both": ("none", "full")}
-
-
-def add_evaluate_options(parser, names) -> None:
-    """Add ``phaze evaluate``'s option of each knob in ``names`` (one value each): a bool
-    is a bare switch (None when absent, so that the study's model can refuse it by name),
-    an int with choices takes one of them, ``recompute`` a mode (bare: ``const``)."""
-    for name in names:
-        k = KNOB[name]
-        kw = dict(dest=k.dest, help=k.help)
-        if k.type is bool:
-            kw.update(action="store_true", default=None)
-        elif k.const is not None:
-            kw.update(nargs="?", const=k.const, default=None, choices=k.choices)
-        elif k.type is str:
-            kw.update(choices=k.choices, default=None)
-        else:
-            kw.update(type=k.type, default=k.evaluate_default)
-            if k.required:
-                del kw["default"]
-                kw["required"] = True
-            if k.choices is not None:
-                kw["choices"] = k.choices
-            elif k.metavar:
-                kw["metavar"] = k.metavar
-        if kw["help"] is None:
-            del kw["help"]
-        parser.add_argument(*k.flags, **kw)
-
-
-def add_search_options(parser, names) -> None:
-    """Add ``phaze search``'s option of each knob in ``names``: a grid takes a comma list
-    (text, parsed by :func:`search_values`; absent = every value), a one-value knob one."""
-    for name in names:
-        k = KNOB[name]
-        kw = dict(dest=k.dest, help=k.search_help, default=k.search_default)
-        if k.search == "one" and k.type is str:
-            kw["choices"] = k.choices
-        elif k.search == "one":
-            kw["type"] = k.type
-        if k.search_metavar:
-            kw["metavar"] = k.search_metavar
-        parser.add_argument(*k.flags, **kw)
-
-
-def int_tuple(text):
-    """'1,2,4' → (1, 2, 4); () when any item is not an integer."""
-    try:
-        return tuple(int(x) for x in str(text).split(","))
-    except ValueError:
-        return ()
-
-
-def words(flag, text, allowed):
-    """A comma list of words from ``allowed`` (dict word → values) as the union of their
-    values in first-seen order; ValueError naming ``flag`` otherwise."""
-    out = []
-    items = [w.strip().lower() for w in str(text).split(",")]
-    if not all(items) or any(w not in allowed for w in items):
-        raise ValueError(f"{flag} takes a comma-separated list of {', '.join(allowed)}; "
-                         f"got {text!r}")
-    for w in items:
-        out.extend(v for v in allowed[w] if v not in out)
-    return tuple(out)
-
-
-def search_values(name: str, text):
-    """``phaze search``'s text of grid knob ``name`` as the tuple ``search`` takes, or None
-    when absent (every value): 'off,on'/'both' for a switch, the mode words for
-    ``recompute``, the choices for ZeRO, 'all' or positive integers for an open width;
-    ``ValueError`` in one sentence naming the flag otherwise."""
-    k = KNOB[name]
-    if k.type is bool:
-        return None if text is None else words(k.flag, text, SWITCH_WORDS)
-    if k.type is str:
-        return None if text is None else words(k.flag, text, RECOMPUTE_WORDS)
-    if k.choices is not None:
-        if text is None:
-            return None
-        values = int_tuple(text)
-        if not values or any(v not in k.choices for v in values):
-            raise ValueError(f"{k.flag} takes a comma-separated list of "
-                             f"{', '.join(map(str, k.choices))}; got {text!r}")
-        return values
-    if text is None or str(text).strip().lower() == "all":
-        return None
-    values = int_tuple(text)
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"{k.flag} takes 'all' or a comma-separated list of positive "
-                         f"integers; got {text!r}")
-    return values
-
-
-# ---------------------------------------------------------------------------
-# legend and summaries
-# ---------------------------------------------------------------------------
-
-def legend_lines(indent: str = "  ", key_width: int = 12) -> list:
-    """The legend's lines of the knob columns, in column order: the header word, then its
-    text (continuation lines indented under it)."""
-    lines = []
-    for name in COLUMNS:
-        k = KNOB[name]
-        first, *rest = k.legend.split("\n")
-        lines.append(f"{indent}{k.short:<{key_width}}{first}")
-        lines.extend(f"{indent}{'':<{key_width}}{line}" for line in rest)
-    return lines
-
-
-def summary_header() -> str:
-    """The summary's header of the knob columns (rc, sp, v, zero, flash, ogr, ep, cp)."""
-    return " ".join(f"{KNOB[n].short:>{KNOB[n].width}}" for n in COLUMNS)
-
-
-def summary_row(row) -> str:
-    """A result row's knob cells under :func:`summary_header`."""
-    return " ".join(f"{cell:>{KNOB[n].width}}" for n, cell in zip(COLUMNS, summary_cells(row)))
-
-
-def _cell(k, value) -> str:
-    if k.type is bool:
-        return "on" if value is True or value in (1, "true", "True") else "off"
-    if k.type is str:
-        if isinstance(value, bool):   # files of the study era hold recompute as a bool
-            value = "full" if value else "none"
-        return str(value)
-    return str(int(value or k.default))
-
-
-def summary_phrases(row) -> str:
-    """A result row's knobs in words, in column order ("recompute full, sp on, v=2, ...":
-    the baselines' lines)."""
-    return ", ".join((KNOB[n].phrase or f"{KNOB[n].short} {{}}").format(cell)
-                     for n, cell in zip(COLUMNS, summary_cells(row)))
-
-
-def summary_cells(row) -> list:
-    """A result row's knob values as the summary shows them, in column order (a row of an
-    older file lacks the strategy knobs: the study's values)."""
-    return [_cell(KNOB[n], row.get(n, KNOB[n].study)) for n in COLUMNS]
-
-
-# ---------------------------------------------------------------------------
-# keyword signatures generated from the table
-# ---------------------------------------------------------------------------
-
-def keyword_signature(function, names, defaults=None):
-    """Give ``function`` (which takes ``**knobs``) an introspectable signature: its own
-    parameters, the ``**knobs`` replaced by keyword-only parameters ``names`` with
-    ``defaults`` (name → value; absent: the knob's default; ``inspect.Parameter.empty``
-    for a required one). Returns ``function``."""
-    defaults = defaults or {}
-    sig = inspect.signature(function)
-    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    have = {p.name for p in params}
-    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY,
-                               default=defaults.get(n, KNOB[n].default if n in KNOB else None))
-             for n in names if n not in have]
-    function.__signature__ = sig.replace(parameters=params + extra)
-    return function
