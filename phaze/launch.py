@@ -108,17 +108,10 @@ def _checked(function, model, knobs):
         knobs["recompute"] = "full" if recompute else "none"
     pl = _knobs.Plan(**knobs)
     t, d, b, B = pl.tensor_parallel, pl.data_parallel, pl.microbatch, pl.global_batch
-    ep, cp = pl.expert_parallel, pl.context_parallel
     if getattr(spec, "kv_lora_rank", 0):
         raise NotLaunchable(f"{spec.name} uses multi-head latent attention, whose Megatron "
                             f"arguments phaze does not write yet")
-    if ep > 1 and (not getattr(spec, "n_experts", 0) or spec.n_experts % ep or (cp * d) % ep):
-        raise NotLaunchable(f"expert parallel {ep} must divide the experts "
-                            f"({getattr(spec, 'n_experts', 0)}) and context × data parallel "
-                            f"= {cp * d} (Megatron-Core, expert-tensor parallel = t)")
-    if cp > 1 and not pl.flash_attention:
-        raise NotLaunchable("context parallelism runs on the fused attention kernel: turn "
-                            "flash attention on")
+    _refuse("any", spec, pl, ("shared",))
     if B % (b * d):
         raise NotLaunchable(f"the global batch {B} is not divisible by microbatch × data "
                             f"parallel = {b} × {d} = {b * d}, which both trainers require")
@@ -128,10 +121,10 @@ def _checked(function, model, knobs):
     return spec, pl
 
 
-def _refuse(trainer, spec, pl) -> None:
+def _refuse(trainer, spec, pl, kinds=("layout", "trainer", "emit")) -> None:
     """Raise :class:`NotLaunchable` with the first launchability rule of ``trainer``
-    (``phaze.plan.RULES``) that refuses the plan."""
-    why = _knobs.refusal(trainer, _values(spec, pl))
+    (``phaze.plan.RULES``, of ``kinds``) that refuses the plan."""
+    why = _knobs.refusal(trainer, _values(spec, pl), kinds)
     if why is not None:
         raise NotLaunchable(why)
 
@@ -173,22 +166,6 @@ def megatron_arguments(model, **knobs) -> list:
     Megatron-LM cannot run (module docstring), ``ValueError`` for bad input.
     """
     spec, pl = _checked("megatron_arguments", model, knobs)
-    p, v = pl.pipeline_parallel, pl.virtual_stages
-    L = spec.n_layers
-    if L % p:
-        raise NotLaunchable(f"Megatron-LM splits the {L} transformer layers evenly over the "
-                            f"pipeline stages, and {L} is not divisible by p = {p}")
-    if v > 1:
-        m = pl.global_batch // (pl.microbatch * pl.data_parallel)
-        if p < 2:
-            raise NotLaunchable("Megatron-LM's interleaved schedule (virtual stages > 1) needs "
-                                "pipeline parallelism (p >= 2)")
-        if L % (p * v):
-            raise NotLaunchable(f"Megatron-LM's interleaved schedule needs the {L} transformer "
-                                f"layers divisible by p × v = {p * v}")
-        if m % p:
-            raise NotLaunchable(f"Megatron-LM's interleaved schedule needs the {m} microbatches "
-                                f"per pipeline divisible by p = {p}")
     _refuse("megatron-lm", spec, pl)
     return _knobs.trainer_arguments("megatron-lm", _values(spec, pl),
                                     _model_arguments(spec) + _moe_arguments(spec))
@@ -215,7 +192,8 @@ def deepspeed_arguments(model, *, config_path="ds_config.json", **knobs) -> tupl
 def _values(spec, pl) -> dict:
     """What the argument writers read: the plan's values, the model's layers and whether
     it has routed experts."""
-    return dict(pl.as_dict(), n_layers=spec.n_layers, moe=bool(getattr(spec, "n_experts", 0)))
+    n_experts = getattr(spec, "n_experts", 0) or 0
+    return dict(pl.as_dict(), n_layers=spec.n_layers, n_experts=n_experts, moe=bool(n_experts))
 
 
 def _moe_arguments(spec) -> list:

@@ -237,17 +237,20 @@ def test_training_step_records_the_rules():
 
 
 def test_launch_refuses_by_the_rules():
+    """phaze.launch raises exactly the first rule's sentence (gpt2-xl: 48 layers, dense)."""
     kw = dict(tensor_parallel=1, pipeline_parallel=2, data_parallel=2, microbatch=1,
               global_batch=8)
     for trainer, emit_fn in (("megatron-lm", launch.megatron_arguments),
                              ("deepspeed", launch.deepspeed_arguments)):
-        for zero in range(4):
-            why = plan.refusal(trainer, dict(kw, zero_stage=zero))
+        for zero, extra in itertools.product(range(4), ({}, dict(virtual_stages=2),
+                                                        dict(pipeline_parallel=5))):
+            given = {**kw, **extra, "zero_stage": zero}
+            why = plan.refusal(trainer, dict(given, n_layers=48, n_experts=0, moe=False))
             if why is None:
-                emit_fn("gpt2-xl", zero_stage=zero, **kw)
+                emit_fn("gpt2-xl", **given)
             else:
                 with pytest.raises(launch.NotLaunchable) as err:
-                    emit_fn("gpt2-xl", zero_stage=zero, **kw)
+                    emit_fn("gpt2-xl", **given)
                 assert str(err.value) == why
 
 

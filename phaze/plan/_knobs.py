@@ -448,11 +448,13 @@ _JUDGED = ("megatron-lm", "deepspeed")
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """One launchability rule: ``trainer`` (a :class:`Trainer` id) refuses a plan when
-    ``refuses(values)`` holds, saying ``why(values)``. ``values``: the plan's knobs by
-    name, plus ``moe`` (the model has routed experts) for ``emit`` rules. ``kind``:
-    "trainer" (the trainer cannot run it) or "emit" (phaze's argument writer does not
-    write it for that trainer). ``knobs``: the knobs it reads."""
+    """One launchability rule: ``trainer`` (a :class:`Trainer` id, or "any") refuses a plan
+    when ``refuses(values)`` holds, saying ``why(values)``. ``values``: the plan's knobs by
+    name, plus the model's ``n_layers``, ``n_experts`` and ``moe`` (it has routed
+    experts). ``kind``: "trainer" (the trainer cannot run it: these decide
+    :func:`trainers`), "layout" (the trainer's arguments cannot express the plan's shape),
+    "shared" (no trainer's can, ``trainer`` "any") or "emit" (phaze's argument writer does
+    not write it for that trainer). ``knobs``: the knobs it reads."""
 
     trainer: str
     kind: str
@@ -463,6 +465,38 @@ class Rule:
 
 #: The launchability rules, in the order ``phaze.launch`` checks them.
 RULES = (
+    Rule("any", "shared", ("expert_parallel", "context_parallel", "data_parallel"),
+         lambda v: v["expert_parallel"] > 1 and (
+             not v["n_experts"] or v["n_experts"] % v["expert_parallel"]
+             or (v["context_parallel"] * v["data_parallel"]) % v["expert_parallel"]),
+         lambda v: f"expert parallel {v['expert_parallel']} must divide the experts "
+                   f"({v['n_experts']}) and context × data parallel = "
+                   f"{v['context_parallel'] * v['data_parallel']} (Megatron-Core, "
+                   f"expert-tensor parallel = t)"),
+    Rule("any", "shared", ("context_parallel", "flash_attention"),
+         lambda v: v["context_parallel"] > 1 and not v["flash_attention"],
+         lambda v: "context parallelism runs on the fused attention kernel: turn flash "
+                   "attention on"),
+    Rule("megatron-lm", "layout", ("pipeline_parallel",),
+         lambda v: v["n_layers"] % v["pipeline_parallel"],
+         lambda v: f"Megatron-LM splits the {v['n_layers']} transformer layers evenly over the "
+                   f"pipeline stages, and {v['n_layers']} is not divisible by p = "
+                   f"{v['pipeline_parallel']}"),
+    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel"),
+         lambda v: v["virtual_stages"] > 1 and v["pipeline_parallel"] < 2,
+         lambda v: "Megatron-LM's interleaved schedule (virtual stages > 1) needs pipeline "
+                   "parallelism (p >= 2)"),
+    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel"),
+         lambda v: v["virtual_stages"] > 1
+         and v["n_layers"] % (v["pipeline_parallel"] * v["virtual_stages"]),
+         lambda v: f"Megatron-LM's interleaved schedule needs the {v['n_layers']} transformer "
+                   f"layers divisible by p × v = "
+                   f"{v['pipeline_parallel'] * v['virtual_stages']}"),
+    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel", "microbatch",
+                                   "data_parallel", "global_batch"),
+         lambda v: v["virtual_stages"] > 1 and _microbatches(v) % v["pipeline_parallel"],
+         lambda v: f"Megatron-LM's interleaved schedule needs the {_microbatches(v)} "
+                   f"microbatches per pipeline divisible by p = {v['pipeline_parallel']}"),
     Rule("megatron-lm", "trainer", ("zero_stage",), lambda v: v["zero_stage"] >= 2,
          lambda v: f"Megatron-LM has no ZeRO stage {v['zero_stage']} (its distributed "
                    f"optimizer is ZeRO-1); emit deepspeed for ZeRO 2-3"),
@@ -485,15 +519,22 @@ RULES = (
 )
 
 
+def _microbatches(v) -> int:
+    """Microbatches per pipeline per batch: B / (b·d)."""
+    return v["global_batch"] // (v["microbatch"] * v["data_parallel"])
+
+
 def _values(values: dict) -> dict:
     out = {k.name: k.default for k in KNOBS}
     out.update(values)
     return out
 
 
-def refusal(trainer: str, values: dict, kinds=("trainer", "emit")):
-    """The sentence of the first rule of ``kinds`` by which ``trainer`` refuses the plan
-    ``values`` (knob name → value; absent knobs at their defaults), or None."""
+def refusal(trainer: str, values: dict, kinds=("layout", "trainer", "emit")):
+    """The sentence of the first rule of ``kinds`` by which ``trainer`` ("any": the rules
+    every trainer shares) refuses the plan ``values`` (knob name → value, absent knobs at
+    their defaults; the layout, shared and emit rules also read the model's ``n_layers``,
+    ``n_experts`` and ``moe``), or None."""
     v = _values(values)
     for rule in RULES:
         if rule.trainer == trainer and rule.kind in kinds and rule.refuses(v):
