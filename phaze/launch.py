@@ -77,13 +77,18 @@ from __future__ import annotations
 
 import json
 
+import inspect
+
 from . import models
-from ._validate import positive_ints
+from . import plan as _knobs
 
 __all__ = ["NotLaunchable", "TRAINERS", "megatron_arguments", "deepspeed_arguments", "emit"]
 
-#: Trainers :func:`emit` knows.
-TRAINERS = ("megatron", "deepspeed")
+#: Trainers :func:`emit` knows (``phaze.plan.TRAINERS`` whose arguments are written here).
+TRAINERS = tuple(t.emit for t in _knobs.TRAINERS if t.emit)
+#: The plan sizes every launch needs given.
+_REQUIRED = ("tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch",
+             "global_batch")
 
 
 class NotLaunchable(ValueError):
@@ -91,42 +96,37 @@ class NotLaunchable(ValueError):
     sentence."""
 
 
-def _plan(model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, global_batch,
-          recompute, virtual_stages, zero_stage, precision, expert_parallel=1,
-          context_parallel=1, flash_attention=False):
-    """Validated plan values (bad input: ValueError naming the field)."""
+def _checked(function, model, knobs):
+    """The model and the validated plan of ``function``'s keywords (bad input: ValueError
+    naming the field; ``recompute`` may be a bool: True = "full"), after the rules both
+    trainers share (module docstring)."""
+    _knobs.check_keywords(function, knobs, _knobs.NAMES, _REQUIRED)
     spec = models.resolve(model)
-    t, p, d, b, B, v = positive_ints(
-        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
-        data_parallel=data_parallel, microbatch=microbatch, global_batch=global_batch,
-        virtual_stages=virtual_stages)
+    knobs = dict(knobs)
+    recompute = knobs.get("recompute", "none")
     if recompute is True or recompute is False:
-        recompute = "full" if recompute else "none"
-    if recompute not in ("none", "selective", "full"):
-        raise ValueError(f"recompute must be 'none', 'selective' or 'full' (or a bool), "
-                         f"got {recompute!r}")
-    if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
-    if precision not in ("bf16", "fp16", "fp8"):
-        raise ValueError(f"precision must be 'bf16', 'fp16' or 'fp8', got {precision!r}")
-    ep, cp = positive_ints(expert_parallel=expert_parallel, context_parallel=context_parallel)
+        knobs["recompute"] = "full" if recompute else "none"
+    pl = _knobs.Plan(**knobs)
+    t, d, b, B = pl.tensor_parallel, pl.data_parallel, pl.microbatch, pl.global_batch
     if getattr(spec, "kv_lora_rank", 0):
         raise NotLaunchable(f"{spec.name} uses multi-head latent attention, whose Megatron "
                             f"arguments phaze does not write yet")
-    if ep > 1 and (not getattr(spec, "n_experts", 0) or spec.n_experts % ep or (cp * d) % ep):
-        raise NotLaunchable(f"expert parallel {ep} must divide the experts "
-                            f"({getattr(spec, 'n_experts', 0)}) and context × data parallel "
-                            f"= {cp * d} (Megatron-Core, expert-tensor parallel = t)")
-    if cp > 1 and not flash_attention:
-        raise NotLaunchable("context parallelism runs on the fused attention kernel: turn "
-                            "flash attention on")
+    _refuse("any", spec, pl, ("shared",))
     if B % (b * d):
         raise NotLaunchable(f"the global batch {B} is not divisible by microbatch × data "
                             f"parallel = {b} × {d} = {b * d}, which both trainers require")
     if not spec.valid_tensor_parallel(t):
         raise NotLaunchable(f"tensor parallel {t} does not divide the heads ({spec.heads}) "
                             f"and key/value heads ({spec.kv_heads}) of {spec.name}")
-    return spec, t, p, d, b, B, v, recompute, int(zero_stage), ep, cp
+    return spec, pl
+
+
+def _refuse(trainer, spec, pl, kinds=("layout", "trainer", "emit")) -> None:
+    """Raise :class:`NotLaunchable` with the first launchability rule of ``trainer``
+    (``phaze.plan.RULES``, of ``kinds``) that refuses the plan."""
+    why = _knobs.refusal(trainer, _values(spec, pl), kinds)
+    if why is not None:
+        raise NotLaunchable(why)
 
 
 def _model_arguments(spec) -> list:
@@ -153,139 +153,53 @@ def _model_arguments(spec) -> list:
     return out
 
 
-def megatron_arguments(model, *, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
-                       global_batch, recompute="none", virtual_stages=1, sequence_parallel=False,
-                       flash_attention=False, zero_stage=0, overlap_grad_reduce=False,
-                       precision="bf16", expert_parallel=1, context_parallel=1,
-                       capacity_factor=None) -> list:
+def megatron_arguments(model, **knobs) -> list:
     """Megatron-LM command-line arguments (a list of strings) of one plan.
 
-    ``model``: zoo name or ModelSpec; t, p, d, ``microbatch`` b and ``global_batch`` B in
-    samples; ``recompute`` "none" | "selective" | "full" (True = "full"); the other knobs
-    as :func:`phaze.step.training_step` (``expert_parallel`` ep, ``context_parallel`` cp
-    and ``capacity_factor`` of a mixture of experts included; the GPUs are t·cp·p·d).
+    ``model``: zoo name or ModelSpec; the plan's knobs (``phaze.plan.KNOBS``, keyword-only;
+    the signature lists them): t, p, d, ``microbatch`` b and ``global_batch`` B in
+    samples required; recompute "none" | "selective" | "full" (True = "full"); the
+    others as :func:`phaze.step.training_step` (expert and context parallel widths and
+    the capacity factor of a mixture of experts included; the GPUs are t·cp·p·d).
     Sequence parallelism at t = 1 is left out
     (Megatron-LM switches it off there). Raises :class:`NotLaunchable` for a plan
     Megatron-LM cannot run (module docstring), ``ValueError`` for bad input.
     """
-    spec, t, p, d, b, B, v, recompute, zero, ep, cp = _plan(
-        model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, global_batch,
-        recompute, virtual_stages, zero_stage, precision, expert_parallel, context_parallel,
-        flash_attention)
-    L = spec.n_layers
-    if L % p:
-        raise NotLaunchable(f"Megatron-LM splits the {L} transformer layers evenly over the "
-                            f"pipeline stages, and {L} is not divisible by p = {p}")
-    if v > 1:
-        m = B // (b * d)
-        if p < 2:
-            raise NotLaunchable("Megatron-LM's interleaved schedule (virtual stages > 1) needs "
-                                "pipeline parallelism (p >= 2)")
-        if L % (p * v):
-            raise NotLaunchable(f"Megatron-LM's interleaved schedule needs the {L} transformer "
-                                f"layers divisible by p × v = {p * v}")
-        if m % p:
-            raise NotLaunchable(f"Megatron-LM's interleaved schedule needs the {m} microbatches "
-                                f"per pipeline divisible by p = {p}")
-    if zero >= 2:
-        raise NotLaunchable(f"Megatron-LM has no ZeRO stage {zero} (its distributed optimizer "
-                            f"is ZeRO-1); emit deepspeed for ZeRO 2-3")
-    out = ["--tensor-model-parallel-size", str(t), "--pipeline-model-parallel-size", str(p)]
-    if cp > 1:
-        out += ["--context-parallel-size", str(cp)]
-    if ep > 1:
-        out += ["--expert-model-parallel-size", str(ep)]
-    if v > 1:
-        out += ["--num-layers-per-virtual-pipeline-stage", str(L // (p * v))]
-    out += ["--micro-batch-size", str(b), "--global-batch-size", str(B)]
-    if sequence_parallel and t > 1:
-        out += ["--sequence-parallel"]
-    if recompute == "full":
-        out += ["--recompute-granularity", "full", "--recompute-method", "uniform",
-                "--recompute-num-layers", "1"]
-    elif recompute == "selective":
-        out += ["--recompute-granularity", "selective"]
-    if zero == 1:
-        out += ["--use-distributed-optimizer"]
-    if flash_attention:
-        out += ["--use-flash-attn"]
-    if overlap_grad_reduce:
-        out += ["--overlap-grad-reduce"]
-    out += _model_arguments(spec)
-    out += _moe_arguments(spec, capacity_factor)
-    # fp8: Transformer Engine's hybrid format (E4M3 forward, E5M2 gradients) on top of bf16.
-    out += (["--fp16"] if precision == "fp16" else ["--bf16"]
-            + (["--fp8-format", "hybrid"] if precision == "fp8" else []))
-    return out
+    spec, pl = _checked("megatron_arguments", model, knobs)
+    _refuse("megatron-lm", spec, pl)
+    return _knobs.trainer_arguments("megatron-lm", _values(spec, pl),
+                                    _model_arguments(spec) + _moe_arguments(spec))
 
 
-def deepspeed_arguments(model, *, tensor_parallel, pipeline_parallel, data_parallel,
-                        microbatch, global_batch, recompute="none", virtual_stages=1,
-                        sequence_parallel=False, flash_attention=False, zero_stage=0,
-                        overlap_grad_reduce=False, precision="bf16",
-                        config_path="ds_config.json", expert_parallel=1, context_parallel=1,
-                        capacity_factor=None) -> tuple:
+def deepspeed_arguments(model, *, config_path="ds_config.json", **knobs) -> tuple:
     """Megatron-DeepSpeed arguments and the ds_config of one plan: ``(arguments, config)``,
     a list of strings and a dict (JSON-ready; ``config_path`` is the file name the
     arguments point ``--deepspeed_config`` at).
 
     Arguments as :func:`megatron_arguments`. ``gradient_accumulation_steps`` = B / (b·d);
     full recomputation checkpoints every transformer layer (``--checkpoint-activations``
-    with DeepSpeed's activation checkpointing); ``overlap_grad_reduce`` becomes
+    with DeepSpeed's activation checkpointing); overlapped gradient reduction becomes
     ``zero_optimization.overlap_comm``. Raises :class:`NotLaunchable` for a plan DeepSpeed
     cannot run (module docstring), ``ValueError`` for bad input.
     """
-    spec, t, p, d, b, B, v, recompute, zero, ep, cp = _plan(
-        model, tensor_parallel, pipeline_parallel, data_parallel, microbatch, global_batch,
-        recompute, virtual_stages, zero_stage, precision, expert_parallel, context_parallel,
-        flash_attention)
-    if ep > 1 or cp > 1 or getattr(spec, "n_experts", 0):
-        raise NotLaunchable("the Megatron-DeepSpeed arguments written here have no mixture "
-                            "of experts, expert or context parallelism; emit megatron")
-    if precision == "fp8":
-        raise NotLaunchable("the ds_config written here has no fp8 training (DeepSpeed's "
-                            "config offers bf16 and fp16); emit megatron for fp8")
-    if v > 1:
-        raise NotLaunchable("DeepSpeed's pipeline engine has no interleaved schedule "
-                            "(virtual stages > 1); emit megatron instead")
-    if zero >= 2 and p > 1:
-        raise NotLaunchable(f"DeepSpeed refuses ZeRO stage {zero} with pipeline parallelism "
-                            f"(p = {p}); use ZeRO 0-1 or p = 1")
-    out = ["--tensor-model-parallel-size", str(t), "--pipeline-model-parallel-size", str(p)]
-    if p == 1:
-        out += ["--no-pipeline-parallel"]
-    out += ["--micro-batch-size", str(b), "--global-batch-size", str(B)]
-    if sequence_parallel and t > 1:
-        out += ["--sequence-parallel"]
-    if recompute == "full":
-        out += ["--checkpoint-activations", "--deepspeed-activation-checkpointing"]
-    elif recompute == "selective":
-        out += ["--recompute-granularity", "selective"]
-    if flash_attention:
-        out += ["--use-flash-attn-v2"]
-    out += _model_arguments(spec)
-    out += ["--bf16" if precision == "bf16" else "--fp16"]
-    out += ["--deepspeed", "--deepspeed_config", str(config_path), "--zero-stage", str(zero)]
-    zero_cfg = {"stage": zero}
-    if overlap_grad_reduce and zero >= 1:
-        zero_cfg["overlap_comm"] = True
-    config = {"train_batch_size": B, "train_micro_batch_size_per_gpu": b,
-              "gradient_accumulation_steps": B // (b * d), "zero_optimization": zero_cfg}
-    if precision == "bf16":
-        config["bf16"] = {"enabled": True}
-    else:
-        config["fp16"] = {"enabled": True, "loss_scale": 0}
-    if recompute == "full":
-        config["activation_checkpointing"] = {"partition_activations": False,
-                                              "contiguous_memory_optimization": False,
-                                              "cpu_checkpointing": False}
-    return out, config
+    spec, pl = _checked("deepspeed_arguments", model, knobs)
+    _refuse("deepspeed", spec, pl)
+    values = dict(_values(spec, pl), config_path=config_path)
+    return (_knobs.trainer_arguments("deepspeed", values, _model_arguments(spec)),
+            _knobs.ds_config(values))
 
 
-def _moe_arguments(spec, capacity_factor) -> list:
+def _values(spec, pl) -> dict:
+    """What the argument writers read: the plan's values, the model's layers and whether
+    it has routed experts."""
+    n_experts = getattr(spec, "n_experts", 0) or 0
+    return dict(pl.as_dict(), n_layers=spec.n_layers, n_experts=n_experts, moe=bool(n_experts))
+
+
+def _moe_arguments(spec) -> list:
     """Megatron-Core's mixture-of-experts arguments of ``spec`` (none for a dense model):
-    experts, top-k, expert width, shared experts, the layer pattern, the all-to-all
-    dispatcher phaze prices and the capacity factor when one is set."""
+    experts, top-k, expert width, shared experts, the layer pattern and the all-to-all
+    dispatcher phaze prices (the capacity factor, when set, follows: ``phaze.plan``)."""
     n = getattr(spec, "n_experts", 0)
     if not n:
         return []
@@ -299,8 +213,6 @@ def _moe_arguments(spec, capacity_factor) -> list:
     if len(moe) != spec.n_layers:
         pattern = "[" + ",".join("1" if i in moe else "0" for i in range(spec.n_layers)) + "]"
         out += ["--moe-layer-freq", pattern]
-    if capacity_factor is not None:
-        out += ["--moe-expert-capacity-factor", f"{float(capacity_factor):g}"]
     return out
 
 
@@ -326,8 +238,7 @@ def emit(trainer, model, **plan) -> str:
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
     spec = models.resolve(model)
-    gpus = (int(plan.get("tensor_parallel", 1)) * int(plan.get("pipeline_parallel", 1))
-            * int(plan.get("data_parallel", 1)) * int(plan.get("context_parallel", 1) or 1))
+    gpus = _knobs.devices_of(plan)
     script = "pretrain_gpt.py" if getattr(spec, "causal", True) else "pretrain_bert.py"
     if trainer == "megatron":
         args = megatron_arguments(spec, **plan)
@@ -343,3 +254,8 @@ def emit(trainer, model, **plan) -> str:
     if config is not None:
         text += f"# ds_config.json\n{json.dumps(config, indent=2)}\n"
     return text
+
+
+_REQUIRED_SIG = {name: inspect.Parameter.empty for name in _REQUIRED}
+_knobs.keyword_signature(megatron_arguments, _knobs.NAMES, _REQUIRED_SIG)
+_knobs.keyword_signature(deepspeed_arguments, _knobs.NAMES, _REQUIRED_SIG)

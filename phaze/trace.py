@@ -57,7 +57,7 @@ the window's end (the idle time before it is the wait for the next stage's gradi
 the last backward of the first stage ends at the pipeline's end and every dependency
 still holds. The idle gaps are the bubbles (warm-up, cool-down) and the imbalance of
 stages lighter than the slowest.
-Interleaved schedules (``virtual_stages`` > 1) are not drawn yet.
+Interleaved schedules (v > 1), expert and context parallelism are not drawn yet.
 """
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ import json
 
 import numpy as np
 
+from . import plan as _plan
 from ._validate import positive_int
 
 __all__ = ["events", "write", "one_f_one_b", "assign_lanes"]
@@ -186,8 +187,7 @@ def _study_stages(model, arch, t, p, d, mb, recompute, devices, global_batch, hb
                   optimizer):
     """The study's model: per stage the window contents, the slot, the tail phases."""
     from . import search
-    from .search._chunk import chain_static, model_graph
-    from .search._inputs import arch_row, resolve_models
+    from .search import arch_row, chain_static, model_graph, resolve_models
 
     r = search.evaluate_point(model, arch, t, p, d, mb, recompute, devices=devices,
                               global_batch=global_batch, hbm_gib=hbm_gib, optimizer=optimizer,
@@ -231,7 +231,7 @@ def _study_stages(model, arch, t, p, d, mb, recompute, devices, global_batch, hb
 def _calibrated_stages(model, arch, t, p, d, mb, recompute, global_batch, knobs):
     """The step model: every stage at the critical stage's slot (module docstring)."""
     from . import step
-    from .search._inputs import arch_row
+    from .search import arch_row
 
     rec = recompute if isinstance(recompute, str) else ("full" if recompute else "none")
     res = step.training_step(model, arch, tensor_parallel=t, pipeline_parallel=p,
@@ -271,7 +271,7 @@ def _layer_plan(spec, mb, t, row, gap):
     once per trace."""
     from . import _config, cost, schedule
     from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
-    from .search._chunk import model_graph
+    from .search import model_graph
 
     layer = model_graph(spec, mb, t).layers[1]            # the transformer block
     ntc, nvc = int(row["num_tc"][0]), int(row["num_vc"][0])
@@ -341,8 +341,7 @@ def _layer_schedule(tr, pid, plan, row, offsets):
 def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_parallel,
            microbatch=1, recompute=False, devices=None, global_batch=4096, hbm_gib=None,
            optimizer="sgd", calibrated=True, layer_schedule=True, gap=None,
-           virtual_stages=1, sequence_parallel=False, flash_attention=False, zero_stage=0,
-           overlap_grad_reduce=False, precision="bf16") -> dict:
+           **knobs) -> dict:
     """The Chrome/Perfetto trace (a JSON-ready dict) of one training step of a plan.
 
     Plan arguments as :func:`phaze.search.evaluate_point` (``model`` zoo name or
@@ -350,9 +349,10 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
     in samples, ``recompute`` "none" | "selective" | "full" (or a bool: full / none) —
     bool only with the study's model — ``devices``, ``hbm_gib`` GiB, ``optimizer``);
     ``calibrated`` (the default, as ``phaze evaluate``) chooses the step model, False the
-    study's (module docstring); the step model also takes
-    the strategy knobs of :func:`phaze.step.training_step` (``sequence_parallel``,
-    ``flash_attention``, ``zero_stage``, ``overlap_grad_reduce``, ``precision``);
+    study's (module docstring); the step model also takes the strategy knobs of
+    :func:`phaze.step.training_step` (``phaze.plan.STRATEGY``, keyword-only: the signature
+    lists them) at the values the trace draws (a knob's ``trace_values``: plain 1F1B, no
+    expert or context parallelism, balanced routing), the study's model none of them;
     ``layer_schedule`` adds the per-stage operator schedule of one transformer layer
     (``gap``: its accepted schedule gap, default ``phaze._config.SCHEDULE_GAP``).
 
@@ -373,12 +373,14 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
     p = positive_int("pipeline_parallel", pipeline_parallel)
     d = positive_int("data_parallel", data_parallel)
     mb = positive_int("microbatch", microbatch)
-    if positive_int("virtual_stages", virtual_stages) > 1:
-        raise ValueError("phaze trace draws plain 1F1B; interleaved schedules "
-                         "(virtual_stages > 1) are not drawn yet")
-    knobs = dict(sequence_parallel=sequence_parallel, flash_attention=flash_attention,
-                 zero_stage=zero_stage, overlap_grad_reduce=overlap_grad_reduce,
-                 precision=precision)
+    _plan.check_keywords("events", knobs, _plan.STRATEGY)
+    knobs = {name: _plan.check(name, knobs[name]) if name in knobs else _plan.KNOB[name].default
+             for name in _plan.STRATEGY}
+    for name, value in knobs.items():
+        knob = _plan.KNOB[name]
+        if knob.trace_values is not None and value not in knob.trace_values:
+            raise ValueError(knob.trace_note or f"{name}: phaze trace does not draw "
+                             f"{knob.title} {value} yet")
     if calibrated:
         if isinstance(recompute, (bool, np.bool_)):
             recompute = "full" if recompute else "none"
@@ -388,13 +390,15 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
         if recompute not in (True, False) and not isinstance(recompute, np.bool_):
             raise ValueError(f"recompute must be True or False for the study's model, got "
                              f"{recompute!r} (selective recomputation: use calibrated=True)")
-        if sequence_parallel or flash_attention or zero_stage or overlap_grad_reduce:
-            raise ValueError("the study's model has no sequence parallelism, flash attention, "
-                             "ZeRO or overlapped gradient reduction; use calibrated=True")
+        lacking = [_plan.KNOB[name].title for name, value in knobs.items()
+                   if _plan.differs_from_study(name, value)]
+        if lacking:
+            raise ValueError(f"the study's model has no {', '.join(lacking)} choice; use "
+                             f"calibrated=True")
         stages, slot, c, tail, info, row = _study_stages(
             model, arch, t, p, d, mb, bool(recompute), devices, global_batch, hbm_gib,
             optimizer)
-    from .search._inputs import resolve_models
+    from .search import resolve_models
 
     spec = resolve_models(model)[0]
     tr = _Trace()
@@ -457,3 +461,6 @@ def write(path, model, arch="tpuv4", **plan) -> dict:
         raise OSError(exc.errno, f"cannot write the trace to {str(path)!r} "
                                  f"({exc.strerror})") from None
     return trace["otherData"]["phaze"]
+
+
+_plan.keyword_signature(events, _plan.STRATEGY)

@@ -32,15 +32,14 @@ Validation file schema (JSON; the built-in table follows it)
          "model": str,                 a key of "models" or a phaze zoo name
          "arch": str,                  an architecture preset (phaze archs), e.g. "a100-80g"
          "gpus": int,                  t·p·d (checked)
-         "t": int, "p": int, "d": int, "microbatch": int, "global_batch": int,   samples
-         "virtual_stages": int,        interleaved 1F1B chunks per device (1: plain 1F1B)
-         "recompute": "none" | "selective" | "full",
-         "sequence_parallel": bool,
-         "precision": "fp16" | "bf16",
-         "flash_attention": bool,      (optional, default false)
-         "zero_stage": 0..3,           (optional, default 0; Megatron's distributed
-                                        optimizer = 1)
-         "overlap_grad_reduce": bool,  (optional, default false)
+         KEY: value,                   the plan: every knob of phaze.plan.KNOBS with a
+                                       file_key, by that key (t, p, d the sizes; the
+                                       others by the knob's name: microbatch and
+                                       global_batch in samples, the interleaving, the
+                                       recomputation mode, sequence parallelism and the
+                                       precision; flash attention, the ZeRO stage and
+                                       overlapped gradient reduction optional, at the
+                                       knob's default), values by the knob's rule
          "published_s": float,         kind "time": seconds per iteration
          "quantity": "par_opt" | "act",            kind "memory": parameters + gradients +
          "published_gib": float,       optimizer state of the transformer layers, or their
@@ -62,16 +61,23 @@ import os
 from importlib import resources
 
 from . import models as _models
+from . import plan as _plan
 from . import step as _step
 from ._validate import read_json
 
 __all__ = ["Report", "run", "load_table", "builtin_path"]
 
 _GIB = float(2 ** 30)
-_CONFIG_KEYS = ("model", "arch", "gpus", "t", "p", "d", "microbatch", "global_batch",
-                "virtual_stages", "recompute", "sequence_parallel", "precision")
+#: The plan's knobs a row holds (``phaze.plan.Knob.file_key``), in the order of a report
+#: row's ``config``.
+_FILE_KNOBS = tuple(sorted((k for k in _plan.KNOBS if k.file_key), key=lambda k: k.file_rank))
+_CONFIG_KEYS = ("model", "arch", "gpus") + tuple(k.file_key for k in _FILE_KNOBS
+                                                 if not k.file_optional)
 #: Optional strategy fields of a row and their defaults (the runs of 2021–22 used none).
-_OPTIONAL_KEYS = (("flash_attention", False), ("zero_stage", 0), ("overlap_grad_reduce", False))
+_OPTIONAL_KEYS = tuple((k.file_key, k.default) for k in _FILE_KNOBS if k.file_optional)
+#: Fields that must be positive integers: the GPUs and the open integer knobs.
+_POSITIVE_KEYS = ("gpus",) + tuple(k.file_key for k in _FILE_KNOBS
+                                   if k.type is int and k.choices is None)
 _SHAPE_REQUIRED = ("n_layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len")
 
 
@@ -134,19 +140,22 @@ def load_table(path=None) -> dict:
         published = row[need[0]]
         if not isinstance(published, (int, float)) or isinstance(published, bool) or published <= 0:
             raise ValueError(f"{where}: {need[0]} must be a positive number")
-        for key in ("gpus", "t", "p", "d", "microbatch", "global_batch", "virtual_stages"):
+        for key in _POSITIVE_KEYS:
             if not isinstance(row[key], int) or isinstance(row[key], bool) or row[key] < 1:
                 raise ValueError(f"{where}: {key} must be a positive integer")
         if row["gpus"] != row["t"] * row["p"] * row["d"]:
             raise ValueError(f"{where}: gpus ({row['gpus']}) != t·p·d "
                              f"({row['t'] * row['p'] * row['d']})")
-        for key, default in _OPTIONAL_KEYS:
-            value = row.get(key, default)
-            ok = (isinstance(value, bool) if isinstance(default, bool)
-                  else isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3)
+        for knob in _FILE_KNOBS:
+            if not knob.file_optional:
+                continue
+            value = row.get(knob.file_key, knob.default)
+            ok = (isinstance(value, bool) if knob.type is bool
+                  else isinstance(value, int) and not isinstance(value, bool)
+                  and value in knob.choices)
             if not ok:
-                raise ValueError(f"{where}: {key} must be "
-                                 f"{'true or false' if isinstance(default, bool) else '0, 1, 2 or 3'}")
+                raise ValueError(f"{where}: {knob.file_key} must be "
+                                 f"{'true or false' if knob.type is bool else knob.rule}")
         if row["model"] not in shapes and row["model"] not in _models.names():
             raise ValueError(f"{where}: model {row['model']!r} is neither in 'models' nor in the zoo")
     for name, shape in shapes.items():
@@ -186,13 +195,8 @@ def run(path=None) -> Report:
     for row in table["rows"]:
         config = {k: row[k] for k in _CONFIG_KEYS}
         config.update({k: row.get(k, default) for k, default in _OPTIONAL_KEYS})
-        res = _step.training_step(
-            _model_spec(row["model"], shapes), row["arch"], tensor_parallel=row["t"],
-            pipeline_parallel=row["p"], data_parallel=row["d"], microbatch=row["microbatch"],
-            global_batch=row["global_batch"], recompute=row["recompute"],
-            virtual_stages=row["virtual_stages"], sequence_parallel=row["sequence_parallel"],
-            precision=row["precision"], flash_attention=config["flash_attention"],
-            zero_stage=config["zero_stage"], overlap_grad_reduce=config["overlap_grad_reduce"])
+        res = _step.training_step(_model_spec(row["model"], shapes), row["arch"],
+                                  **{k.name: config[k.file_key] for k in _FILE_KNOBS})
         rec = dict(name=row["name"], kind=row["kind"], held_out=bool(row.get("held_out", False)),
                    reason=res.reason, source=row["source"], config=config,
                    assumptions=list(row.get("assumptions", [])))

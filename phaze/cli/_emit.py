@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from .. import plan as _plan
+
 
 def emit_plan(args, model, knobs) -> int:
     """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``); a plan the
@@ -13,22 +15,31 @@ def emit_plan(args, model, knobs) -> int:
     from .. import launch
 
     recompute = getattr(args, "recompute", False)
-    plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
-                microbatch=args.microbatch, global_batch=args.global_batch,
+    plan = dict(tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
+                data_parallel=args.data_parallel, microbatch=args.microbatch,
+                global_batch=args.global_batch,
                 recompute=recompute if isinstance(recompute, str) else bool(recompute))
     plan.update(knobs)
-    for dest in ("expert_parallel", "context_parallel", "capacity_factor"):
-        if getattr(args, dest, None) is not None:
-            plan[dest] = getattr(args, dest)
-    if args.precision:
-        plan["precision"] = args.precision
     try:
         text = launch.emit(args.emit, model, **plan)
     except launch.NotLaunchable as exc:
-        trainer = "Megatron-LM" if args.emit == "megatron" else "DeepSpeed"
+        trainer = _trainer_title(args.emit)
         raise ValueError(f"--emit {args.emit}: {trainer} cannot launch this plan: {exc}") from None
     sys.stdout.write(text)
     return 0
+
+
+def _trainer_title(emit_name) -> str:
+    return next(t.title for t in _plan.TRAINERS if t.emit == emit_name)
+
+
+def _row_value(knob, value):
+    """A result row's value of ``knob`` as the launch keywords take it (absent: the
+    knob's default; a width recorded as 0: 1)."""
+    if value is None:
+        return knob.default
+    value = knob.type(value)
+    return (value or knob.default) if knob.type is int else value
 
 
 def emit_best_plans(args, result, model_list) -> int:
@@ -39,7 +50,7 @@ def emit_best_plans(args, result, model_list) -> int:
     from .. import launch, models
 
     inputs = result.metadata.get("inputs", {})
-    trainer = "Megatron-LM" if args.emit == "megatron" else "DeepSpeed"
+    trainer = _trainer_title(args.emit)
     status = 0
     for spec in (models.resolve(m) for m in model_list):
         if args.seq_len and spec.seq_len != args.seq_len:
@@ -50,20 +61,13 @@ def emit_best_plans(args, result, model_list) -> int:
                   f"launch", file=sys.stderr)
             status = 2
             continue
-        knobs = dict(tensor_parallel=int(plan["tensor_parallel"]),
-                     pipeline_parallel=int(plan["pipeline_parallel"]),
-                     data_parallel=int(plan["data_parallel"]), microbatch=int(plan["microbatch"]),
-                     global_batch=int(inputs.get("global_batch", args.global_batch)),
-                     recompute=str(plan["recompute"]),
-                     virtual_stages=int(plan.get("virtual_stages", 1)),
-                     sequence_parallel=bool(plan.get("sequence_parallel", False)),
-                     flash_attention=bool(plan.get("flash_attention", False)),
-                     zero_stage=int(plan.get("zero_stage", 0)),
-                     overlap_grad_reduce=bool(plan.get("overlap_grad_reduce", False)),
-                     expert_parallel=int(plan.get("expert_parallel") or 1),
-                     context_parallel=int(plan.get("context_parallel") or 1),
-                     capacity_factor=inputs.get("capacity_factor"),
-                     precision=str(inputs.get("precision") or "bf16"))
+        knobs = {name: _row_value(_plan.KNOB[name], plan.get(name))
+                 for name in ("tensor_parallel", "pipeline_parallel", "data_parallel",
+                              "microbatch", "recompute", *_plan.STRATEGY_COLUMNS)}
+        knobs.update(global_batch=int(inputs.get("global_batch", args.global_batch)),
+                     **{name: inputs.get(name) for name in _plan.GRIDS
+                        if _plan.KNOB[name].search == "one"})
+        knobs["precision"] = str(knobs["precision"] or "bf16")
         try:
             sys.stdout.write(launch.emit(args.emit, spec, **knobs))
         except launch.NotLaunchable as exc:

@@ -1,26 +1,21 @@
 """Comma-separated knob lists of ``phaze search`` (``--recompute none,full``,
 ``--sequence-parallel off,on``, ...): each parser returns the tuple the Python API
 takes, or None when the option is absent (the API's default: every value), and raises
-ValueError with one sentence naming the option otherwise."""
+ValueError with one sentence naming the option otherwise. The rules are the knob
+table's (:func:`phaze.plan.search_values`); these names keep the parsers by kind."""
 from __future__ import annotations
 
+from .. import plan as _plan
+
 #: --recompute words: the modes, and the study-era switches (off = none, on = full).
-RECOMPUTE_WORDS = {"none": ("none",), "selective": ("selective",), "full": ("full",),
-                   "off": ("none",), "on": ("full",), "both": ("none", "full")}
-SWITCH_WORDS = {"off": (False,), "on": (True,), "both": (False, True)}
+RECOMPUTE_WORDS = _plan.RECOMPUTE_WORDS
+SWITCH_WORDS = _plan.SWITCH_WORDS
+words = _plan.words
 
 
-def words(flag, text, allowed):
-    """A comma list of words from ``allowed`` (dict word → values) as the union of their
-    values in first-seen order; ValueError naming ``flag`` otherwise."""
-    out = []
-    items = [w.strip().lower() for w in str(text).split(",")]
-    if not all(items) or any(w not in allowed for w in items):
-        raise ValueError(f"{flag} takes a comma-separated list of {', '.join(allowed)}; "
-                         f"got {text!r}")
-    for w in items:
-        out.extend(v for v in allowed[w] if v not in out)
-    return tuple(out)
+def knob_list(name, text):
+    """``phaze search``'s text of the grid knob ``name`` (``phaze.plan.search_values``)."""
+    return _plan.search_values(name, text)
 
 
 def recompute_list(text):
@@ -35,12 +30,16 @@ def switch_list(flag, text):
     return None if text is None else words(flag, text, SWITCH_WORDS)
 
 
-def _int_tuple(text):
-    """'1,2,4' → (1, 2, 4); () when any item is not an integer."""
-    try:
-        return tuple(int(x) for x in str(text).split(","))
-    except ValueError:
-        return ()
+def width_list(flag, text):
+    """--ep / --cp / --virtual-stages of search: '1,2,4' → (1, 2, 4); 'all' or absent → None
+    (every valid value, per model)."""
+    if text is None or str(text).strip().lower() == "all":
+        return None
+    values = _plan.int_tuple(text)
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{flag} takes 'all' or a comma-separated list of positive integers; "
+                         f"got {text!r}")
+    return values
 
 
 def virtual_list(text):
@@ -53,19 +52,7 @@ def zero_list(text):
     """--zero-stage of search: '0,1' → (0, 1); absent → None (all four stages)."""
     if text is None:
         return None
-    values = _int_tuple(text)
+    values = _plan.int_tuple(text)
     if not values or any(not 0 <= v <= 3 for v in values):
         raise ValueError(f"--zero-stage takes a comma-separated list of 0, 1, 2, 3; got {text!r}")
-    return values
-
-
-def width_list(flag, text):
-    """--ep / --cp / --virtual-stages of search: '1,2,4' → (1, 2, 4); 'all' or absent → None
-    (every valid value, per model)."""
-    if text is None or str(text).strip().lower() == "all":
-        return None
-    values = _int_tuple(text)
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"{flag} takes 'all' or a comma-separated list of positive integers; "
-                         f"got {text!r}")
     return values

@@ -14,6 +14,7 @@ import os
 import sys
 
 from . import _emit as _cli_emit
+from .. import plan as _plan
 
 
 def _cmd_models(args) -> int:
@@ -103,6 +104,10 @@ def _float_list(text):
         raise ValueError(f"expected a comma-separated list of numbers, got {text!r}") from None
 
 
+#: --emit's trainers (``phaze.plan.TRAINERS`` whose arguments ``phaze.launch`` writes).
+_EMITTERS = tuple(t.emit for t in _plan.TRAINERS if t.emit)
+
+
 def _add_search_arguments(p) -> None:
     p.add_argument("--model", action="append", default=[],
                    help="zoo model name (repeat or comma-separate for several; see `phaze models`)")
@@ -115,46 +120,16 @@ def _add_search_arguments(p) -> None:
                    help="tokens per sample for every model (default: the model's own; a Hugging "
                         "Face config's own is its full context, e.g. 131,072 for Llama 3.1)")
     p.add_argument("--devices", type=int, default=1024, help="accelerators (default 1024)")
-    p.add_argument("--global-batch", type=int, default=4096, help="samples per batch (default 4096)")
-    p.add_argument("--microbatch", default="1,2,4,8", help="microbatch sizes (default 1,2,4,8)")
+    _plan.add_search_options(p, ("global_batch", "microbatch"))
     p.add_argument("--hbm-gib", default=None,
                    help="HBM capacities in GiB (default 32,64,80; with --arch the chip's own)")
     p.add_argument("--study", action="store_true",
                    help="the original study's cost model, knob set and unconstrained plans "
                         "(reproduces its results); default: the calibrated Megatron-LM step "
                         "model (phaze.step) with the strategy knobs below searched")
-    p.add_argument("--recompute", default=None, metavar="MODES",
-                   help="activation recomputation modes, comma-separated: none, selective, full "
-                        "(default all three; --study: none,full); off = none, on = full, both "
-                        "= none,full")
-    p.add_argument("--sequence-parallel", default=None, metavar="off,on",
-                   help="sequence parallelism: off, on or off,on (default both; chosen per row)")
-    p.add_argument("--flash-attention", default=None, metavar="off,on",
-                   help="fused (flash) attention: off, on or off,on (default both)")
-    p.add_argument("--virtual-stages", default=None, metavar="V,...|all",
-                   help="interleaved 1F1B model chunks per device, e.g. 1,2,4 (default all: "
-                        "every V dividing the layers per stage)")
-    p.add_argument("--zero-stage", default=None, metavar="Z,...",
-                   help="ZeRO stages over the data-parallel group, e.g. 0,1 (default 0,1,2,3; "
-                        "plans are those Megatron-LM launches)")
-    p.add_argument("--overlap-grad-reduce", default=None, metavar="off,on",
-                   help="overlap the gradient reduction with the backward: off, on or off,on "
-                        "(default both)")
-    p.add_argument("--dtype", "--precision", dest="precision", choices=("bf16", "fp16", "fp8"),
-                   default=None,
-                   help="training datatype of the calibrated model (default bf16; fp8: the "
-                        "linear layers' GEMMs in fp8 at the chip's fp8 rate, master weights "
-                        "and optimizer state fp32; --precision is the same flag)")
-    p.add_argument("--ep", default=None, metavar="N,...|all", dest="expert_parallel",
-                   help="expert-parallel widths of a mixture of experts, e.g. 1,2,4,8 (default "
-                        "all: every divisor of its routed experts; dense models: 1)")
-    p.add_argument("--cp", default=None, metavar="N,...|all", dest="context_parallel",
-                   help="context-parallel widths (ring attention; t*cp*p*d devices), e.g. 1,2,4 "
-                        "(default all: powers of two up to 32 leaving >= 512 tokens per "
-                        "load-balanced chunk)")
-    p.add_argument("--capacity-factor", type=float, default=None, metavar="F",
-                   help="MoE expert capacity factor (default: balanced routing)")
-    p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel widths (default 1,2,4,8)")
+    # The knobs (phaze.plan's table): recomputation modes and the strategy grids, the
+    # tensor-parallel widths.
+    _plan.add_search_options(p, ("recompute", *_plan.GRIDS, "tensor_parallel"))
     p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
                    help="optimizer (default: adam, the only one the calibrated model prices; "
                         "--study: sgd, the study's)")
@@ -171,7 +146,7 @@ def _add_search_arguments(p) -> None:
                         "and exact Pareto front)")
     p.add_argument("--out", help="result file: .csv, .csv.gz, .json or .parquet (written per chunk)")
     p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
-    p.add_argument("--emit", choices=("megatron", "deepspeed"),
+    p.add_argument("--emit", choices=_EMITTERS,
                    help="after the summary, print each model's best plan as launch arguments: "
                         "Megatron-LM, or Megatron-DeepSpeed with its ds_config JSON "
                         "(phaze.launch); a plan the trainer cannot launch is one sentence")
@@ -233,7 +208,7 @@ def _cmd_search(args) -> int:
     from .. import arch, search
 
     model_list = _models_from_args(args)
-    _check_tp(model_list, _int_list(args.tp))
+    _check_tp(model_list, _int_list(args.tensor_parallel))
     every = args.space_every
     if every < 1:
         raise ValueError(f"--space-every must be a positive integer, got {every}")
@@ -243,31 +218,15 @@ def _cmd_search(args) -> int:
                          "and takes no space: give one of them")
     hbm = (_float_list(args.hbm_gib) if args.hbm_gib is not None
            else None if args.arch is not None else (32, 64, 80))  # None: the chip's own
-    recompute = lists.recompute_list(args.recompute)
-    knobs = {"sequence_parallel": lists.switch_list("--sequence-parallel", args.sequence_parallel),
-             "flash_attention": lists.switch_list("--flash-attention", args.flash_attention),
-             "virtual_stages": lists.virtual_list(args.virtual_stages),
-             "zero_stage": lists.zero_list(args.zero_stage),
-             "overlap_grad_reduce": lists.switch_list("--overlap-grad-reduce",
-                                                      args.overlap_grad_reduce),
-             "precision": args.precision,
-             "expert_parallel": lists.width_list("--ep", args.expert_parallel),
-             "context_parallel": lists.width_list("--cp", args.context_parallel),
-             "capacity_factor": args.capacity_factor}
+    recompute = lists.knob_list("recompute", args.recompute)
+    knobs = {name: (lists.knob_list(name, getattr(args, name))
+                    if _plan.KNOB[name].search == "grid" else getattr(args, name))
+             for name in _plan.GRIDS}
     if args.optimizer == "sgd" and not args.study:
         raise ValueError("--optimizer sgd is the study's: the calibrated model prices Adam "
                          "only (add --study for sgd)")
     if args.study:
-        given = [flag for flag, key in (("--sequence-parallel", "sequence_parallel"),
-                                        ("--flash-attention", "flash_attention"),
-                                        ("--virtual-stages", "virtual_stages"),
-                                        ("--zero-stage", "zero_stage"),
-                                        ("--overlap-grad-reduce", "overlap_grad_reduce"),
-                                        ("--dtype", "precision"),
-                                        ("--ep", "expert_parallel"),
-                                        ("--cp", "context_parallel"),
-                                        ("--capacity-factor", "capacity_factor"))
-                 if getattr(args, key) is not None]
+        given = [_plan.KNOB[name].flag for name in _plan.GRIDS if getattr(args, name) is not None]
         if given:
             raise ValueError(f"{given[0]} is a knob of the calibrated model; the study's model "
                              f"(--study) has none: drop one of them")
@@ -278,7 +237,7 @@ def _cmd_search(args) -> int:
         result = search.search(
             model_list, devices=args.devices, global_batch=args.global_batch,
             microbatch=_int_list(args.microbatch), hbm_gib=hbm, arch=args.arch,
-            recompute=recompute, tensor_parallel=_int_list(args.tp), space=space,
+            recompute=recompute, tensor_parallel=_int_list(args.tensor_parallel), space=space,
             optimizer=args.optimizer, prune=args.prune or False, study=args.study,
             **knobs,
             executor="serial" if args.serial else None, progress=args.progress, out=args.out,
@@ -307,7 +266,7 @@ def _cmd_search(args) -> int:
 def _fixed_system_summary(result) -> str:
     """What ``phaze search --arch`` prints: the chip, then each model's best plan on it
     (no architecture, Pareto front or baseline lines: there is one chip)."""
-    from ..search._report import cost_model_line, knob_text
+    from ..search import cost_model_line, knob_text
 
     meta, best = result.metadata, result.best
     inp, chip = meta.get("inputs", {}), meta.get("chip") or {}
@@ -325,9 +284,8 @@ def _fixed_system_summary(result) -> str:
                      f"nodes of {chip['node_size']}, network {chip['net_gb_per_s']:g} GB/s")
     lines.append(cost_model_line(meta))
     lines.append(f"best plan{'s' if len(result.models) > 1 else ''}:")
-    lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} {'rc':>9} "
-                 f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} {'ep':>3} {'cp':>3} "
-                 f"{'samples/s':>11} {'tokens/s':>13}  layers per stage")
+    lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} "
+                 f"{_plan.summary_header()} {'samples/s':>11} {'tokens/s':>13}  layers per stage")
     for model in result.models:
         r = (best.get("plans") or {}).get(model)
         if r is None or not r.get("feasible"):
@@ -351,67 +309,34 @@ def _add_evaluate_arguments(p) -> None:
                         "own is its full context)")
     p.add_argument("--arch", default="tpuv4", metavar="NAME|FILE",
                    help="architecture: a preset or a chip file (default tpuv4; see `phaze archs`)")
-    p.add_argument("--tp", type=int, required=True, help="tensor-parallel width t")
-    p.add_argument("--pp", type=int, required=True, help="pipeline stages p")
-    p.add_argument("--dp", type=int, required=True, help="data-parallel degree d")
-    p.add_argument("--microbatch", type=int, default=1)
-    p.add_argument("--recompute", nargs="?", const="full", default=None,
-                   choices=("none", "selective", "full"),
-                   help="activation recomputation: none (the default when absent), selective "
-                        "(attention core only; calibrated model only) or full (bare --recompute)")
+    _plan.add_evaluate_options(p, ("tensor_parallel", "pipeline_parallel", "data_parallel",
+                                   "microbatch", "recompute"))
     p.add_argument("--devices", type=int, help="devices available (default t·p·d)")
-    p.add_argument("--global-batch", type=int, default=4096)
+    _plan.add_evaluate_options(p, ("global_batch",))
     p.add_argument("--hbm-gib", type=float, help="HBM per chip, GiB (default: the chip's own)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
                    help="optimizer (default: adam, the calibrated model's only one; --study: "
                         "sgd, the study's)")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
-    p.add_argument("--emit", choices=("megatron", "deepspeed"),
+    p.add_argument("--emit", choices=_EMITTERS,
                    help="print the plan's launch arguments instead: Megatron-LM, or "
                         "Megatron-DeepSpeed with its ds_config JSON (phaze.launch)")
-    # Strategy knobs of the training-step model (phaze.step); None = not given, so that the
-    # study's model can refuse them by name.
-    p.add_argument("--sequence-parallel", action="store_true", default=None,
-                   help="sequence parallelism over the tensor-parallel group (calibrated model only)")
-    p.add_argument("--virtual-stages", type=int, metavar="V",
-                   help="interleaved 1F1B with V model chunks per device (default 1; V > 1 "
-                        "calibrated model only)")
-    p.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3),
-                   help="ZeRO stage over the data-parallel group (default 0; 1 = Megatron-LM's "
-                        "distributed optimizer; > 0: calibrated model only)")
-    p.add_argument("--flash-attention", action="store_true", default=None,
-                   help="fused attention kernel, no materialised scores (calibrated model only)")
-    p.add_argument("--overlap-grad-reduce", action="store_true", default=None,
-                   help="overlap the gradient reduction with the backward pass "
-                        "(calibrated model only)")
-    p.add_argument("--dtype", "--precision", dest="precision", choices=("bf16", "fp16", "fp8"),
-                   help="training datatype (default bf16; fp8: the linear layers' GEMMs in fp8 "
-                        "at the chip's fp8 rate, a chip without fp8 tensor cores is refused; "
-                        "calibrated model only; --precision is the same flag)")
-    p.add_argument("--ep", type=int, default=None, metavar="N", dest="expert_parallel",
-                   help="expert-parallel width (a mixture of experts: divides its routed experts "
-                        "and cp*d; default 1; calibrated model only)")
-    p.add_argument("--cp", type=int, default=None, metavar="N", dest="context_parallel",
-                   help="context-parallel width (ring attention over N ranks: needs "
-                        "--flash-attention and the sequence divisible by 2N; t*cp*p*d devices; "
-                        "default 1; calibrated model only)")
-    p.add_argument("--capacity-factor", type=float, default=None, metavar="F",
-                   help="MoE expert capacity factor (tokens dropped or padded to it; default: "
-                        "balanced routing; calibrated model only)")
+    # Strategy knobs of the training-step model (phaze.plan's table); None = not given, so
+    # that the study's model can refuse them by name.
+    _plan.add_evaluate_options(p, _EVALUATE_KNOBS)
 
 
-#: evaluate's options that only the training-step model has: (dest, flag, given?).
-_STEP_ONLY = (
-    ("sequence_parallel", "--sequence-parallel", lambda v: bool(v)),
-    ("virtual_stages", "--virtual-stages", lambda v: v is not None and v != 1),
-    ("zero_stage", "--zero-stage", lambda v: bool(v)),
-    ("flash_attention", "--flash-attention", lambda v: bool(v)),
-    ("overlap_grad_reduce", "--overlap-grad-reduce", lambda v: bool(v)),
-    ("precision", "--dtype", lambda v: v is not None),
-    ("expert_parallel", "--ep", lambda v: v is not None and v != 1),
-    ("context_parallel", "--cp", lambda v: v is not None and v != 1),
-    ("capacity_factor", "--capacity-factor", lambda v: v is not None),
-)
+#: evaluate's options of the training-step model alone (phaze.plan.STRATEGY), in the
+#: order of the search's grids.
+_EVALUATE_KNOBS = tuple(n for n in _plan.GRIDS if n in _plan.STRATEGY)
+
+
+def _given_for_study(name, value) -> bool:
+    """Whether evaluate's option of knob ``name`` asks the study's model for something it
+    lacks: a one-value option given at all, a grid knob at another value than the study's."""
+    if _plan.KNOB[name].search == "one":
+        return value is not None
+    return _plan.differs_from_study(name, value)
 
 
 def _check_study_knobs(args) -> None:
@@ -419,19 +344,17 @@ def _check_study_knobs(args) -> None:
     one given (never a silent switch of cost model)."""
     if getattr(args, "recompute", None) == "selective":
         raise ValueError("selective recomputation is not in the study's model: drop --study")
-    for dest, flag, given in _STEP_ONLY:
-        if given(getattr(args, dest, None)):
-            raise ValueError(f"{flag} is a knob of the calibrated training-step model, not of "
-                             f"the study's: drop --study")
+    for name in _EVALUATE_KNOBS:
+        if _given_for_study(name, getattr(args, name, None)):
+            raise ValueError(f"{_plan.KNOB[name].flag} is a knob of the calibrated "
+                             f"training-step model, not of the study's: drop --study")
 
 
 def _strategy_knobs(args) -> dict:
     """The strategy knobs given on the command line (``evaluate``/``trace``), by their
     Python keyword names; a knob left out is not in the dict."""
-    return {key: getattr(args, key) for key in ("virtual_stages", "sequence_parallel",
-                                                "flash_attention", "zero_stage",
-                                                "overlap_grad_reduce")
-            if getattr(args, key) is not None}
+    return {name: getattr(args, name) for name in _EVALUATE_KNOBS
+            if getattr(args, name, None) is not None}
 
 
 def _cmd_evaluate(args) -> int:
@@ -451,7 +374,8 @@ def _cmd_evaluate(args) -> int:
     if not getattr(args, "study", False):
         return _evaluate_calibrated(args, model)
     _check_study_knobs(args)
-    r = search.evaluate_point(model, args.arch, args.tp, args.pp, args.dp, args.microbatch,
+    r = search.evaluate_point(model, args.arch, args.tensor_parallel, args.pipeline_parallel,
+                              args.data_parallel, args.microbatch,
                               args.recompute == "full", devices=args.devices, global_batch=args.global_batch,
                               hbm_gib=args.hbm_gib, optimizer=args.optimizer or "sgd",
                               seq_len=args.seq_len, study=True)
@@ -509,17 +433,15 @@ def _calibrated_result(args, model) -> dict:
         raise ValueError("--study and --calibrated name two cost models: give one of them")
     if args.hbm_gib is not None and not args.hbm_gib > 0:
         raise ValueError(f"--hbm-gib must be positive, got {args.hbm_gib:g}")
-    if args.virtual_stages is not None and args.virtual_stages < 1:
-        raise ValueError(f"--virtual-stages must be a positive integer, got "
-                         f"{args.virtual_stages}")
-    cp = 1 if args.context_parallel is None else args.context_parallel
-    ep = 1 if args.expert_parallel is None else args.expert_parallel
-    if cp < 1 or ep < 1:
-        flag, value = ("--cp", cp) if cp < 1 else ("--ep", ep)
-        raise ValueError(f"{flag} must be a positive integer, got {value}")
-    if args.capacity_factor is not None and not args.capacity_factor > 0:
-        raise ValueError(f"--capacity-factor must be positive, got {args.capacity_factor:g}")
-    used = args.tp * cp * args.pp * args.dp
+    for name in _EVALUATE_KNOBS:
+        knob, value = _plan.KNOB[name], getattr(args, name)
+        if value is None:
+            continue
+        if knob.type is int and knob.choices is None and value < 1:
+            raise ValueError(f"{knob.flag} must be a positive integer, got {value}")
+        if knob.type is float and not value > 0:
+            raise ValueError(f"{knob.flag} must be positive, got {value:g}")
+    used = _plan.devices_of(vars(args))
     if args.devices is not None and args.devices < used:
         raise ValueError(f"--devices {args.devices} is fewer than t·cp·p·d = {used}")
     if args.optimizer not in (None, "adam"):
@@ -527,14 +449,11 @@ def _calibrated_result(args, model) -> dict:
                          "only (add --study for sgd)")
     # --seq-len as the study's path reads it (a --hf-config model already has it).
     out = search.evaluate_point(
-        model, resolve_chip(args.arch), args.tp, args.pp, args.dp, args.microbatch,
+        model, resolve_chip(args.arch), args.tensor_parallel, args.pipeline_parallel,
+        args.data_parallel, args.microbatch,
         args.recompute or "none", devices=args.devices, global_batch=args.global_batch,
         hbm_gib=args.hbm_gib, seq_len=args.seq_len if args.model else None,
-        virtual_stages=1 if args.virtual_stages is None else args.virtual_stages,
-        sequence_parallel=bool(args.sequence_parallel),
-        flash_attention=bool(args.flash_attention), zero_stage=args.zero_stage or 0,
-        overlap_grad_reduce=bool(args.overlap_grad_reduce), precision=args.precision,
-        expert_parallel=ep, context_parallel=cp, capacity_factor=args.capacity_factor)
+        **{name: getattr(args, name) for name in _EVALUATE_KNOBS})
     return out
 
 
@@ -550,18 +469,20 @@ def _evaluate_calibrated(args, model) -> int:
           f"calibrated): t={r['tensor_parallel']} p={r['pipeline_parallel']} "
           f"d={r['data_parallel']} microbatch {r['microbatch']} global batch "
           f"{r['global_batch']}, {r['devices']} devices, HBM {r['hbm_gib']:g} GiB")
-    sp = onoff[r["sequence_parallel"]]
-    if r["sequence_parallel"] and not r["sequence_parallel_effective"]:
-        sp += " (no-op at t = 1)"
-    print(f"  recompute {r['recompute']}, virtual stages {r['virtual_stages']}, sequence "
-          f"parallel {sp}, flash attention {onoff[r['flash_attention']]}, ZeRO stage "
-          f"{r['zero_stage']}, overlap grad reduce {onoff[r['overlap_grad_reduce']]}, "
-          f"expert parallel {r['expert_parallel']}, context parallel {r['context_parallel']}"
-          + (f" (MoE capacity factor {r['capacity_factor']:g})"
-             if r.get("capacity_factor") is not None else "")
-          + f", precision {r['precision']}, optimizer Adam")
-    trainers = {"megatron-lm": "Megatron-LM", "deepspeed": "DeepSpeed"}
-    print("  launchable by: " + (", ".join(trainers.get(x, x) for x in r["trainers"])
+    words = [f"recompute {r['recompute']}"]
+    for name in _EVALUATE_KNOBS:
+        knob, value = _plan.KNOB[name], r.get(name)
+        if knob.type is float:   # the capacity factor: only when set
+            if value is not None:
+                words[-1] += f" ({knob.title} {value:g})"
+            continue
+        text = onoff[value] if knob.type is bool else str(value)
+        if value is True and r.get(f"{name}_effective") is False and knob.noop_note:
+            text += f" ({knob.noop_note})"
+        words.append(f"{knob.title} {text}")
+    print("  " + ", ".join(words) + ", optimizer Adam")
+    titles = {t.id: t.title for t in _plan.TRAINERS}
+    print("  launchable by: " + (", ".join(titles.get(x, x) for x in r["trainers"])
                                  or "no trainer (DeepSpeed refuses ZeRO 2-3 with pipeline "
                                     "parallelism and has no interleaving; Megatron-LM has "
                                     "ZeRO 0-1 only)"))
@@ -595,11 +516,17 @@ def _evaluate_calibrated(args, model) -> int:
     return 0
 
 
+#: The knobs phaze trace does not draw (``phaze.plan``: no ``trace_note``): their options
+#: are hidden in ``phaze trace`` and refused by name.
+_UNTRACED = tuple(n for n in _EVALUATE_KNOBS
+                  if _plan.KNOB[n].trace_values is not None and not _plan.KNOB[n].trace_note)
+
+
 def _add_trace_arguments(p) -> None:
     _add_evaluate_arguments(p)   # the same plan arguments (and knobs) as evaluate
+    hidden = ("json", "emit") + _UNTRACED
     for action in p._actions:    # evaluate's output options: hidden here, refused if given
-        if action.dest in ("json", "emit", "expert_parallel", "context_parallel",
-                           "capacity_factor"):
+        if action.dest in hidden:
             action.help = argparse.SUPPRESS
     _add_calibrated_argument(p)  # the calibrated step model by default, --study the study's
     p.add_argument("--no-layer-schedule", dest="layer_schedule", action="store_false",
@@ -617,10 +544,11 @@ def _cmd_trace(args) -> int:
     if getattr(args, "json", False) or getattr(args, "emit", None):
         raise ValueError("--json and --emit belong to phaze evaluate; phaze trace writes "
                          "the trace file given by -o")
-    for dest, flag, given in _STEP_ONLY[-3:]:   # --ep, --cp, --capacity-factor
-        if given(getattr(args, dest, None)):
-            raise ValueError(f"{flag} belongs to phaze evaluate: phaze trace does not draw "
-                             f"expert or context parallelism yet")
+    for name in _UNTRACED:   # --ep, --cp, --capacity-factor
+        if _given_for_study(name, getattr(args, name, None)):
+            titles = [_plan.KNOB[n].title for n in _UNTRACED]
+            raise ValueError(f"{_plan.KNOB[name].flag} belongs to phaze evaluate: phaze trace "
+                             f"does not draw {', '.join(titles[:-1])} or {titles[-1]} yet")
     if args.study and args.calibrated:
         raise ValueError("--study and --calibrated name two cost models: give one of them")
     if args.study:
@@ -630,15 +558,13 @@ def _cmd_trace(args) -> int:
     recompute = {None: False, "none": False, "full": True}.get(args.recompute, args.recompute)
     if calibrated and not isinstance(recompute, str):
         recompute = "full" if recompute else "none"
-    plan = dict(tensor_parallel=args.tp, pipeline_parallel=args.pp, data_parallel=args.dp,
-                microbatch=args.microbatch, recompute=recompute,
+    plan = dict(tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
+                data_parallel=args.data_parallel, microbatch=args.microbatch, recompute=recompute,
                 global_batch=args.global_batch, calibrated=calibrated,
                 layer_schedule=args.layer_schedule)
     if not calibrated:
         plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer or "sgd")
     plan.update(_strategy_knobs(args))
-    if calibrated and args.precision:
-        plan["precision"] = args.precision
     try:
         info = trace.write(args.out, model, args.arch, **plan)
     except OSError as exc:
@@ -745,7 +671,7 @@ output conventions (place, evaluate, search):
 
 
 #: The columns of `phaze search`'s summary (the epilog of its --help; the README's legend).
-SEARCH_LEGEND = """\
+_SEARCH_LEGEND = """\
 summary columns (one row per model: its best plan on the best architecture; the line above
 the table names the cost model: calibrated, the default, or study with --study):
   t / p / d   tensor-parallel width / pipeline stages / data-parallel degree (t*cp*p*d
@@ -753,23 +679,7 @@ the table names the cost model: calibrated, the default, or study with --study):
   mb          microbatch: samples per pipeline step (global batch / (mb * d) of them per
               pipeline per batch)
   HBM GiB     HBM capacity per chip at which the plan was found
-  rc          activation recomputation mode: none; selective (the attention core re-runs
-              before its backward, Korthikanti et al. 2022); full (every transformer layer
-              re-runs its forward before the backward: least activation memory). With
-              --study: full = every stage but the last re-runs its forward, none = not
-  sp          sequence parallelism (norms and dropouts split over the t tensor-parallel
-              ranks; the all-reduces become reduce-scatter + all-gather): on / off
-  v           virtual stages per device (interleaved 1F1B when > 1: bubble / v)
-  zero        ZeRO stage over the d data-parallel ranks (1 = Megatron-LM's distributed
-              optimizer: optimizer state sharded; 2 also gradients; 3 also weights)
-  flash       fused (flash) attention: no b*a*s^2 scores stored, recomputed in backward
-  ogr         overlap-grad-reduce: the gradient reduction overlaps the backward (on / off)
-  ep          expert parallelism (mixture of experts): each rank holds n_experts/ep routed
-              experts, tokens travel by all-to-all over the ep ranks (ep divides cp*d)
-  cp          context parallelism: each rank holds s/cp tokens of every sample, ring
-              attention passes K/V round the cp ranks (t*cp*p*d devices)
-              (sp, v, zero, flash, ogr, ep, cp are chosen inside each row, with t / p / d;
-              --study rows have the study's: off, 1, 0, off, off, 1, 1)
+{knobs}
   samples/s   global batch / time per batch;  tokens/s = samples/s x sequence length
   MFU         model FLOPs utilisation: model FLOPs per sample x samples/s / (devices used x
               peak FLOP/s of the chip); model FLOPs per sample = 6*N*s + 12*L*a*s^2 (PaLM's
@@ -782,6 +692,12 @@ the table names the cost model: calibrated, the default, or study with --study):
               (a gain: 1.50x = 50 % more samples/s; n/a = baseline infeasible or not run)
   normalised score (several models): the mean over the models of the architecture's
               samples/s / that model's best samples/s anywhere in the space (1 = best for all)"""
+SEARCH_LEGEND = _SEARCH_LEGEND.format(knobs="\n".join(
+    _plan.legend_lines()
+    + [f"{'':14}({', '.join(_plan.KNOB[n].short for n in _plan.STRATEGY_COLUMNS)} are chosen "
+       f"inside each row, with t / p / d;",
+       f"{'':14}--study rows have the study's: "
+       f"{', '.join(_plan.summary_cells({})[1:])})"]))
 
 
 def build_parser() -> argparse.ArgumentParser:

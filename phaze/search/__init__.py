@@ -20,14 +20,22 @@ This face only re-exports; the work lives in modules named for their job:
 * ``_files``: result files and the resumable journal;
 * ``_executors``: serial, local process pool, Dask (``ChunkFailed``);
 * ``_inputs``: checking the arguments.
+
+Also re-exported for the trace and the command line: the summary's pieces
+(:func:`cost_model_line`, :func:`knob_text`), a model's layer graphs and chain facts
+(:func:`model_graph`, :func:`chain_static`) and the input resolvers (:func:`arch_row`,
+:func:`resolve_models`).
 """
 from ._baselines import BASELINE_NAMES, BASELINE_TITLES, FIXED_STRATEGIES
+from ._chunk import chain_static, model_graph
 from ._driver import search
 from ._executors import ChunkFailed
+from ._inputs import arch_row, resolve_models
 from ._point import evaluate_point
-from ._report import SearchResult, format_summary, load_result
+from ._report import SearchResult, cost_model_line, format_summary, knob_text, load_result
 from ._table import TABLE_COLUMNS, json_safe
 
 __all__ = ["search", "evaluate_point", "SearchResult", "load_result", "format_summary",
            "BASELINE_NAMES", "BASELINE_TITLES", "FIXED_STRATEGIES", "ChunkFailed", "TABLE_COLUMNS",
-           "json_safe"]
+           "json_safe", "cost_model_line", "knob_text", "model_graph", "chain_static",
+           "arch_row", "resolve_models"]

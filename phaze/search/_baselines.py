@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from .. import plan as _plan
 from ..arch import presets
 from . import _calibrated, _chunk
 from ._point import evaluate_point
@@ -109,9 +110,7 @@ def fixed_baseline(settings, model, tpu) -> dict:
 
 
 #: The strategy a study row records (the study's model has no other).
-STUDY_KNOBS_OF_ROW = {"sequence_parallel": False, "virtual_stages": 1, "zero_stage": 0,
-                      "flash_attention": False, "overlap_grad_reduce": False,
-                      "expert_parallel": 1, "context_parallel": 1}
+STUDY_KNOBS_OF_ROW = {name: _plan.study_value(name) for name in _plan.STRATEGY_COLUMNS}
 
 
 def _calibrated_fixed(settings, model, tpu, t, p, d) -> dict:

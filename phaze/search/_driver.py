@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from .. import __version__, _config
+from .. import plan as _plan
 from ..arch import resolve_chip
 from .._validate import nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files
@@ -137,10 +138,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
            hbm_gib=_STUDY_HBM_GIB, recompute=None, tensor_parallel=(1, 2, 4, 8),
            space=None, optimizer=None, prune=False, executor=None, progress=None, *, out=None,
            resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
-           force=False, arch=None, seq_len=None, study=False, sequence_parallel=None,
-           flash_attention=None, virtual_stages=None, zero_stage=None,
-           overlap_grad_reduce=None, precision=None, expert_parallel=None,
-           context_parallel=None, capacity_factor=None) -> SearchResult:
+           force=False, arch=None, seq_len=None, study=False, **knobs) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -155,20 +153,15 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
 
     Cost model: by default the calibrated Megatron-LM training step
     (``phaze.step.best_plans``: even pipeline stages, Adam with mixed precision), which
-    also searches, inside each row, the strategy knobs ``sequence_parallel``,
-    ``flash_attention``, ``overlap_grad_reduce`` (True, False or a list; None: both),
-    ``virtual_stages`` (interleaved 1F1B; a positive integer or a list; None: every v
-    the plan allows), ``zero_stage`` (0–3 or a list; None: all four),
-    ``expert_parallel`` (a mixture of experts: widths ep dividing its routed experts and
-    cp·d; a positive integer or a list; None: every divisor of n_experts; a dense model
-    has ep = 1) and ``context_parallel`` (ring attention over cp ranks, t·cp·p·d devices;
-    None: ``phaze.step.context_parallel_grid``, the powers of two up to 32 leaving at
-    least 512 tokens per load-balanced chunk), and records the values chosen;
-    ``capacity_factor``: None (balanced MoE routing) or Megatron-Core's expert capacity
-    factor; ``precision``: "bf16" (default) or "fp16". ``study=True``: the
-    original study's model (operator schedules and the placement DP over unconstrained
-    plans) with its knob set (recomputation none/full, no other knob), which reproduces
-    the study's results; the knob arguments must then be left out.
+    also searches, inside each row, the strategy knobs of ``phaze.plan.GRIDS`` (keyword-only,
+    the signature lists them; each a value or a list of values, None: every value — both
+    switches, every ZeRO stage, every valid virtual-stage, expert- and context-parallel
+    width per model, ``phaze.step.best_plans``' defaults; a dense model has ep = 1) and
+    records the values chosen; the one-value knobs: the MoE capacity factor (None:
+    balanced routing) and the precision ("bf16" default, "fp16", "fp8"). ``study=True``:
+    the original study's model (operator schedules and the placement DP over
+    unconstrained plans) with its knob set (recomputation none/full, no other knob), which
+    reproduces the study's results; the knob arguments must then be left out.
     ``metadata["cost_model"]`` says which ran ("calibrated" or "study").
 
     ``space``: an ArchSpace, structured rows or a preset name (default
@@ -221,13 +214,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     hbm = resolve_hbm(hbm_gib)
     study = bool(study)
     recompute = resolve_recompute(recompute, study)
-    grids = resolve_strategy_grids(study, sequence_parallel=sequence_parallel,
-                                   flash_attention=flash_attention, virtual_stages=virtual_stages,
-                                   zero_stage=zero_stage, overlap_grad_reduce=overlap_grad_reduce,
-                                   precision=precision, expert_parallel=expert_parallel,
-                                   context_parallel=context_parallel,
-                                   capacity_factor=capacity_factor)
-    check_expert_grid(model_list, grids["expert_parallel"])
+    grids = resolve_strategy_grids(study, **knobs)
+    check_expert_grid(model_list, grids)
     if study:
         moe = [m.name for m in model_list if m.is_moe]
         if moe:
@@ -351,11 +339,7 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         "phaze_version": __version__,
         # Which model priced the points: "calibrated" (phaze.step) or "study".
         "cost_model": inputs["cost_model"],
-        "strategy_grids": {k: inputs[k] for k in ("recompute", "sequence_parallel",
-                                                   "flash_attention", "virtual_stages",
-                                                   "zero_stage", "overlap_grad_reduce",
-                                                   "expert_parallel", "context_parallel",
-                                                   "capacity_factor", "precision")},
+        "strategy_grids": {k: inputs[k] for k in ("recompute", *_plan.GRIDS)},
         "inputs": {k: v for k, v in inputs.items() if k not in ("models",)} | {
             "models": model_names, "seq_len": {m.name: m.seq_len for m in model_list},
             "space_rows": n_archs, "executor": executor,
@@ -518,3 +502,6 @@ def update_front(tab, model_list, front, cap=256) -> None:
         norm = pool[:, 1:] / np.maximum(pool[:, 1:].max(axis=0), 1e-300)
         pool = pool[np.argsort(-norm.mean(axis=1), kind="stable")[:cap]]
     front[:] = pool.tolist()
+
+
+_plan.keyword_signature(search, _plan.GRIDS, {name: None for name in _plan.GRIDS})

@@ -10,6 +10,8 @@ import os
 
 import numpy as np
 
+from .. import plan as _plan
+from ..plan import check_expert_grid, model_expert_grid  # noqa: F401  (the chunk runners')
 from .._validate import positive_float, positive_int
 
 def resolve_models(models, seq_len=None) -> list:
@@ -129,136 +131,50 @@ def resolve_recompute(recompute, study=False) -> tuple:
     return tuple(m for m in RECOMPUTE_MODES if m in modes)
 
 
-def _values(name, value, scalar_types, allowed_text):
-    """``value`` (one value or a list) as a list, or ValueError naming ``name``."""
-    if isinstance(value, scalar_types) or isinstance(value, (str, bytes)):
-        value = (value,)
-    try:
-        values = list(value)
-    except TypeError:
-        values = []
-    if not values:
-        raise ValueError(f"{name} must be {allowed_text}, got {value!r}")
-    return values
+def resolve_grid(name, value):
+    """One strategy knob's search grid (``phaze.plan.grid``): None → every value (both
+    booleans, every ZeRO stage; None for virtual stages, expert and context parallel:
+    every valid value per model); one value or a list of them → a sorted tuple; one
+    sentence naming the knob otherwise."""
+    return _plan.grid(name, value)
 
 
-def resolve_flag_grid(name, value) -> tuple:
-    """A strategy switch's grid: None → (False, True) (both searched); True, False or a list
-    of them → a sorted tuple of distinct booleans."""
-    if value is None:
-        return (False, True)
-    allowed = "True, False or a list of them (None: both)"
-    values = _values(name, value, (bool, np.bool_), allowed)
-    if any(not isinstance(v, (bool, np.bool_)) for v in values):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return tuple(sorted({bool(v) for v in values}))
+#: The study's strategy: what each searched knob is under ``study=True`` (its only value).
+STUDY_GRIDS = {name: (_plan.study_value(name),) for name in _plan.GRIDS
+               if _plan.KNOB[name].search == "grid"}
 
 
-def resolve_zero_grid(value) -> tuple:
-    """ZeRO stages to search: None → (0, 1, 2, 3); one stage or a list of them (0–3)."""
-    if value is None:
-        return (0, 1, 2, 3)
-    allowed = "0, 1, 2, 3 or a list of them (None: all four)"
-    values = _values("zero_stage", value, (int, np.integer), allowed)
-    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))
-           or not 0 <= int(v) <= 3 for v in values):
-        raise ValueError(f"zero_stage must be {allowed}, got {value!r}")
-    return tuple(sorted({int(v) for v in values}))
-
-
-def resolve_virtual_grid(value):
-    """Virtual pipeline stages per device to search: None → None (every v the plan allows:
-    v divides the layers per stage); a positive integer or a list of them."""
-    if value is None:
-        return None
-    allowed = "a positive integer or a list of them (None: every valid v)"
-    values = _values("virtual_stages", value, (int, np.integer), allowed)
-    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or int(v) < 1
-           for v in values):
-        raise ValueError(f"virtual_stages must be {allowed}, got {value!r}")
-    return tuple(sorted({int(v) for v in values}))
-
-
-def resolve_width_grid(name, value):
-    """An expert- or context-parallel grid (``expert_parallel``, ``context_parallel``):
-    None → None (every valid value, per model: ``phaze.step.best_plans``' default); a
-    positive integer or a list of them → a sorted tuple."""
-    if value is None:
-        return None
-    allowed = "a positive integer or a list of them (None: every valid value)"
-    values = _values(name, value, (int, np.integer), allowed)
-    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or int(v) < 1
-           for v in values):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return tuple(sorted({int(v) for v in values}))
-
-
-def model_expert_grid(model, grid):
-    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
-    mixture of experts the grid's values that divide its routed experts (None: every
-    divisor, ``phaze.step.best_plans``' default)."""
-    if not model.is_moe:
-        return (1,)
-    if grid is None:
-        return None
-    return tuple(e for e in grid if model.n_experts % e == 0)
-
-
-def check_expert_grid(models, grid) -> None:
-    """Every mixture of experts must keep one expert-parallel width of ``grid``: one
-    sentence naming the model and its divisors otherwise."""
-    for m in models:
-        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
-            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
-            raise ValueError(f"expert_parallel: no value of {','.join(map(str, grid))} divides "
-                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
-                             f"{', '.join(map(str, allowed))}")
-
-
-#: The study's strategy: what each knob is under ``study=True`` (its only value).
-STUDY_GRIDS = {"sequence_parallel": (False,), "flash_attention": (False,),
-               "virtual_stages": (1,), "zero_stage": (0,), "overlap_grad_reduce": (False,),
-               "expert_parallel": (1,), "context_parallel": (1,)}
-
-
-def resolve_strategy_grids(study, *, sequence_parallel, flash_attention, virtual_stages,
-                           zero_stage, overlap_grad_reduce, precision, expert_parallel=None,
-                           context_parallel=None, capacity_factor=None) -> dict:
-    """The strategy knob grids of a search, checked: {knob: tuple (virtual_stages,
-    expert_parallel and context_parallel may be None: every valid value), precision: str,
-    capacity_factor: None or a float}. With ``study`` each knob must be left out (None)
-    or be the study's own value; the study's model has no other."""
+def resolve_strategy_grids(study, **given) -> dict:
+    """The strategy knob grids of a search (``phaze.plan.GRIDS``), checked: {knob: tuple
+    (an open integer grid may be None: every valid value), a one-value knob (precision,
+    capacity factor): its value}. With ``study`` each knob must be left out (None) or be
+    the study's own value; the study's model has no other."""
     from .._validate import one_of, positive_float
 
-    grids = {"sequence_parallel": resolve_flag_grid("sequence_parallel", sequence_parallel),
-             "flash_attention": resolve_flag_grid("flash_attention", flash_attention),
-             "virtual_stages": resolve_virtual_grid(virtual_stages),
-             "zero_stage": resolve_zero_grid(zero_stage),
-             "overlap_grad_reduce": resolve_flag_grid("overlap_grad_reduce",
-                                                      overlap_grad_reduce),
-             "expert_parallel": resolve_width_grid("expert_parallel", expert_parallel),
-             "context_parallel": resolve_width_grid("context_parallel", context_parallel)}
-    given = {"sequence_parallel": sequence_parallel, "flash_attention": flash_attention,
-             "virtual_stages": virtual_stages, "zero_stage": zero_stage,
-             "overlap_grad_reduce": overlap_grad_reduce, "expert_parallel": expert_parallel,
-             "context_parallel": context_parallel}
+    _plan.check_keywords("search", given, _plan.GRIDS)
+    grids = {name: resolve_grid(name, given.get(name)) for name in STUDY_GRIDS}
     if study:
         for name, study_value in STUDY_GRIDS.items():
-            if given[name] is not None and grids[name] != study_value:
+            if given.get(name) is not None and grids[name] != study_value:
                 raise ValueError(f"{name}: the study's model searches only {study_value[0]!r}; "
                                  f"leave it out with study=True (or leave study off to "
                                  f"search it)")
-        if precision is not None and precision != "bf16":
-            raise ValueError("precision: the study's model has no precision choice; leave it "
-                             "out with study=True")
-        if capacity_factor is not None:
-            raise ValueError("capacity_factor: the study's model has no mixture-of-experts "
-                             "routing; leave it out with study=True")
-        return dict(STUDY_GRIDS, precision="bf16", capacity_factor=None)
-    grids["capacity_factor"] = (None if capacity_factor is None
-                                else positive_float("capacity_factor", capacity_factor))
-    grids["precision"] = one_of("precision", "bf16" if precision is None else precision,
-                                ("bf16", "fp16", "fp8"))
+        for name in _plan.GRIDS:
+            k = _plan.KNOB[name]
+            if k.search == "one" and _plan.differs_from_study(name, given.get(name)):
+                raise ValueError(f"{name}: the study's model has no {k.study_lacks}; leave it "
+                                 f"out with study=True")
+        return dict(STUDY_GRIDS, **{name: _plan.study_value(name) for name in _plan.GRIDS
+                                    if name not in STUDY_GRIDS})
+    for name in _plan.GRIDS:
+        k = _plan.KNOB[name]
+        if k.search != "one":
+            continue
+        value = given.get(name)
+        if k.type is float:
+            grids[name] = None if value is None else positive_float(name, value)
+        else:
+            grids[name] = one_of(name, k.default if value is None else value, k.choices)
     return grids
 
 

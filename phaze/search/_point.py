@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .. import _config, placement
+from .. import plan as _plan
 from .._validate import nonneg_float, one_of, positive_float, positive_int
 from ._chunk import chain_kind_index, chain_static, latencies, layer_times, model_graph
 from ._inputs import arch_row, resolve_models, resolve_recompute
@@ -29,29 +30,24 @@ def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
     return sizes
 
 
-#: The strategy knobs of the calibrated step model, with the value the study's model has.
-_STEP_KNOBS = {"sequence_parallel": False, "flash_attention": False, "virtual_stages": 1,
-               "zero_stage": 0, "overlap_grad_reduce": False, "precision": None,
-               "expert_parallel": 1, "context_parallel": 1, "capacity_factor": None}
+#: The keyword defaults of the calibrated step model's strategy knobs (``phaze.plan.STRATEGY``):
+#: the table's, precision None (= "bf16", which the study's model also accepts).
+_STEP_KNOBS = {**{name: _plan.KNOB[name].default for name in _plan.STRATEGY},
+               "precision": None}
 
 
 def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                    recompute, *, devices=None, global_batch=4096, hbm_gib=None, optimizer=None,
-                   gap=None, stages=None, seq_len=None, study=False, sequence_parallel=False,
-                   flash_attention=False, virtual_stages=1, zero_stage=0,
-                   overlap_grad_reduce=False, precision=None, expert_parallel=1,
-                   context_parallel=1, capacity_factor=None) -> dict:
+                   gap=None, stages=None, seq_len=None, study=False, **knobs) -> dict:
     """Evaluate one architecture with one strategy and say where the time and memory go.
 
     By default with the calibrated Megatron-LM training step (``phaze.step.training_step``;
     :func:`evaluate_step`, whose docstring lists the keys); ``study=True`` with the
     original study's placement model (below). ``recompute``: "none", "selective" or
-    "full" (True = "full", False = "none"; the study's model: none or full).
-    ``sequence_parallel``, ``flash_attention``, ``virtual_stages``, ``zero_stage``,
-    ``overlap_grad_reduce``, ``precision`` ("bf16" default, "fp16"),
-    ``expert_parallel`` (a mixture of experts), ``context_parallel`` (uses t·cp·p·d
-    devices) and ``capacity_factor``: the calibrated model's strategy knobs (the study's
-    model has none of them); ``optimizer``: the
+    "full" (True = "full", False = "none"; the study's model: none or full). The
+    keyword-only strategy knobs of ``phaze.plan.STRATEGY`` (the signature lists them with
+    their defaults; ``phaze.plan.KNOBS`` says what each is): the calibrated model's (the
+    study's model has none of them: each must be left at its study value); ``optimizer``: the
     study's "sgd" (default) or "adam" (the calibrated model prices Adam).
 
     The study's model (``study=True``):
@@ -79,11 +75,8 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     its load's compute and communication seconds per microbatch; devices_used). Units
     are in the key: ``_s`` seconds, ``_bytes`` bytes, ``_gib`` GiB.
     """
-    knobs = {"sequence_parallel": sequence_parallel, "flash_attention": flash_attention,
-             "virtual_stages": virtual_stages, "zero_stage": zero_stage,
-             "overlap_grad_reduce": overlap_grad_reduce, "precision": precision,
-             "expert_parallel": expert_parallel, "context_parallel": context_parallel,
-             "capacity_factor": capacity_factor}
+    _plan.check_keywords("evaluate_point", knobs, _plan.STRATEGY)
+    knobs = {**_STEP_KNOBS, **knobs}
     if not study:
         if gap is not None:
             raise ValueError("gap is the study's schedule gap; the calibrated step model has "
@@ -97,13 +90,14 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
         return evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
                              microbatch, recompute, devices=devices, global_batch=global_batch,
                              hbm_gib=hbm_gib, seq_len=seq_len, **knobs)
-    if knobs["precision"] not in (None, "bf16"):
-        raise ValueError("precision: the study's model has no precision choice; leave it out "
-                         "with study=True")
-    for name, study_value in _STEP_KNOBS.items():
-        if name != "precision" and knobs[name] is not None and knobs[name] != study_value:
+    for name in _plan.STRATEGY:
+        knob = _plan.KNOB[name]
+        if _plan.differs_from_study(name, knobs[name]):
+            if knob.study_lacks:
+                raise ValueError(f"{name}: the study's model has no {knob.study_lacks}; leave "
+                                 f"it out with study=True")
             raise ValueError(f"{name}: the study's model has no such knob (it is "
-                             f"{study_value!r} there); leave it out with study=True")
+                             f"{knob.study!r} there); leave it out with study=True")
     if isinstance(recompute, str) and recompute in ("none", "full"):
         recompute = recompute == "full"
     elif isinstance(recompute, str):
@@ -210,19 +204,16 @@ def _point_layer_times(model, mb, t, row, gap):
 
 def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                   recompute, *, devices=None, global_batch=4096, hbm_gib=None, seq_len=None,
-                  sequence_parallel=False, flash_attention=False, virtual_stages=1,
-                  zero_stage=0, overlap_grad_reduce=False, precision=None, expert_parallel=1,
-                  context_parallel=1, capacity_factor=None) -> dict:
+                  **knobs) -> dict:
     """One plan through the calibrated training step (``phaze.step.training_step``), as one
-    JSON-ready dict (what ``phaze evaluate`` prints; units in the keys).
+    JSON-ready dict (what ``phaze evaluate`` prints; units in the keys). The strategy
+    knobs as :func:`evaluate_point` takes them (None: the table's default).
 
     Keys: model, arch (the chip's name, or "row" for a structured row), cost_model
     ("calibrated"), schedule ("1F1B" | "interleaved 1F1B"), optimizer ("adam"), devices,
-    seq_len, the plan (tensor_parallel, pipeline_parallel, data_parallel, expert_parallel,
-    context_parallel, capacity_factor, microbatch, global_batch, recompute, virtual_stages,
-    sequence_parallel,
-    sequence_parallel_effective, precision, flash_attention, zero_stage,
-    overlap_grad_reduce, trainers), hbm_gib, status ("ok" | "infeasible" |
+    seq_len, the plan (``phaze.plan.NAMES`` in table order, then ``training_step``'s
+    derived keys: whether sequence parallelism took effect, and the trainers), hbm_gib,
+    status ("ok" | "infeasible" |
     "not_modelled"), reason, feasible (ok and every stage fits its HBM),
     model_flops_per_sample; when ok also time_per_batch_s, samples_per_s,
     tokens_per_s, mfu (0 unless feasible), microbatches_per_pipeline, ``breakdown``
@@ -242,6 +233,7 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
         chip = resolve_chip(arch)
         row, eff, arch_name = chip.row.copy(), chip.efficiency_set(), chip.name
         # The chip's own tensor rate at the datatype (one sentence without fp8 cores).
+        precision = knobs.get("precision")
         fp8_rate = chip.tensor_rate(precision) if precision == "fp8" else None
     else:
         row = arch_row(arch)
@@ -249,10 +241,16 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     if hbm_gib is not None:
         row = row.copy()
         row["hbm_gib"] = positive_float("hbm_gib", hbm_gib)
+    _plan.check_keywords("evaluate_step", knobs, _plan.STRATEGY)
+    # A knob left out or None takes the table's default; switches read as booleans.
+    values = {}
+    for name in _plan.STRATEGY:
+        knob, value = _plan.KNOB[name], knobs.get(name)
+        values[name] = (knob.default if value is None and not knob.optional
+                        else bool(value) if knob.type is bool else value)
     t = positive_int("tensor_parallel", tensor_parallel)
     p = positive_int("pipeline_parallel", pipeline_parallel)
     d = positive_int("data_parallel", data_parallel)
-    v = positive_int("virtual_stages", 1 if virtual_stages is None else virtual_stages)
     (rc,) = resolve_recompute(recompute) if not isinstance(recompute, (list, tuple)) else (None,)
     if rc is None:
         raise ValueError(f"recompute must be one mode ('none', 'selective', 'full'), got "
@@ -260,25 +258,18 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     if not spec.valid_tensor_parallel(t):
         raise ValueError(f"tensor_parallel {t} must divide heads ({spec.heads}) and kv_heads "
                          f"({spec.kv_heads}) of {spec.name}")
-    cp = positive_int("context_parallel", 1 if context_parallel is None else context_parallel)
-    used = t * cp * p * d
+    pl = _plan.Plan(tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
+                    microbatch=microbatch, global_batch=global_batch, recompute=rc, **values)
+    used = pl.devices
     if devices is not None and positive_int("devices", devices) < used:
         raise ValueError(f"devices {devices} is fewer than t·cp·p·d = {used}")
-    res = step.training_step(
-        spec, row, tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
-        microbatch=microbatch, global_batch=global_batch, recompute=rc, virtual_stages=v,
-        sequence_parallel=bool(sequence_parallel), flash_attention=bool(flash_attention),
-        zero_stage=0 if zero_stage is None else zero_stage,
-        overlap_grad_reduce=bool(overlap_grad_reduce),
-        precision="bf16" if precision is None else precision, efficiency=eff,
-        expert_parallel=1 if expert_parallel is None else expert_parallel, context_parallel=cp,
-        capacity_factor=capacity_factor, fp8_rate=fp8_rate)
+    res = step.training_step(spec, row, **pl.as_dict(), efficiency=eff, fp8_rate=fp8_rate)
     gib = 2 ** 30
     plan = dict(res.plan)
     plan["trainers"] = list(plan.get("trainers", ()))
     flops = model_flops_per_sample(spec)
     out = {"model": spec.name, "arch": arch_name, "cost_model": "calibrated",
-           "schedule": "interleaved 1F1B" if plan["virtual_stages"] > 1 else "1F1B",
+           "schedule": pl.schedule,
            "optimizer": "adam", "devices": used if devices is None else int(devices),
            "seq_len": spec.seq_len, **plan, "hbm_gib": float(row["hbm_gib"][0]),
            "status": res.status, "reason": res.reason, "feasible": False,
@@ -314,3 +305,7 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
                    "recompute_s": b.recompute_s, "p2p_s": b.p2p_s},
         stages=stages)
     return out
+
+
+_plan.keyword_signature(evaluate_point, _plan.STRATEGY, _STEP_KNOBS)
+_plan.keyword_signature(evaluate_step, _plan.STRATEGY, _STEP_KNOBS)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _config
+from .. import plan as _plan
 from . import _files
 from ._baselines import BASELINE_NAMES
 from ._table import ARCH_FIELDS, best_row_of, json_safe, ranking, take
@@ -30,8 +31,7 @@ class SearchResult:
     time_per_batch_s, samples_per_s, tokens_per_s, tensor_parallel, data_parallel,
     pipeline_parallel, devices_used, stage_layers (layers per stage), reason, mfu (model
     FLOPs utilisation, ``_table.model_flops_per_sample``; NaN in rows of older files), the
-    strategy chosen inside the row (sequence_parallel, virtual_stages, zero_stage,
-    flash_attention, overlap_grad_reduce, expert_parallel, context_parallel; the study's
+    strategy chosen inside the row (``phaze.plan.STRATEGY_COLUMNS``; the study's
     values under its model) and the
     peak stage's memory per GPU in bytes (memory_bytes = weights_bytes + gradients_bytes
     + optimizer_bytes + activations_bytes + workspace_bytes; the study's model records
@@ -293,9 +293,9 @@ def format_summary(summary: dict, model_names) -> str:
                      f"among them (--prune front keeps the front exact)")
     else:
         lines.append(f"Pareto front: {n_front} architectures (throughput vs area)")
-    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} {'rc':>9} "
-           f"{'sp':>3} {'v':>2} {'zero':>4} {'flash':>5} {'ogr':>3} {'ep':>3} {'cp':>3} "
-           f"{'samples/s':>11} {'tokens/s':>13} {'MFU':>6} {'vs tpuv4':>9} {'vs fixed':>9} "
+    hdr = (f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM GiB':>7} "
+           f"{_plan.summary_header()} {'samples/s':>11} {'tokens/s':>13} {'MFU':>6} "
+           f"{'vs tpuv4':>9} {'vs fixed':>9} "
            f"{'vs block':>9}")
     lines.append(hdr)
     for name in model_names:
@@ -342,54 +342,23 @@ def cost_model_line(meta) -> str:
                 "over its knob set; --study)")
     grids = meta.get("strategy_grids") or {}
 
-    def show(name, values):
-        if values is None:
-            return f"{name} all valid"
-        vals = ["on" if v is True else "off" if v is False else str(v) for v in values]
-        return f"{name} {','.join(vals)}"
-
-    parts = [show("recompute", grids.get("recompute")),
-             show("sequence parallel", grids.get("sequence_parallel")),
-             show("flash attention", grids.get("flash_attention")),
-             show("virtual stages", grids.get("virtual_stages")),
-             show("ZeRO", grids.get("zero_stage")),
-             show("overlap grad reduce", grids.get("overlap_grad_reduce")),
-             show("expert parallel", grids.get("expert_parallel")),
-             show("context parallel", grids.get("context_parallel"))]
+    parts = _plan.grid_words(grids)
     if grids.get("capacity_factor") is not None:
-        parts.append(f"MoE capacity factor {grids['capacity_factor']:g}")
+        parts.append(f"{_plan.KNOB['capacity_factor'].title} {grids['capacity_factor']:g}")
     return (f"cost model: calibrated (Megatron-LM training step, phaze.step; "
             f"{grids.get('precision', 'bf16')}, Adam); searched: {'; '.join(parts)}")
 
 
-def _flag(value) -> str:
-    return "on" if value is True or value in (1, "true", "True") else "off"
-
-
-def _knobs(r) -> tuple:
-    """A row's (recompute mode, sp, v, zero, flash, ogr, ep, cp); a row of an older file
-    lacks the strategy knobs (the study's) and may hold recompute as a bool."""
-    rc = r.get("recompute")
-    if isinstance(rc, bool):
-        rc = "full" if rc else "none"
-    return (str(rc), _flag(r.get("sequence_parallel", False)),
-            int(r.get("virtual_stages") or 1), int(r.get("zero_stage") or 0),
-            _flag(r.get("flash_attention", False)), _flag(r.get("overlap_grad_reduce", False)),
-            int(r.get("expert_parallel") or 1), int(r.get("context_parallel") or 1))
-
-
 def knob_text(r) -> str:
-    """A row's recomputation and strategy knobs as the summary's columns rc, sp, v, zero,
-    flash, ogr, ep, cp."""
-    rc, sp, v, zero, flash, ogr, ep, cp = _knobs(r)
-    return f"{rc:>9} {sp:>3} {v:>2} {zero:>4} {flash:>5} {ogr:>3} {ep:>3} {cp:>3}"
+    """A row's recomputation and strategy knobs as the summary's columns
+    (``phaze.plan.summary_header``: rc, sp, v, zero, flash, ogr, ep, cp); a row of an
+    older file lacks the strategy knobs (the study's) and may hold recompute as a bool."""
+    return _plan.summary_row(r)
 
 
 def strategy_text(r) -> str:
     """A baseline row's recomputation and strategy knobs, as words."""
-    rc, sp, v, zero, flash, ogr, ep, cp = _knobs(r)
-    return (f"recompute {rc}, sp {sp}, v={v}, zero {zero}, flash {flash}, ogr {ogr}, "
-            f"ep {ep}, cp {cp}")
+    return _plan.summary_phrases(r)
 
 
 def _percent(fraction) -> str:

@@ -12,10 +12,35 @@ import dataclasses
 
 import numpy as np
 
+from .. import plan as _plan
 
-@dataclasses.dataclass(frozen=True)
-class SearchSettings:
-    """A checked search: the knob grids and limits every chunk works with.
+
+class _SettingsMethods:
+    """What a :class:`SearchSettings` answers besides its fields."""
+
+    __slots__ = ()
+
+    @property
+    def prune_mode(self) -> str:
+        """``prune`` as one of "", "best", "front" (``True`` is the historical "best")."""
+        if self.prune is True:
+            return "best"
+        return self.prune or ""
+
+    def for_one_model(self, model_index: int):
+        """The same grids for one of the models alone, without pruning (a baseline's
+        full search of a single architecture)."""
+        return dataclasses.replace(self, models=(self.models[model_index],),
+                                   widths=(self.widths[model_index],), prune="")
+
+    @property
+    def points_per_arch(self) -> int:
+        """Points evaluated per architecture: models × microbatches × HBM × recompute (the
+        other strategy knobs are optimised inside a point)."""
+        return len(self.models) * len(self.microbatch) * len(self.hbm_gib) * len(self.recompute)
+
+
+_SETTINGS_DOC = """A checked search: the knob grids and limits every chunk works with.
 
     - ``models``: tuple of ``ModelSpec``; ``widths``: per model, the tuple of valid
       tensor-parallel widths t (those dividing heads and kv_heads).
@@ -28,64 +53,41 @@ class SearchSettings:
     - ``study``: True prices every point with the original study's model (operator
       schedules and the placement DP: ``_chunk``); False (the default) with the
       calibrated Megatron-LM step model (``phaze.step.best_plans``: ``_calibrated``).
-    - The strategy grids of the calibrated model, each a tuple of the values searched
-      inside a row: ``sequence_parallel``, ``flash_attention``, ``overlap_grad_reduce``
-      (booleans), ``virtual_stages`` (None: every valid v), ``zero_stage`` (0–3),
-      ``expert_parallel`` and ``context_parallel`` (None: every valid value per model,
-      ``phaze.step.best_plans``' defaults; a dense model has ep = 1 only);
-      ``capacity_factor`` (None: balanced MoE routing, or one factor); ``precision``
-      "bf16" or "fp16" (one value). The study's model has none of them (its grids are
-      the study's: off, v = 1, ZeRO 0, ep = cp = 1).
+    - The strategy grids of the calibrated model, one field per knob of
+      ``phaze.plan.GRIDS`` (generated from the table): a grid knob holds the tuple of
+      values searched inside a row (an open integer grid None: every valid value per
+      model, ``phaze.step.best_plans``' defaults; a dense model has ep = 1 only), a
+      one-value knob its value (the capacity factor None: balanced MoE routing; the
+      precision one datatype). The study's model has none of them (its grids are the
+      study's values, ``phaze.plan.study_value``).
     - ``gap``: accepted relative schedule gap; ``prune``: "" (evaluate every point),
       "best" (skip points whose valid throughput upper bound lies below the best
       reached: the best is unchanged, the Pareto front may be partial) or "front" (skip
       a point only when an evaluated architecture of no more area beats its bound: the
       throughput-vs-area Pareto front is unchanged); ``True`` means "best".
+    - ``fp8_rate``: fp8 only: the fixed chip's fp8 tensor-rate multiplier
+      (``Chip.tensor_rate``); None for a space, whose rows are hypothetical chips at the
+      template's rate (``phaze.arch.dtype_rates``).
     """
 
-    models: tuple
-    widths: tuple
-    devices: int
-    global_batch: int
-    microbatch: tuple
-    hbm_gib: tuple
-    recompute: tuple
-    optimizer: str
-    gap: float
-    prune: object = ""
-    study: bool = False
-    sequence_parallel: tuple = (False, True)
-    flash_attention: tuple = (False, True)
-    virtual_stages: tuple = None
-    zero_stage: tuple = (0, 1, 2, 3)
-    overlap_grad_reduce: tuple = (False, True)
-    precision: str = "bf16"
-    expert_parallel: tuple = None
-    context_parallel: tuple = None
-    capacity_factor: float = None
-    #: fp8 only: the fixed chip's fp8 tensor-rate multiplier (``Chip.tensor_rate``); None
-    #: for a space, whose rows are hypothetical chips at the template's rate
-    #: (``phaze.arch.dtype_rates``).
-    fp8_rate: float = None
 
-    @property
-    def prune_mode(self) -> str:
-        """``prune`` as one of "", "best", "front" (``True`` is the historical "best")."""
-        if self.prune is True:
-            return "best"
-        return self.prune or ""
+def _grid_default(name):
+    knob = _plan.KNOB[name]
+    return _plan.grid(name, None) if knob.search == "grid" else knob.default
 
-    def for_one_model(self, model_index: int) -> SearchSettings:
-        """The same grids for one of the models alone, without pruning (a baseline's
-        full search of a single architecture)."""
-        return dataclasses.replace(self, models=(self.models[model_index],),
-                                   widths=(self.widths[model_index],), prune="")
 
-    @property
-    def points_per_arch(self) -> int:
-        """Points evaluated per architecture: models × microbatches × HBM × recompute (the
-        other strategy knobs are optimised inside a point)."""
-        return len(self.models) * len(self.microbatch) * len(self.hbm_gib) * len(self.recompute)
+#: A checked search (its docstring lists the fields). The strategy fields come from
+#: ``phaze.plan``'s table, with the search's defaults (every value).
+SearchSettings = dataclasses.make_dataclass(
+    "SearchSettings",
+    [("models", tuple), ("widths", tuple), ("devices", int), ("global_batch", int),
+     ("microbatch", tuple), ("hbm_gib", tuple), ("recompute", tuple), ("optimizer", str),
+     ("gap", float), ("prune", object, dataclasses.field(default="")),
+     ("study", bool, dataclasses.field(default=False))]
+    + [(name, object, dataclasses.field(default=_grid_default(name))) for name in _plan.GRIDS]
+    + [("fp8_rate", float, dataclasses.field(default=None))],
+    bases=(_SettingsMethods,), frozen=True, namespace={"__doc__": _SETTINGS_DOC})
+SearchSettings.__module__ = __name__   # pickles as phaze.search._settings.SearchSettings
 
 
 @dataclasses.dataclass(frozen=True)

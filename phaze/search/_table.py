@@ -10,6 +10,12 @@ import math
 
 import numpy as np
 
+from .. import plan as _plan
+
+#: The plan's strategy columns (``phaze.plan.STRATEGY_COLUMNS``) with their numpy dtype.
+_STRATEGY = tuple((name, np.bool_ if _plan.KNOB[name].type is bool else np.int64)
+                  for name in _plan.STRATEGY_COLUMNS)
+
 #: Columns of SearchResult.table, in file order, with their numpy dtype.
 TABLE_COLUMNS = (
     ("model", object), ("arch_id", np.int64), ("num_tc", np.int64), ("tc_width", np.int64),
@@ -19,9 +25,7 @@ TABLE_COLUMNS = (
     ("time_per_batch_s", np.float64), ("samples_per_s", np.float64), ("tokens_per_s", np.float64),
     ("tensor_parallel", np.int64), ("data_parallel", np.int64), ("pipeline_parallel", np.int64),
     ("devices_used", np.int64), ("stage_layers", object), ("reason", object),
-    ("sequence_parallel", np.bool_), ("virtual_stages", np.int64), ("zero_stage", np.int64),
-    ("flash_attention", np.bool_), ("overlap_grad_reduce", np.bool_),
-    ("expert_parallel", np.int64), ("context_parallel", np.int64),
+    *_STRATEGY,
     ("memory_bytes", np.float64), ("weights_bytes", np.float64), ("gradients_bytes", np.float64),
     ("optimizer_bytes", np.float64), ("activations_bytes", np.float64),
     ("workspace_bytes", np.float64),
@@ -33,9 +37,8 @@ COLUMN_DTYPES = dict(TABLE_COLUMNS)
 #: Columns added after the first result files were written, with the value they read as
 #: in a file that lacks them (NaN: not recorded; the strategy knobs: the study's, which
 #: is what every older file searched), so older files still load.
-LATE_COLUMNS = {"mfu": math.nan, "sequence_parallel": False, "virtual_stages": 1,
-                "zero_stage": 0, "flash_attention": False, "overlap_grad_reduce": False,
-                "expert_parallel": 1, "context_parallel": 1, "memory_bytes": math.nan,
+LATE_COLUMNS = {"mfu": math.nan, **{name: _plan.study_value(name) for name, _ in _STRATEGY},
+                "memory_bytes": math.nan,
                 "weights_bytes": math.nan, "gradients_bytes": math.nan, "optimizer_bytes": math.nan,
                 "activations_bytes": math.nan, "workspace_bytes": math.nan}
 #: Recomputation modes, in the order rows tie-break on them (least recomputation first).
@@ -45,9 +48,8 @@ ARCH_FIELDS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "buffer_m
 #: Columns a chunk's rows carry as they are (the rest come from the model and the row).
 _CHUNK_PLAN_COLUMNS = ("microbatch", "hbm_gib", "recompute", "feasible", "time_per_batch_s",
                        "samples_per_s", "tensor_parallel", "data_parallel", "pipeline_parallel",
-                       "devices_used", "stage_layers", "reason", "sequence_parallel",
-                       "virtual_stages", "zero_stage", "flash_attention", "overlap_grad_reduce",
-                       "expert_parallel", "context_parallel", "memory_bytes", "weights_bytes",
+                       "devices_used", "stage_layers", "reason", *_plan.STRATEGY_COLUMNS,
+                       "memory_bytes", "weights_bytes",
                        "gradients_bytes", "optimizer_bytes", "activations_bytes",
                        "workspace_bytes")
 

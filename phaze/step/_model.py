@@ -189,6 +189,7 @@ per plan (it does not depend on the row, only the capacity it is held against).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 
@@ -197,6 +198,7 @@ import numpy as np
 from . import _kernels as _kern
 from . import _plans as _search
 from .. import graph, models
+from .. import plan as _plan
 from ._plans import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
                      step_lower_bounds)
 from ..arch import dtype_rates as _dtype_rates
@@ -215,7 +217,8 @@ WEIGHT_BYTES_PER_PARAM = _kern.WEIGHT_BYTES
 GRAD_BYTES_PER_PARAM = _kern.GRAD_BYTES
 OPTIMIZER_STATE_BYTES_PER_PARAM = _kern.OPT_STATE_BYTES   # fp32 master 4 + Adam m 4 + v 4
 
-RECOMPUTE = ("none", "full", "selective")
+#: The recomputation modes (``phaze.plan``'s table).
+RECOMPUTE = _plan.KNOB["recompute"].choices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,85 +420,67 @@ def _not(status, reason, plan):
 
 
 def _trainers(p, v, zero, cp=1):
-    """Which trainers can launch a plan: Megatron-LM (ZeRO 0, or 1 as its distributed
-    optimizer; any p, v, cp), DeepSpeed (ZeRO 0–3, but stages 2–3 refuse pipeline
-    parallelism, and it has neither the interleaved schedule nor ring attention)."""
-    out = []
-    if zero <= 1:
-        out.append("megatron-lm")
-    if v == 1 and cp == 1 and (zero <= 1 or p == 1):
-        out.append("deepspeed")
-    return tuple(out)
+    """Which trainers can launch a plan (``phaze.plan.trainers``, the one statement of the
+    rules): Megatron-LM (ZeRO 0, or 1 as its distributed optimizer; any p, v, cp),
+    DeepSpeed (ZeRO 0–3, but stages 2–3 refuse pipeline parallelism, and it has neither
+    the interleaved schedule nor ring attention)."""
+    return _plan.trainers(pipeline_parallel=p, virtual_stages=v, zero_stage=zero,
+                          context_parallel=cp)
 
 
-def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
-                  data_parallel: int, microbatch: int, global_batch: int,
-                  recompute: str = "full", virtual_stages: int = 1,
-                  sequence_parallel: bool = False, precision: str = "bf16",
-                  flash_attention: bool = False, zero_stage: int = 0,
-                  overlap_grad_reduce: bool = False, efficiency=None,
-                  expert_parallel: int = 1, context_parallel: int = 1,
-                  capacity_factor=None, fp8_rate=None) -> StepResult:
+#: training_step's own defaults where they differ from the knob table's (DESIGN.md §3),
+#: and the plan sizes it needs given.
+_STEP_DEFAULTS = {"recompute": "full"}
+_STEP_REQUIRED = ("tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch",
+                  "global_batch")
+
+
+def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> StepResult:
     """One iteration of a fixed Megatron-LM plan on one architecture (module docstring).
 
     ``model``: zoo name or ``ModelSpec`` (dense or mixture of experts); ``arch``: preset
-    name or one ``ARCH_DTYPE`` row; t, p, d, ``microbatch`` b (samples) and
-    ``global_batch`` B (samples; B divisible by b·d); ``recompute`` "none" | "selective" |
-    "full"; ``virtual_stages`` v (interleaved 1F1B when > 1); ``sequence_parallel``;
-    ``flash_attention``; ``zero_stage`` 0–3; ``overlap_grad_reduce`` (module docstring,
-    "Strategy knobs"); ``expert_parallel`` ep (a mixture of experts: dividing n_experts
-    and cp·d; 1 for a dense model); ``context_parallel`` cp (ring attention: flash
-    attention on, the sequence divisible by 2·cp; uses t·cp·p·d devices);
-    ``capacity_factor`` (MoE: None = balanced routing, or Megatron-Core's expert
-    capacity factor); ``precision`` "bf16" | "fp16" | "fp8" (the graphs' datatype,
-    ``phaze.precision``: fp16 adds the loss-scaler's unscale pass to the optimizer, sheet
-    §5.2; fp8 runs the linear layers' GEMMs at the chip's fp8 rate and holds Transformer
-    Engine's FP8 weight copies, 2 B per GEMM weight; a chip without fp8 tensor cores is
-    refused); ``efficiency``: the calibrated parameter set (None: the preset's own for a
-    preset name, ``efficiency.for_rows`` for a row); ``fp8_rate``: with precision "fp8",
-    the chip's fp8 tensor-rate multiplier (None: a chip file's or preset's own for a name,
-    ``dtype_rates.for_rows`` for a row; 0 refuses).
+    name or one ``ARCH_DTYPE`` row; the plan's knobs (``phaze.plan.KNOBS``, keyword-only;
+    the signature lists them): t, p, d, ``microbatch`` b (samples) and ``global_batch`` B
+    (samples; B divisible by b·d) required; ``recompute`` "none" | "selective" | "full"
+    (default "full"); ``virtual_stages`` v (interleaved 1F1B when > 1);
+    ``sequence_parallel``; ``flash_attention``; ``zero_stage`` 0–3;
+    ``overlap_grad_reduce`` (module docstring, "Strategy knobs"); ``expert_parallel`` ep
+    (a mixture of experts: dividing n_experts and cp·d; 1 for a dense model);
+    ``context_parallel`` cp (ring attention: flash attention on, the sequence divisible by
+    2·cp; uses t·cp·p·d devices); ``capacity_factor`` (MoE: None = balanced routing, or
+    Megatron-Core's expert capacity factor); ``precision`` "bf16" | "fp16" | "fp8" (the
+    graphs' datatype, ``phaze.precision``: fp16 adds the loss-scaler's unscale pass to the
+    optimizer, sheet §5.2; fp8 runs the linear layers' GEMMs at the chip's fp8 rate and
+    holds Transformer Engine's FP8 weight copies, 2 B per GEMM weight; a chip without fp8
+    tensor cores is refused); ``efficiency``: the calibrated parameter set (None: the
+    preset's own for a preset name, ``efficiency.for_rows`` for a row); ``fp8_rate``: with
+    precision "fp8", the chip's fp8 tensor-rate multiplier (None: a chip file's or
+    preset's own for a name, ``dtype_rates.for_rows`` for a row; 0 refuses).
 
     Returns a :class:`StepResult` (a plan the rules forbid — ep not dividing n_experts or
     cp·d, cp without flash attention, ... — is "infeasible" with a one-sentence reason);
-    bad arguments raise ``ValueError``.
+    bad arguments raise ``ValueError`` (one sentence naming the field, ``phaze.plan``).
     """
-    from .._validate import positive_float, positive_ints
-
+    _plan.check_keywords("training_step", knobs, _plan.NAMES, _STEP_REQUIRED)
     m_spec = models.resolve(model)
-    t, p, d, b, B, v, ep, cp = positive_ints(
-        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
-        data_parallel=data_parallel, microbatch=microbatch, global_batch=global_batch,
-        virtual_stages=virtual_stages, expert_parallel=expert_parallel,
-        context_parallel=context_parallel)
-    if capacity_factor is not None:
-        capacity_factor = positive_float("capacity_factor", capacity_factor)
+    pl = _plan.Plan(**{**_STEP_DEFAULTS, **knobs})
+    t, p, d, b, B = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel,
+                     pl.microbatch, pl.global_batch)
+    v, ep, cp, zero = pl.virtual_stages, pl.expert_parallel, pl.context_parallel, pl.zero_stage
+    recompute, precision, capacity_factor = pl.recompute, pl.precision, pl.capacity_factor
+    overlap_grad_reduce = pl.overlap_grad_reduce
     if not m_spec.is_moe and (ep != 1 or capacity_factor is not None):
         what = "expert_parallel must be 1" if ep != 1 else "capacity_factor must be None"
         raise ValueError(f"{what} for {m_spec.name}, which has no experts (n_experts = 0)")
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    if precision not in OPTIMIZER_BYTES_PER_PARAM:
-        raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
-                         f"got {precision!r}")
-    if isinstance(zero_stage, bool) or not isinstance(zero_stage, (int, np.integer)) \
-            or not 0 <= int(zero_stage) <= 3:
-        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
-    zero = int(zero_stage)
     row, eff = _arch_and_efficiency(arch, efficiency)
     # The chip's tensor rate at the datatype (one sentence when it has no fp8 tensor cores).
     fp8_rate = _dtype_rate(arch, row, precision) if fp8_rate is None or precision != "fp8" \
         else _dtype_rates.tensor_rate("fp8", _dtype_rates.check_fp8_rate(fp8_rate), "this chip")
     # Sequence parallelism splits over the tensor-parallel group: at t = 1 it is a no-op
     # (Megatron-LM switches it off there), and the plan records what ran.
-    sp = bool(sequence_parallel) and t > 1
-    flash = bool(flash_attention)
-    plan = dict(model=m_spec.name, tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
-                expert_parallel=ep, context_parallel=cp, capacity_factor=capacity_factor,
-                microbatch=b, global_batch=B, recompute=recompute, virtual_stages=v,
-                sequence_parallel=bool(sequence_parallel), precision=precision,
-                flash_attention=flash, zero_stage=zero,
-                overlap_grad_reduce=bool(overlap_grad_reduce), sequence_parallel_effective=sp,
+    sp = pl.sequence_parallel and t > 1
+    flash = pl.flash_attention
+    plan = dict(model=m_spec.name, **pl.as_dict(), sequence_parallel_effective=sp,
                 trainers=_trainers(p, v, zero, cp))
 
     if B % (b * d):
@@ -592,3 +577,7 @@ def training_step(model, arch, *, tensor_parallel: int, pipeline_parallel: int,
             limit=limit))
     return StepResult(status="ok", reason="", time_s=bd.total_s, breakdown=bd,
                       memory=tuple(memory), plan=plan)
+
+
+_plan.keyword_signature(training_step, _plan.NAMES, {
+    **{name: inspect.Parameter.empty for name in _STEP_REQUIRED}, **_STEP_DEFAULTS})

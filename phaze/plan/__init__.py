@@ -1,0 +1,58 @@
+"""One declaration of a training plan: the knob table, the :class:`Plan` record and the
+launchability rules (issue 23 item 1; docs/design.md §3b).
+
+A plan is what a trainer is told: the placement sizes (tensor, pipeline, data, expert and
+context parallel widths, microbatch, global batch) and the strategy knobs (recomputation,
+interleaving, sequence parallelism, flash attention, ZeRO, overlapped gradient reduction,
+MoE capacity factor, datatype). :data:`KNOBS` declares each of them once — its Python
+name and type, domain and validation rule, default (today's behaviour), the command-line
+flags of ``phaze evaluate`` (one value) and ``phaze search`` (a comma list), the result
+column and its summary header, the legend text, the value the original study's model
+has, and the argument names of the trainers it maps to (Megatron-LM / Megatron-Core,
+Megatron-DeepSpeed, torchtitan). Everything else reads this table:
+
+- :class:`Plan` (a frozen dataclass, validated) and :data:`PLAN_RECORD_DTYPE` (its numpy
+  record) are generated from it;
+- the CLI (``phaze.cli``) adds its options with :func:`add_evaluate_options` /
+  :func:`add_search_options` and parses the lists with :func:`search_values`;
+- ``phaze.search`` takes the strategy grids (:func:`grid`), writes the result columns
+  (:data:`COLUMNS`), prints the summary columns (:func:`summary_header`,
+  :func:`summary_cells`) and the cost-model line (:func:`grid_words`);
+- ``phaze.step.training_step`` validates its keywords with :func:`check_keywords` and
+  records :meth:`Plan.as_dict`; :func:`trainers` says who can launch it;
+- ``phaze.launch`` refuses what a trainer cannot run with :func:`refusal`.
+
+The launchability rules (:data:`RULES`) are data too: each names a trainer, the knobs it
+reads, when it refuses and the sentence it says. ``kind="trainer"`` rules are what the
+trainer itself cannot do (they decide :func:`trainers`); ``kind="emit"`` rules are what
+phaze's argument writer (``phaze.launch``) does not write for that trainer.
+
+How to add a knob: one :class:`Knob` row in ``phaze/plan/_knobs.py`` (its rule, if a
+trainer refuses some values, and its trainer arguments); then the cost model that
+prices it (``phaze.step``, ``phaze.graph``) and, for a searched knob, the search kernel's
+loop (``phaze.step._plans``, ``phaze.search``'s chunk
+runner). The CLI options, keywords, result column, legend, summaries, ``--emit`` and
+trace read it from here.
+
+The package: ``_knobs`` holds the table and everything that names a knob (the record,
+the rules, the argument writers); ``_use`` the generic readers (grids, command line,
+legend and summaries, keyword signatures).
+"""
+from ._knobs import (ARGUMENTS, COLUMNS, DS_CONFIG, GRIDS, KNOB, KNOBS, MODEL_ARGUMENTS, NAMES,
+                     PLAN_RECORD_DTYPE, RULES, STRATEGY, STRATEGY_COLUMNS, TRAINERS, Knob, Plan,
+                     Rule, Trainer, check, check_expert_grid, check_keywords, devices_of,
+                     differs_from_study, ds_config, launchable, model_expert_grid, refusal,
+                     study_value, trainer_arguments, trainers)
+from ._use import (RECOMPUTE_WORDS, SWITCH_WORDS, add_evaluate_options, add_search_options,
+                   grid, grid_words, int_tuple, keyword_signature, legend_lines, search_values,
+                   summary_cells, summary_header, summary_phrases, summary_row, words)
+
+__all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS",
+           "STRATEGY_COLUMNS", "Plan", "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule",
+           "RULES", "trainers", "launchable", "refusal", "ARGUMENTS", "DS_CONFIG",
+           "MODEL_ARGUMENTS", "trainer_arguments", "ds_config", "check", "check_keywords",
+           "grid", "study_value", "differs_from_study", "devices_of", "model_expert_grid",
+           "check_expert_grid", "add_evaluate_options", "add_search_options", "search_values",
+           "int_tuple", "words", "legend_lines", "summary_header", "summary_row",
+           "summary_cells", "summary_phrases", "grid_words", "keyword_signature",
+           "SWITCH_WORDS", "RECOMPUTE_WORDS"]

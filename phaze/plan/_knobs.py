@@ -1,0 +1,730 @@
+"""The knob table of a training plan, the :class:`Plan` record, the launchability rules
+and the trainers' argument writers (``phaze.plan``'s docstring says what reads them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .._validate import positive_float, positive_int, show
+
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One knob of a training plan (module docstring). Field by field:
+
+    - ``name``: the Python keyword, :class:`Plan` field and (when ``column``) result column;
+      ``type``: bool, int, str or float; ``default``: today's behaviour; ``choices``: the
+      allowed values (None: any value ≥ ``minimum`` for an int, any positive number for a
+      float); ``optional``: None is allowed too (meaning "not set");
+      ``rule``: what is allowed, as the end of the one-sentence error ("must be ...").
+    - ``flags``: the command-line flags (the first is the canonical one, the others
+      aliases); ``metavar``/``help``: ``phaze evaluate``'s (one value; a bool is a bare
+      switch); ``search``: how ``phaze search`` takes it — "grid" (a comma list, absent =
+      every value), "one" (one value) or None (not a search option); ``search_metavar`` /
+      ``search_help`` / ``search_default`` (the flag's default text, None: absent);
+      ``grid_none``: what an absent grid means, in words ("both", "every valid v").
+    - ``column``: a column of the search's result table; ``column_rank``: its place among
+      the plan's columns (today's file order); ``short``/``width``: the summary's header
+      and its width; ``phrase``: how a baseline line says it (a format with one ``{}``;
+      "": the header word, a space and the value); ``legend``: the legend's text for it
+      (``phaze search --help``).
+    - ``grid_rank``: its place among the search's strategy grids (metadata, the summary's
+      cost-model line); ``title``: its name in words.
+    - ``study``: the value the original study's model has (the only one it prices);
+      ``calibrated_only`` says the study's model refuses any other value; ``study_lacks``:
+      what the study's model has not, in words, for a one-value knob ("precision choice").
+    - ``megatron``, ``deepspeed``, ``torchtitan``: the trainer arguments it maps to
+      (Megatron-LM / Megatron-Core ``megatron/training/arguments.py``; Megatron-DeepSpeed
+      ``megatron/arguments.py`` and the ds_config; torchtitan's job config, written
+      ``--section.key``); "" when the trainer has none.
+    - ``devices_factor``: the plan's GPUs are the product of these sizes (t·cp·p·d);
+      ``noop_note``: what ``evaluate`` says when the value asked for is a no-op (the plan
+      records ``NAME_effective`` False).
+    - ``trace_values``: the values ``phaze trace`` draws (None: every value);
+      ``trace_note``: its sentence for another value (""): the option is hidden in
+      ``phaze trace`` and refused by name).
+    - ``file_key``: the key of a row of the validation table (``phaze.validate``; "": not
+      in its schema), ``file_rank`` its place in a report row's ``config``,
+      ``file_optional``: the row may leave it out (the knob's default).
+    - ``required``: ``phaze evaluate`` must be given it; ``evaluate_default``: its
+      default there (None: absent, so that the study's model can refuse it by name).
+    """
+
+    name: str
+    type: type
+    default: object
+    rule: str
+    choices: tuple = None
+    minimum: int = None
+    optional: bool = False
+    flags: tuple = ()
+    metavar: str = None
+    help: str = ""
+    const: object = None
+    required: bool = False
+    evaluate_default: object = None
+    search: str = None
+    search_metavar: str = None
+    search_help: str = ""
+    search_default: str = None
+    grid_none: str = ""
+    column: bool = False
+    column_rank: int = None
+    short: str = ""
+    width: int = 0
+    phrase: str = ""
+    legend: str = ""
+    grid_rank: int = None
+    title: str = ""
+    study: object = None
+    calibrated_only: bool = False
+    study_lacks: str = ""
+    megatron: str = ""
+    deepspeed: str = ""
+    torchtitan: str = ""
+    devices_factor: bool = False
+    noop_note: str = ""
+    trace_values: tuple = None
+    trace_note: str = ""
+    file_key: str = ""
+    file_rank: int = None
+    file_optional: bool = False
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination (= the Python keyword)."""
+        return self.name
+
+    @property
+    def flag(self) -> str:
+        """The canonical command-line flag."""
+        return self.flags[0] if self.flags else ""
+
+    def check(self, value, field: str = None):
+        """``value`` as this knob's canonical Python value; ``ValueError`` in one sentence
+        naming the field (``field``, default the knob's name) and what is allowed."""
+        field = field or self.name
+        if value is None and self.optional:
+            return None
+        if self.type is bool:
+            if isinstance(value, (bool, np.bool_)) or (
+                    isinstance(value, (int, np.integer)) and value in (0, 1)):
+                return bool(value)
+            raise ValueError(f"{field} must be {self.rule}, got {show(value)}")
+        if self.type is int:
+            if self.choices is not None:
+                if isinstance(value, (bool, np.bool_)) or not isinstance(
+                        value, (int, np.integer)) or int(value) not in self.choices:
+                    raise ValueError(f"{field} must be {self.rule}, got {show(value)}")
+                return int(value)
+            return positive_int(field, value)
+        if self.type is float:
+            return positive_float(field, value)
+        if isinstance(value, str) and value in self.choices:
+            return value
+        raise ValueError(f"{field} must be {self.rule}, got {show(value)}")
+
+
+_MEGATRON_CORE = "Megatron-Core"
+
+#: The knob table, in :class:`Plan` field order (the order of ``training_step``'s plan).
+KNOBS = (
+    Knob("tensor_parallel", int, 1, "a positive integer", minimum=1, flags=("--tp",),
+         required=True, devices_factor=True, file_key="t", file_rank=0, metavar="TP",
+         search_metavar="TP",
+         help="tensor-parallel width t", search="grid", search_default="1,2,4,8",
+         search_help="tensor-parallel widths (default 1,2,4,8)",
+         megatron="--tensor-model-parallel-size", deepspeed="--tensor-model-parallel-size",
+         torchtitan="--parallelism.tensor_parallel_degree"),
+    Knob("pipeline_parallel", int, 1, "a positive integer", minimum=1, flags=("--pp",),
+         required=True, devices_factor=True, file_key="p", file_rank=1, metavar="PP",
+         help="pipeline stages p", megatron="--pipeline-model-parallel-size",
+         deepspeed="--pipeline-model-parallel-size (p = 1: --no-pipeline-parallel)",
+         torchtitan="--parallelism.pipeline_parallel_degree"),
+    Knob("data_parallel", int, 1, "a positive integer", minimum=1, flags=("--dp",),
+         required=True, devices_factor=True, file_key="d", file_rank=2, metavar="DP",
+         help="data-parallel degree d",
+         megatron="(the world size / (t·cp·p); --global-batch-size / --micro-batch-size)",
+         deepspeed="(the world size / (t·p); ds_config train_batch_size)",
+         torchtitan="--parallelism.data_parallel_shard_degree"),
+    Knob("expert_parallel", int, 1, "a positive integer", minimum=1, flags=("--ep",),
+         metavar="N", study=1, calibrated_only=True, trace_values=(1,),
+         help="expert-parallel width (a mixture of experts: divides its routed experts and "
+              "cp*d; default 1; calibrated model only)",
+         search="grid", search_metavar="N,...|all", grid_none="every valid value",
+         search_help="expert-parallel widths of a mixture of experts, e.g. 1,2,4,8 (default "
+                     "all: every divisor of its routed experts; dense models: 1)",
+         column=True, column_rank=6, short="ep", width=3,
+         legend="expert parallelism (mixture of experts): each rank holds n_experts/ep routed\n"
+                "experts, tokens travel by all-to-all over the ep ranks (ep divides cp*d)",
+         grid_rank=6, title="expert parallel",
+         megatron="--expert-model-parallel-size",
+         torchtitan="--parallelism.expert_parallel_degree"),
+    Knob("context_parallel", int, 1, "a positive integer", minimum=1, flags=("--cp",),
+         metavar="N", study=1, calibrated_only=True, trace_values=(1,), devices_factor=True,
+         help="context-parallel width (ring attention over N ranks: needs --flash-attention "
+              "and the sequence divisible by 2N; t*cp*p*d devices; default 1; calibrated "
+              "model only)",
+         search="grid", search_metavar="N,...|all", grid_none="every valid value",
+         search_help="context-parallel widths (ring attention; t*cp*p*d devices), e.g. 1,2,4 "
+                     "(default all: powers of two up to 32 leaving >= 512 tokens per "
+                     "load-balanced chunk)",
+         column=True, column_rank=7, short="cp", width=3,
+         legend="context parallelism: each rank holds s/cp tokens of every sample, ring\n"
+                "attention passes K/V round the cp ranks (t*cp*p*d devices)",
+         grid_rank=7, title="context parallel",
+         megatron="--context-parallel-size", torchtitan="--parallelism.context_parallel_degree"),
+    Knob("capacity_factor", float, None, "None or a positive number", optional=True,
+         flags=("--capacity-factor",), metavar="F", study=None, calibrated_only=True,
+         study_lacks="mixture-of-experts routing", trace_values=(None,),
+         help="MoE expert capacity factor (tokens dropped or padded to it; default: balanced "
+              "routing; calibrated model only)",
+         search="one", search_metavar="F",
+         search_help="MoE expert capacity factor (default: balanced routing)",
+         grid_rank=8, title="MoE capacity factor",
+         megatron="--moe-expert-capacity-factor"),
+    Knob("microbatch", int, 1, "a positive integer", minimum=1, flags=("--microbatch",),
+         help=None, evaluate_default=1, file_key="microbatch", file_rank=3, search="grid",
+         search_default="1,2,4,8",
+         search_help="microbatch sizes (default 1,2,4,8)",
+         megatron="--micro-batch-size", deepspeed="--micro-batch-size (ds_config "
+         "train_micro_batch_size_per_gpu)", torchtitan="--training.local_batch_size"),
+    Knob("global_batch", int, 4096, "a positive integer", minimum=1,
+         flags=("--global-batch",), help=None, search="one", search_default=4096,
+         evaluate_default=4096, file_key="global_batch", file_rank=4,
+         search_help="samples per batch (default 4096)",
+         megatron="--global-batch-size", deepspeed="--global-batch-size (ds_config "
+         "train_batch_size)", torchtitan="--training.global_batch_size"),
+    Knob("recompute", str, "none", "one of none, selective, full",
+         choices=("none", "selective", "full"), flags=("--recompute",), const="full",
+         file_key="recompute", file_rank=6,
+         help="activation recomputation: none (the default when absent), selective "
+              "(attention core only; calibrated model only) or full (bare --recompute)",
+         search="grid", search_metavar="MODES",
+         search_help="activation recomputation modes, comma-separated: none, selective, full "
+                     "(default all three; --study: none,full); off = none, on = full, both "
+                     "= none,full",
+         column=True, column_rank=0, short="rc", width=9, phrase="recompute {}",
+         legend="activation recomputation mode: none; selective (the attention core re-runs\n"
+                "before its backward, Korthikanti et al. 2022); full (every transformer layer\n"
+                "re-runs its forward before the backward: least activation memory). With\n"
+                "--study: full = every stage but the last re-runs its forward, none = not",
+         grid_rank=0, title="recompute",
+         megatron="--recompute-granularity full|selective (full: --recompute-method uniform "
+                  "--recompute-num-layers 1)",
+         deepspeed="--checkpoint-activations --deepspeed-activation-checkpointing (full); "
+                   "--recompute-granularity selective",
+         torchtitan="--activation_checkpoint.mode none|selective|full"),
+    Knob("virtual_stages", int, 1, "a positive integer", minimum=1,
+         flags=("--virtual-stages",), metavar="V", study=1, calibrated_only=True,
+         file_key="virtual_stages", file_rank=5, trace_values=(1,),
+         trace_note="phaze trace draws plain 1F1B; interleaved schedules (virtual_stages > 1) "
+                    "are not drawn yet",
+         help="interleaved 1F1B with V model chunks per device (default 1; V > 1 calibrated "
+              "model only)",
+         search="grid", search_metavar="V,...|all", grid_none="every valid v",
+         search_help="interleaved 1F1B model chunks per device, e.g. 1,2,4 (default all: "
+                     "every V dividing the layers per stage)",
+         column=True, column_rank=2, short="v", width=2, phrase="v={}",
+         legend="virtual stages per device (interleaved 1F1B when > 1: bubble / v)",
+         grid_rank=3, title="virtual stages",
+         megatron="--num-layers-per-virtual-pipeline-stage (L / (p·v))",
+         torchtitan="--parallelism.pipeline_parallel_schedule Interleaved1F1B"),
+    Knob("sequence_parallel", bool, False, "True or False", flags=("--sequence-parallel",),
+         study=False, calibrated_only=True, noop_note="no-op at t = 1",
+         file_key="sequence_parallel", file_rank=7,
+         help="sequence parallelism over the tensor-parallel group (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="sequence parallelism: off, on or off,on (default both; chosen per row)",
+         column=True, column_rank=1, short="sp", width=3,
+         legend="sequence parallelism (norms and dropouts split over the t tensor-parallel\n"
+                "ranks; the all-reduces become reduce-scatter + all-gather): on / off",
+         grid_rank=1, title="sequence parallel",
+         megatron="--sequence-parallel", deepspeed="--sequence-parallel",
+         torchtitan="(part of its tensor-parallel plan: SequenceParallel norms)"),
+    Knob("precision", str, "bf16", "one of bf16, fp16, fp8", choices=("bf16", "fp16", "fp8"),
+         flags=("--dtype", "--precision"), study="bf16", calibrated_only=True,
+         study_lacks="precision choice", file_key="precision", file_rank=8,
+         help="training datatype (default bf16; fp8: the linear layers' GEMMs in fp8 at the "
+              "chip's fp8 rate, a chip without fp8 tensor cores is refused; calibrated model "
+              "only; --precision is the same flag)",
+         search="one",
+         search_help="training datatype of the calibrated model (default bf16; fp8: the "
+                     "linear layers' GEMMs in fp8 at the chip's fp8 rate, master weights and "
+                     "optimizer state fp32; --precision is the same flag)",
+         grid_rank=9, title="precision",
+         megatron="--bf16 | --fp16 | --bf16 --fp8-format hybrid",
+         deepspeed="--bf16 | --fp16 (ds_config bf16.enabled / fp16.enabled)",
+         torchtitan="--training.mixed_precision_param bfloat16 (fp8: --model.converters "
+                    "float8)"),
+    Knob("flash_attention", bool, False, "True or False", flags=("--flash-attention",),
+         study=False, calibrated_only=True, file_key="flash_attention", file_rank=9,
+         file_optional=True,
+         help="fused attention kernel, no materialised scores (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="fused (flash) attention: off, on or off,on (default both)",
+         column=True, column_rank=4, short="flash", width=5,
+         legend="fused (flash) attention: no b*a*s^2 scores stored, recomputed in backward",
+         grid_rank=2, title="flash attention",
+         megatron="--use-flash-attn", deepspeed="--use-flash-attn-v2",
+         torchtitan="(scaled_dot_product_attention, its default)"),
+    Knob("zero_stage", int, 0, "0, 1, 2 or 3", choices=(0, 1, 2, 3), flags=("--zero-stage",),
+         study=0, calibrated_only=True, file_key="zero_stage", file_rank=10, file_optional=True,
+         help="ZeRO stage over the data-parallel group (default 0; 1 = Megatron-LM's "
+              "distributed optimizer; > 0: calibrated model only)",
+         search="grid", search_metavar="Z,...", grid_none="all four",
+         search_help="ZeRO stages over the data-parallel group, e.g. 0,1 (default 0,1,2,3; "
+                     "plans are those Megatron-LM launches)",
+         column=True, column_rank=3, short="zero", width=4,
+         legend="ZeRO stage over the d data-parallel ranks (1 = Megatron-LM's distributed\n"
+                "optimizer: optimizer state sharded; 2 also gradients; 3 also weights)",
+         grid_rank=4, title="ZeRO",
+         megatron="--use-distributed-optimizer (stage 1)",
+         deepspeed="--deepspeed --deepspeed_config FILE --zero-stage N (ds_config "
+                   "zero_optimization.stage)",
+         torchtitan="--parallelism.data_parallel_shard_degree (FSDP2, stage 3)"),
+    Knob("overlap_grad_reduce", bool, False, "True or False",
+         flags=("--overlap-grad-reduce",), study=False, calibrated_only=True,
+         file_key="overlap_grad_reduce", file_rank=11, file_optional=True,
+         help="overlap the gradient reduction with the backward pass (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="overlap the gradient reduction with the backward: off, on or off,on "
+                     "(default both)",
+         column=True, column_rank=5, short="ogr", width=3,
+         legend="overlap-grad-reduce: the gradient reduction overlaps the backward (on / off)",
+         grid_rank=5, title="overlap grad reduce",
+         megatron="--overlap-grad-reduce",
+         deepspeed="ds_config zero_optimization.overlap_comm (ZeRO >= 1)",
+         torchtitan="(FSDP2 overlaps its reduce-scatters by default)"),
+)
+
+#: Knob by name.
+KNOB = {k.name: k for k in KNOBS}
+#: The knob names, in :class:`Plan` field order.
+NAMES = tuple(k.name for k in KNOBS)
+#: The strategy knobs the calibrated model has and the study's does not (``calibrated_only``),
+#: in table order.
+STRATEGY = tuple(k.name for k in KNOBS if k.calibrated_only)
+#: The search's strategy grids and one-value settings, in their order (``grid_rank``).
+GRIDS = tuple(k.name for k in sorted((k for k in KNOBS if k.grid_rank is not None
+                                       and k.name != "recompute"), key=lambda k: k.grid_rank))
+#: The result columns of a plan's knobs, in the summary's order (``column_rank``).
+COLUMNS = tuple(k.name for k in sorted((k for k in KNOBS if k.column),
+                                        key=lambda k: k.column_rank))
+#: The strategy columns of the result table (after ``reason``), in file order.
+STRATEGY_COLUMNS = tuple(n for n in COLUMNS if KNOB[n].calibrated_only)
+
+
+# ---------------------------------------------------------------------------
+# checking values
+# ---------------------------------------------------------------------------
+
+def check(name: str, value, field: str = None):
+    """``value`` of knob ``name`` as its canonical value (:meth:`Knob.check`)."""
+    return KNOB[name].check(value, field)
+
+
+def check_keywords(function: str, given: dict, allowed, required=()) -> None:
+    """Refuse a keyword outside ``allowed`` (``TypeError``, as Python's own for a bad
+    keyword) and a missing ``required`` one, naming ``function``."""
+    for key in given:
+        if key not in allowed:
+            raise TypeError(f"{function}() got an unexpected keyword argument {key!r}")
+    for key in required:
+        if key not in given:
+            raise TypeError(f"{function}() missing required keyword-only argument: {key!r}")
+
+
+def devices_of(values: dict) -> int:
+    """GPUs of a plan: the product of its ``devices_factor`` sizes (t·cp·p·d); a size
+    absent, None or 0 counts as 1."""
+    out = 1
+    for k in KNOBS:
+        if k.devices_factor and values.get(k.name):
+            out *= int(values[k.name])
+    return out
+
+
+def study_value(name: str):
+    """The value the original study's model has for knob ``name``."""
+    return KNOB[name].study
+
+
+def differs_from_study(name: str, value) -> bool:
+    """Whether ``value`` (None: not given) of a calibrated-only knob is something the
+    study's model does not price."""
+    if value is None:
+        return False
+    return value != KNOB[name].study
+
+
+# ---------------------------------------------------------------------------
+# the Plan record
+# ---------------------------------------------------------------------------
+
+def _post_init(self):
+    for k in KNOBS:
+        object.__setattr__(self, k.name, k.check(getattr(self, k.name)))
+
+
+def _as_dict(self) -> dict:
+    """The plan as a dict in field order (what ``training_step`` records)."""
+    return {name: getattr(self, name) for name in NAMES}
+
+
+def _to_record(self) -> np.ndarray:
+    """The plan as one :data:`PLAN_RECORD_DTYPE` record (capacity factor None → NaN)."""
+    rec = np.zeros((), dtype=PLAN_RECORD_DTYPE)
+    for name in NAMES:
+        value = getattr(self, name)
+        rec[name] = math.nan if value is None else value
+    return rec
+
+
+def _from_record(cls, record):
+    """A :class:`Plan` from a :data:`PLAN_RECORD_DTYPE` record (or any mapping)."""
+    values = {}
+    for k in KNOBS:
+        v = record[k.name]
+        v = v.item() if hasattr(v, "item") else v
+        if k.optional and isinstance(v, float) and math.isnan(v):
+            v = None
+        values[k.name] = k.type(v) if v is not None else None
+    return cls(**values)
+
+
+#: A training plan: every knob of :data:`KNOBS`, validated on construction (``ValueError``
+#: in one sentence naming the field). Frozen; ``as_dict()``, ``to_record()``,
+#: ``Plan.from_record(rec)``, ``devices`` (t·cp·p·d), ``schedule`` ("1F1B" or "interleaved
+#: 1F1B"); ``dataclasses.replace`` re-validates.
+Plan = dataclasses.make_dataclass(
+    "Plan", [(k.name, k.type, dataclasses.field(default=k.default)) for k in KNOBS],
+    frozen=True,
+    namespace={"__post_init__": _post_init, "as_dict": _as_dict, "to_record": _to_record,
+               "from_record": classmethod(_from_record),
+               "devices": property(lambda self: devices_of(self.as_dict()),
+                                   doc="GPUs the plan uses: t·cp·p·d."),
+               "schedule": property(lambda self: "interleaved 1F1B" if self.virtual_stages > 1
+                                    else "1F1B", doc="Megatron-LM's pipeline schedule."),
+               "__doc__": "A training plan: the knobs of phaze.plan.KNOBS, validated "
+                          "(module docstring)."})
+Plan.__module__ = __name__   # pickles as phaze.plan.Plan
+
+_NUMPY = {bool: "?", int: "<i8", float: "<f8"}
+#: The numpy record of a :class:`Plan` (strings as fixed-width unicode, a capacity factor
+#: of None as NaN).
+PLAN_RECORD_DTYPE = np.dtype([(k.name, _NUMPY.get(k.type) or f"<U{max(map(len, k.choices))}")
+                              for k in KNOBS])
+
+
+# ---------------------------------------------------------------------------
+# trainers and the launchability rules
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """A trainer phaze knows: ``id`` (as ``StepResult.plan["trainers"]`` lists it),
+    ``title`` (in sentences), ``emit`` (``phaze.launch``'s name, "" when it writes none)
+    and ``knob`` (the :class:`Knob` field holding its argument names)."""
+
+    id: str
+    title: str
+    emit: str
+    knob: str
+
+
+#: The trainers, in the order ``trainers`` lists them. torchtitan's argument names are
+#: recorded in the table; phaze neither writes its arguments nor judges its plans yet.
+TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron"),
+            Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed"),
+            Trainer("torchtitan", "torchtitan", "", "torchtitan"))
+_JUDGED = ("megatron-lm", "deepspeed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One launchability rule: ``trainer`` (a :class:`Trainer` id, or "any") refuses a plan
+    when ``refuses(values)`` holds, saying ``why(values)``. ``values``: the plan's knobs by
+    name, plus the model's ``n_layers``, ``n_experts`` and ``moe`` (it has routed
+    experts). ``kind``: "trainer" (the trainer cannot run it: these decide
+    :func:`trainers`), "layout" (the trainer's arguments cannot express the plan's shape),
+    "shared" (no trainer's can, ``trainer`` "any") or "emit" (phaze's argument writer does
+    not write it for that trainer). ``knobs``: the knobs it reads."""
+
+    trainer: str
+    kind: str
+    knobs: tuple
+    refuses: object
+    why: object
+
+
+#: The launchability rules, in the order ``phaze.launch`` checks them.
+RULES = (
+    Rule("any", "shared", ("expert_parallel", "context_parallel", "data_parallel"),
+         lambda v: v["expert_parallel"] > 1 and (
+             not v["n_experts"] or v["n_experts"] % v["expert_parallel"]
+             or (v["context_parallel"] * v["data_parallel"]) % v["expert_parallel"]),
+         lambda v: f"expert parallel {v['expert_parallel']} must divide the experts "
+                   f"({v['n_experts']}) and context × data parallel = "
+                   f"{v['context_parallel'] * v['data_parallel']} (Megatron-Core, "
+                   f"expert-tensor parallel = t)"),
+    Rule("any", "shared", ("context_parallel", "flash_attention"),
+         lambda v: v["context_parallel"] > 1 and not v["flash_attention"],
+         lambda v: "context parallelism runs on the fused attention kernel: turn flash "
+                   "attention on"),
+    Rule("megatron-lm", "layout", ("pipeline_parallel",),
+         lambda v: v["n_layers"] % v["pipeline_parallel"],
+         lambda v: f"Megatron-LM splits the {v['n_layers']} transformer layers evenly over the "
+                   f"pipeline stages, and {v['n_layers']} is not divisible by p = "
+                   f"{v['pipeline_parallel']}"),
+    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel"),
+         lambda v: v["virtual_stages"] > 1 and v["pipeline_parallel"] < 2,
+         lambda v: "Megatron-LM's interleaved schedule (virtual stages > 1) needs pipeline "
+                   "parallelism (p >= 2)"),
+    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel"),
+         lambda v: v["virtual_stages"] > 1
+         and v["n_layers"] % (v["pipeline_parallel"] * v["virtual_stages"]),
+         lambda v: f"Megatron-LM's interleaved schedule needs the {v['n_layers']} transformer "
+                   f"layers divisible by p × v = "
+                   f"{v['pipeline_parallel'] * v['virtual_stages']}"),
+    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel", "microbatch",
+                                   "data_parallel", "global_batch"),
+         lambda v: v["virtual_stages"] > 1 and _microbatches(v) % v["pipeline_parallel"],
+         lambda v: f"Megatron-LM's interleaved schedule needs the {_microbatches(v)} "
+                   f"microbatches per pipeline divisible by p = {v['pipeline_parallel']}"),
+    Rule("megatron-lm", "trainer", ("zero_stage",), lambda v: v["zero_stage"] >= 2,
+         lambda v: f"Megatron-LM has no ZeRO stage {v['zero_stage']} (its distributed "
+                   f"optimizer is ZeRO-1); emit deepspeed for ZeRO 2-3"),
+    Rule("deepspeed", "emit", ("expert_parallel", "context_parallel"),
+         lambda v: v["expert_parallel"] > 1 or v["context_parallel"] > 1 or v.get("moe", False),
+         lambda v: "the Megatron-DeepSpeed arguments written here have no mixture of experts, "
+                   "expert or context parallelism; emit megatron"),
+    Rule("deepspeed", "emit", ("precision",), lambda v: v["precision"] == "fp8",
+         lambda v: "the ds_config written here has no fp8 training (DeepSpeed's config offers "
+                   "bf16 and fp16); emit megatron for fp8"),
+    Rule("deepspeed", "trainer", ("virtual_stages",), lambda v: v["virtual_stages"] > 1,
+         lambda v: "DeepSpeed's pipeline engine has no interleaved schedule (virtual stages "
+                   "> 1); emit megatron instead"),
+    Rule("deepspeed", "trainer", ("context_parallel",), lambda v: v["context_parallel"] > 1,
+         lambda v: "DeepSpeed has no ring attention (context parallelism); emit megatron"),
+    Rule("deepspeed", "trainer", ("zero_stage", "pipeline_parallel"),
+         lambda v: v["zero_stage"] >= 2 and v["pipeline_parallel"] > 1,
+         lambda v: f"DeepSpeed refuses ZeRO stage {v['zero_stage']} with pipeline "
+                   f"parallelism (p = {v['pipeline_parallel']}); use ZeRO 0-1 or p = 1"),
+)
+
+
+def _microbatches(v) -> int:
+    """Microbatches per pipeline per batch: B / (b·d)."""
+    return v["global_batch"] // (v["microbatch"] * v["data_parallel"])
+
+
+def _values(values: dict) -> dict:
+    out = {k.name: k.default for k in KNOBS}
+    out.update(values)
+    return out
+
+
+def refusal(trainer: str, values: dict, kinds=("layout", "trainer", "emit")):
+    """The sentence of the first rule of ``kinds`` by which ``trainer`` ("any": the rules
+    every trainer shares) refuses the plan ``values`` (knob name → value, absent knobs at
+    their defaults; the layout, shared and emit rules also read the model's ``n_layers``,
+    ``n_experts`` and ``moe``), or None."""
+    v = _values(values)
+    for rule in RULES:
+        if rule.trainer == trainer and rule.kind in kinds and rule.refuses(v):
+            return rule.why(v)
+    return None
+
+
+def trainers(**values) -> tuple:
+    """The trainers (ids) that can launch the plan ``values``, by the "trainer" rules:
+    Megatron-LM for ZeRO 0–1 (any p, v, cp); DeepSpeed without interleaving or ring
+    attention, for ZeRO 0–1 or, without pipeline parallelism, 2–3."""
+    return tuple(t for t in _JUDGED if refusal(t, values, ("trainer",)) is None)
+
+
+def launchable(**values) -> bool:
+    """Whether some trainer launches the plan as it runs: ZeRO over a single
+    (context × data) rank is no sharding, evaluated as stage 0 (``phaze.step``)."""
+    v = _values(values)
+    if v["context_parallel"] * v["data_parallel"] == 1:
+        v["zero_stage"] = 0
+    return bool(trainers(**v))
+
+
+# ---------------------------------------------------------------------------
+# the trainers' arguments (phaze.launch writes them in this order)
+# ---------------------------------------------------------------------------
+
+#: Where the model-shape (and mixture-of-experts) arguments go in a trainer's list.
+MODEL_ARGUMENTS = "<model>"
+
+
+def _given(flag, value) -> list:
+    return [flag, str(value)]
+
+
+def _recompute_megatron(v) -> list:
+    if v["recompute"] == "full":
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                "--recompute-num-layers", "1"]
+    return ["--recompute-granularity", "selective"] if v["recompute"] == "selective" else []
+
+
+def _recompute_deepspeed(v) -> list:
+    if v["recompute"] == "full":
+        return ["--checkpoint-activations", "--deepspeed-activation-checkpointing"]
+    return ["--recompute-granularity", "selective"] if v["recompute"] == "selective" else []
+
+
+def _precision_megatron(v) -> list:
+    # fp8: Transformer Engine's hybrid format (E4M3 forward, E5M2 gradients) on top of bf16.
+    if v["precision"] == "fp16":
+        return ["--fp16"]
+    return ["--bf16"] + (["--fp8-format", "hybrid"] if v["precision"] == "fp8" else [])
+
+
+#: Each trainer's command-line arguments of a plan, in order: (knob name, writer) pairs,
+#: a writer mapping the plan's values ``v`` (plus ``n_layers``, ``moe`` and, for
+#: DeepSpeed, ``config_path``) to a list of strings; :data:`MODEL_ARGUMENTS` marks where
+#: the model's shape goes (the ``megatron``/``deepspeed`` fields of :data:`KNOBS` name the
+#: same arguments).
+ARGUMENTS = {
+    "megatron-lm": (
+        ("tensor_parallel", lambda v: _given("--tensor-model-parallel-size",
+                                             v["tensor_parallel"])),
+        ("pipeline_parallel", lambda v: _given("--pipeline-model-parallel-size",
+                                               v["pipeline_parallel"])),
+        ("context_parallel", lambda v: _given("--context-parallel-size", v["context_parallel"])
+         if v["context_parallel"] > 1 else []),
+        ("expert_parallel", lambda v: _given("--expert-model-parallel-size",
+                                             v["expert_parallel"])
+         if v["expert_parallel"] > 1 else []),
+        ("virtual_stages", lambda v: _given(
+            "--num-layers-per-virtual-pipeline-stage",
+            v["n_layers"] // (v["pipeline_parallel"] * v["virtual_stages"]))
+         if v["virtual_stages"] > 1 else []),
+        ("microbatch", lambda v: _given("--micro-batch-size", v["microbatch"])),
+        ("global_batch", lambda v: _given("--global-batch-size", v["global_batch"])),
+        ("sequence_parallel", lambda v: ["--sequence-parallel"]
+         if v["sequence_parallel"] and v["tensor_parallel"] > 1 else []),
+        ("recompute", _recompute_megatron),
+        ("zero_stage", lambda v: ["--use-distributed-optimizer"] if v["zero_stage"] == 1 else []),
+        ("flash_attention", lambda v: ["--use-flash-attn"] if v["flash_attention"] else []),
+        ("overlap_grad_reduce", lambda v: ["--overlap-grad-reduce"]
+         if v["overlap_grad_reduce"] else []),
+        (MODEL_ARGUMENTS, None),
+        ("capacity_factor", lambda v: ["--moe-expert-capacity-factor",
+                                       f"{float(v['capacity_factor']):g}"]
+         if v["moe"] and v["capacity_factor"] is not None else []),
+        ("precision", _precision_megatron),
+    ),
+    "deepspeed": (
+        ("tensor_parallel", lambda v: _given("--tensor-model-parallel-size",
+                                             v["tensor_parallel"])),
+        ("pipeline_parallel", lambda v: _given("--pipeline-model-parallel-size",
+                                               v["pipeline_parallel"])
+         + (["--no-pipeline-parallel"] if v["pipeline_parallel"] == 1 else [])),
+        ("microbatch", lambda v: _given("--micro-batch-size", v["microbatch"])),
+        ("global_batch", lambda v: _given("--global-batch-size", v["global_batch"])),
+        ("sequence_parallel", lambda v: ["--sequence-parallel"]
+         if v["sequence_parallel"] and v["tensor_parallel"] > 1 else []),
+        ("recompute", _recompute_deepspeed),
+        ("flash_attention", lambda v: ["--use-flash-attn-v2"] if v["flash_attention"] else []),
+        (MODEL_ARGUMENTS, None),
+        ("precision", lambda v: ["--bf16" if v["precision"] == "bf16" else "--fp16"]),
+        ("zero_stage", lambda v: ["--deepspeed", "--deepspeed_config", str(v["config_path"]),
+                                  "--zero-stage", str(v["zero_stage"])]),
+    ),
+}
+
+
+def _ds_zero(v, c):
+    c["zero_optimization"] = {"stage": v["zero_stage"]}
+
+
+def _ds_overlap(v, c):
+    if v["overlap_grad_reduce"] and v["zero_stage"] >= 1:
+        c["zero_optimization"]["overlap_comm"] = True
+
+
+def _ds_precision(v, c):
+    if v["precision"] == "bf16":
+        c["bf16"] = {"enabled": True}
+    else:
+        c["fp16"] = {"enabled": True, "loss_scale": 0}
+
+
+def _ds_recompute(v, c):
+    if v["recompute"] == "full":
+        c["activation_checkpointing"] = {"partition_activations": False,
+                                         "contiguous_memory_optimization": False,
+                                         "cpu_checkpointing": False}
+
+
+def _ds_batch(v, c):
+    c["train_micro_batch_size_per_gpu"] = v["microbatch"]
+    c["gradient_accumulation_steps"] = v["global_batch"] // (v["microbatch"]
+                                                              * v["data_parallel"])
+
+
+#: DeepSpeed's ds_config of a plan, in key order: (knob name, writer(v, config)) pairs.
+DS_CONFIG = (
+    ("global_batch", lambda v, c: c.update(train_batch_size=v["global_batch"])),
+    ("microbatch", _ds_batch),
+    ("zero_stage", _ds_zero),
+    ("overlap_grad_reduce", _ds_overlap),
+    ("precision", _ds_precision),
+    ("recompute", _ds_recompute),
+)
+
+
+def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list:
+    """The command-line arguments of ``trainer`` for the plan ``values`` (module
+    docstring of ``phaze.launch``), with ``model_arguments`` at :data:`MODEL_ARGUMENTS`."""
+    out = []
+    for name, write in ARGUMENTS[trainer]:
+        out += model_arguments if name == MODEL_ARGUMENTS else write(values)
+    return out
+
+
+def ds_config(values: dict) -> dict:
+    """DeepSpeed's configuration dict of the plan ``values``."""
+    config = {}
+    for _, write in DS_CONFIG:
+        write(values, config)
+    return config
+
+
+
+_EXPERT = "expert_parallel"
+
+
+def model_expert_grid(model, grid):
+    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
+    mixture of experts the grid's values that divide its routed experts (None: every
+    divisor, ``phaze.step.best_plans``' default)."""
+    if not model.is_moe:
+        return (1,)
+    if grid is None:
+        return None
+    return tuple(e for e in grid if model.n_experts % e == 0)
+
+
+def check_expert_grid(models, grids) -> None:
+    """Every mixture of experts must keep one expert-parallel width of the search's grid
+    (``grids``: the checked strategy grids, or that grid alone): one sentence naming the
+    model and its divisors otherwise."""
+    grid = grids.get(_EXPERT) if isinstance(grids, dict) else grids
+    for m in models:
+        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
+            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
+            raise ValueError(f"{_EXPERT}: no value of {','.join(map(str, grid))} divides "
+                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
+                             f"{', '.join(map(str, allowed))}")
