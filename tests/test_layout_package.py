@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 PHAZE = Path(__file__).resolve().parent.parent / "phaze"
-PACKAGES = ("graph", "step", "cli", "cost", "placement", "schedule", "search", "arch")
+PACKAGES = ("graph", "step", "cli", "cost", "placement", "schedule", "search", "arch", "plan")
 PUBLIC = ("models", "graph", "arch", "cost", "schedule", "placement", "step", "search",
-          "validate", "trace", "launch", "precision", "cli")
+          "validate", "trace", "launch", "precision", "plan", "cli")
 
 
 def _module_name(path):
