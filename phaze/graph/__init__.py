@@ -9,7 +9,8 @@ as :class:`LayerGraph` records of a :class:`ModelGraph`). ``_dag.pyx`` is the co
 topological order the OpGraph checks.
 """
 from ._build import LayerGraph, ModelGraph, build_layers
-from ._opgraph import UNFUSED_ATTENTION_OPS, OpGraph
+from ._opgraph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_NONE, COLL_P2P,
+                       COLL_REDUCE_SCATTER, COLLECTIVE_KINDS, UNFUSED_ATTENTION_OPS, OpGraph)
 from ._ops import (KERNEL_SETS, KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR,
                    LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
                    VECTOR_CYCLES_PER_ELEMENT)
@@ -17,4 +18,5 @@ from ._ops import (KERNEL_SETS, KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VEC
 __all__ = ["LayerGraph", "ModelGraph", "build_layers", "OpGraph", "UNFUSED_ATTENTION_OPS",
            "KERNEL_SETS", "KIND_COLLECTIVE", "KIND_FUSED", "KIND_GEMM", "KIND_VECTOR",
            "LOSS_BYTES_PER_ELEMENT", "MASK_BYTES_PER_ELEMENT", "TOKEN_ID_BYTES",
-           "VECTOR_CYCLES_PER_ELEMENT"]
+           "VECTOR_CYCLES_PER_ELEMENT", "COLLECTIVE_KINDS", "COLL_NONE", "COLL_ALL_REDUCE",
+           "COLL_REDUCE_SCATTER", "COLL_ALL_GATHER", "COLL_ALL_TO_ALL", "COLL_P2P"]

@@ -86,7 +86,7 @@ def attention_forward(f: Ops, sh: Shape) -> str:
             bytes_in=(T * sh.q_dim + 2 * b * s * sh.kv_dim) * B, bytes_out=T * sh.q_dim * B + lse))
         ctx = "flash_attn"
         # Ring attention: cp − 1 K/V chunks from the neighbour, concurrent with flash_attn.
-        exchange = f.group_collective(
+        exchange = f.ring_exchange(
             "ring_kv_exchange", uniq([k_src or k_out, v_out]), 2 * (sh.cp - 1) * T * sh.kv_dim * B,
             sh.cp, comm_bytes=b * s * sh.kv_dim * B) if sh.cp > 1 else None
     else:
@@ -207,7 +207,7 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
         q_grad = k_grad = v_grad = "flash_attn.bwd"
         if sh.cp > 1:
             # K, V travel the ring again and their gradients travel back: twice the bytes.
-            k_grad = v_grad = g.group_collective(
+            k_grad = v_grad = g.ring_exchange(
                 "ring_kv_exchange.bwd", ["out_proj.dX"], 4 * (sh.cp - 1) * T * sh.kv_dim * B,
                 sh.cp, comm_bytes=2 * b * s * sh.kv_dim * B)
             k_grad = v_grad = [k_grad, "flash_attn.bwd"]

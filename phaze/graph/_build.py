@@ -41,10 +41,10 @@ those modules; the operator kinds, cycle table, :class:`Ops` and :class:`Shape` 
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from .. import _config, precision
+from .._cache import Memo
 from ._opgraph import UNFUSED_ATTENTION_OPS, OpGraph
 from .._validate import positive_float, positive_int
 
@@ -373,6 +373,10 @@ def build_layers(model, microbatch, tensor_parallel, *,
                                 ep, capacity_factor, cp)
 
 
+#: Built model graphs by their validated arguments (512 kept; the graphs are immutable).
+_LAYERS_MEMO = Memo(512, name="graph.build_layers")
+
+
 def _block_runs(model) -> list:
     """(kind, count) of the runs of blocks in chain order."""
     moe = set(model.moe_layer_ids)
@@ -386,9 +390,17 @@ def _block_runs(model) -> list:
     return runs
 
 
-@functools.lru_cache(maxsize=512)
 def _build_layers_cached(model, b, t, B, sp=False, flash=False, dtype="bf16",
                          kernels="study", ep=1, capacity_factor=None, cp=1) -> ModelGraph:
+    """:func:`build_layers` of validated arguments, memoised (:data:`_LAYERS_MEMO`)."""
+    key = (model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor, cp)
+    return _LAYERS_MEMO.get_or_compute(
+        key, lambda: _build_layers(model, b, t, B, sp, flash, dtype, kernels, ep,
+                                   capacity_factor, cp))
+
+
+def _build_layers(model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor,
+                  cp) -> ModelGraph:
     sh = Shape(model, b, t, B, sp, flash, dtype, kernels, cp, ep, capacity_factor)
     builders = {"embedding": _embedding, "block": _dense_block, "moe_block": _moe_block,
                 "head": _head}

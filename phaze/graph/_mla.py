@@ -73,7 +73,7 @@ def mla_forward(f: Ops, sh: Shape) -> str:
             bytes_in=(T * a * qk + b * s * a * (qk + vd)) * B, bytes_out=T * a * vd * B + lse))
         ctx = "flash_attn"
         if sh.cp > 1:
-            exchange = f.group_collective(
+            exchange = f.ring_exchange(
                 "ring_kv_exchange", ["rotary", "kv_b_proj"], (sh.cp - 1) * T * a * (qk + vd) * B,
                 sh.cp, comm_bytes=b * s * a * (qk + vd) * B // 2)
     else:
@@ -110,7 +110,7 @@ def mla_backward(g: Ops, sh: Shape, src: str) -> str:
             bytes_out=(T * a * qk + b * s * a * (qk + vd)) * B))
         grads = ["flash_attn.bwd"]
         if sh.cp > 1:
-            grads.append(g.group_collective(
+            grads.append(g.ring_exchange(
                 "ring_kv_exchange.bwd", ["out_proj.dX"], 2 * (sh.cp - 1) * T * a * (qk + vd) * B,
                 sh.cp, comm_bytes=b * s * a * (qk + vd) * B))
         q_grad = kv_grad = grads

@@ -22,6 +22,13 @@ UNFUSED_ATTENTION_OPS = frozenset((
     "attn_context.dX", "attn_context.dW", "attn_dropout.bwd", "softmax.bwd",
     "attn_scores.dX", "attn_scores.dW"))
 
+#: What a collective operator (kind 3) does: the ``collective`` array of an OpGraph holds the
+#: index into this table (0 for every other operator). ``phaze.collectives`` prices each.
+#: "p2p" is a ring exchange of point-to-point sends (ring attention's K/V exchange).
+COLLECTIVE_KINDS = ("none", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
+COLL_NONE, COLL_ALL_REDUCE, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_ALL_TO_ALL, COLL_P2P = \
+    range(len(COLLECTIVE_KINDS))
+
 
 @dataclass(frozen=True, eq=False)
 class OpGraph:
@@ -37,6 +44,9 @@ class OpGraph:
     - ``comm_bytes`` int64: bytes each participant contributes to a collective (0 otherwise).
     - ``group_size`` int32: participants of a collective (the tensor-parallel width t; ep for
       an ``alltoall_*``, cp for ``ring_kv_exchange*``; 1 otherwise).
+    - ``collective`` int8: what a collective does, an index into :data:`COLLECTIVE_KINDS`
+      (all-reduce, reduce-scatter, all-gather, all-to-all, point-to-point ring exchange);
+      0 ("none") for every other operator. Absent, every collective is an all-reduce.
     - ``pred_ptr`` int32 (n+1), ``pred_idx`` int32: CSR lists of predecessors.
     - ``names``: list of str.
     - ``bytes_per_element``: element size of the 16-bit tensors the byte counts were
@@ -64,6 +74,7 @@ class OpGraph:
     bytes_per_element: int = 2
     dtype: str = DEFAULT_DTYPE
     fp8: np.ndarray = None
+    collective: np.ndarray = None
     _order: np.ndarray = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -83,9 +94,12 @@ class OpGraph:
         set_(self, "dtype", check_dtype(self.dtype))
         fp8 = np.zeros(n, dtype=bool) if self.fp8 is None else self.fp8
         set_(self, "fp8", np.ascontiguousarray(fp8, dtype=bool).reshape(n))
+        coll = np.where(self.kind == 3, COLL_ALL_REDUCE, COLL_NONE) if self.collective is None \
+            else self.collective
+        set_(self, "collective", np.ascontiguousarray(coll, dtype=np.int8).reshape(n))
         self._validate()
         for name in ("kind", "dims", "cycles_per_element", "elements", "bytes_in", "bytes_out",
-                     "comm_bytes", "group_size", "pred_ptr", "pred_idx", "fp8"):
+                     "comm_bytes", "group_size", "pred_ptr", "pred_idx", "fp8", "collective"):
             getattr(self, name).setflags(write=False)
 
     # -- construction helpers -------------------------------------------------
@@ -93,7 +107,9 @@ class OpGraph:
     def from_ops(cls, ops, *, bytes_per_element: int = 2, dtype: str = DEFAULT_DTYPE) -> "OpGraph":
         """Build from a list of dicts with keys name, kind, preds (names or indices) and
         any of dims, cycles_per_element, elements, bytes_in, bytes_out, comm_bytes,
-        group_size, fp8 (absent numeric keys are 0; group_size defaults to 1, fp8 to False)."""
+        group_size, fp8, collective (absent numeric keys are 0; group_size defaults to 1,
+        fp8 to False, collective to "all_reduce" for a kind-3 operator; a collective may be
+        given by its name in :data:`COLLECTIVE_KINDS` or its index)."""
         index = {}
         for i, op in enumerate(ops):
             if op["name"] in index:
@@ -127,6 +143,7 @@ class OpGraph:
             bytes_per_element=bytes_per_element,
             dtype=dtype,
             fp8=np.array([bool(op.get("fp8", False)) for op in ops], dtype=bool),
+            collective=np.array([_collective_code(op) for op in ops], dtype=np.int8),
         )
 
     # -- validation -----------------------------------------------------------
@@ -154,6 +171,13 @@ class OpGraph:
         if np.any(self.group_size < 1):
             row = int(np.flatnonzero(self.group_size < 1)[0])
             raise ValueError(f"operator {self.names[row]!r}: group_size must be >= 1")
+        coll = self.collective
+        bad = (coll < 0) | (coll >= len(COLLECTIVE_KINDS)) | ((coll == COLL_NONE) != (self.kind != 3))
+        if np.any(bad):
+            row = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"operator {self.names[row]!r}: collective must be one of "
+                             f"{', '.join(COLLECTIVE_KINDS[1:])} for a collective (kind 3) and "
+                             f"none otherwise")
         bad = self.fp8 & ~((self.kind == 0) | (self.kind == 2))
         if np.any(bad):
             raise ValueError(f"operator {self.names[int(np.flatnonzero(bad)[0])]!r}: fp8 applies "
@@ -211,9 +235,31 @@ class OpGraph:
         if np.any(self.fp8):  # a 16-bit graph hashes as it always did
             h.update(b"fp8")
             h.update(self.fp8.tobytes())
+        if np.any(self.collective > COLL_ALL_REDUCE):  # all-reduces alone hash as they always did
+            h.update(b"collective")
+            h.update(self.collective.tobytes())
         return h.hexdigest()
+
+    def collectives(self, *kinds) -> np.ndarray:
+        """bool per operator: whether it is a collective of one of ``kinds`` (names of
+        :data:`COLLECTIVE_KINDS`)."""
+        codes = [COLLECTIVE_KINDS.index(k) for k in kinds]
+        return np.isin(self.collective, codes)
 
     def __repr__(self):
         counts = np.bincount(self.kind, minlength=4)
         return (f"OpGraph({self.n_ops} ops: {counts[0]} gemm, {counts[1]} vector, "
                 f"{counts[2]} fused, {counts[3]} collective)")
+
+
+def _collective_code(op) -> int:
+    """The ``collective`` index of one operator dict of :meth:`OpGraph.from_ops`."""
+    c = op.get("collective")
+    if c is None:
+        return COLL_ALL_REDUCE if op.get("kind") == 3 else COLL_NONE
+    if isinstance(c, str):
+        if c not in COLLECTIVE_KINDS:
+            raise ValueError(f"operator {op['name']!r}: collective must be one of "
+                             f"{', '.join(COLLECTIVE_KINDS)}, got {c!r}")
+        return COLLECTIVE_KINDS.index(c)
+    return int(c)

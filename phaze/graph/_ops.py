@@ -6,7 +6,8 @@ sizes :class:`Shape`. Shared by ``graph`` and the block builders (``_graph_block
 from __future__ import annotations
 
 from .. import precision
-from ._opgraph import OpGraph
+from ._opgraph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_P2P,
+                       COLL_REDUCE_SCATTER, OpGraph)
 
 #: Operator kinds (the ``kind`` array of an OpGraph).
 KIND_GEMM = 0        # tensor GEMM / batched matmul, runs on tensor cores
@@ -133,10 +134,10 @@ class Ops:
                              bytes_out=bytes_out))
         return name
 
-    def allreduce(self, name, preds, nbytes, comm_bytes=None):
+    def allreduce(self, name, preds, nbytes, comm_bytes=None, collective=COLL_ALL_REDUCE):
         """An all-reduce of ``nbytes`` per participant over the t slices; none when t = 1
         (then the producer itself is what follows wait on). ``comm_bytes``: the bytes the
-        ring prices (default ``nbytes``)."""
+        ring prices (default ``nbytes``); ``collective``: its ``OpGraph.collective`` code."""
         preds = uniq(preds)
         if self.t == 1:
             assert len(preds) == 1
@@ -144,30 +145,30 @@ class Ops:
         self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds,
                              comm_bytes=nbytes if comm_bytes is None else comm_bytes,
                              group_size=self.t, elements=nbytes // self.B,
-                             bytes_in=nbytes, bytes_out=nbytes))
+                             bytes_in=nbytes, bytes_out=nbytes, collective=collective))
         return name
 
-    def _sp_collective(self, name, preds, nbytes):
+    def _sp_collective(self, name, preds, nbytes, collective):
         # Reduce-scatter and all-gather move (n−1)/n of the full tensor per rank in a ring,
         # half an all-reduce's 2(n−1)/n: they are stored as collectives (kind 3, priced as a
-        # ring all-reduce) of half the bytes, which gives the exact bandwidth term. Their
-        # name prefix ("reduce_scatter_", "allgather_") says what they are; the
-        # training-step model (phaze.step) prices them with their own ring latency (n − 1
-        # steps, where the all-reduce form charges 2(n − 1)).
-        return self.allreduce(name, preds, nbytes, comm_bytes=nbytes // 2)
+        # ring all-reduce by phaze.cost) of half the bytes, which gives the exact bandwidth
+        # term. Their ``collective`` code says what they are; the training-step model
+        # (phaze.step) prices them with their own ring latency (n − 1 steps, where the
+        # all-reduce form charges 2(n − 1)).
+        return self.allreduce(name, preds, nbytes, comm_bytes=nbytes // 2, collective=collective)
 
     def reduce_scatter(self, name, preds, nbytes):
         """Reduce-scatter of an ``nbytes`` tensor (bytes per participant before the
         scatter) over the t slices; none when t = 1. ``name`` must start with
         ``reduce_scatter_``."""
         assert name.startswith("reduce_scatter_")
-        return self._sp_collective(name, preds, nbytes)
+        return self._sp_collective(name, preds, nbytes, COLL_REDUCE_SCATTER)
 
     def all_gather(self, name, preds, nbytes):
         """All-gather ending with ``nbytes`` on every slice; none when t = 1. ``name`` must
         start with ``allgather_``."""
         assert name.startswith("allgather_")
-        return self._sp_collective(name, preds, nbytes)
+        return self._sp_collective(name, preds, nbytes, COLL_ALL_GATHER)
 
     def tp_reduce(self, tag, src, nbytes, sequence_parallel):
         """The tensor-parallel reduction of ``src`` (a row-parallel GEMM's partial sums, or
@@ -178,18 +179,27 @@ class Ops:
             return self.reduce_scatter("reduce_scatter_" + tag, [src], nbytes)
         return self.allreduce("allreduce_" + tag, [src], nbytes)
 
-    def group_collective(self, name, preds, nbytes, group, *, comm_bytes):
+    def group_collective(self, name, preds, nbytes, group, *, comm_bytes, collective=COLL_P2P):
         """A collective over ``group`` ranks other than the tensor-parallel group (expert or
         context parallel); none when ``group`` = 1. ``comm_bytes``: what the ring all-reduce
-        price 2(n−1)/n·comm_bytes/BW of ``phaze.cost`` is given."""
+        price 2(n−1)/n·comm_bytes/BW of ``phaze.cost`` is given; ``collective``: its
+        ``OpGraph.collective`` code (default the point-to-point ring exchange)."""
         preds = uniq(preds)
         if group == 1:
             assert len(preds) == 1
             return preds[0]
         self.ops.append(dict(name=name, kind=KIND_COLLECTIVE, preds=preds, comm_bytes=comm_bytes,
                              group_size=group, elements=nbytes // self.B, bytes_in=nbytes,
-                             bytes_out=nbytes))
+                             bytes_out=nbytes, collective=collective))
         return name
+
+    def ring_exchange(self, name, preds, nbytes, group, *, comm_bytes):
+        """Ring attention's exchange over ``group`` context-parallel ranks: group − 1
+        point-to-point steps bringing ``nbytes`` to each rank (``collective`` "p2p"); none
+        when ``group`` = 1. ``name`` starts with ``ring_kv_exchange``."""
+        assert name.startswith("ring_kv_exchange")
+        return self.group_collective(name, preds, nbytes, group, comm_bytes=comm_bytes,
+                                     collective=COLL_P2P)
 
     def all_to_all(self, name, preds, nbytes, group):
         """All-to-all of the ``nbytes`` a rank holds over ``group`` ranks (expert
@@ -200,7 +210,8 @@ class Ops:
         counts 2(n−1) steps where a pairwise all-to-all takes n − 1). ``name`` starts with
         ``alltoall_``."""
         assert name.startswith("alltoall_")
-        return self.group_collective(name, preds, nbytes, group, comm_bytes=nbytes // 2)
+        return self.group_collective(name, preds, nbytes, group, comm_bytes=nbytes // 2,
+                                     collective=COLL_ALL_TO_ALL)
 
     def graph(self) -> OpGraph:
         return OpGraph.from_ops(self.ops, bytes_per_element=self.B, dtype=self.dtype)

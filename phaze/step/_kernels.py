@@ -5,38 +5,49 @@ One definition of the step: ``training_step`` prices its layers in Python (``pha
 and then calls :func:`step_time` and :func:`stage_memory` below for the breakdown; the
 search kernel :func:`search_rows` calls the very same functions for every plan it keeps,
 so the fixed-plan path and the search cannot drift. The model itself is documented in
-``phaze/step.py``; the functions here are its literal transcription, in the same order of
-floating-point operations (so the numbers are identical compiled and under
-``NUMBA_DISABLE_JIT=1``, and identical to the pure-Python version they replaced).
+``phaze/step/_model.py``; the functions here are its literal transcription, in the same
+order of floating-point operations (so the numbers are identical compiled and under
+``NUMBA_DISABLE_JIT=1``, and identical to the pure-Python version they replaced). Every
+collective is priced by :mod:`phaze.collectives`.
 
-Packed inputs (dense float64 / int64 arrays, no Python objects):
+The kernels take numpy records (structured dtypes, declared once below) whole:
 
-- ``lt`` (layer times of one (t, sequence parallel, flash, cp, ep) variant on one row, seconds):
-  ``LT_*`` indices below — embedding / block / head forward and backward, the block's
-  attention core (what selective recomputation re-runs), and one pipeline send of the
+- :data:`ROW_PARAMS` — one row's collective parameters (the fields of
+  ``collectives.FABRIC_DTYPE``: NCCL α parts in s, η·bandwidth of the in-node link and of
+  the network in bytes/s), η·HBM bandwidth (bytes/s) and the kernel launch gap (s).
+- :data:`LAYER_TIMES` — layer times of one (t, sequence parallel, flash, cp, ep) variant on
+  one row (seconds, one microbatch): embedding / block / head forward and backward, the
+  block's attention core (what selective recomputation re-runs), one pipeline send of the
   boundary tensor inside a node / between nodes; the MoE block's forward, backward and
   attention core; the flash-attention kernels the K/V exchange overlaps.
-- ``rp`` (one row's collective parameters): ``RP_*`` — NCCL α parts (s), the η·bandwidth
-  of the in-node link and of the network (bytes/s), η·HBM bandwidth (bytes/s), the kernel
-  launch gap (s).
-- ``ints`` (one variant's sizes, bytes): ``VI_*`` — parameter bytes of the embedding,
-  block and head slices, bytes per element, the boundary tensor, the tied word embedding
-  (elements), the block's stash under the recomputation mode, the embedding's and head's
-  stashes, the recomputation workspace; the MoE block's parameter bytes (and its routed
-  experts' part), stash and FP8 weight copies; the bytes of one all-to-all and how many
-  the MoE block runs forward and backward; the K/V exchange bytes forward and backward.
-- ``moe_prefix`` (L + 1,): how many of layers 0..i−1 are mixture-of-experts layers, from
-  which each stage's dense and MoE layer counts follow (:func:`stage_kinds`).
-- geometry of Megatron's rank layout (:func:`geometry`, :func:`group_geometry`): per
-  stage the nodes spanned by its context-parallel, expert-parallel and
-  expert-data-parallel groups, and per stage boundary a bit mask of
-  the (between nodes?, receiver's tensor-parallel group spans 2 nodes?) cases that occur
-  over the data-parallel index, per stage the nodes its data-parallel ring spans, the
-  nodes of the embedding all-reduce and of the model-parallel group.
+- :data:`SIZES` — one variant's sizes (bytes unless said): parameter bytes of the
+  embedding, block and head slices, bytes per element, the boundary tensor, the tied word
+  embedding (elements), the block's stash under the recomputation mode, the embedding's
+  and head's stashes, the recomputation workspace; the MoE block's parameter bytes (and
+  its routed experts' part), stash and FP8 weight copies; the bytes of one all-to-all and
+  how many the MoE block runs forward and backward; the K/V exchange bytes forward and
+  backward.
+- :data:`PLAN` — one plan: the parallel widths, virtual stages, microbatches, layers,
+  ZeRO stage, overlap, recomputation code, sequence parallelism and the optimizer's
+  bytes per parameter, kernels and tiny all-reduces.
+- :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
+  Megatron's rank layout on the row's nodes (:func:`geometry`, :func:`group_geometry`):
+  per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
+  2 nodes?) cases of its boundary over the data-parallel index, and the nodes spanned by
+  its data-parallel ring and its worst context-parallel, expert-parallel and
+  expert-data-parallel groups; per plan the nodes of the embedding all-reduce and of the
+  model-parallel group.
+- :data:`BREAKDOWN` (filled by :func:`step_time`) and :data:`MEMORY` (by
+  :func:`stage_memory`): the outputs.
+- ``moe_prefix`` (L + 1,) int64: how many of layers 0..i−1 are mixture-of-experts layers,
+  from which each stage's dense and MoE layer counts follow (:func:`stage_kinds`).
 """
 
 import numpy as np
 from numba import njit
+
+from .. import collectives as coll
+from ..collectives import FABRIC_DTYPE
 
 # Bytes per parameter (sheet §5.1): 16-bit weights, fp32 main gradients, Adam's fp32 state.
 WEIGHT_BYTES = 2
@@ -46,48 +57,45 @@ OPT_STATE_BYTES = 12
 #: Recomputation modes as the kernels code them.
 REC_NONE, REC_SELECTIVE, REC_FULL = 0, 1, 2
 
-LT_EMB_F, LT_EMB_B, LT_BLK_F, LT_BLK_B, LT_BLK_CORE, LT_HEAD_F, LT_HEAD_B, LT_SEND_IN, \
-    LT_SEND_NET, LT_MOE_F, LT_MOE_B, LT_MOE_CORE, LT_FLASH_F, LT_FLASH_B = range(14)
-N_LT = 14
-RP_COLL, RP_LINK_STEP, RP_NET_STEP, RP_LINK_BW, RP_NET_BW, RP_HBM_BW, RP_LAUNCH = range(7)
-N_RP = 7
-VI_EMB_PB, VI_BLK_PB, VI_HEAD_PB, VI_E, VI_ACT, VI_WORD, VI_BLK_STASH, VI_EMB_STASH, \
-    VI_HEAD_STASH, VI_WS, VI_BLK_FP8_W, VI_MOE_PB, VI_MOE_EXP_PB, VI_MOE_STASH, VI_MOE_FP8_W, \
-    VI_A2A_BYTES, VI_A2A_F_N, VI_A2A_B_N, VI_RING_F, VI_RING_B, VI_MOE_EXP_FP8_W = range(21)
-N_VI = 21
-#: Breakdown slots filled by :func:`step_time`.
-BD_TOTAL, BD_PIPELINE, BD_STEADY, BD_BUBBLE, BD_DP, BD_EMB, BD_OPT, BD_SLOT, BD_F, BD_B, \
-    BD_REC, BD_P2P, BD_M, BD_CRIT = range(14)
-N_BD = 14
-#: Memory slots filled by :func:`stage_memory` (bytes, except the count in flight).
-MEM_WEIGHTS, MEM_GRADS, MEM_OPT, MEM_ACT, MEM_OTHER, MEM_WS, MEM_IN_FLIGHT, MEM_LAYER_STATE = \
-    range(8)
-N_MEM = 8
+
+def _fields(kind, names):
+    return [(n, kind) for n in names]
 
 
-@njit(cache=True, nogil=True)
-def ring_seconds(nbytes, n, nodes, passes, coll_latency_s, link_step_s, net_step_s, link_bw,
-                 net_bw):
-    """A ring collective of n ranks spanning ``nodes`` nodes that goes ``passes`` times
-    round the ring (2: all-reduce, 1: all-gather or reduce-scatter), seconds; 0 for one
-    rank. ``link_bw``/``net_bw``: η·bandwidth of each tier (bytes/s). phaze/step.py's
-    module docstring gives the α–β form."""
-    if n <= 1:
-        return 0.0
-    x = passes * (nodes - 1)
-    alpha = coll_latency_s + (passes * (n - 1) - x) * link_step_s + x * net_step_s
-    bw = net_bw if nodes > 1 else link_bw
-    return alpha + passes * (n - 1) / n * float(nbytes) / bw
+#: One row's collective parameters (a ``collectives.FABRIC_DTYPE`` record and two more).
+ROW_PARAMS = np.dtype(FABRIC_DTYPE.descr + [("hbm_bw", "f8"), ("launch_s", "f8")])
+#: Layer times of one variant on one row, seconds.
+LAYER_TIMES = np.dtype(_fields("f8", (
+    "emb_f", "emb_b", "blk_f", "blk_b", "blk_core", "head_f", "head_b", "send_in", "send_net",
+    "moe_f", "moe_b", "moe_core", "flash_f", "flash_b")))
+#: Sizes of one variant (bytes; ``word_elements`` and the all-to-all counts are counts).
+SIZES = np.dtype(_fields("i8", (
+    "emb_pb", "blk_pb", "head_pb", "elem_bytes", "act_bytes", "word_elements", "blk_stash",
+    "emb_stash", "head_stash", "workspace", "blk_fp8_w", "moe_pb", "moe_exp_pb", "moe_stash",
+    "moe_fp8_w", "a2a_bytes", "a2a_f_n", "a2a_b_n", "ring_f", "ring_b", "moe_exp_fp8_w")))
+#: One plan as the kernels price it.
+PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8"),
+                 ("v", "i8"), ("m", "i8"), ("n_layers", "i8"), ("zero", "i8"), ("ogr", "?"),
+                 ("rec_mode", "i8"), ("sp", "?"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
+                 ("n_tiny", "i8")])
+#: Megatron's rank layout per stage (see the module docstring).
+STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
+                                      "edp_nodes")))
+#: Nodes of a plan's embedding all-reduce and model-parallel group.
+CELL_NODES = np.dtype(_fields("i8", ("emb_nodes", "mp_nodes")))
+#: The step's time and its parts (seconds; phaze.step.StepBreakdown has the same fields).
+BREAKDOWN = np.dtype(_fields("f8", (
+    "total_s", "pipeline_s", "steady_s", "bubble_s", "dp_allreduce_s", "embedding_allreduce_s",
+    "optimizer_s", "slot_s", "forward_s", "backward_s", "recompute_s", "p2p_s"))
+    + _fields("i8", ("microbatches", "critical_stage")))
+#: Bytes held by one GPU of a stage (the count in flight a count; phaze.step.MemoryBreakdown).
+MEMORY = np.dtype(_fields("i8", (
+    "weights", "gradients", "optimizer_state", "activations", "activations_other", "workspace",
+    "in_flight", "layer_param_state")))
 
-
-@njit(cache=True, nogil=True)
-def ring_rows(nbytes, n, passes, rp, node_size, out):
-    """:func:`ring_seconds` of one collective over ranks 0..n−1 on every row (``rp`` (rows,
-    N_RP), ``node_size`` (rows,)) into ``out`` (rows,)."""
-    for k in range(out.shape[0]):
-        nodes = (n - 1) // node_size[k] + 1
-        out[k] = ring_seconds(nbytes, n, nodes, passes, rp[k, RP_COLL], rp[k, RP_LINK_STEP],
-                              rp[k, RP_NET_STEP], rp[k, RP_LINK_BW], rp[k, RP_NET_BW])
+#: Kept for callers of the step kernels' ring: the one in ``phaze.collectives``.
+ring_seconds = coll.ring_seconds
+exchange_seconds = coll.exchange_seconds
 
 
 @njit(cache=True, nogil=True)
@@ -100,21 +108,6 @@ def span_nodes(first, stride, count, node_size):
     if stride > node_size:
         return count
     return (first + (count - 1) * stride) // node_size - first // node_size + 1
-
-
-@njit(cache=True, nogil=True)
-def exchange_seconds(nbytes, n, nodes, coll_latency_s, link_step_s, net_step_s, link_bw, net_bw):
-    """Ring attention's K/V exchange over n context-parallel ranks spanning ``nodes`` nodes:
-    n − 1 point-to-point steps (all ranks send at once round the ring) that together bring
-    ``nbytes`` to each rank, seconds; 0 for one rank. α = coll_latency_s + (n − 1 − x)·
-    link_step_s + x·net_step_s with x = nodes − 1 steps crossing a node boundary (as
-    :func:`ring_seconds` counts them); β = nbytes / (η·BW) of the slowest tier crossed."""
-    if n <= 1:
-        return 0.0
-    x = nodes - 1
-    alpha = coll_latency_s + (n - 1 - x) * link_step_s + x * net_step_s
-    bw = net_bw if nodes > 1 else link_bw
-    return alpha + float(nbytes) / bw
 
 
 @njit(cache=True, nogil=True)
@@ -216,33 +209,33 @@ def stage_kinds(r, p, v, n_layers, moe_prefix):
 
 
 @njit(cache=True, nogil=True)
-def stage_params(r, p, nd, nm, ints):
+def stage_params(r, p, nd, nm, sz):
     """(dense, routed-expert) parameters of stage r's slice holding ``nd`` dense and ``nm``
     MoE layers (the embedding on the first stage, the head on the last)."""
-    n = nd * ints[VI_BLK_PB] + nm * (ints[VI_MOE_PB] - ints[VI_MOE_EXP_PB])
+    n = nd * sz.blk_pb + nm * (sz.moe_pb - sz.moe_exp_pb)
     if r == 0:
-        n += ints[VI_EMB_PB]
+        n += sz.emb_pb
     if r == p - 1:
-        n += ints[VI_HEAD_PB]
-    return n // ints[VI_E], nm * ints[VI_MOE_EXP_PB] // ints[VI_E]
+        n += sz.head_pb
+    return n // sz.elem_bytes, nm * sz.moe_exp_pb // sz.elem_bytes
 
 
 @njit(cache=True, nogil=True)
-def layer_times(cp, ep, cp_nodes, ep_nodes, lt, ints, rp):
+def layer_times(cp, ep, stage, lt, sz, rp):
     """Forward and backward seconds of one dense and one MoE block (one microbatch) on a
-    stage whose context-parallel ring spans ``cp_nodes`` nodes and expert-parallel group
-    ``ep_nodes``: the priced operators (``lt``), plus the K/V exchange's excess over the
-    flash attention it runs concurrently with (max(0, exchange − attention), forward and
-    backward), plus the all-to-alls (:func:`ring_seconds`, one pass over the ep ranks)."""
-    bf = lt[LT_BLK_F]
-    bb = lt[LT_BLK_B]
-    mf = lt[LT_MOE_F]
-    mb = lt[LT_MOE_B]
+    stage (a :data:`STAGE_NODES` record) whose context-parallel ring spans
+    ``stage.cp_nodes`` nodes and expert-parallel group ``stage.ep_nodes``: the priced
+    operators (``lt``), plus the K/V exchange's excess over the flash attention it runs
+    concurrently with (max(0, exchange − attention), forward and backward; the exchange
+    ``collectives.p2p_seconds``), plus the all-to-alls (``collectives.all_to_all_seconds``
+    over the ep ranks)."""
+    bf = lt.blk_f
+    bb = lt.blk_b
+    mf = lt.moe_f
+    mb = lt.moe_b
     if cp > 1:
-        xf = exchange_seconds(ints[VI_RING_F], cp, cp_nodes, rp[RP_COLL], rp[RP_LINK_STEP],
-                              rp[RP_NET_STEP], rp[RP_LINK_BW], rp[RP_NET_BW]) - lt[LT_FLASH_F]
-        xb = exchange_seconds(ints[VI_RING_B], cp, cp_nodes, rp[RP_COLL], rp[RP_LINK_STEP],
-                              rp[RP_NET_STEP], rp[RP_LINK_BW], rp[RP_NET_BW]) - lt[LT_FLASH_B]
+        xf = coll.p2p_seconds(sz.ring_f, cp, stage.cp_nodes, rp) - lt.flash_f
+        xb = coll.p2p_seconds(sz.ring_b, cp, stage.cp_nodes, rp) - lt.flash_b
         if xf > 0.0:
             bf += xf
             mf += xf
@@ -250,10 +243,9 @@ def layer_times(cp, ep, cp_nodes, ep_nodes, lt, ints, rp):
             bb += xb
             mb += xb
     if ep > 1:
-        a = ring_seconds(ints[VI_A2A_BYTES], ep, ep_nodes, 1, rp[RP_COLL], rp[RP_LINK_STEP],
-                         rp[RP_NET_STEP], rp[RP_LINK_BW], rp[RP_NET_BW])
-        mf += ints[VI_A2A_F_N] * a
-        mb += ints[VI_A2A_B_N] * a
+        a = coll.all_to_all_seconds(sz.a2a_bytes, ep, stage.ep_nodes, rp)
+        mf += sz.a2a_f_n * a
+        mb += sz.a2a_b_n * a
     return bf, bb, mf, mb
 
 
@@ -282,56 +274,65 @@ def stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode):
     f = nd * bf + nm * mf
     bw = nd * bb + nm * mb
     if r == 0:
-        f += lt[LT_EMB_F]
-        bw += lt[LT_EMB_B]
+        f += lt.emb_f
+        bw += lt.emb_b
     if r == p - 1:
-        f += lt[LT_HEAD_F]
-        bw += lt[LT_HEAD_B]
+        f += lt.head_f
+        bw += lt.head_b
     rec = 0.0
     if rec_mode == REC_FULL:
         rec = nd * bf + nm * mf
     elif rec_mode == REC_SELECTIVE:
-        rec = nd * lt[LT_BLK_CORE] + nm * lt[LT_MOE_CORE]
+        rec = nd * lt.blk_core + nm * lt.moe_core
     return f, bw, rec
 
 
 @njit(cache=True, nogil=True)
-def step_time(p, t, d, cp, ep, v, m, n_layers, zero, ogr, rec_mode, sp, opt_bytes, opt_kernels,
-              n_tiny, lt, rp, ints, moe_prefix, masks, dpn, cpn, epn, edpn, emb_nodes, mp_nodes,
-              slots, bd):
-    """The time of one iteration of a plan (phaze/step.py's model), seconds, into ``bd``
-    (``BD_*``); ``slots`` (≥ p, 6) receives per stage: slot, forward, backward,
-    recomputation, transfers, and the seconds of boundary a's crossing. Returns the total.
-    Gradients of the dense parameters are reduced over the cp·d ranks (``dpn``), those of
-    the routed experts over the cp·d/ep expert-data-parallel ranks (``edpn``)."""
-    coll = rp[RP_COLL]
-    lstep = rp[RP_LINK_STEP]
-    nstep = rp[RP_NET_STEP]
-    lbw = rp[RP_LINK_BW]
-    nbw = rp[RP_NET_BW]
-    D = cp * d
+def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
+    """The time of one iteration of ``plan`` (a :data:`PLAN` record; phaze/step/_model.py's
+    model), seconds, into ``bd`` (a :data:`BREAKDOWN` record), on the rank layout
+    ``stages`` (p :data:`STAGE_NODES` records) and ``cell`` (:data:`CELL_NODES`), with the
+    variant's layer times ``lt`` (:data:`LAYER_TIMES`), the row's ``rp``
+    (:data:`ROW_PARAMS`) and the sizes ``sz`` (:data:`SIZES`); ``slots`` (≥ p, 6) receives
+    per stage: slot, forward, backward, recomputation, transfers, and the seconds of
+    boundary a's crossing. Returns the total. Gradients of the dense parameters are
+    reduced over the cp·d ranks (``dp_nodes``), those of the routed experts over the
+    cp·d/ep expert-data-parallel ranks (``edp_nodes``)."""
+    p = plan.p
+    t = plan.t
+    cp = plan.cp
+    ep = plan.ep
+    v = plan.v
+    m = plan.m
+    n_layers = plan.n_layers
+    zero = plan.zero
+    ogr = plan.ogr
+    rec_mode = plan.rec_mode
+    D = cp * plan.d
     edp = D // ep
-    e = ints[VI_E]
+    e = sz.elem_bytes
     # -- one crossing per stage boundary (worst data-parallel index) ------------------
     g1 = 0.0
     g2 = 0.0
-    if not sp:  # with SP the boundary tensor stays split over the t ranks: no gather
-        g1 = ring_seconds(ints[VI_ACT], t, 1, 1, coll, lstep, nstep, lbw, nbw)
-        g2 = ring_seconds(ints[VI_ACT], t, 2, 1, coll, lstep, nstep, lbw, nbw)
+    if not plan.sp:  # with SP the boundary tensor stays split over the t ranks: no gather
+        g1 = coll.all_gather_seconds(sz.act_bytes, t, 1, rp)
+        g2 = coll.all_gather_seconds(sz.act_bytes, t, 2, rp)
     for a in range(p):
-        mk = masks[a]
+        mk = stages[a].mask
         worst = 0.0
         for bit in range(4):
             if mk & (1 << bit):
-                x = (lt[LT_SEND_NET] if bit >= 2 else lt[LT_SEND_IN]) + (g2 if bit & 1 else g1)
+                x = (lt.send_net if bit >= 2 else lt.send_in) + (g2 if bit & 1 else g1)
                 if x > worst:
                     worst = x
         slots[a, 5] = worst
     full = rec_mode == REC_FULL
     crit = 0
     for r in range(p):
+        dpn = stages[r].dp_nodes
+        edpn = stages[r].edp_nodes
         nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
-        bf, bb, mf, mb = layer_times(cp, ep, cpn[r], epn[r], lt, ints, rp)
+        bf, bb, mf, mb = layer_times(cp, ep, stages[r], lt, sz, rp)
         f, bw, rec = stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode)
         comm = stage_comm(r, p, v, slots[:, 5])
         # ZeRO-3: each layer's parameters all-gathered before its forward, its backward
@@ -339,28 +340,26 @@ def step_time(p, t, d, cp, ep, v, m, n_layers, zero, ogr, rec_mode, sp, opt_byte
         extra = 0.0
         if zero >= 3 and D > 1:
             passes = 3 if full else 2
-            blk = ring_seconds(WEIGHT_BYTES * (ints[VI_BLK_PB] // e) * D, D, dpn[r], 1, coll,
-                               lstep, nstep, lbw, nbw)
+            blk = coll.all_gather_seconds(WEIGHT_BYTES * (sz.blk_pb // e) * D, D, dpn, rp)
             extra = passes * nd * blk
             if nm > 0:
-                moe = ring_seconds(WEIGHT_BYTES * ((ints[VI_MOE_PB] - ints[VI_MOE_EXP_PB]) // e)
-                                   * D, D, dpn[r], 1, coll, lstep, nstep, lbw, nbw) \
-                    + ring_seconds(WEIGHT_BYTES * (ints[VI_MOE_EXP_PB] // e) * edp, edp,
-                                   edpn[r], 1, coll, lstep, nstep, lbw, nbw)
+                moe = coll.all_gather_seconds(
+                    WEIGHT_BYTES * ((sz.moe_pb - sz.moe_exp_pb) // e) * D, D, dpn, rp) \
+                    + coll.all_gather_seconds(WEIGHT_BYTES * (sz.moe_exp_pb // e) * edp, edp,
+                                              edpn, rp)
                 extra += passes * nm * moe
             if r == 0:
-                extra += 2 * ring_seconds(WEIGHT_BYTES * (ints[VI_EMB_PB] // e) * D, D, dpn[r],
-                                          1, coll, lstep, nstep, lbw, nbw)
+                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz.emb_pb // e) * D, D,
+                                                     dpn, rp)
             if r == p - 1:
-                extra += 2 * ring_seconds(WEIGHT_BYTES * (ints[VI_HEAD_PB] // e) * D, D,
-                                          dpn[r], 1, coll, lstep, nstep, lbw, nbw)
+                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz.head_pb // e) * D, D,
+                                                     dpn, rp)
         if zero >= 2 and D > 1:
             # per-microbatch reduce-scatter of the gradients as the backward ends
-            dn, en = stage_params(r, p, nd, nm, ints)
-            rs = ring_seconds(GRAD_BYTES * dn, D, dpn[r], 1, coll, lstep, nstep, lbw, nbw)
+            dn, en = stage_params(r, p, nd, nm, sz)
+            rs = coll.reduce_scatter_seconds(GRAD_BYTES * dn, D, dpn, rp)
             if en > 0:
-                rs += ring_seconds(GRAD_BYTES * en, edp, edpn[r], 1, coll, lstep, nstep, lbw,
-                                   nbw)
+                rs += coll.reduce_scatter_seconds(GRAD_BYTES * en, edp, edpn, rp)
             if ogr:
                 extra += max(0.0, rs - bw - rec)
             else:
@@ -382,65 +381,69 @@ def step_time(p, t, d, cp, ep, v, m, n_layers, zero, ogr, rec_mode, sp, opt_byte
     shard = D if zero >= 1 else 1
     shard_e = edp if zero >= 1 else 1
     for r in range(p):
+        dpn = stages[r].dp_nodes
+        edpn = stages[r].edp_nodes
         nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
-        dn, en = stage_params(r, p, nd, nm, ints)
+        dn, en = stage_params(r, p, nd, nm, sz)
         if zero == 0:
-            red = ring_seconds(GRAD_BYTES * dn, D, dpn[r], 2, coll, lstep, nstep, lbw, nbw)
+            red = coll.all_reduce_seconds(GRAD_BYTES * dn, D, dpn, rp)
             if en > 0:
-                red += ring_seconds(GRAD_BYTES * en, edp, edpn[r], 2, coll, lstep, nstep, lbw,
-                                    nbw)
+                red += coll.all_reduce_seconds(GRAD_BYTES * en, edp, edpn, rp)
         elif zero == 1 and D > 1:
-            red = ring_seconds(GRAD_BYTES * dn, D, dpn[r], 1, coll, lstep, nstep, lbw, nbw)
+            red = coll.reduce_scatter_seconds(GRAD_BYTES * dn, D, dpn, rp)
             if en > 0:
-                red += ring_seconds(GRAD_BYTES * en, edp, edpn[r], 1, coll, lstep, nstep, lbw,
-                                    nbw)
+                red += coll.reduce_scatter_seconds(GRAD_BYTES * en, edp, edpn, rp)
         else:
             red = 0.0
         if ogr:
             red = max(0.0, red - slots[r, 2] - slots[r, 3])
         if (zero == 1 or zero == 2) and D > 1:
-            red += ring_seconds(WEIGHT_BYTES * dn, D, dpn[r], 1, coll, lstep, nstep, lbw, nbw)
+            red += coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, rp)
             if en > 0:
-                red += ring_seconds(WEIGHT_BYTES * en, edp, edpn[r], 1, coll, lstep, nstep, lbw,
-                                    nbw)
+                red += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, rp)
         if red > dp_s:
             dp_s = red
-        x = (dn / shard + en / shard_e) * opt_bytes / rp[RP_HBM_BW]
+        x = (dn / shard + en / shard_e) * plan.opt_bytes / rp.hbm_bw
         if r == 0 or x > upd:
             upd = x
     emb_s = 0.0
     if p > 1:
-        emb_s = ring_seconds(GRAD_BYTES * ints[VI_WORD], 2, emb_nodes, 2, coll, lstep, nstep,
-                             lbw, nbw)
-    tiny = ring_seconds(4, p * t, mp_nodes, 2, coll, lstep, nstep, lbw, nbw)
-    opt_s = upd + opt_kernels * rp[RP_LAUNCH] + n_tiny * tiny
+        emb_s = coll.all_reduce_seconds(GRAD_BYTES * sz.word_elements, 2, cell.emb_nodes, rp)
+    tiny = coll.all_reduce_seconds(4, p * t, cell.mp_nodes, rp)
+    opt_s = upd + plan.opt_kernels * rp.launch_s + plan.n_tiny * tiny
     total = steady + bubble + dp_s + emb_s + opt_s
-    bd[BD_TOTAL] = total
-    bd[BD_PIPELINE] = steady + bubble
-    bd[BD_STEADY] = steady
-    bd[BD_BUBBLE] = bubble
-    bd[BD_DP] = dp_s
-    bd[BD_EMB] = emb_s
-    bd[BD_OPT] = opt_s
-    bd[BD_SLOT] = slot
-    bd[BD_F] = slots[crit, 1]
-    bd[BD_B] = slots[crit, 2]
-    bd[BD_REC] = slots[crit, 3]
-    bd[BD_P2P] = slots[crit, 4]
-    bd[BD_M] = m
-    bd[BD_CRIT] = crit
+    bd.total_s = total
+    bd.pipeline_s = steady + bubble
+    bd.steady_s = steady
+    bd.bubble_s = bubble
+    bd.dp_allreduce_s = dp_s
+    bd.embedding_allreduce_s = emb_s
+    bd.optimizer_s = opt_s
+    bd.slot_s = slot
+    bd.forward_s = slots[crit, 1]
+    bd.backward_s = slots[crit, 2]
+    bd.recompute_s = slots[crit, 3]
+    bd.p2p_s = slots[crit, 4]
+    bd.microbatches = m
+    bd.critical_stage = crit
     return total
 
 
 @njit(cache=True, nogil=True)
-def stage_memory(r, p, v, m, d, cp, ep, n_layers, zero, ints, moe_prefix, out):
-    """Bytes held by one GPU of stage r (phaze/step.py, "Memory per GPU") into ``out``
-    (``MEM_*``); returns their total (all but the count in flight and the layer state).
-    ZeRO shards the dense parameters' state over the cp·d ranks and the routed experts'
-    over the cp·d/ep expert-data-parallel ranks."""
-    D = cp * d
+def stage_memory(r, plan, sz, moe_prefix, out):
+    """Bytes held by one GPU of stage r of ``plan`` (phaze/step/_model.py, "Memory per
+    GPU") into ``out`` (a :data:`MEMORY` record); returns their total (all but the count
+    in flight and the layer state). ZeRO shards the dense parameters' state over the cp·d
+    ranks and the routed experts' over the cp·d/ep expert-data-parallel ranks."""
+    p = plan.p
+    v = plan.v
+    m = plan.m
+    ep = plan.ep
+    n_layers = plan.n_layers
+    zero = plan.zero
+    D = plan.cp * plan.d
     edp = D // ep
-    e = ints[VI_E]
+    e = sz.elem_bytes
     nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
     # ZeRO shards: optimizer state from stage 1, gradients from 2, weights at 3.
     w_div = D if zero >= 3 else 1
@@ -451,10 +454,10 @@ def stage_memory(r, p, v, m, d, cp, ep, n_layers, zero, ints, moe_prefix, out):
     o_div_e = edp if zero >= 1 else 1
     per_param = WEIGHT_BYTES / w_div + GRAD_BYTES / g_div + OPT_STATE_BYTES / o_div
     per_param_e = WEIGHT_BYTES / w_div_e + GRAD_BYTES / g_div_e + OPT_STATE_BYTES / o_div_e
-    dn, en = stage_params(r, p, nd, nm, ints)
+    dn, en = stage_params(r, p, nd, nm, sz)
     if v == 1:
         in_flight = min(p - r, m)
-        act = in_flight * (nd * ints[VI_BLK_STASH] + nm * ints[VI_MOE_STASH])
+        act = in_flight * (nd * sz.blk_stash + nm * sz.moe_stash)
         ends_in_flight = in_flight
     else:
         # Megatron's interleaved warm-up: 2(p − r − 1) + (v − 1)·p + 1 chunk-microbatches,
@@ -465,43 +468,43 @@ def stage_memory(r, p, v, m, d, cp, ep, n_layers, zero, ints, moe_prefix, out):
         for c in range(v):
             k = c * p + r
             cm = moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
-            x = (lc - cm) * ints[VI_BLK_STASH] + cm * ints[VI_MOE_STASH]
+            x = (lc - cm) * sz.blk_stash + cm * sz.moe_stash
             if x > chunk:
                 chunk = x
         act = in_flight * chunk
         ends_in_flight = -(-in_flight // v)
     other = 0
     if r == 0:
-        other += ends_in_flight * ints[VI_EMB_STASH]
+        other += ends_in_flight * sz.emb_stash
     if r == p - 1:
-        other += ends_in_flight * ints[VI_HEAD_STASH]
-    workspace = ints[VI_WS]
+        other += ends_in_flight * sz.head_stash
+    workspace = sz.workspace
     if zero >= 3 and D > 1:
         # the gathered parameters of the layer running and of the one prefetched
         biggest = 0
         if nd > 0:
-            biggest = ints[VI_BLK_PB] // e
-        if nm > 0 and ints[VI_MOE_PB] // e > biggest:
-            biggest = ints[VI_MOE_PB] // e
+            biggest = sz.blk_pb // e
+        if nm > 0 and sz.moe_pb // e > biggest:
+            biggest = sz.moe_pb // e
         workspace += 2 * WEIGHT_BYTES * biggest
     # fp8 training: Transformer Engine's FP8 copies of the blocks' GEMM weights (both
-    # layouts, ``VI_*_FP8_W`` bytes per layer; 0 otherwise), sharded like the weights.
-    out[MEM_WEIGHTS] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) \
-        + int(nd * ints[VI_BLK_FP8_W] / w_div) + int(nm * ints[VI_MOE_FP8_W] / w_div) \
-        + int(nm * ints[VI_MOE_EXP_FP8_W] / w_div_e)
-    out[MEM_GRADS] = int(GRAD_BYTES * dn / g_div) + int(GRAD_BYTES * en / g_div_e)
-    out[MEM_OPT] = int(OPT_STATE_BYTES * dn / o_div) + int(OPT_STATE_BYTES * en / o_div_e)
-    out[MEM_ACT] = act
-    out[MEM_OTHER] = other
-    out[MEM_WS] = workspace
-    out[MEM_IN_FLIGHT] = in_flight
-    out[MEM_LAYER_STATE] = int(nd * (ints[VI_BLK_PB] // e) * per_param) \
-        + int(nd * ints[VI_BLK_FP8_W] / w_div) \
-        + int(nm * ((ints[VI_MOE_PB] - ints[VI_MOE_EXP_PB]) // e) * per_param) \
-        + int(nm * (ints[VI_MOE_EXP_PB] // e) * per_param_e) \
-        + int(nm * ints[VI_MOE_FP8_W] / w_div) + int(nm * ints[VI_MOE_EXP_FP8_W] / w_div_e)
-    return (out[MEM_WEIGHTS] + out[MEM_GRADS] + out[MEM_OPT] + out[MEM_ACT] + out[MEM_OTHER]
-            + out[MEM_WS])
+    # layouts, the ``*_fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
+    out.weights = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) \
+        + int(nd * sz.blk_fp8_w / w_div) + int(nm * sz.moe_fp8_w / w_div) \
+        + int(nm * sz.moe_exp_fp8_w / w_div_e)
+    out.gradients = int(GRAD_BYTES * dn / g_div) + int(GRAD_BYTES * en / g_div_e)
+    out.optimizer_state = int(OPT_STATE_BYTES * dn / o_div) + int(OPT_STATE_BYTES * en / o_div_e)
+    out.activations = act
+    out.activations_other = other
+    out.workspace = workspace
+    out.in_flight = in_flight
+    out.layer_param_state = int(nd * (sz.blk_pb // e) * per_param) \
+        + int(nd * sz.blk_fp8_w / w_div) \
+        + int(nm * ((sz.moe_pb - sz.moe_exp_pb) // e) * per_param) \
+        + int(nm * (sz.moe_exp_pb // e) * per_param_e) \
+        + int(nm * sz.moe_fp8_w / w_div) + int(nm * sz.moe_exp_fp8_w / w_div_e)
+    return (out.weights + out.gradients + out.optimizer_state + out.activations + out.activations_other
+            + out.workspace)
 
 
 # ---------------------------------------------------------------------------
@@ -599,11 +602,31 @@ def _cell_ok(t, cp, ep, p, d, node_size, devices):
 
 
 @njit(cache=True, nogil=True)
+def stage_geometry(p, t, d, cp, ep, node_size, stages, cell):
+    """Megatron's rank layout of a plan on nodes of ``node_size``: :func:`geometry` and
+    :func:`group_geometry` into ``stages`` (p :data:`STAGE_NODES` records) and ``cell``
+    (a :data:`CELL_NODES` record)."""
+    masks = np.empty(p, dtype=np.int64)
+    dpn = np.empty(p, dtype=np.int64)
+    cpn = np.empty(p, dtype=np.int64)
+    epn = np.empty(p, dtype=np.int64)
+    edpn = np.empty(p, dtype=np.int64)
+    cell.emb_nodes, cell.mp_nodes = geometry(p, t, cp * d, node_size, masks, dpn)
+    group_geometry(p, t, d, cp, ep, node_size, cpn, epn, edpn)
+    for r in range(p):
+        st = stages[r]
+        st.mask = masks[r]
+        st.dp_nodes = dpn[r]
+        st.cp_nodes = cpn[r]
+        st.ep_nodes = epn[r]
+        st.edp_nodes = edpn[r]
+
+
+@njit(cache=True, nogil=True)
 def build_geometry(geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values, devices):
-    """:func:`geometry` and :func:`group_geometry` of every valid cell (t, cp, ep, p, d) on
-    every distinct node size: offsets (cells, sizes) into the flat per-stage arrays
-    ``masks``, ``dpn``, ``cpn``, ``epn``, ``edpn`` (p entries per cell and size), and the
-    embedding and model-parallel node counts (cells, sizes)."""
+    """:func:`stage_geometry` of every valid cell (t, cp, ep, p, d) on every distinct node
+    size: offsets (cells, sizes) into the flat :data:`STAGE_NODES` array (p records per
+    cell and size), that array, and the :data:`CELL_NODES` records (cells, sizes)."""
     n_cells = geo_t.shape[0]
     nns = ns_values.shape[0]
     off = np.zeros((n_cells, nns), dtype=np.int64)
@@ -614,75 +637,86 @@ def build_geometry(geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values, devices):
             if _cell_ok(geo_t[c], geo_cp[c], geo_ep[c], geo_p[c], geo_d[c], ns_values[s],
                         devices):
                 total += geo_p[c]
-    masks = np.zeros(total, dtype=np.int64)
-    dpn = np.zeros(total, dtype=np.int64)
-    cpn = np.ones(total, dtype=np.int64)
-    epn = np.ones(total, dtype=np.int64)
-    edpn = np.ones(total, dtype=np.int64)
-    emb = np.ones((n_cells, nns), dtype=np.int64)
-    mp = np.ones((n_cells, nns), dtype=np.int64)
+    stages = np.zeros(total, dtype=STAGE_NODES)
+    for k in range(total):
+        stages[k].cp_nodes = 1
+        stages[k].ep_nodes = 1
+        stages[k].edp_nodes = 1
+    cells = np.zeros((n_cells, nns), dtype=CELL_NODES)
     for c in range(n_cells):
         for s in range(nns):
+            cells[c, s].emb_nodes = 1
+            cells[c, s].mp_nodes = 1
             t, cp, ep, p, d = geo_t[c], geo_cp[c], geo_ep[c], geo_p[c], geo_d[c]
             if _cell_ok(t, cp, ep, p, d, ns_values[s], devices):
                 o = off[c, s]
-                emb[c, s], mp[c, s] = geometry(p, t, cp * d, ns_values[s], masks[o:o + p],
-                                               dpn[o:o + p])
-                group_geometry(p, t, d, cp, ep, ns_values[s], cpn[o:o + p], epn[o:o + p],
-                               edpn[o:o + p])
-    return off, masks, dpn, cpn, epn, edpn, emb, mp
+                stage_geometry(p, t, d, cp, ep, ns_values[s], stages[o:o + p], cells[c, s])
+    return off, stages, cells
 
 
 @njit(cache=True, nogil=True)
-def peak_stage_memory(p, v, m, d, cp, ep, n_layers, zero, ints, moe_prefix, out):
-    """The largest stage total of a plan (bytes), its parts in ``out``; ties go to the first
-    maximal stage (as StepResult.peak_memory picks). When every transformer layer is of one
-    kind (dense, or all MoE) only stages 0 and p − 1 are priced: a middle stage holds fewer
-    parameters (no embedding), no more microbatches in flight (in flight never grows with
-    r), no embedding/head stash and the same workspace as stage 0, so it never exceeds
-    stage 0. A model mixing dense and MoE layers has every stage priced."""
-    tmp = np.empty(N_MEM, dtype=np.int64)
-    peak = stage_memory(0, p, v, m, d, cp, ep, n_layers, zero, ints, moe_prefix, out)
+def peak_stage_memory(plan, sz, moe_prefix, out):
+    """The largest stage total of ``plan`` (bytes), its parts in ``out`` (a :data:`MEMORY`
+    record); ties go to the first maximal stage (as StepResult.peak_memory picks). When
+    every transformer layer is of one kind (dense, or all MoE) only stages 0 and p − 1 are
+    priced: a middle stage holds fewer parameters (no embedding), no more microbatches in
+    flight (in flight never grows with r), no embedding/head stash and the same workspace
+    as stage 0, so it never exceeds stage 0. A model mixing dense and MoE layers has every
+    stage priced."""
+    p = plan.p
+    n_layers = plan.n_layers
+    tmp = np.empty(1, dtype=MEMORY)
+    peak = stage_memory(0, plan, sz, moe_prefix, out)
     n_moe = moe_prefix[n_layers]
     mixed = 0 < n_moe < n_layers
     for r in range(1, p):
         if not mixed and r < p - 1:
             continue
-        x = stage_memory(r, p, v, m, d, cp, ep, n_layers, zero, ints, moe_prefix, tmp)
+        x = stage_memory(r, plan, sz, moe_prefix, tmp[0])
         if x > peak:
             peak = x
-            out[:] = tmp
+            _copy_memory(tmp[0], out)
     return peak
 
 
 @njit(cache=True, nogil=True)
-def plan_memory(plan_var, plan_p, plan_d, plan_v, plan_zero, plan_m, var_cp, var_ep, var_ints,
-                n_layers, moe_prefix):
-    """The peak stage memory of every plan (bytes, float64): it does not depend on the row."""
-    out = np.empty(plan_var.shape[0])
-    mem = np.empty(N_MEM, dtype=np.int64)
-    for k in range(plan_var.shape[0]):
-        vi = plan_var[k]
-        out[k] = peak_stage_memory(plan_p[k], plan_v[k], plan_m[k], plan_d[k], var_cp[vi],
-                                   var_ep[vi], n_layers, plan_zero[k], var_ints[vi], moe_prefix,
-                                   mem)
+def _copy_memory(src, dst):
+    dst.weights = src.weights
+    dst.gradients = src.gradients
+    dst.optimizer_state = src.optimizer_state
+    dst.activations = src.activations
+    dst.activations_other = src.activations_other
+    dst.workspace = src.workspace
+    dst.in_flight = src.in_flight
+    dst.layer_param_state = src.layer_param_state
+
+
+@njit(cache=True, nogil=True)
+def plan_memory(plans, plan_var, var_sizes, moe_prefix):
+    """The peak stage memory of every plan (:data:`PLAN` records; bytes, float64): it does
+    not depend on the row."""
+    out = np.empty(plans.shape[0])
+    mem = np.empty(1, dtype=MEMORY)
+    for k in range(plans.shape[0]):
+        out[k] = peak_stage_memory(plans[k], var_sizes[plan_var[k]], moe_prefix, mem[0])
     return out
 
 
 @njit(cache=True, nogil=True)
-def slot_lower_bound(p, v, n_layers, rec_mode, lt, moe_prefix):
+def slot_lower_bound(plan, lt, moe_prefix):
     """max over stages 0, p − 1 and 1 of forward + backward + recomputation per microbatch
     with the operators' times alone, formed as :func:`step_time` forms them: its slot adds
     the exchanges' excess, the all-to-alls, transfers and ZeRO traffic (≥ 0) to the same
     sums, and the slot is the max over all stages, so (m + (p − 1)/v) times this never
     exceeds its pipeline time."""
+    p = plan.p
     best = 0.0
     for r in (0, p - 1, 1):
         if r >= p or (r == 1 and p < 3):
             continue
-        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
-        f, bw, rec = stage_sums(r, p, nd, nm, lt[LT_BLK_F], lt[LT_BLK_B], lt[LT_MOE_F],
-                                lt[LT_MOE_B], lt, rec_mode)
+        nd, nm = stage_kinds(r, p, plan.v, plan.n_layers, moe_prefix)
+        f, bw, rec = stage_sums(r, p, nd, nm, lt.blk_f, lt.blk_b, lt.moe_f, lt.moe_b, lt,
+                                plan.rec_mode)
         x = f + bw + rec
         if x > best:
             best = x
@@ -690,19 +724,17 @@ def slot_lower_bound(p, v, n_layers, rec_mode, lt, moe_prefix):
 
 
 @njit(cache=True, nogil=True)
-def search_rows(plan_var, plan_geo, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m,
-                plan_peak, var_t, var_sp, var_cp, var_ep, var_ints, var_ok, lt_rows, rp, cap,
-                row_nsi, geo_off, geo_masks, geo_dpn, geo_cpn, geo_epn, geo_edpn, geo_emb,
-                geo_mp, n_layers, moe_prefix, rec_mode, opt_bytes, opt_kernels, n_tiny,
-                best_idx, best_bd):
-    """Per row, the feasible plan of least time (index into the plan columns, or −1) and its
-    breakdown. Exact branch and bound: every plan whose lower bound (m + (p−1)/v)·
-    :func:`slot_lower_bound` does not exceed the best time found is priced with
-    :func:`step_time`; the plan of least bound is priced first. Ties go to the lower index."""
-    n_plans = plan_var.shape[0]
+def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows, rp, cap,
+                row_nsi, geo_off, geo_stages, geo_cells, moe_prefix, best_idx, best_bd):
+    """Per row, the feasible plan of least time (index into ``plans``, :data:`PLAN`
+    records, or −1) and its breakdown (``best_bd``, :data:`BREAKDOWN` records). Exact
+    branch and bound: every plan whose lower bound (m + (p−1)/v)·:func:`slot_lower_bound`
+    does not exceed the best time found is priced with :func:`step_time`; the plan of
+    least bound is priced first. Ties go to the lower index."""
+    n_plans = plans.shape[0]
     lbs = np.empty(n_plans)
-    slots = np.empty((n_layers + 1, 6))
-    bd = np.empty(N_BD)
+    slots = np.empty((moe_prefix.shape[0], 6))
+    bd = np.empty(1, dtype=BREAKDOWN)
     for row in range(rp.shape[0]):
         nsi = row_nsi[row]
         seed = -1
@@ -712,9 +744,10 @@ def search_rows(plan_var, plan_geo, plan_p, plan_d, plan_v, plan_zero, plan_ogr,
             if not var_ok[vi, row] or plan_peak[k] > cap[row]:
                 lbs[k] = np.inf
                 continue
-            p = plan_p[k]
-            s = slot_lower_bound(p, plan_v[k], n_layers, rec_mode, lt_rows[vi, row], moe_prefix)
-            lb = plan_m[k] * s + (p - 1) * s / plan_v[k]
+            pl = plans[k]
+            p = pl.p
+            s = slot_lower_bound(pl, lt_rows[vi, row], moe_prefix)
+            lb = pl.m * s + (p - 1) * s / pl.v
             lbs[k] = lb
             if lb < seed_lb:
                 seed_lb = lb
@@ -729,17 +762,14 @@ def search_rows(plan_var, plan_geo, plan_p, plan_d, plan_v, plan_zero, plan_ogr,
             if k < 0 or (step > 0 and k == seed) or not lbs[k] <= best:
                 continue
             vi = plan_var[k]
-            p = plan_p[k]
+            pl = plans[k]
+            p = pl.p
             c = plan_geo[k]
             o = geo_off[c, nsi]
-            total = step_time(p, var_t[vi], plan_d[k], var_cp[vi], var_ep[vi], plan_v[k],
-                              plan_m[k], n_layers, plan_zero[k], plan_ogr[k], rec_mode,
-                              var_sp[vi], opt_bytes, opt_kernels, n_tiny, lt_rows[vi, row],
-                              rp[row], var_ints[vi], moe_prefix, geo_masks[o:o + p],
-                              geo_dpn[o:o + p], geo_cpn[o:o + p], geo_epn[o:o + p],
-                              geo_edpn[o:o + p], geo_emb[c, nsi], geo_mp[c, nsi], slots, bd)
+            total = step_time(pl, geo_cells[c, nsi], geo_stages[o:o + p], lt_rows[vi, row],
+                              rp[row], var_sizes[vi], moe_prefix, slots, bd[0])
             if total < best or (total == best and k < bi):
                 best = total
                 bi = k
-                best_bd[row, :] = bd
+                best_bd[row] = bd[0]
         best_idx[row] = bi

@@ -197,7 +197,7 @@ import numpy as np
 
 from . import _kernels as _kern
 from . import _plans as _search
-from .. import graph, models
+from .. import collectives, graph, models
 from .. import plan as _plan
 from ._plans import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
                      step_lower_bounds)
@@ -328,7 +328,8 @@ def _ring_seconds(nbytes, ranks, row, eff, passes) -> float:
     α = coll_latency_s + (passes·(n−1) − x)·link_step_s + x·net_step_s, where
     x = passes·(nodes − 1) steps cross a node boundary; β = passes·(n−1)/n · bytes / (η·BW)
     on the between-node tier when the ring spans nodes, else the in-node link
-    (``phaze.cost`` module docstring; ``phaze.step._kernels.ring_seconds``).
+    (``phaze.collectives``: ``all_reduce_seconds`` for two passes, ``all_gather_seconds``
+    for one).
     """
     ranks = list(ranks)
     n = len(ranks)
@@ -336,10 +337,12 @@ def _ring_seconds(nbytes, ranks, row, eff, passes) -> float:
         return 0.0
     node_size = int(_knob(row, "node_size"))
     nodes = len({r // node_size for r in ranks})
-    return _kern.ring_seconds(float(nbytes), n, nodes, passes, eff.coll_latency_s,
-                              eff.link_step_s, eff.net_step_s,
-                              eff.link_efficiency * _knob(row, "link_gb_per_s") * 1e9,
-                              eff.net_efficiency * _knob(row, "net_gb_per_s") * 1e9)
+    fabric = collectives.fabric(
+        coll_latency_s=eff.coll_latency_s, link_step_s=eff.link_step_s,
+        net_step_s=eff.net_step_s, link_bw=eff.link_efficiency * _knob(row, "link_gb_per_s") * 1e9,
+        net_bw=eff.net_efficiency * _knob(row, "net_gb_per_s") * 1e9)
+    price = collectives.all_reduce_seconds if passes == 2 else collectives.all_gather_seconds
+    return price(float(nbytes), n, nodes, fabric)
 
 
 def ring_allreduce_seconds(nbytes, ranks, row, eff) -> float:
@@ -536,45 +539,28 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # Layer times (Python, via phaze.cost), then the one compiled definition of the step's
     # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
-    lt, ints = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute, fp8_rate)
+    lt, sizes = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute, fp8_rate)
     prefix = _search.moe_prefix(m_spec)
-    masks = np.empty(p, dtype=np.int64)
-    dpn = np.empty(p, dtype=np.int64)
-    cpn = np.empty(p, dtype=np.int64)
-    epn = np.empty(p, dtype=np.int64)
-    edpn = np.empty(p, dtype=np.int64)
-    emb_nodes, mp_nodes = _kern.geometry(p, t, cp * d, int(ns[0]), masks, dpn)
-    _kern.group_geometry(p, t, d, cp, ep, int(ns[0]), cpn, epn, edpn)
+    plan_rec = _search.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
+                                    bool(overlap_grad_reduce), recompute, sp, precision)[()]
+    stages = np.zeros(p, dtype=_kern.STAGE_NODES)
+    cell = np.zeros(1, dtype=_kern.CELL_NODES)
+    _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell[0])
     slots = np.empty((p, 6))
-    bd_arr = np.empty(_kern.N_BD)
-    _kern.step_time(p, t, d, cp, ep, v, m, m_spec.n_layers, zero, bool(overlap_grad_reduce),
-                    _search.RECOMPUTE_CODES[recompute], sp,
-                    float(OPTIMIZER_BYTES_PER_PARAM[precision]),
-                    float(_search.OPTIMIZER_KERNELS[precision]), 2 if precision == "fp16" else 1,
-                    lt[0], rp[0], ints, prefix, masks, dpn, cpn, epn, edpn, emb_nodes, mp_nodes,
-                    slots, bd_arr)
-    K = _kern
-    bd = StepBreakdown(total_s=float(bd_arr[K.BD_TOTAL]), pipeline_s=float(bd_arr[K.BD_PIPELINE]),
-                       steady_s=float(bd_arr[K.BD_STEADY]), bubble_s=float(bd_arr[K.BD_BUBBLE]),
-                       dp_allreduce_s=float(bd_arr[K.BD_DP]),
-                       embedding_allreduce_s=float(bd_arr[K.BD_EMB]),
-                       optimizer_s=float(bd_arr[K.BD_OPT]), slot_s=float(bd_arr[K.BD_SLOT]),
-                       forward_s=float(bd_arr[K.BD_F]), backward_s=float(bd_arr[K.BD_B]),
-                       recompute_s=float(bd_arr[K.BD_REC]), p2p_s=float(bd_arr[K.BD_P2P]),
-                       microbatches=m, critical_stage=int(bd_arr[K.BD_CRIT]))
+    bd_rec = np.zeros(1, dtype=_kern.BREAKDOWN)
+    _kern.step_time(plan_rec, cell[0], stages, lt[0], rp[0], sizes, prefix, slots, bd_rec[0])
+    bd_rec = bd_rec[0]
+    bd = StepBreakdown(**{f: (int(bd_rec[f]) if f in ("microbatches", "critical_stage")
+                              else float(bd_rec[f])) for f in _kern.BREAKDOWN.names})
 
     # -- memory per stage (sheet §5.1, §5.5) ------------------------------------------
     limit = int(float(row["hbm_gib"][0]) * 2 ** 30)
     memory = []
-    mem = np.empty(_kern.N_MEM, dtype=np.int64)
+    mem = np.zeros(1, dtype=_kern.MEMORY)
     for r in range(p):
-        _kern.stage_memory(r, p, v, m, d, cp, ep, m_spec.n_layers, zero, ints, prefix, mem)
-        memory.append(MemoryBreakdown(
-            stage=r, weights=int(mem[K.MEM_WEIGHTS]), gradients=int(mem[K.MEM_GRADS]),
-            optimizer_state=int(mem[K.MEM_OPT]), activations=int(mem[K.MEM_ACT]),
-            activations_other=int(mem[K.MEM_OTHER]), workspace=int(mem[K.MEM_WS]),
-            in_flight=int(mem[K.MEM_IN_FLIGHT]), layer_param_state=int(mem[K.MEM_LAYER_STATE]),
-            limit=limit))
+        _kern.stage_memory(r, plan_rec, sizes, prefix, mem[0])
+        memory.append(MemoryBreakdown(stage=r, limit=limit,
+                                      **{f: int(mem[0][f]) for f in _kern.MEMORY.names}))
     return StepResult(status="ok", reason="", time_s=bd.total_s, breakdown=bd,
                       memory=tuple(memory), plan=plan)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels as kern
-from .. import cost, graph, models, precision
+from .. import collectives, cost, graph, models, precision
 from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
 
@@ -78,25 +78,26 @@ def efficiency_rows(efficiency, archs) -> np.ndarray:
 
 
 def row_params(archs, eff_rows) -> np.ndarray:
-    """(n, N_RP) collective parameters per row (the ``RP_*`` slots of ``step._kernels``),
+    """(n,) ``step._kernels.ROW_PARAMS`` records: the collective parameters of each row,
     each product formed as ``training_step`` forms it: (η · GB/s) · 10⁹."""
-    rp = np.empty((archs.shape[0], kern.N_RP))
-    rp[:, kern.RP_COLL] = eff_rows["coll_latency_s"]
-    rp[:, kern.RP_LINK_STEP] = eff_rows["link_step_s"]
-    rp[:, kern.RP_NET_STEP] = eff_rows["net_step_s"]
-    rp[:, kern.RP_LINK_BW] = eff_rows["link_efficiency"] * archs["link_gb_per_s"] * 1e9
-    rp[:, kern.RP_NET_BW] = eff_rows["net_efficiency"] * archs["net_gb_per_s"] * 1e9
-    rp[:, kern.RP_HBM_BW] = eff_rows["hbm_efficiency"] * archs["hbm_gb_per_s"] * 1e9
-    rp[:, kern.RP_LAUNCH] = eff_rows["launch_s"]
+    rp = np.empty(archs.shape[0], dtype=kern.ROW_PARAMS)
+    rp["coll_latency_s"] = eff_rows["coll_latency_s"]
+    rp["link_step_s"] = eff_rows["link_step_s"]
+    rp["net_step_s"] = eff_rows["net_step_s"]
+    rp["link_bw"] = eff_rows["link_efficiency"] * archs["link_gb_per_s"] * 1e9
+    rp["net_bw"] = eff_rows["net_efficiency"] * archs["net_gb_per_s"] * 1e9
+    rp["hbm_bw"] = eff_rows["hbm_efficiency"] * archs["hbm_gb_per_s"] * 1e9
+    rp["launch_s"] = eff_rows["launch_s"]
     return rp
 
 
 def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
     """Seconds of each operator of ``g`` (one microbatch) on every row, (n_ops, n): the
     intra-op calibrated latencies, with sequence parallelism's reduce-scatters and
-    all-gathers priced as rings over the in-node tensor-parallel group (ranks 0..t−1,
-    ``step._kernels.ring_seconds``, one pass) instead of the half-size all-reduce the
-    graph stores them as, and the overlapped backward all-gathers charged only for what
+    all-gathers (``OpGraph.collective``) priced as rings over the in-node tensor-parallel
+    group (ranks 0..t−1, ``collectives.reduce_scatter_seconds`` /
+    ``all_gather_seconds``, one pass) instead of the half-size all-reduce the graph
+    stores them as, and the overlapped backward all-gathers charged only for what
     exceeds the GEMMs they overlap. ``efficiency`` and ``fp8_rate`` (an fp8 graph's
     tensor-rate multiplier) go to ``op_latencies`` as given.
     Returns (seconds, {operator name: index})."""
@@ -104,9 +105,9 @@ def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
                                  fp8_rate=fp8_rate)
     sec = np.ascontiguousarray(intra, dtype=np.float64).copy()
     index = {n: i for i, n in enumerate(g.names)}
-    for i, name in enumerate(g.names):
-        if name.startswith(("reduce_scatter_", "allgather_")):
-            kern.ring_rows(int(g.bytes_in[i]), t, 1, rp, node_size, sec[i])
+    for i in np.flatnonzero(g.collectives("reduce_scatter", "all_gather")):
+        collectives.contiguous_seconds(int(g.collective[i]), int(g.bytes_in[i]), t, rp,
+                                       node_size, sec[i])
     for name, partners in OVERLAPPED_GATHERS.items():
         if name in index:
             i = index[name]
@@ -118,9 +119,10 @@ def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
     return sec, index
 
 
-#: Collectives over the expert- and context-parallel groups: priced by the kernels from where
-#: the group's ranks sit (``step._kernels.layer_times``), not summed with the operators.
-GROUP_COLLECTIVES = ("alltoall_", "ring_kv_exchange")
+#: Collectives over the expert- and context-parallel groups (names of
+#: ``graph.COLLECTIVE_KINDS``): priced by the kernels from where the group's ranks sit
+#: (``step._kernels.layer_times``), not summed with the operators.
+GROUP_COLLECTIVES = ("all_to_all", "p2p")
 
 
 def layer_times_rows(layer, archs, efficiency, rp, node_size, t, fp8_rate=None):
@@ -134,9 +136,7 @@ def layer_times_rows(layer, archs, efficiency, rp, node_size, t, fp8_rate=None):
     fs, findex = op_seconds_rows(layer.forward, archs, efficiency, rp, node_size, t, fp8_rate)
     bs, bindex = op_seconds_rows(layer.backward, archs, efficiency, rp, node_size, t, fp8_rate)
     for sec, g in ((fs, layer.forward), (bs, layer.backward)):
-        for i, name in enumerate(g.names):
-            if name.startswith(GROUP_COLLECTIVES):
-                sec[i] = 0.0
+        sec[g.collectives(*GROUP_COLLECTIVES)] = 0.0
     core = np.zeros(fs.shape[1])
     for n in ATTENTION_CORE:
         if n in findex:
@@ -150,17 +150,17 @@ def layer_times_rows(layer, archs, efficiency, rp, node_size, t, fp8_rate=None):
 
 def group_collective_bytes(layer):
     """(bytes of each all-to-all, all-to-alls forward, backward, K/V exchange bytes forward,
-    backward) of one layer kind: ``bytes_in`` of its ``alltoall_*`` and
-    ``ring_kv_exchange*`` operators (one rank's; 0 where there are none)."""
+    backward) of one layer kind: ``bytes_in`` of its all-to-all and point-to-point ring
+    exchange operators (``OpGraph.collective``; one rank's; 0 where there are none)."""
     a2a = set()
     counts = [0, 0]
     ring = [0, 0]
     for k, g in enumerate((layer.forward, layer.backward)):
-        for i, name in enumerate(g.names):
-            if name.startswith("alltoall_"):
+        for i in range(g.n_ops):
+            if g.collective[i] == graph.COLL_ALL_TO_ALL:
                 a2a.add(int(g.bytes_in[i]))
                 counts[k] += 1
-            elif name.startswith("ring_kv_exchange"):
+            elif g.collective[i] == graph.COLL_P2P:
                 ring[k] += int(g.bytes_in[i])
     if len(a2a) > 1:
         raise AssertionError(f"the all-to-alls of one {layer.kind} differ in size: {sorted(a2a)}")
@@ -191,7 +191,8 @@ def moe_prefix(m_spec) -> np.ndarray:
 
 
 def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_rate=None):
-    """The layer times (n, N_LT) and sizes (N_VI,) of one (t, sequence parallel, flash, cp,
+    """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) and sizes (one
+    ``SIZES`` record) of one (t, sequence parallel, flash, cp,
     ep) graph variant ``mg`` under ``recompute`` (``fp8_rate``: the rows' fp8 multiplier for
     an fp8 graph, as ``cost.op_latencies`` takes it). ``mg.layers`` may hold any runs of
     'block' and 'moe_block'; a kind the model lacks has zero times and sizes."""
@@ -202,56 +203,73 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
     block, moe = kinds.get("block"), kinds.get("moe_block")
     e = head.forward.bytes_per_element
     ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
-    lt = np.zeros((archs.shape[0], kern.N_LT))
-    ints = np.zeros(kern.N_VI, dtype=np.int64)
+    lt = np.zeros(archs.shape[0], dtype=kern.LAYER_TIMES)
+    ints = np.zeros(1, dtype=kern.SIZES)[0]
     flash_set = False
     ws = 0
-    for L, slots in ((emb, (kern.LT_EMB_F, kern.LT_EMB_B, None)),
-                     (block, (kern.LT_BLK_F, kern.LT_BLK_B, kern.LT_BLK_CORE)),
-                     (moe, (kern.LT_MOE_F, kern.LT_MOE_B, kern.LT_MOE_CORE)),
-                     (head, (kern.LT_HEAD_F, kern.LT_HEAD_B, None))):
+    for L, slots in ((emb, ("emb_f", "emb_b", None)),
+                     (block, ("blk_f", "blk_b", "blk_core")),
+                     (moe, ("moe_f", "moe_b", "moe_core")),
+                     (head, ("head_f", "head_b", None))):
         if L is None:
             continue
         f, b, core, flash_f, flash_b = layer_times_rows(L, archs, efficiency, rp, ns, t, fp8_rate)
-        lt[:, slots[0]] = f
-        lt[:, slots[1]] = b
+        lt[slots[0]] = f
+        lt[slots[1]] = b
         if slots[2] is None:
             continue
-        lt[:, slots[2]] = core
+        lt[slots[2]] = core
         if not flash_set:   # the attention half is one definition for both block kinds
-            lt[:, kern.LT_FLASH_F], lt[:, kern.LT_FLASH_B] = flash_f, flash_b
+            lt["flash_f"], lt["flash_b"] = flash_f, flash_b
             flash_set = True
         a2a, n_f, n_b, ring_f, ring_b = group_collective_bytes(L)
-        ints[kern.VI_RING_F], ints[kern.VI_RING_B] = ring_f, ring_b
+        ints["ring_f"], ints["ring_b"] = ring_f, ring_b
         if L is moe:
-            ints[kern.VI_A2A_BYTES], ints[kern.VI_A2A_F_N], ints[kern.VI_A2A_B_N] = a2a, n_f, n_b
+            ints["a2a_bytes"], ints["a2a_f_n"], ints["a2a_b_n"] = a2a, n_f, n_b
         if recompute == "full":
             ws = max(ws, L.stash("none"))            # one layer's recomputed activations
         elif recompute == "selective":
             ws = max(ws, L.stash("none") - L.stash("selective"))   # its attention core
     act_bytes = e * mg.microbatch * (m_spec.seq_len // cp) * m_spec.hidden
-    for slot, inter in ((kern.LT_SEND_IN, False), (kern.LT_SEND_NET, True)):
-        lt[:, slot] = cost.p2p_seconds(act_bytes / t, archs, inter_node=inter, model="calibrated",
+    for slot, inter in (("send_in", False), ("send_net", True)):
+        lt[slot] = cost.p2p_seconds(act_bytes / t, archs, inter_node=inter, model="calibrated",
                                        efficiency=eff_rows)[0]
-    ints[kern.VI_EMB_PB] = emb.param_bytes
-    ints[kern.VI_HEAD_PB] = head.param_bytes
-    ints[kern.VI_E] = e
-    ints[kern.VI_ACT] = act_bytes
-    ints[kern.VI_WORD] = -(-m_spec.vocab // t) * m_spec.embed_width
-    ints[kern.VI_EMB_STASH] = emb.stash_bytes
-    ints[kern.VI_HEAD_STASH] = head.stash_bytes
-    ints[kern.VI_WS] = ws
+    ints["emb_pb"] = emb.param_bytes
+    ints["head_pb"] = head.param_bytes
+    ints["elem_bytes"] = e
+    ints["act_bytes"] = act_bytes
+    ints["word_elements"] = -(-m_spec.vocab // t) * m_spec.embed_width
+    ints["emb_stash"] = emb.stash_bytes
+    ints["head_stash"] = head.stash_bytes
+    ints["workspace"] = ws
     if block is not None:
-        ints[kern.VI_BLK_PB] = block.param_bytes
-        ints[kern.VI_BLK_STASH] = block.stash(recompute)
-        ints[kern.VI_BLK_FP8_W] = fp8_weight_bytes(block)
+        ints["blk_pb"] = block.param_bytes
+        ints["blk_stash"] = block.stash(recompute)
+        ints["blk_fp8_w"] = fp8_weight_bytes(block)
     if moe is not None:
-        ints[kern.VI_MOE_PB] = moe.param_bytes
-        ints[kern.VI_MOE_EXP_PB] = moe.expert_param_bytes
-        ints[kern.VI_MOE_STASH] = moe.stash(recompute)
-        ints[kern.VI_MOE_FP8_W] = fp8_weight_bytes(moe)
-        ints[kern.VI_MOE_EXP_FP8_W] = fp8_weight_bytes(moe, experts=True)
+        ints["moe_pb"] = moe.param_bytes
+        ints["moe_exp_pb"] = moe.expert_param_bytes
+        ints["moe_stash"] = moe.stash(recompute)
+        ints["moe_fp8_w"] = fp8_weight_bytes(moe)
+        ints["moe_exp_fp8_w"] = fp8_weight_bytes(moe, experts=True)
     return lt, ints
+
+
+def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
+                 precision) -> np.ndarray:
+    """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
+    (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
+    parameter, its kernels and its tiny all-reduces follow from them)."""
+    cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp)
+    out = np.zeros(cols[0].shape, dtype=kern.PLAN)
+    for name, col in zip(("p", "t", "d", "cp", "ep", "v", "m", "n_layers", "zero", "ogr",
+                          "sp"), cols):
+        out[name] = col
+    out["rec_mode"] = RECOMPUTE_CODES[recompute]
+    out["opt_bytes"] = float(OPTIMIZER_BYTES_PER_PARAM[precision])
+    out["opt_kernels"] = float(OPTIMIZER_KERNELS[precision])
+    out["n_tiny"] = 2 if precision == "fp16" else 1
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -449,8 +467,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
     variants = _variants(m_spec, b, widths, sps, flashes, precision, cps, eps, capacity_factor)
     nv = len(variants)
-    LT = np.empty((max(nv, 1), n, kern.N_LT))
-    VI = np.zeros((max(nv, 1), kern.N_VI), dtype=np.int64)
+    LT = np.zeros((max(nv, 1), n), dtype=kern.LAYER_TIMES)
+    VI = np.zeros(max(nv, 1), dtype=kern.SIZES)
     var_t = np.ones(max(nv, 1), dtype=np.int64)
     var_cp = np.ones(max(nv, 1), dtype=np.int64)
     var_ep = np.ones(max(nv, 1), dtype=np.int64)
@@ -482,18 +500,16 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
      geo_t, geo_cp, geo_ep, geo_p, geo_d) = plans
     ns_values, row_nsi = np.unique(ns, return_inverse=True)
     row_nsi = np.ascontiguousarray(row_nsi.reshape(-1), dtype=np.int64)
-    geo = kern.build_geometry(geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values.astype(np.int64),
-                              n_dev)
-    plan_peak = kern.plan_memory(plan_var, plan_p, plan_d, plan_v, plan_zero, plan_m, var_cp,
-                                 var_ep, VI, L, prefix)
-    opt_bytes = OPTIMIZER_BYTES_PER_PARAM[precision]
+    geo_off, geo_stages, geo_cells = kern.build_geometry(
+        geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values.astype(np.int64), n_dev)
+    plans = plan_records(plan_p, var_t[plan_var], plan_d, var_cp[plan_var], var_ep[plan_var],
+                         plan_v, plan_m, L, plan_zero, plan_ogr, recompute, var_sp[plan_var],
+                         precision)
+    plan_peak = kern.plan_memory(plans, plan_var, VI, prefix)
     best_idx = np.full(n, -1, dtype=np.int64)
-    best_bd = np.zeros((n, kern.N_BD))
-    kern.search_rows(plan_var, plan_geo, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m,
-                      plan_peak, var_t, var_sp, var_cp, var_ep, VI, var_ok, LT, rp, cap, row_nsi,
-                      *geo, L, prefix, RECOMPUTE_CODES[recompute], float(opt_bytes),
-                      float(OPTIMIZER_KERNELS[precision]), 2 if precision == "fp16" else 1,
-                      best_idx, best_bd)
+    best_bd = np.zeros(n, dtype=kern.BREAKDOWN)
+    kern.search_rows(plans, plan_var, plan_geo, plan_peak, VI, var_ok, LT, rp, cap, row_nsi,
+                     geo_off, geo_stages, geo_cells, prefix, best_idx, best_bd)
 
     out = np.zeros(n, dtype=PLAN_DTYPE)
     out["time_s"] = np.inf
@@ -505,11 +521,12 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
             continue
         vi, p, d, v, zero = plan_var[k], plan_p[k], plan_d[k], plan_v[k], plan_zero[k]
         t, sp, flash, cp, ep, _ = variants[vi]
-        mem = np.zeros(kern.N_MEM, dtype=np.int64)
-        peak = kern.peak_stage_memory(p, v, plan_m[k], d, cp, ep, L, zero, VI[vi], prefix, mem)
+        mem = np.zeros(1, dtype=kern.MEMORY)
+        peak = kern.peak_stage_memory(plans[k], VI[vi], prefix, mem[0])
+        mem = mem[0]
         bd = best_bd[row]
         rec = out[row]
-        rec["time_s"] = bd[kern.BD_TOTAL]
+        rec["time_s"] = bd["total_s"]
         rec["feasible"] = True
         rec["tensor_parallel"], rec["pipeline_parallel"], rec["data_parallel"] = t, p, d
         rec["expert_parallel"], rec["context_parallel"] = ep, cp
@@ -518,15 +535,15 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
         rec["overlap_grad_reduce"] = plan_ogr[k]
         rec["devices_used"], rec["microbatches"] = t * cp * p * d, plan_m[k]
         rec["memory_bytes"] = peak
-        rec["weights_bytes"] = mem[kern.MEM_WEIGHTS]
-        rec["gradients_bytes"] = mem[kern.MEM_GRADS]
-        rec["optimizer_bytes"] = mem[kern.MEM_OPT]
-        rec["activations_bytes"] = mem[kern.MEM_ACT] + mem[kern.MEM_OTHER]
-        rec["workspace_bytes"] = mem[kern.MEM_WS]
-        rec["forward_s"], rec["backward_s"] = bd[kern.BD_F], bd[kern.BD_B]
-        rec["recompute_s"], rec["p2p_s"] = bd[kern.BD_REC], bd[kern.BD_P2P]
-        rec["bubble_s"], rec["dp_allreduce_s"] = bd[kern.BD_BUBBLE], bd[kern.BD_DP]
-        rec["optimizer_s"] = bd[kern.BD_OPT]
+        rec["weights_bytes"] = mem["weights"]
+        rec["gradients_bytes"] = mem["gradients"]
+        rec["optimizer_bytes"] = mem["optimizer_state"]
+        rec["activations_bytes"] = mem["activations"] + mem["activations_other"]
+        rec["workspace_bytes"] = mem["workspace"]
+        rec["forward_s"], rec["backward_s"] = bd["forward_s"], bd["backward_s"]
+        rec["recompute_s"], rec["p2p_s"] = bd["recompute_s"], bd["p2p_s"]
+        rec["bubble_s"], rec["dp_allreduce_s"] = bd["bubble_s"], bd["dp_allreduce_s"]
+        rec["optimizer_s"] = bd["optimizer_s"]
     return out
 
 
@@ -568,13 +585,12 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
                    for d in range(1, n_dev // (t * cp) + 1)):
             continue
         lt, _ = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute, fp8_rate)
-        work = (lt[:, kern.LT_EMB_F] + lt[:, kern.LT_EMB_B] + lt[:, kern.LT_HEAD_F]
-                + lt[:, kern.LT_HEAD_B] + (L - n_moe) * (lt[:, kern.LT_BLK_F] + lt[:, kern.LT_BLK_B])
-                + n_moe * (lt[:, kern.LT_MOE_F] + lt[:, kern.LT_MOE_B]))
+        work = (lt["emb_f"] + lt["emb_b"] + lt["head_f"] + lt["head_b"]
+                + (L - n_moe) * (lt["blk_f"] + lt["blk_b"]) + n_moe * (lt["moe_f"] + lt["moe_b"]))
         if recompute == "full":
-            work = work + (L - n_moe) * lt[:, kern.LT_BLK_F] + n_moe * lt[:, kern.LT_MOE_F]
+            work = work + (L - n_moe) * lt["blk_f"] + n_moe * lt["moe_f"]
         elif recompute == "selective":
-            work = work + (L - n_moe) * lt[:, kern.LT_BLK_CORE] + n_moe * lt[:, kern.LT_MOE_CORE]
+            work = work + (L - n_moe) * lt["blk_core"] + n_moe * lt["moe_core"]
         bound = B * t * cp * work / (b * n_dev) * (1.0 - 1e-12)
         best = np.where(ns >= t, np.minimum(best, bound), best)
     return best

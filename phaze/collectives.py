@@ -1,0 +1,222 @@
+"""phaze.collectives — the one price of every collective: NCCL's α–β form per network tier.
+
+A collective (an operator of kind 3, what it does in ``OpGraph.collective``, the names
+of :data:`phaze.graph.COLLECTIVE_KINDS`) runs over n ranks that span ``nodes`` nodes of
+a two-tier fabric: the in-node link and the between-node network. Its time is
+
+    α + β,   α = coll_latency_s + (steps − x)·link_step_s + x·net_step_s,
+
+with ``steps`` the ring steps it takes and x of them crossing a node boundary, and β its
+bytes over η·bandwidth of the slowest tier the ring crosses (the in-node link when the
+ranks sit in one node, else the network). Per kind (S the bytes given):
+
+- all-reduce (reduce-scatter + all-gather, two passes round the ring): steps 2(n − 1),
+  x = 2(nodes − 1), β = 2(n − 1)/n · S / (η·BW);
+- reduce-scatter, all-gather (one pass): steps n − 1, x = nodes − 1,
+  β = (n − 1)/n · S / (η·BW) (S: the full tensor, before the scatter / after the gather);
+- all-to-all: priced as one ring pass, like an all-gather of the S bytes a rank holds;
+- point-to-point ring exchange (ring attention's K/V chunks): n − 1 steps, all ranks
+  sending at once, x = nodes − 1, β = S / (η·BW) (S: what reaches each rank in all).
+
+Two callers form the same all-reduce with their own order of operations, and each keeps
+its bits: the training-step model (``phaze.step``) prices rings over placed ranks from
+per-tier η·bandwidths it formed itself (:func:`ring_seconds` and the kind functions);
+the operator cost model (``phaze.cost``) prices a graph's collectives over contiguous
+ranks from raw bandwidths and efficiencies (:func:`contiguous_all_reduce_seconds`, the
+calibrated model: ``steps / n · S / (BW·η)``; :func:`ideal_all_reduce_seconds`, the
+study's model: no α, ``2(n − 1)/n · S / BW``). The formulas are the same; the floating-
+point rounding order differs, which is why there are two named variants.
+
+Everything here is numba ``@njit(cache=True, nogil=True)`` so that the compiled kernels
+of ``phaze.cost`` and ``phaze.step`` call it directly; a ``fabric`` argument is a record
+with the fields of :data:`FABRIC_DTYPE` (any numpy record that has them, e.g. the step
+model's row parameters). :func:`collective_seconds` is the Python face.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .graph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_NONE, COLL_P2P,
+                    COLL_REDUCE_SCATTER, COLLECTIVE_KINDS)
+
+__all__ = ["FABRIC_DTYPE", "COLLECTIVE_KINDS", "fabric", "collective_seconds", "ring_seconds",
+           "exchange_seconds", "all_reduce_seconds", "reduce_scatter_seconds",
+           "all_gather_seconds", "all_to_all_seconds", "p2p_seconds", "placed_seconds",
+           "contiguous_seconds", "contiguous_all_reduce_seconds", "ideal_all_reduce_seconds",
+           "ring_nodes"]
+
+#: A two-tier fabric as the collectives see it (seconds, bytes/s): NCCL's fixed latency of
+#: one collective, the α of one ring step inside a node and of one crossing nodes, and
+#: η·bandwidth of the in-node link and of the network.
+FABRIC_DTYPE = np.dtype([("coll_latency_s", "f8"), ("link_step_s", "f8"), ("net_step_s", "f8"),
+                         ("link_bw", "f8"), ("net_bw", "f8")])
+
+
+@njit(cache=True, nogil=True)
+def ring_seconds(nbytes, n, nodes, passes, coll_latency_s, link_step_s, net_step_s, link_bw,
+                 net_bw):
+    """A ring collective of n ranks spanning ``nodes`` nodes that goes ``passes`` times
+    round the ring (2: all-reduce, 1: all-gather, reduce-scatter or all-to-all), seconds;
+    0 for one rank. ``link_bw``/``net_bw``: η·bandwidth of each tier (bytes/s)."""
+    if n <= 1:
+        return 0.0
+    x = passes * (nodes - 1)
+    alpha = coll_latency_s + (passes * (n - 1) - x) * link_step_s + x * net_step_s
+    bw = net_bw if nodes > 1 else link_bw
+    return alpha + passes * (n - 1) / n * float(nbytes) / bw
+
+
+@njit(cache=True, nogil=True)
+def exchange_seconds(nbytes, n, nodes, coll_latency_s, link_step_s, net_step_s, link_bw, net_bw):
+    """A point-to-point ring exchange over n ranks spanning ``nodes`` nodes: n − 1 steps
+    (all ranks send at once round the ring) that together bring ``nbytes`` to each rank,
+    seconds; 0 for one rank. α counts x = nodes − 1 node-crossing steps (as
+    :func:`ring_seconds`); β = nbytes / (η·BW) of the slowest tier crossed."""
+    if n <= 1:
+        return 0.0
+    x = nodes - 1
+    alpha = coll_latency_s + (n - 1 - x) * link_step_s + x * net_step_s
+    bw = net_bw if nodes > 1 else link_bw
+    return alpha + float(nbytes) / bw
+
+
+@njit(cache=True, nogil=True)
+def all_reduce_seconds(nbytes, n, nodes, fabric):
+    """Ring all-reduce of ``nbytes`` per rank over n ranks on ``nodes`` nodes (two passes)."""
+    return ring_seconds(nbytes, n, nodes, 2, fabric.coll_latency_s, fabric.link_step_s,
+                        fabric.net_step_s, fabric.link_bw, fabric.net_bw)
+
+
+@njit(cache=True, nogil=True)
+def reduce_scatter_seconds(nbytes, n, nodes, fabric):
+    """Ring reduce-scatter of an ``nbytes`` tensor (per rank, before the scatter): one pass."""
+    return ring_seconds(nbytes, n, nodes, 1, fabric.coll_latency_s, fabric.link_step_s,
+                        fabric.net_step_s, fabric.link_bw, fabric.net_bw)
+
+
+@njit(cache=True, nogil=True)
+def all_gather_seconds(nbytes, n, nodes, fabric):
+    """Ring all-gather ending with ``nbytes`` on every rank: one pass."""
+    return ring_seconds(nbytes, n, nodes, 1, fabric.coll_latency_s, fabric.link_step_s,
+                        fabric.net_step_s, fabric.link_bw, fabric.net_bw)
+
+
+@njit(cache=True, nogil=True)
+def all_to_all_seconds(nbytes, n, nodes, fabric):
+    """All-to-all of the ``nbytes`` a rank holds over n ranks, priced as one ring pass."""
+    return ring_seconds(nbytes, n, nodes, 1, fabric.coll_latency_s, fabric.link_step_s,
+                        fabric.net_step_s, fabric.link_bw, fabric.net_bw)
+
+
+@njit(cache=True, nogil=True)
+def p2p_seconds(nbytes, n, nodes, fabric):
+    """Point-to-point ring exchange bringing ``nbytes`` to each of n ranks
+    (:func:`exchange_seconds`)."""
+    return exchange_seconds(nbytes, n, nodes, fabric.coll_latency_s, fabric.link_step_s,
+                            fabric.net_step_s, fabric.link_bw, fabric.net_bw)
+
+
+@njit(cache=True, nogil=True)
+def placed_seconds(kind, nbytes, n, nodes, fabric):
+    """A collective of ``kind`` (an ``OpGraph.collective`` code) over n ranks spanning
+    ``nodes`` nodes, seconds (0 for ``COLL_NONE``)."""
+    if kind == COLL_ALL_REDUCE:
+        return all_reduce_seconds(nbytes, n, nodes, fabric)
+    if kind == COLL_REDUCE_SCATTER:
+        return reduce_scatter_seconds(nbytes, n, nodes, fabric)
+    if kind == COLL_ALL_GATHER:
+        return all_gather_seconds(nbytes, n, nodes, fabric)
+    if kind == COLL_ALL_TO_ALL:
+        return all_to_all_seconds(nbytes, n, nodes, fabric)
+    if kind == COLL_P2P:
+        return p2p_seconds(nbytes, n, nodes, fabric)
+    return 0.0
+
+
+@njit(cache=True, nogil=True)
+def ring_nodes(n, node_size):
+    """Nodes spanned by the contiguous ranks 0..n−1 on nodes of ``node_size``."""
+    return (n - 1) // node_size + 1
+
+
+@njit(cache=True, nogil=True)
+def contiguous_seconds(kind, nbytes, n, fabric_rows, node_size, out):
+    """:func:`placed_seconds` of one collective over ranks 0..n−1 on every row
+    (``fabric_rows`` (rows,) records, ``node_size`` (rows,)) into ``out`` (rows,)."""
+    for k in range(out.shape[0]):
+        out[k] = placed_seconds(kind, nbytes, n, ring_nodes(n, node_size[k]), fabric_rows[k])
+
+
+# --- the operator cost model's variants (phaze.cost): contiguous groups, raw bandwidths ----
+
+@njit(cache=True, nogil=True)
+def contiguous_all_reduce_seconds(group, comm_bytes, node_size, link_bytes_per_s,
+                                  net_bytes_per_s, coll_latency_s, link_step_s, net_step_s,
+                                  link_efficiency, net_efficiency):
+    """Ring all-reduce of ``comm_bytes`` over ``group`` contiguous devices (floats), the
+    calibrated cost model's order of operations: steps = 2(n − 1), of which
+    inter = 2(⌈n / node_size⌉ − 1) cross a node boundary; β = steps / n · bytes over the
+    tier's bandwidth × its efficiency (the link when the group fits in a node, else the
+    network). 0 for one device or no bytes."""
+    if group <= 1.0 or comm_bytes == 0.0:
+        return 0.0
+    steps = 2.0 * (group - 1.0)
+    if group <= node_size:
+        inter = 0.0
+        bw = link_bytes_per_s * link_efficiency
+    else:
+        inter = 2.0 * (float(math.ceil(group / node_size)) - 1.0)
+        bw = net_bytes_per_s * net_efficiency
+    alpha = coll_latency_s + (steps - inter) * link_step_s + inter * net_step_s
+    return alpha + steps / group * comm_bytes / bw
+
+
+@njit(cache=True, nogil=True)
+def ideal_all_reduce_seconds(group, comm_bytes, node_size, link_bytes_per_s, net_bytes_per_s):
+    """The study's ring all-reduce of ``comm_bytes`` over ``group`` contiguous devices
+    (floats): no latency, 2(n − 1)/n · bytes / BW of the link when the group fits in a
+    node, else the network. 0 for one device or no bytes."""
+    if group <= 1.0 or comm_bytes == 0.0:
+        return 0.0
+    bw = link_bytes_per_s if group <= node_size else net_bytes_per_s
+    return 2.0 * (group - 1.0) / group * comm_bytes / bw
+
+
+# --- the Python face ----------------------------------------------------------------------
+
+def fabric(*, coll_latency_s, link_step_s, net_step_s, link_bw, net_bw) -> np.void:
+    """One :data:`FABRIC_DTYPE` record (seconds; η·bandwidths in bytes/s, > 0)."""
+    values = dict(coll_latency_s=coll_latency_s, link_step_s=link_step_s,
+                  net_step_s=net_step_s, link_bw=link_bw, net_bw=net_bw)
+    for name, x in values.items():
+        if not isinstance(x, (int, float, np.integer, np.floating)) or not math.isfinite(x) \
+                or x < 0 or (name.endswith("_bw") and x <= 0):
+            raise ValueError(f"{name} must be a finite number "
+                             f"{'> 0' if name.endswith('_bw') else '>= 0'}, got {x!r}")
+    out = np.zeros(1, dtype=FABRIC_DTYPE)
+    for name, x in values.items():
+        out[name] = x
+    return out[0]
+
+
+def collective_seconds(kind, nbytes, ranks: int, nodes: int, fabric) -> float:
+    """Seconds of one collective: ``kind`` a name of :data:`COLLECTIVE_KINDS` (or its
+    code) other than "none", ``nbytes`` its bytes (module docstring, per kind), ``ranks``
+    participants spanning ``nodes`` nodes (1 ≤ nodes ≤ ranks), ``fabric`` a
+    :data:`FABRIC_DTYPE` record (:func:`fabric`)."""
+    code = COLLECTIVE_KINDS.index(kind) if isinstance(kind, str) and kind in COLLECTIVE_KINDS \
+        else kind
+    if isinstance(code, str) or not isinstance(code, (int, np.integer)) \
+            or not COLL_NONE < int(code) < len(COLLECTIVE_KINDS):
+        raise ValueError(f"kind must be one of {', '.join(COLLECTIVE_KINDS[1:])}, got {kind!r}")
+    for name, x, lo in (("ranks", ranks, 1), ("nodes", nodes, 1)):
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {x!r}")
+    if nodes > ranks:
+        raise ValueError(f"nodes must not exceed ranks ({ranks}), got {nodes}")
+    if not nbytes >= 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    return float(placed_seconds(int(code), nbytes, int(ranks), int(nodes), fabric))
