@@ -93,10 +93,6 @@ MEMORY = np.dtype(_fields("i8", (
     "weights", "gradients", "optimizer_state", "activations", "activations_other", "workspace",
     "in_flight", "layer_param_state")))
 
-#: Kept for callers of the step kernels' ring: the one in ``phaze.collectives``.
-ring_seconds = coll.ring_seconds
-exchange_seconds = coll.exchange_seconds
-
 
 @njit(cache=True, nogil=True)
 def span_nodes(first, stride, count, node_size):
@@ -212,12 +208,12 @@ def stage_kinds(r, p, v, n_layers, moe_prefix):
 def stage_params(r, p, nd, nm, sz):
     """(dense, routed-expert) parameters of stage r's slice holding ``nd`` dense and ``nm``
     MoE layers (the embedding on the first stage, the head on the last)."""
-    n = nd * sz.blk_pb + nm * (sz.moe_pb - sz.moe_exp_pb)
+    n = nd * sz["blk_pb"] + nm * (sz["moe_pb"] - sz["moe_exp_pb"])
     if r == 0:
-        n += sz.emb_pb
+        n += sz["emb_pb"]
     if r == p - 1:
-        n += sz.head_pb
-    return n // sz.elem_bytes, nm * sz.moe_exp_pb // sz.elem_bytes
+        n += sz["head_pb"]
+    return n // sz["elem_bytes"], nm * sz["moe_exp_pb"] // sz["elem_bytes"]
 
 
 @njit(cache=True, nogil=True)
@@ -229,13 +225,13 @@ def layer_times(cp, ep, stage, lt, sz, rp):
     concurrently with (max(0, exchange − attention), forward and backward; the exchange
     ``collectives.p2p_seconds``), plus the all-to-alls (``collectives.all_to_all_seconds``
     over the ep ranks)."""
-    bf = lt.blk_f
-    bb = lt.blk_b
-    mf = lt.moe_f
-    mb = lt.moe_b
+    bf = lt["blk_f"]
+    bb = lt["blk_b"]
+    mf = lt["moe_f"]
+    mb = lt["moe_b"]
     if cp > 1:
-        xf = coll.p2p_seconds(sz.ring_f, cp, stage.cp_nodes, rp) - lt.flash_f
-        xb = coll.p2p_seconds(sz.ring_b, cp, stage.cp_nodes, rp) - lt.flash_b
+        xf = coll.p2p_seconds(sz["ring_f"], cp, stage["cp_nodes"], rp) - lt["flash_f"]
+        xb = coll.p2p_seconds(sz["ring_b"], cp, stage["cp_nodes"], rp) - lt["flash_b"]
         if xf > 0.0:
             bf += xf
             mf += xf
@@ -243,9 +239,9 @@ def layer_times(cp, ep, stage, lt, sz, rp):
             bb += xb
             mb += xb
     if ep > 1:
-        a = coll.all_to_all_seconds(sz.a2a_bytes, ep, stage.ep_nodes, rp)
-        mf += sz.a2a_f_n * a
-        mb += sz.a2a_b_n * a
+        a = coll.all_to_all_seconds(sz["a2a_bytes"], ep, stage["ep_nodes"], rp)
+        mf += sz["a2a_f_n"] * a
+        mb += sz["a2a_b_n"] * a
     return bf, bb, mf, mb
 
 
@@ -274,16 +270,16 @@ def stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode):
     f = nd * bf + nm * mf
     bw = nd * bb + nm * mb
     if r == 0:
-        f += lt.emb_f
-        bw += lt.emb_b
+        f += lt["emb_f"]
+        bw += lt["emb_b"]
     if r == p - 1:
-        f += lt.head_f
-        bw += lt.head_b
+        f += lt["head_f"]
+        bw += lt["head_b"]
     rec = 0.0
     if rec_mode == REC_FULL:
         rec = nd * bf + nm * mf
     elif rec_mode == REC_SELECTIVE:
-        rec = nd * lt.blk_core + nm * lt.moe_core
+        rec = nd * lt["blk_core"] + nm * lt["moe_core"]
     return f, bw, rec
 
 
@@ -298,39 +294,39 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
     boundary a's crossing. Returns the total. Gradients of the dense parameters are
     reduced over the cp·d ranks (``dp_nodes``), those of the routed experts over the
     cp·d/ep expert-data-parallel ranks (``edp_nodes``)."""
-    p = plan.p
-    t = plan.t
-    cp = plan.cp
-    ep = plan.ep
-    v = plan.v
-    m = plan.m
-    n_layers = plan.n_layers
-    zero = plan.zero
-    ogr = plan.ogr
-    rec_mode = plan.rec_mode
-    D = cp * plan.d
+    p = plan["p"]
+    t = plan["t"]
+    cp = plan["cp"]
+    ep = plan["ep"]
+    v = plan["v"]
+    m = plan["m"]
+    n_layers = plan["n_layers"]
+    zero = plan["zero"]
+    ogr = plan["ogr"]
+    rec_mode = plan["rec_mode"]
+    D = cp * plan["d"]
     edp = D // ep
-    e = sz.elem_bytes
+    e = sz["elem_bytes"]
     # -- one crossing per stage boundary (worst data-parallel index) ------------------
     g1 = 0.0
     g2 = 0.0
-    if not plan.sp:  # with SP the boundary tensor stays split over the t ranks: no gather
-        g1 = coll.all_gather_seconds(sz.act_bytes, t, 1, rp)
-        g2 = coll.all_gather_seconds(sz.act_bytes, t, 2, rp)
+    if not plan["sp"]:  # with SP the boundary tensor stays split over the t ranks: no gather
+        g1 = coll.all_gather_seconds(sz["act_bytes"], t, 1, rp)
+        g2 = coll.all_gather_seconds(sz["act_bytes"], t, 2, rp)
     for a in range(p):
-        mk = stages[a].mask
+        mk = stages[a]["mask"]
         worst = 0.0
         for bit in range(4):
             if mk & (1 << bit):
-                x = (lt.send_net if bit >= 2 else lt.send_in) + (g2 if bit & 1 else g1)
+                x = (lt["send_net"] if bit >= 2 else lt["send_in"]) + (g2 if bit & 1 else g1)
                 if x > worst:
                     worst = x
         slots[a, 5] = worst
     full = rec_mode == REC_FULL
     crit = 0
     for r in range(p):
-        dpn = stages[r].dp_nodes
-        edpn = stages[r].edp_nodes
+        dpn = stages[r]["dp_nodes"]
+        edpn = stages[r]["edp_nodes"]
         nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
         bf, bb, mf, mb = layer_times(cp, ep, stages[r], lt, sz, rp)
         f, bw, rec = stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode)
@@ -340,19 +336,19 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
         extra = 0.0
         if zero >= 3 and D > 1:
             passes = 3 if full else 2
-            blk = coll.all_gather_seconds(WEIGHT_BYTES * (sz.blk_pb // e) * D, D, dpn, rp)
+            blk = coll.all_gather_seconds(WEIGHT_BYTES * (sz["blk_pb"] // e) * D, D, dpn, rp)
             extra = passes * nd * blk
             if nm > 0:
                 moe = coll.all_gather_seconds(
-                    WEIGHT_BYTES * ((sz.moe_pb - sz.moe_exp_pb) // e) * D, D, dpn, rp) \
-                    + coll.all_gather_seconds(WEIGHT_BYTES * (sz.moe_exp_pb // e) * edp, edp,
+                    WEIGHT_BYTES * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e) * D, D, dpn, rp) \
+                    + coll.all_gather_seconds(WEIGHT_BYTES * (sz["moe_exp_pb"] // e) * edp, edp,
                                               edpn, rp)
                 extra += passes * nm * moe
             if r == 0:
-                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz.emb_pb // e) * D, D,
+                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz["emb_pb"] // e) * D, D,
                                                      dpn, rp)
             if r == p - 1:
-                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz.head_pb // e) * D, D,
+                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz["head_pb"] // e) * D, D,
                                                      dpn, rp)
         if zero >= 2 and D > 1:
             # per-microbatch reduce-scatter of the gradients as the backward ends
@@ -381,8 +377,8 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
     shard = D if zero >= 1 else 1
     shard_e = edp if zero >= 1 else 1
     for r in range(p):
-        dpn = stages[r].dp_nodes
-        edpn = stages[r].edp_nodes
+        dpn = stages[r]["dp_nodes"]
+        edpn = stages[r]["edp_nodes"]
         nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
         dn, en = stage_params(r, p, nd, nm, sz)
         if zero == 0:
@@ -403,29 +399,29 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
                 red += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, rp)
         if red > dp_s:
             dp_s = red
-        x = (dn / shard + en / shard_e) * plan.opt_bytes / rp.hbm_bw
+        x = (dn / shard + en / shard_e) * plan["opt_bytes"] / rp["hbm_bw"]
         if r == 0 or x > upd:
             upd = x
     emb_s = 0.0
     if p > 1:
-        emb_s = coll.all_reduce_seconds(GRAD_BYTES * sz.word_elements, 2, cell.emb_nodes, rp)
-    tiny = coll.all_reduce_seconds(4, p * t, cell.mp_nodes, rp)
-    opt_s = upd + plan.opt_kernels * rp.launch_s + plan.n_tiny * tiny
+        emb_s = coll.all_reduce_seconds(GRAD_BYTES * sz["word_elements"], 2, cell["emb_nodes"], rp)
+    tiny = coll.all_reduce_seconds(4, p * t, cell["mp_nodes"], rp)
+    opt_s = upd + plan["opt_kernels"] * rp["launch_s"] + plan["n_tiny"] * tiny
     total = steady + bubble + dp_s + emb_s + opt_s
-    bd.total_s = total
-    bd.pipeline_s = steady + bubble
-    bd.steady_s = steady
-    bd.bubble_s = bubble
-    bd.dp_allreduce_s = dp_s
-    bd.embedding_allreduce_s = emb_s
-    bd.optimizer_s = opt_s
-    bd.slot_s = slot
-    bd.forward_s = slots[crit, 1]
-    bd.backward_s = slots[crit, 2]
-    bd.recompute_s = slots[crit, 3]
-    bd.p2p_s = slots[crit, 4]
-    bd.microbatches = m
-    bd.critical_stage = crit
+    bd["total_s"] = total
+    bd["pipeline_s"] = steady + bubble
+    bd["steady_s"] = steady
+    bd["bubble_s"] = bubble
+    bd["dp_allreduce_s"] = dp_s
+    bd["embedding_allreduce_s"] = emb_s
+    bd["optimizer_s"] = opt_s
+    bd["slot_s"] = slot
+    bd["forward_s"] = slots[crit, 1]
+    bd["backward_s"] = slots[crit, 2]
+    bd["recompute_s"] = slots[crit, 3]
+    bd["p2p_s"] = slots[crit, 4]
+    bd["microbatches"] = m
+    bd["critical_stage"] = crit
     return total
 
 
@@ -435,15 +431,15 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     GPU") into ``out`` (a :data:`MEMORY` record); returns their total (all but the count
     in flight and the layer state). ZeRO shards the dense parameters' state over the cp·d
     ranks and the routed experts' over the cp·d/ep expert-data-parallel ranks."""
-    p = plan.p
-    v = plan.v
-    m = plan.m
-    ep = plan.ep
-    n_layers = plan.n_layers
-    zero = plan.zero
-    D = plan.cp * plan.d
+    p = plan["p"]
+    v = plan["v"]
+    m = plan["m"]
+    ep = plan["ep"]
+    n_layers = plan["n_layers"]
+    zero = plan["zero"]
+    D = plan["cp"] * plan["d"]
     edp = D // ep
-    e = sz.elem_bytes
+    e = sz["elem_bytes"]
     nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
     # ZeRO shards: optimizer state from stage 1, gradients from 2, weights at 3.
     w_div = D if zero >= 3 else 1
@@ -457,7 +453,7 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     dn, en = stage_params(r, p, nd, nm, sz)
     if v == 1:
         in_flight = min(p - r, m)
-        act = in_flight * (nd * sz.blk_stash + nm * sz.moe_stash)
+        act = in_flight * (nd * sz["blk_stash"] + nm * sz["moe_stash"])
         ends_in_flight = in_flight
     else:
         # Megatron's interleaved warm-up: 2(p − r − 1) + (v − 1)·p + 1 chunk-microbatches,
@@ -468,43 +464,43 @@ def stage_memory(r, plan, sz, moe_prefix, out):
         for c in range(v):
             k = c * p + r
             cm = moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
-            x = (lc - cm) * sz.blk_stash + cm * sz.moe_stash
+            x = (lc - cm) * sz["blk_stash"] + cm * sz["moe_stash"]
             if x > chunk:
                 chunk = x
         act = in_flight * chunk
         ends_in_flight = -(-in_flight // v)
     other = 0
     if r == 0:
-        other += ends_in_flight * sz.emb_stash
+        other += ends_in_flight * sz["emb_stash"]
     if r == p - 1:
-        other += ends_in_flight * sz.head_stash
-    workspace = sz.workspace
+        other += ends_in_flight * sz["head_stash"]
+    workspace = sz["workspace"]
     if zero >= 3 and D > 1:
         # the gathered parameters of the layer running and of the one prefetched
         biggest = 0
         if nd > 0:
-            biggest = sz.blk_pb // e
-        if nm > 0 and sz.moe_pb // e > biggest:
-            biggest = sz.moe_pb // e
+            biggest = sz["blk_pb"] // e
+        if nm > 0 and sz["moe_pb"] // e > biggest:
+            biggest = sz["moe_pb"] // e
         workspace += 2 * WEIGHT_BYTES * biggest
     # fp8 training: Transformer Engine's FP8 copies of the blocks' GEMM weights (both
     # layouts, the ``*_fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
-    out.weights = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) \
-        + int(nd * sz.blk_fp8_w / w_div) + int(nm * sz.moe_fp8_w / w_div) \
-        + int(nm * sz.moe_exp_fp8_w / w_div_e)
-    out.gradients = int(GRAD_BYTES * dn / g_div) + int(GRAD_BYTES * en / g_div_e)
-    out.optimizer_state = int(OPT_STATE_BYTES * dn / o_div) + int(OPT_STATE_BYTES * en / o_div_e)
-    out.activations = act
-    out.activations_other = other
-    out.workspace = workspace
-    out.in_flight = in_flight
-    out.layer_param_state = int(nd * (sz.blk_pb // e) * per_param) \
-        + int(nd * sz.blk_fp8_w / w_div) \
-        + int(nm * ((sz.moe_pb - sz.moe_exp_pb) // e) * per_param) \
-        + int(nm * (sz.moe_exp_pb // e) * per_param_e) \
-        + int(nm * sz.moe_fp8_w / w_div) + int(nm * sz.moe_exp_fp8_w / w_div_e)
-    return (out.weights + out.gradients + out.optimizer_state + out.activations + out.activations_other
-            + out.workspace)
+    out["weights"] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) \
+        + int(nd * sz["blk_fp8_w"] / w_div) + int(nm * sz["moe_fp8_w"] / w_div) \
+        + int(nm * sz["moe_exp_fp8_w"] / w_div_e)
+    out["gradients"] = int(GRAD_BYTES * dn / g_div) + int(GRAD_BYTES * en / g_div_e)
+    out["optimizer_state"] = int(OPT_STATE_BYTES * dn / o_div) + int(OPT_STATE_BYTES * en / o_div_e)
+    out["activations"] = act
+    out["activations_other"] = other
+    out["workspace"] = workspace
+    out["in_flight"] = in_flight
+    out["layer_param_state"] = int(nd * (sz["blk_pb"] // e) * per_param) \
+        + int(nd * sz["blk_fp8_w"] / w_div) \
+        + int(nm * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e) * per_param) \
+        + int(nm * (sz["moe_exp_pb"] // e) * per_param_e) \
+        + int(nm * sz["moe_fp8_w"] / w_div) + int(nm * sz["moe_exp_fp8_w"] / w_div_e)
+    return (out["weights"] + out["gradients"] + out["optimizer_state"] + out["activations"] + out["activations_other"]
+            + out["workspace"])
 
 
 # ---------------------------------------------------------------------------
@@ -611,15 +607,15 @@ def stage_geometry(p, t, d, cp, ep, node_size, stages, cell):
     cpn = np.empty(p, dtype=np.int64)
     epn = np.empty(p, dtype=np.int64)
     edpn = np.empty(p, dtype=np.int64)
-    cell.emb_nodes, cell.mp_nodes = geometry(p, t, cp * d, node_size, masks, dpn)
+    cell["emb_nodes"], cell["mp_nodes"] = geometry(p, t, cp * d, node_size, masks, dpn)
     group_geometry(p, t, d, cp, ep, node_size, cpn, epn, edpn)
     for r in range(p):
         st = stages[r]
-        st.mask = masks[r]
-        st.dp_nodes = dpn[r]
-        st.cp_nodes = cpn[r]
-        st.ep_nodes = epn[r]
-        st.edp_nodes = edpn[r]
+        st["mask"] = masks[r]
+        st["dp_nodes"] = dpn[r]
+        st["cp_nodes"] = cpn[r]
+        st["ep_nodes"] = epn[r]
+        st["edp_nodes"] = edpn[r]
 
 
 @njit(cache=True, nogil=True)
@@ -639,14 +635,14 @@ def build_geometry(geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values, devices):
                 total += geo_p[c]
     stages = np.zeros(total, dtype=STAGE_NODES)
     for k in range(total):
-        stages[k].cp_nodes = 1
-        stages[k].ep_nodes = 1
-        stages[k].edp_nodes = 1
+        stages[k]["cp_nodes"] = 1
+        stages[k]["ep_nodes"] = 1
+        stages[k]["edp_nodes"] = 1
     cells = np.zeros((n_cells, nns), dtype=CELL_NODES)
     for c in range(n_cells):
         for s in range(nns):
-            cells[c, s].emb_nodes = 1
-            cells[c, s].mp_nodes = 1
+            cells[c, s]["emb_nodes"] = 1
+            cells[c, s]["mp_nodes"] = 1
             t, cp, ep, p, d = geo_t[c], geo_cp[c], geo_ep[c], geo_p[c], geo_d[c]
             if _cell_ok(t, cp, ep, p, d, ns_values[s], devices):
                 o = off[c, s]
@@ -663,8 +659,8 @@ def peak_stage_memory(plan, sz, moe_prefix, out):
     flight (in flight never grows with r), no embedding/head stash and the same workspace
     as stage 0, so it never exceeds stage 0. A model mixing dense and MoE layers has every
     stage priced."""
-    p = plan.p
-    n_layers = plan.n_layers
+    p = plan["p"]
+    n_layers = plan["n_layers"]
     tmp = np.empty(1, dtype=MEMORY)
     peak = stage_memory(0, plan, sz, moe_prefix, out)
     n_moe = moe_prefix[n_layers]
@@ -681,14 +677,14 @@ def peak_stage_memory(plan, sz, moe_prefix, out):
 
 @njit(cache=True, nogil=True)
 def _copy_memory(src, dst):
-    dst.weights = src.weights
-    dst.gradients = src.gradients
-    dst.optimizer_state = src.optimizer_state
-    dst.activations = src.activations
-    dst.activations_other = src.activations_other
-    dst.workspace = src.workspace
-    dst.in_flight = src.in_flight
-    dst.layer_param_state = src.layer_param_state
+    dst["weights"] = src["weights"]
+    dst["gradients"] = src["gradients"]
+    dst["optimizer_state"] = src["optimizer_state"]
+    dst["activations"] = src["activations"]
+    dst["activations_other"] = src["activations_other"]
+    dst["workspace"] = src["workspace"]
+    dst["in_flight"] = src["in_flight"]
+    dst["layer_param_state"] = src["layer_param_state"]
 
 
 @njit(cache=True, nogil=True)
@@ -709,14 +705,14 @@ def slot_lower_bound(plan, lt, moe_prefix):
     the exchanges' excess, the all-to-alls, transfers and ZeRO traffic (≥ 0) to the same
     sums, and the slot is the max over all stages, so (m + (p − 1)/v) times this never
     exceeds its pipeline time."""
-    p = plan.p
+    p = plan["p"]
     best = 0.0
     for r in (0, p - 1, 1):
         if r >= p or (r == 1 and p < 3):
             continue
-        nd, nm = stage_kinds(r, p, plan.v, plan.n_layers, moe_prefix)
-        f, bw, rec = stage_sums(r, p, nd, nm, lt.blk_f, lt.blk_b, lt.moe_f, lt.moe_b, lt,
-                                plan.rec_mode)
+        nd, nm = stage_kinds(r, p, plan["v"], plan["n_layers"], moe_prefix)
+        f, bw, rec = stage_sums(r, p, nd, nm, lt["blk_f"], lt["blk_b"], lt["moe_f"], lt["moe_b"], lt,
+                                plan["rec_mode"])
         x = f + bw + rec
         if x > best:
             best = x
@@ -745,9 +741,9 @@ def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows
                 lbs[k] = np.inf
                 continue
             pl = plans[k]
-            p = pl.p
+            p = pl["p"]
             s = slot_lower_bound(pl, lt_rows[vi, row], moe_prefix)
-            lb = pl.m * s + (p - 1) * s / pl.v
+            lb = pl["m"] * s + (p - 1) * s / pl["v"]
             lbs[k] = lb
             if lb < seed_lb:
                 seed_lb = lb
@@ -763,7 +759,7 @@ def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows
                 continue
             vi = plan_var[k]
             pl = plans[k]
-            p = pl.p
+            p = pl["p"]
             c = plan_geo[k]
             o = geo_off[c, nsi]
             total = step_time(pl, geo_cells[c, nsi], geo_stages[o:o + p], lt_rows[vi, row],
