@@ -243,8 +243,10 @@ class OpGraph:
     def collectives(self, *kinds) -> np.ndarray:
         """bool per operator: whether it is a collective of one of ``kinds`` (names of
         :data:`COLLECTIVE_KINDS`)."""
-        codes = [COLLECTIVE_KINDS.index(k) for k in kinds]
-        return np.isin(self.collective, codes)
+        mask = np.zeros(self.n_ops, dtype=bool)
+        for k in kinds:
+            mask |= self.collective == COLLECTIVE_KINDS.index(k)
+        return mask
 
     def __repr__(self):
         counts = np.bincount(self.kind, minlength=4)
