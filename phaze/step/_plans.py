@@ -204,7 +204,7 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
     e = head.forward.bytes_per_element
     ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
     lt = np.zeros(archs.shape[0], dtype=kern.LAYER_TIMES)
-    ints = np.zeros(1, dtype=kern.SIZES)[0]
+    sizes = np.zeros(1, dtype=kern.SIZES)[0]
     flash_set = False
     ws = 0
     for L, slots in ((emb, ("emb_f", "emb_b", None)),
@@ -223,9 +223,9 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
             lt["flash_f"], lt["flash_b"] = flash_f, flash_b
             flash_set = True
         a2a, n_f, n_b, ring_f, ring_b = group_collective_bytes(L)
-        ints["ring_f"], ints["ring_b"] = ring_f, ring_b
+        sizes["ring_f"], sizes["ring_b"] = ring_f, ring_b
         if L is moe:
-            ints["a2a_bytes"], ints["a2a_f_n"], ints["a2a_b_n"] = a2a, n_f, n_b
+            sizes["a2a_bytes"], sizes["a2a_f_n"], sizes["a2a_b_n"] = a2a, n_f, n_b
         if recompute == "full":
             ws = max(ws, L.stash("none"))            # one layer's recomputed activations
         elif recompute == "selective":
@@ -234,25 +234,25 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
     for slot, inter in (("send_in", False), ("send_net", True)):
         lt[slot] = cost.p2p_seconds(act_bytes / t, archs, inter_node=inter, model="calibrated",
                                        efficiency=eff_rows)[0]
-    ints["emb_pb"] = emb.param_bytes
-    ints["head_pb"] = head.param_bytes
-    ints["elem_bytes"] = e
-    ints["act_bytes"] = act_bytes
-    ints["word_elements"] = -(-m_spec.vocab // t) * m_spec.embed_width
-    ints["emb_stash"] = emb.stash_bytes
-    ints["head_stash"] = head.stash_bytes
-    ints["workspace"] = ws
+    sizes["emb_pb"] = emb.param_bytes
+    sizes["head_pb"] = head.param_bytes
+    sizes["elem_bytes"] = e
+    sizes["act_bytes"] = act_bytes
+    sizes["word_elements"] = -(-m_spec.vocab // t) * m_spec.embed_width
+    sizes["emb_stash"] = emb.stash_bytes
+    sizes["head_stash"] = head.stash_bytes
+    sizes["workspace"] = ws
     if block is not None:
-        ints["blk_pb"] = block.param_bytes
-        ints["blk_stash"] = block.stash(recompute)
-        ints["blk_fp8_w"] = fp8_weight_bytes(block)
+        sizes["blk_pb"] = block.param_bytes
+        sizes["blk_stash"] = block.stash(recompute)
+        sizes["blk_fp8_w"] = fp8_weight_bytes(block)
     if moe is not None:
-        ints["moe_pb"] = moe.param_bytes
-        ints["moe_exp_pb"] = moe.expert_param_bytes
-        ints["moe_stash"] = moe.stash(recompute)
-        ints["moe_fp8_w"] = fp8_weight_bytes(moe)
-        ints["moe_exp_fp8_w"] = fp8_weight_bytes(moe, experts=True)
-    return lt, ints
+        sizes["moe_pb"] = moe.param_bytes
+        sizes["moe_exp_pb"] = moe.expert_param_bytes
+        sizes["moe_stash"] = moe.stash(recompute)
+        sizes["moe_fp8_w"] = fp8_weight_bytes(moe)
+        sizes["moe_exp_fp8_w"] = fp8_weight_bytes(moe, experts=True)
+    return lt, sizes
 
 
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
