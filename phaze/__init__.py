@@ -60,7 +60,7 @@ def _numba_cache_dir() -> None:
 _numba_cache_dir()
 
 _SUBMODULES = ("models", "graph", "arch", "cost", "schedule", "placement", "step", "search",
-               "validate", "trace", "launch", "precision", "plan", "cli")
+               "validate", "trace", "launch", "precision", "plan", "collectives", "cli")
 
 __all__ = ["__version__", *_SUBMODULES]
 

@@ -18,7 +18,7 @@ import pytest
 PHAZE = Path(__file__).resolve().parent.parent / "phaze"
 PACKAGES = ("graph", "step", "cli", "cost", "placement", "schedule", "search", "arch", "plan")
 PUBLIC = ("models", "graph", "arch", "cost", "schedule", "placement", "step", "search",
-          "validate", "trace", "launch", "precision", "plan", "cli")
+          "validate", "trace", "launch", "precision", "plan", "collectives", "cli")
 
 
 def _module_name(path):
