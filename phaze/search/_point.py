@@ -226,21 +226,21 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     import os
 
     from .. import step
-    from ..arch import Chip, efficiency, resolve_chip
+    from ..arch import Chip, resolve
 
     spec = resolve_models(model, seq_len)[0]
-    if isinstance(arch, (str, os.PathLike, Chip)):
-        chip = resolve_chip(arch)
-        row, eff, arch_name = chip.row.copy(), chip.efficiency_set(), chip.name
-        # The chip's own tensor rate at the datatype (one sentence without fp8 cores).
-        precision = knobs.get("precision")
-        fp8_rate = chip.tensor_rate(precision) if precision == "fp8" else None
-    else:
-        row = arch_row(arch)
-        eff, arch_name, fp8_rate = efficiency.for_rows(row), "row", None
+    # The chip, resolved once (its row, efficiency set and datatype rates) and passed down
+    # whole; a row is reported as "row" whatever preset it equals.
+    named = isinstance(arch, (str, os.PathLike, Chip))
+    chip = resolve(arch if named else arch_row(arch))
+    arch_name = chip.name if named else "row"
     if hbm_gib is not None:
-        row = row.copy()
+        # Another HBM capacity: the same chip (its efficiency set and rates kept) on a row
+        # with that capacity.
+        row = chip.row.copy()
         row["hbm_gib"] = positive_float("hbm_gib", hbm_gib)
+        chip = resolve(row, efficiency=chip.efficiency_set(), fp8_rate=chip.rates["fp8"])
+    row = chip.row
     _plan.check_keywords("evaluate_step", knobs, _plan.STRATEGY)
     # A knob left out or None takes the table's default; switches read as booleans.
     values = {}
@@ -263,7 +263,7 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     used = pl.devices
     if devices is not None and positive_int("devices", devices) < used:
         raise ValueError(f"devices {devices} is fewer than t·cp·p·d = {used}")
-    res = step.training_step(spec, row, **pl.as_dict(), efficiency=eff, fp8_rate=fp8_rate)
+    res = step.training_step(spec, chip, **pl.as_dict())
     gib = 2 ** 30
     plan = dict(res.plan)
     plan["trainers"] = list(plan.get("trainers", ()))

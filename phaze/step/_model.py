@@ -191,8 +191,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import os
-
 import numpy as np
 
 from . import _kernels as _kern
@@ -201,10 +199,7 @@ from .. import collectives, graph, models
 from .. import plan as _plan
 from ._plans import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
                      step_lower_bounds)
-from ..arch import dtype_rates as _dtype_rates
-from ..arch import efficiency as _efficiency
-from ..arch import resolve_chip
-from ..arch import validate as _validate_archs
+from ..arch import resolve as resolve_arch
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
            "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
@@ -364,38 +359,6 @@ def _rank(stage, dp, tp, t, d):
 # the step
 # ---------------------------------------------------------------------------
 
-def _dtype_rate(arch, row, precision):
-    """The fp8 tensor-rate multiplier of the plan's chip (a chip file's or preset's own,
-    else ``dtype_rates.for_rows`` of the row); 1 for 16-bit training. A chip without fp8
-    tensor cores refuses fp8 in one sentence (``ValueError``)."""
-    if precision != "fp8":
-        return None
-    if isinstance(arch, (str, os.PathLike)):
-        return resolve_chip(arch).tensor_rate("fp8")
-    return _dtype_rates.tensor_rate("fp8", float(_dtype_rates.for_rows(row)[0]), "this row")
-
-
-def _arch_and_efficiency(arch, efficiency):
-    if isinstance(arch, (str, os.PathLike)):  # a preset name or a chip file (its efficiency too)
-        chip = resolve_chip(arch)
-        row = chip.row
-        eff = efficiency if efficiency is not None else chip.efficiency_set()
-    else:
-        row = _validate_archs(arch)
-        if row.shape[0] != 1:
-            raise ValueError(f"arch must be one architecture row, got {row.shape[0]}")
-        eff = efficiency if efficiency is not None else _efficiency.for_rows(row)
-    if isinstance(eff, str):
-        eff = _efficiency.get(eff)
-    elif isinstance(eff, np.ndarray):
-        eff = _efficiency.Efficiency(**{f: eff.reshape(-1)[f][0].item()
-                                        for f in _efficiency.EFFICIENCY_DTYPE.names})
-    elif not isinstance(eff, _efficiency.Efficiency):
-        raise ValueError("efficiency must be None, a parameter-set name, an Efficiency or an "
-                         f"EFFICIENCY_DTYPE row, got {type(eff).__name__}")
-    return row, eff
-
-
 def _one_row_inputs(row, eff):
     """The efficiency set of one row as a one-row EFFICIENCY_DTYPE array, the row's
     collective parameters (``step._plans.row_params``) and its node size array."""
@@ -475,10 +438,12 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     if not m_spec.is_moe and (ep != 1 or capacity_factor is not None):
         what = "expert_parallel must be 1" if ep != 1 else "capacity_factor must be None"
         raise ValueError(f"{what} for {m_spec.name}, which has no experts (n_experts = 0)")
-    row, eff = _arch_and_efficiency(arch, efficiency)
-    # The chip's tensor rate at the datatype (one sentence when it has no fp8 tensor cores).
-    fp8_rate = _dtype_rate(arch, row, precision) if fp8_rate is None or precision != "fp8" \
-        else _dtype_rates.tensor_rate("fp8", _dtype_rates.check_fp8_rate(fp8_rate), "this chip")
+    # The chip, resolved once (phaze.arch.resolve): its row, efficiency set and tensor rate
+    # at the datatype (one sentence when it has no fp8 tensor cores).
+    chip = resolve_arch(arch, efficiency=efficiency,
+                        fp8_rate=fp8_rate if precision == "fp8" else None)
+    row, eff = chip.row, chip.efficiency_set()
+    fp8_rate = chip.tensor_rate("fp8") if precision == "fp8" else None
     # Sequence parallelism splits over the tensor-parallel group: at t = 1 it is a no-op
     # (Megatron-LM switches it off there), and the plan records what ran.
     sp = pl.sequence_parallel and t > 1
