@@ -224,6 +224,7 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                   split_w, split_d, split_cores, split_of_arch,
                   num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
                   node_size, tile_rule, tiles, tile_of_arch, params,
+                  gemm_rate, hbm_bw, attention_bw, launch,
                   attention_op, in_bytes, fp8_op, fp8_rate, single, intra):
     """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds: the one operator loop of both
     cost models.
@@ -231,7 +232,10 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
     GEMM quantities are computed once per distinct (w, d, buffer) — "shapes" — and
     per distinct (w, d, num_tc) — "splits" — then broadcast to the architectures.
     ``params`` (``_records.PARAMS_DTYPE``, one row per architecture): the efficiency
-    fractions and latencies; ``tile_rule``: whether the tile and wave rule bounds GEMM
+    fractions and latencies, and per row the rates derived from them (memoised with the
+    rows): ``gemm_rate`` array steps per second (clock × tile_efficiency), ``hbm_bw`` and
+    ``attention_bw`` HBM bytes per second (× hbm_efficiency, × attention_hbm_efficiency),
+    ``launch`` seconds (launch_s); ``tile_rule``: whether the tile and wave rule bounds GEMM
     cycles, on the "tiles" ``tiles`` (``_records.TILE_DTYPE``; ``tile_of_arch[a]``: the
     tile of row a). The
     study's model is this loop with identity parameters (fractions 1, latencies 0) and no
@@ -259,18 +263,16 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                 intra[i, a] = t
             continue
         moved = float(bytes_moved[i])
-        attention = attention_op[i]
+        bw = attention_bw if attention_op[i] else hbm_bw
         if kd == KIND_VECTOR:
             el = float(elements[i])
             for a in range(n_archs):
-                p = params[a]
-                hbm_eff = p["attention_hbm_efficiency"] if attention else p["hbm_efficiency"]
-                traffic_s = moved / (hbm_bytes_per_s[a] * hbm_eff)
+                traffic_s = moved / bw[a]
                 lanes = float(vc_width[a])
                 t1 = _vector_cycles(el, cpe[i], lanes) / clock_hz[a]
                 tp = _vector_cycles(el, cpe[i], lanes * num_vc[a]) / clock_hz[a]
-                single[i, a] = max(t1, traffic_s) + p["launch_s"]
-                intra[i, a] = max(tp, traffic_s) + p["launch_s"]
+                single[i, a] = max(t1, traffic_s) + launch[a]
+                intra[i, a] = max(tp, traffic_s) + launch[a]
             continue
         # GEMM or fused GEMM + vector epilogue
         b = float(dims[i, 0])
@@ -295,8 +297,8 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                                     tl["k_stages"])
         fused = kd == KIND_FUSED
         el = float(elements[i])
+        fp8 = fp8_op[i]
         for a in range(n_archs):
-            p = params[a]
             u = shape_of_arch[a]
             v = split_of_arch[a]
             c1 = cyc1[u]
@@ -305,13 +307,9 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                 x = tile_of_arch[a]
                 c1 = max(c1, tile1[x])
                 cp = max(cp, tilep[x])
-            rate = clock_hz[a] * p["tile_efficiency"]  # array steps per second
-            if fp8_op[i]:
-                rate = rate * fp8_rate[a]
-            hbm_eff = p["attention_hbm_efficiency"] if attention else p["hbm_efficiency"]
-            bw = hbm_bytes_per_s[a] * hbm_eff
-            t1 = max(c1 / rate, bytes1[u] / bw)
-            tp = max(cp / rate, bytes_all[u] / bw)
+            rate = gemm_rate[a] * fp8_rate[a] if fp8 else gemm_rate[a]  # array steps per second
+            t1 = max(c1 / rate, bytes1[u] / bw[a])
+            tp = max(cp / rate, bytes_all[u] / bw[a])
             if fused:
                 # the epilogue consumes output tiles as the arrays drain them: the slower
                 # stage sets the pace (one VC with one TC; all VCs with all TCs)
@@ -319,5 +317,5 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                 lanes = float(vc_width[a])
                 t1 = max(t1, _vector_cycles(el, cpe[i], lanes) / hz)
                 tp = max(tp, _vector_cycles(el, cpe[i], lanes * num_vc[a]) / hz)
-            single[i, a] = t1 + p["launch_s"]
-            intra[i, a] = tp + p["launch_s"]
+            single[i, a] = t1 + launch[a]
+            intra[i, a] = tp + launch[a]

@@ -287,7 +287,9 @@ def _cost_model(model, efficiency) -> CostModel:
 
 def _model_inputs(prep, efficiency):
     """The operator loop's parameter records for ``prep``'s rows, memoised with ``prep``:
-    (tiles: ``TILE_DTYPE`` rows, tile_of_arch, params: one ``PARAMS_DTYPE`` row per row).
+    (tiles: ``TILE_DTYPE`` rows, tile_of_arch, params: one ``PARAMS_DTYPE`` row per row,
+    and per row the GEMM rate, HBM and attention-core bandwidths and launch gap derived
+    from them).
 
     "Tiles" are the distinct (split, tile parameters) combinations of the rows: with
     one parameter set for every row (the usual case) exactly the splits; per-row sets
@@ -321,9 +323,15 @@ def _model_inputs(prep, efficiency):
             tiles[f] = values
         for f in _RATE_FIELDS:
             params[f] = np.asarray(eff[f], dtype=np.float64)
-    for value in (tiles, params):
+    # the per-row rates the operator loop divides by (the same products it would form)
+    derived = (prep["clock_hz"] * params["tile_efficiency"],
+               prep["hbm_bytes_per_s"] * params["hbm_efficiency"],
+               prep["hbm_bytes_per_s"] * params["attention_hbm_efficiency"],
+               np.ascontiguousarray(params["launch_s"]))
+    inputs = (tiles, tile_of_arch, params) + derived
+    for value in inputs:
         value.setflags(write=False)
-    return cache.put(key, (tiles, tile_of_arch, params))
+    return cache.put(key, inputs)
 
 
 def _dtype_inputs(op_graph, n_archs, fp8_rate):
@@ -382,7 +390,7 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
     op_graph = _check_graph(op_graph)
     spec = _cost_model(model, efficiency)
     prep = _prepared(archs)
-    tiles, tile_of_arch, params = _model_inputs(prep, spec.efficiency(efficiency))
+    inputs = _model_inputs(prep, spec.efficiency(efficiency))
     from . import _kernels as kern  # numba loads with the first latency asked for
 
     n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
@@ -399,7 +407,7 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"],
         prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
         prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
-        spec.tile_rule, tiles, tile_of_arch, params,
+        spec.tile_rule, *inputs,
         op_graph.attention_core, in_bytes, fp8, rates, single, intra)
     return single, intra
 
