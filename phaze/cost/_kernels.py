@@ -1,10 +1,14 @@
 """Compiled kernels of ``phaze.cost`` (numba). Private: call :func:`phaze.cost.op_latencies`.
 
-Everything is float64 arithmetic on exact integers (< 2**52), so the numbers are the
-same compiled and under ``NUMBA_DISABLE_JIT=1``. The calibrated model's kernels also
-divide by non-integral efficiency fractions, in one fixed order of operations, so they
-too give the same numbers both ways (tests/test_cost_calibrated.py checks it). The models
-are documented in ``phaze/cost.py``; the functions here are their literal transcription.
+One operator loop, :func:`_op_latencies`, prices both cost models: the calibrated one
+with each row's efficiency parameters (a ``_records.PARAMS_DTYPE`` record per row)
+and the tile and wave rule, the study's with the identity parameters (fractions 1, latencies 0)
+and no tile rule, which reproduces the study's ideal model bit for bit (x·1, x/1 and
+x + 0 are exact). The study's arithmetic is float64 on exact integers (< 2**52); the
+calibrated parameters divide by non-integral fractions in one fixed order of operations,
+so the numbers are the same compiled and under ``NUMBA_DISABLE_JIT=1``
+(tests/test_cost_calibrated.py checks it). The models are documented in
+``phaze/cost/_latency.py``; the functions here are their literal transcription.
 """
 import math
 
@@ -125,9 +129,6 @@ def _vector_cycles(elements, cycles_per_element, lanes):
     return _cdiv(elements, lanes) * cycles_per_element
 
 
-# Serial on purpose: a parallel=True/prange version over operators measured 2.5x
-# slower on the 2-core CI-like machine (bench/RESULTS.md, "Operator latencies"), and
-# the search already runs one process per core; nogil lets threads call it in parallel.
 @njit(cache=True, nogil=True)
 def _gemm_array_terms(b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
                       single_buffer_fraction, split_w, split_d, split_cores, in_bytes):
@@ -167,78 +168,7 @@ def _gemm_array_terms(b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d
     return cyc1, bytes1, bytes_all, cycp
 
 
-@njit(cache=True, nogil=True)
-def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size,
-                  elem_bytes, acc_bytes, single_buffer_fraction,
-                  shape_w, shape_d, shape_cap, shape_of_arch,
-                  split_w, split_d, split_cores, split_of_arch,
-                  num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
-                  node_size, in_bytes, fp8_op, fp8_rate, single, intra):
-    """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds.
-
-    GEMM quantities are computed once per distinct (w, d, buffer) — "shapes" — and
-    per distinct (w, d, num_tc) — "splits" — then broadcast to the architectures.
-    Per operator: ``in_bytes`` (its GEMM operands' element size) and ``fp8_op`` (its GEMM
-    runs at ``fp8_rate[a]`` × the array rate of architecture a).
-    """
-    n_ops = kind.shape[0]
-    n_archs = clock_hz.shape[0]
-    n_shapes = shape_w.shape[0]
-    n_splits = split_w.shape[0]
-    for i in range(n_ops):
-        kd = kind[i]
-        if kd == KIND_COLLECTIVE:
-            g = float(group_size[i])
-            for a in range(n_archs):
-                if g <= 1.0 or comm_bytes[i] == 0:
-                    t = 0.0
-                else:
-                    bw = link_bytes_per_s[a] if g <= node_size[a] else net_bytes_per_s[a]
-                    t = 2.0 * (g - 1.0) / g * comm_bytes[i] / bw
-                single[i, a] = t
-                intra[i, a] = t
-            continue
-        moved = float(bytes_moved[i])
-        if kd == KIND_VECTOR:
-            el = float(elements[i])
-            for a in range(n_archs):
-                traffic_s = moved / hbm_bytes_per_s[a]
-                lanes = float(vc_width[a])
-                t1 = _vector_cycles(el, cpe[i], lanes) / clock_hz[a]
-                tp = _vector_cycles(el, cpe[i], lanes * num_vc[a]) / clock_hz[a]
-                single[i, a] = max(t1, traffic_s)
-                intra[i, a] = max(tp, traffic_s)
-            continue
-        # GEMM or fused GEMM + vector epilogue
-        b = float(dims[i, 0])
-        m = float(dims[i, 1])
-        k = float(dims[i, 2])
-        n = float(dims[i, 3])
-        cyc1, bytes1, bytes_all, cycp = _gemm_array_terms(
-            b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
-            single_buffer_fraction, split_w, split_d, split_cores, in_bytes[i])
-        fused = kd == KIND_FUSED
-        el = float(elements[i])
-        for a in range(n_archs):
-            u = shape_of_arch[a]
-            v = split_of_arch[a]
-            hz = clock_hz[a]
-            bw = hbm_bytes_per_s[a]
-            gemm_hz = hz * fp8_rate[a] if fp8_op[i] else hz  # array steps per second
-            t1 = max(cyc1[u] / gemm_hz, bytes1[u] / bw)
-            tp = max(cycp[v] / gemm_hz, bytes_all[u] / bw)
-            if fused:
-                # the epilogue consumes output tiles as the arrays drain them: the slower
-                # stage sets the pace (one VC with one TC; all VCs with all TCs)
-                lanes = float(vc_width[a])
-                t1 = max(t1, _vector_cycles(el, cpe[i], lanes) / hz)
-                tp = max(tp, _vector_cycles(el, cpe[i], lanes * num_vc[a]) / hz)
-            single[i, a] = t1
-            intra[i, a] = tp
-
-
-# --- the calibrated model (phaze.cost, "calibrated model") ------------------------------
-# Separate kernels, so that the study's ideal model above stays exactly as it was.
+# --- the calibrated model's rules (phaze.cost, "calibrated model") ----------------------
 
 @njit(cache=True, nogil=True)
 def _tile_cycles(batch, m, k, n, tc_width, tc_depth, cores, tile_m_mult, tile_n_mult, tile_k_mult,
@@ -283,55 +213,68 @@ def _ring_allreduce_seconds(group, comm_bytes, node_size, link_bytes_per_s, net_
     return alpha + steps / group * comm_bytes / bw
 
 
-@njit(cache=True, nogil=True)
-def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size,
-                             elem_bytes, acc_bytes, single_buffer_fraction,
-                             shape_w, shape_d, shape_cap, shape_of_arch,
-                             split_w, split_d, split_cores, split_of_arch,
-                             tile_split, tile_m_mult, tile_n_mult, tile_k_mult, cores_per_tile, k_stages,
-                             tile_of_arch,
-                             num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
-                             node_size, tile_efficiency, hbm_efficiency, attention_hbm_efficiency,
-                             launch_s, coll_latency_s, link_step_s, net_step_s, link_efficiency,
-                             net_efficiency, attention_op, in_bytes, fp8_op, fp8_rate, single, intra):
-    """Fill ``single`` and ``intra`` (n_ops, n_archs) with the calibrated latencies, seconds.
 
-    As ``_op_latencies`` (shapes, splits), plus "tiles": distinct (split, tile
-    parameters) combinations; ``tile_split[x]`` is the split of tile combination x.
-    Per-architecture arrays: the fractions and latencies of phaze.arch.efficiency.
-    ``attention_op`` (per operator): its HBM traffic runs at ``attention_hbm_efficiency``
-    instead of ``hbm_efficiency`` (the unfused attention core).
-    ``in_bytes``, ``fp8_op``, ``fp8_rate``: as in ``_op_latencies``.
+# Serial on purpose: a parallel=True/prange version over operators measured 2.5x
+# slower on the 2-core CI-like machine (bench/RESULTS.md, "Operator latencies"), and
+# the search already runs one process per core; nogil lets threads call it in parallel.
+@njit(cache=True, nogil=True)
+def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size,
+                  elem_bytes, acc_bytes, single_buffer_fraction,
+                  shape_w, shape_d, shape_cap, shape_of_arch,
+                  split_w, split_d, split_cores, split_of_arch,
+                  num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
+                  node_size, tile_rule, tiles, tile_of_arch, params,
+                  gemm_rate, hbm_bw, attention_bw, launch,
+                  attention_op, in_bytes, fp8_op, fp8_rate, single, intra):
+    """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds: the one operator loop of both
+    cost models.
+
+    GEMM quantities are computed once per distinct (w, d, buffer) — "shapes" — and
+    per distinct (w, d, num_tc) — "splits" — then broadcast to the architectures.
+    ``params`` (``_records.PARAMS_DTYPE``, one row per architecture): the efficiency
+    fractions and latencies, and per row the rates derived from them (memoised with the
+    rows): ``gemm_rate`` array steps per second (clock × tile_efficiency), ``hbm_bw`` and
+    ``attention_bw`` HBM bytes per second (× hbm_efficiency, × attention_hbm_efficiency),
+    ``launch`` seconds (launch_s); ``tile_rule``: whether the tile and wave rule bounds GEMM
+    cycles, on the "tiles" ``tiles`` (``_records.TILE_DTYPE``; ``tile_of_arch[a]``: the
+    tile of row a). The
+    study's model is this loop with identity parameters (fractions 1, latencies 0) and no
+    tile rule: multiplying by 1 and adding 0 are exact, so it gives the study's numbers
+    bit for bit. Per operator: ``attention_op`` (its HBM traffic runs at
+    ``attention_hbm_efficiency`` instead of ``hbm_efficiency``), ``in_bytes`` (its GEMM
+    operands' element size) and ``fp8_op`` (its GEMM runs at ``fp8_rate[a]`` × the array
+    rate of architecture a).
     """
     n_ops = kind.shape[0]
     n_archs = clock_hz.shape[0]
-    n_shapes = shape_w.shape[0]
-    n_splits = split_w.shape[0]
-    n_tiles = tile_split.shape[0]
+    n_tiles = tiles.shape[0] if tile_rule else 0
     for i in range(n_ops):
         kd = kind[i]
         if kd == KIND_COLLECTIVE:
             g = float(group_size[i])
             cb = float(comm_bytes[i])
             for a in range(n_archs):
-                t = _ring_allreduce_seconds(g, cb, node_size[a], link_bytes_per_s[a], net_bytes_per_s[a],
-                                            coll_latency_s[a], link_step_s[a], net_step_s[a],
-                                            link_efficiency[a], net_efficiency[a])
+                p = params[a]
+                t = _ring_allreduce_seconds(g, cb, node_size[a], link_bytes_per_s[a],
+                                            net_bytes_per_s[a], p["coll_latency_s"],
+                                            p["link_step_s"], p["net_step_s"],
+                                            p["link_efficiency"], p["net_efficiency"])
                 single[i, a] = t
                 intra[i, a] = t
             continue
         moved = float(bytes_moved[i])
-        hbm_eff = attention_hbm_efficiency if attention_op[i] else hbm_efficiency
+        bw = attention_bw if attention_op[i] else hbm_bw
         if kd == KIND_VECTOR:
             el = float(elements[i])
             for a in range(n_archs):
-                traffic_s = moved / (hbm_bytes_per_s[a] * hbm_eff[a])
+                traffic_s = moved / bw[a]
                 lanes = float(vc_width[a])
                 t1 = _vector_cycles(el, cpe[i], lanes) / clock_hz[a]
                 tp = _vector_cycles(el, cpe[i], lanes * num_vc[a]) / clock_hz[a]
-                single[i, a] = max(t1, traffic_s) + launch_s[a]
-                intra[i, a] = max(tp, traffic_s) + launch_s[a]
+                single[i, a] = max(t1, traffic_s) + launch[a]
+                intra[i, a] = max(tp, traffic_s) + launch[a]
             continue
+        # GEMM or fused GEMM + vector epilogue
         b = float(dims[i, 0])
         m = float(dims[i, 1])
         k = float(dims[i, 2])
@@ -343,30 +286,36 @@ def _op_latencies_calibrated(kind, dims, cpe, elements, bytes_moved, comm_bytes,
         tile1 = np.empty(n_tiles)
         tilep = np.empty(n_tiles)
         for x in range(n_tiles):
-            v = tile_split[x]
+            tl = tiles[x]
+            v = tl["split"]
             w = float(split_w[v])
             d = float(split_d[v])
-            args = (float(tile_m_mult[x]), float(tile_n_mult[x]), float(tile_k_mult[x]),
-                    float(cores_per_tile[x]), float(k_stages[x]))
-            tile1[x] = _tile_cycles(b, m, k, n, w, d, 1.0, args[0], args[1], args[2], args[3], args[4])
-            tilep[x] = _tile_cycles(b, m, k, n, w, d, float(split_cores[v]),
-                                    args[0], args[1], args[2], args[3], args[4])
+            tile1[x] = _tile_cycles(b, m, k, n, w, d, 1.0, tl["tile_m_mult"], tl["tile_n_mult"],
+                                    tl["tile_k_mult"], tl["cores_per_tile"], tl["k_stages"])
+            tilep[x] = _tile_cycles(b, m, k, n, w, d, float(split_cores[v]), tl["tile_m_mult"],
+                                    tl["tile_n_mult"], tl["tile_k_mult"], tl["cores_per_tile"],
+                                    tl["k_stages"])
         fused = kd == KIND_FUSED
         el = float(elements[i])
+        fp8 = fp8_op[i]
         for a in range(n_archs):
             u = shape_of_arch[a]
             v = split_of_arch[a]
-            x = tile_of_arch[a]
-            rate = clock_hz[a] * tile_efficiency[a]
-            if fp8_op[i]:
-                rate = rate * fp8_rate[a]
-            bw = hbm_bytes_per_s[a] * hbm_eff[a]
-            t1 = max(max(cyc1[u], tile1[x]) / rate, bytes1[u] / bw)
-            tp = max(max(cycp[v], tilep[x]) / rate, bytes_all[u] / bw)
+            c1 = cyc1[u]
+            cp = cycp[v]
+            if tile_rule:
+                x = tile_of_arch[a]
+                c1 = max(c1, tile1[x])
+                cp = max(cp, tilep[x])
+            rate = gemm_rate[a] * fp8_rate[a] if fp8 else gemm_rate[a]  # array steps per second
+            t1 = max(c1 / rate, bytes1[u] / bw[a])
+            tp = max(cp / rate, bytes_all[u] / bw[a])
             if fused:
+                # the epilogue consumes output tiles as the arrays drain them: the slower
+                # stage sets the pace (one VC with one TC; all VCs with all TCs)
                 hz = clock_hz[a]
                 lanes = float(vc_width[a])
                 t1 = max(t1, _vector_cycles(el, cpe[i], lanes) / hz)
                 tp = max(tp, _vector_cycles(el, cpe[i], lanes * num_vc[a]) / hz)
-            single[i, a] = t1 + launch_s[a]
-            intra[i, a] = tp + launch_s[a]
+            single[i, a] = t1 + launch[a]
+            intra[i, a] = tp + launch[a]

@@ -9,7 +9,10 @@ one core of its type) and ``intra`` (intra-op parallel over all cores of its typ
 Two models, selected by ``model=``: ``"study"`` (the default) is the original
 study's ideal model below, unchanged; ``"calibrated"`` adds what a real chip loses
 against it (see "The calibrated model" at the end), with parameters from
-:mod:`phaze.arch.efficiency` chosen by ``efficiency=``.
+:mod:`phaze.arch.efficiency` chosen by ``efficiency=``. Both are one operator loop
+(``_kernels._op_latencies``) chosen once from :data:`COST_MODELS`: the study's model is
+the calibrated one with the identity parameters (:data:`IDENTITY`: every efficiency 1,
+every latency 0) and without the tile rule, which gives its numbers bit for bit.
 
 The model (``model="study"``)
 -----------------------------
@@ -121,22 +124,20 @@ the in-node or between-node tier's ``*_p2p_latency_s`` and ``*_p2p_efficiency``.
 """
 from __future__ import annotations
 
-import threading
+import dataclasses
 import zlib
-from collections import OrderedDict
 
 import numpy as np
 
 from .. import _config, precision
+from .._cache import Memo
 from ..arch import ARCH_DTYPE, dtype_rates
 from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
+from ._records import PARAMS_DTYPE, TILE_DTYPE
 
 __all__ = ["MODELS", "op_latencies", "p2p_seconds", "roofline_bounds"]
-
-#: The cost models ``op_latencies`` and ``p2p_seconds`` accept (the first is the default).
-MODELS = ("study", "calibrated")
 
 _MIB = float(2 ** 20)
 
@@ -184,8 +185,9 @@ def _distinct(*columns):
     return uniq, np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
 
 
-_PREPARED = OrderedDict()  # (address, rows, crc32 of the bytes) -> kernel inputs
-_PREPARED_LOCK = threading.Lock()  # the search may call from several threads (nogil kernels)
+_PREPARED = Memo(lambda: _config.COST_PREPARED_CACHE_SIZE, "cost.prepared")
+"""(address, rows, crc32 of the bytes) -> kernel inputs of a chunk of rows (thread-safe:
+the search may call from several threads, the kernels release the GIL)."""
 
 
 def _prepared(archs):
@@ -201,11 +203,9 @@ def _prepared(archs):
             and archs.shape[0] > 0 and archs.flags.c_contiguous):
         key = (archs.__array_interface__["data"][0], archs.shape[0],
                zlib.crc32(memoryview(archs).cast("B")))
-        with _PREPARED_LOCK:
-            hit = _PREPARED.get(key)
-            if hit is not None:
-                _PREPARED.move_to_end(key)
-                return hit
+        hit = _PREPARED.get(key)
+        if hit is not None:
+            return hit
     archs = _validate_archs(archs)
     col = _si(archs)
     (shape_w, shape_d, shape_cap), shape_of_arch = _distinct(col["tc_width"], col["tc_depth"],
@@ -223,30 +223,73 @@ def _prepared(archs):
     for value in prep.values():
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
-    prep["_calibrated"] = {}  # the calibrated model's inputs per efficiency parameter set
+    # the cost models' inputs per efficiency parameter set (:func:`_model_inputs`)
+    prep["_models"] = Memo(lambda: _config.COST_PREPARED_CACHE_SIZE, "cost.model_inputs")
     if key is not None:
-        with _PREPARED_LOCK:
-            _PREPARED[key] = prep
-            while len(_PREPARED) > _config.COST_PREPARED_CACHE_SIZE:
-                _PREPARED.popitem(last=False)
+        _PREPARED.put(key, prep)
     return prep
 
 
-def _check_model(model, efficiency):
-    """``model`` is one of MODELS, and ``efficiency`` is given only with the calibrated one."""
+_TILE_FIELDS = ("tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile", "k_stages")
+_RATE_FIELDS = PARAMS_DTYPE.names
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """One cost model of the operator loop (``_kernels._op_latencies``).
+
+    ``name``: as ``model=`` spells it; ``tile_rule``: whether the tile and wave rule bounds
+    a GEMM's array cycles; ``parameters``: the model's own efficiency parameter set, or
+    None when the caller chooses it (``efficiency=``, default the ``"template"`` set).
+    """
+
+    name: str
+    tile_rule: bool
+    parameters: object = None
+
+    def efficiency(self, efficiency):
+        """The efficiency parameters this model prices with, given the caller's ``efficiency=``."""
+        return efficiency if self.parameters is None else self.parameters
+
+
+#: The study's parameter set: every efficiency fraction 1 and every latency 0, so that each
+#: calibrated rule multiplies by 1 or adds 0 (exact) — with the template's tile parameters,
+#: which the study's model does not read (it has no tile rule).
+IDENTITY = _efficiency.Efficiency(**{
+    **{f: getattr(_efficiency.TEMPLATE, f) for f in _TILE_FIELDS},
+    **{f: 1.0 for f in ("tile_efficiency", "hbm_efficiency", "attention_hbm_efficiency",
+                        "link_efficiency", "net_efficiency", "link_p2p_efficiency",
+                        "net_p2p_efficiency")},
+    **{f: 0.0 for f in ("launch_s", "coll_latency_s", "link_step_s", "net_step_s",
+                        "link_p2p_latency_s", "net_p2p_latency_s")}})
+
+#: The cost models, chosen once by ``model=``: the study's ideal model is the calibrated
+#: operator loop with the identity parameters and no tile rule.
+COST_MODELS = {
+    "study": CostModel("study", tile_rule=False, parameters=IDENTITY),
+    "calibrated": CostModel("calibrated", tile_rule=True),
+}
+
+#: The cost models ``op_latencies`` and ``p2p_seconds`` accept (the first is the default).
+MODELS = tuple(COST_MODELS)
+
+
+def _cost_model(model, efficiency) -> CostModel:
+    """The :data:`COST_MODELS` entry ``model``; ``efficiency`` is given only with the
+    calibrated one."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, got {model!r}")
-    if model == "study" and efficiency is not None:
+    spec = COST_MODELS[model]
+    if spec.parameters is not None and efficiency is not None:
         raise ValueError("efficiency applies only to model='calibrated'")
+    return spec
 
 
-_TILE_FIELDS = ("tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile", "k_stages")
-_RATE_FIELDS = ("tile_efficiency", "hbm_efficiency", "attention_hbm_efficiency", "launch_s",
-                "coll_latency_s", "link_step_s", "net_step_s", "link_efficiency", "net_efficiency")
-
-
-def _calibrated_inputs(prep, efficiency):
-    """Kernel inputs of the calibrated model for ``prep``'s rows, memoised with ``prep``.
+def _model_inputs(prep, efficiency):
+    """The operator loop's parameter records for ``prep``'s rows, memoised with ``prep``:
+    (tiles: ``TILE_DTYPE`` rows, tile_of_arch, params: one ``PARAMS_DTYPE`` row per row,
+    and per row the GEMM rate, HBM and attention-core bandwidths and launch gap derived
+    from them).
 
     "Tiles" are the distinct (split, tile parameters) combinations of the rows: with
     one parameter set for every row (the usual case) exactly the splits; per-row sets
@@ -259,27 +302,36 @@ def _calibrated_inputs(prep, efficiency):
     else:
         eff = _efficiency.rows(efficiency, prep["n_archs"])
         key = ("rows", zlib.crc32(memoryview(eff).cast("B")))
-    cache = prep["_calibrated"]
-    with _PREPARED_LOCK:
-        hit = cache.get(key)
+    cache = prep["_models"]
+    hit = cache.get(key)
     if hit is not None:
         return hit
+    params = np.zeros(prep["n_archs"], dtype=PARAMS_DTYPE)
     if key[0] == "set":
-        n_splits = prep["split_w"].shape[0]
-        inputs = dict(tile_split=np.arange(n_splits, dtype=np.int64),
-                      **{f: np.full(n_splits, float(getattr(one, f))) for f in _TILE_FIELDS},
-                      tile_of_arch=prep["split_of_arch"],
-                      **{f: np.full(prep["n_archs"], float(getattr(one, f))) for f in _RATE_FIELDS})
+        tiles = np.zeros(prep["split_w"].shape[0], dtype=TILE_DTYPE)
+        tiles["split"] = np.arange(tiles.shape[0], dtype=np.int64)
+        for f in _TILE_FIELDS:
+            tiles[f] = float(getattr(one, f))
+        tile_of_arch = prep["split_of_arch"]
+        for f in _RATE_FIELDS:
+            params[f] = float(getattr(one, f))
     else:
         uniq, tile_of_arch = _distinct(prep["split_of_arch"], *(eff[f] for f in _TILE_FIELDS))
-        inputs = dict(tile_split=uniq[0].astype(np.int64), **dict(zip(_TILE_FIELDS, uniq[1:])),
-                      tile_of_arch=tile_of_arch,
-                      **{f: np.ascontiguousarray(eff[f], dtype=np.float64) for f in _RATE_FIELDS})
-    with _PREPARED_LOCK:
-        if len(cache) >= _config.COST_PREPARED_CACHE_SIZE:
-            cache.clear()
-        cache[key] = inputs
-    return inputs
+        tiles = np.zeros(uniq[0].shape[0], dtype=TILE_DTYPE)
+        tiles["split"] = uniq[0].astype(np.int64)
+        for f, values in zip(_TILE_FIELDS, uniq[1:]):
+            tiles[f] = values
+        for f in _RATE_FIELDS:
+            params[f] = np.asarray(eff[f], dtype=np.float64)
+    # the per-row rates the operator loop divides by (the same products it would form)
+    derived = (prep["clock_hz"] * params["tile_efficiency"],
+               prep["hbm_bytes_per_s"] * params["hbm_efficiency"],
+               prep["hbm_bytes_per_s"] * params["attention_hbm_efficiency"],
+               np.ascontiguousarray(params["launch_s"]))
+    inputs = (tiles, tile_of_arch, params) + derived
+    for value in inputs:
+        value.setflags(write=False)
+    return cache.put(key, inputs)
 
 
 def _dtype_inputs(op_graph, n_archs, fp8_rate):
@@ -336,32 +388,27 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         the models.
     """
     op_graph = _check_graph(op_graph)
-    _check_model(model, efficiency)
+    spec = _cost_model(model, efficiency)
     prep = _prepared(archs)
-    from . import _kernels as kern
+    inputs = _model_inputs(prep, spec.efficiency(efficiency))
+    from . import _kernels as kern  # numba loads with the first latency asked for
 
     n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
-    dt = _dtype_inputs(op_graph, n_archs, fp8_rate)
+    in_bytes, fp8, rates = _dtype_inputs(op_graph, n_archs, fp8_rate)
     single = np.empty((n_ops, n_archs), dtype=np.float64)
     intra = np.empty((n_ops, n_archs), dtype=np.float64)
     bytes_moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
-    common = (op_graph.kind.astype(np.int64), op_graph.dims, op_graph.cycles_per_element,
-              op_graph.elements, bytes_moved, op_graph.comm_bytes, op_graph.group_size.astype(np.int64),
-              float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
-              float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
-              prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
-              prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"])
-    if model == "study":
-        kern._op_latencies(
-            *common, prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
-            prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"], *dt, single, intra)
-        return single, intra
-    c = _calibrated_inputs(prep, efficiency)
-    kern._op_latencies_calibrated(
-        *common, c["tile_split"], *(c[f] for f in _TILE_FIELDS), c["tile_of_arch"],
+    kern._op_latencies(
+        op_graph.kind.astype(np.int64), op_graph.dims, op_graph.cycles_per_element,
+        op_graph.elements, bytes_moved, op_graph.comm_bytes, op_graph.group_size.astype(np.int64),
+        float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
+        float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
+        prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
+        prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"],
         prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
         prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
-        *(c[f] for f in _RATE_FIELDS), op_graph.attention_core, *dt, single, intra)
+        spec.tile_rule, *inputs,
+        op_graph.attention_core, in_bytes, fp8, rates, single, intra)
     return single, intra
 
 
@@ -374,16 +421,14 @@ def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", effici
     (efficiency · bandwidth) with the tier's ``*_p2p_latency_s`` and ``*_p2p_efficiency``
     of ``efficiency`` (as in :func:`op_latencies`); a zero-byte transfer costs 0 (no message).
     """
-    _check_model(model, efficiency)
+    spec = _cost_model(model, efficiency)
     size = np.asarray(nbytes, dtype=np.float64).reshape(-1)
     if size.size == 0 or np.any(~np.isfinite(size)) or np.any(size < 0):
         raise ValueError(f"nbytes must be finite byte counts >= 0, got {nbytes!r}")
     archs = _validate_archs(archs)
     col = _si(archs)
     bw = col["net_bytes_per_s"] if inter_node else col["link_bytes_per_s"]
-    if model == "study":
-        return np.ascontiguousarray(size[:, None] / bw[None, :])
-    eff = _efficiency.rows(efficiency, archs.shape[0])
+    eff = _efficiency.rows(spec.efficiency(efficiency), archs.shape[0])
     tier = "net" if inter_node else "link"
     latency = eff[f"{tier}_p2p_latency_s"][None, :]
     t = latency + size[:, None] / (eff[f"{tier}_p2p_efficiency"] * bw)[None, :]

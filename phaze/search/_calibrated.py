@@ -13,7 +13,8 @@ parallelism (t·cp·p·d ≤ devices). The row records the values chosen and the
 stage's memory per GPU. The kernels take the whole chunk at once; Python loops
 run per (model, microbatch, HBM, recomputation) only.
 
-Pruning follows ``_chunk``'s rules (its module docstring) with the step model's
+:class:`CalibratedPricing` plugs it into the one chunk runner (``_chunk.run_chunk``).
+Pruning follows the runner's rules (``_chunk``'s module docstring) with the step model's
 own valid bound: ``phaze.step.step_lower_bounds`` is a lower bound of
 ``best_plans``' time per batch for each row at one (model, microbatch,
 recomputation) — whatever the HBM, which only removes plans — so global_batch
@@ -32,9 +33,8 @@ import math
 import numpy as np
 
 from .. import cost, graph, step
-from ._chunk import Rows, kept_architectures, pruning_state, staircase
 from ._inputs import model_expert_grid
-from ._settings import ChunkResult
+from ._pricing import PointGroup, Pricing
 
 #: Pruned sweeps price a chunk's architectures in batches of this many (best bound first),
 #: raising the floor between batches. Larger than the study's ``SEARCH_PRUNE_BATCH``: a
@@ -208,96 +208,82 @@ def add_infeasible(rows, model_index, microbatch, recompute, hbm_gib, archs, arc
                  expert_parallel=0, context_parallel=0)
 
 
-def run_chunk(task) -> ChunkResult:
-    """Evaluate every point of one chunk with the calibrated step model (module docstring)."""
-    cfg = task.settings
-    archs = task.archs
-    arch_ids = np.asarray(task.arch_ids, dtype=np.int64)
-    models = cfg.models
-    n_models = len(models)
-    global_batch = int(cfg.global_batch)
-    mode = cfg.prune_mode
-    prune = bool(mode)
-    floors, incumbents, front = pruning_state(task)
-    n_archs = len(archs)
-    rows = Rows()
-    pruned = 0
+class CalibratedPricing(Pricing):
+    """The calibrated step model (module docstring) behind the chunk runner's interface
+    (``_pricing.Pricing``): one point group per recomputation mode, holding every HBM
+    capacity (the bound does not depend on it), priced by ``best_plans`` in one call.
 
-    # Valid bounds per (model, microbatch, recomputation). On every row of the chunk only
-    # for the grid's least recomputation: ``step_lower_bounds`` adds the recomputed work
-    # to the same sums, so its bound is the smallest of the modes and its throughput
-    # bound the largest, enough for skipping whole architectures. The other modes'
-    # (tighter) bounds are computed for the surviving architectures only.
-    bounds = {}
-    keep_arch = np.ones(n_archs, dtype=bool)
-    least = cfg.recompute[0]
-    if prune and n_archs:
-        ub = np.zeros((n_models, n_archs))
-        for mi in range(n_models):
-            if not cfg.widths[mi]:
-                continue
-            for mb in cfg.microbatch:
-                bounds[mi, mb, least] = up = _bounds_to_throughput(
-                    lower_bounds(cfg, mi, mb, least, archs), global_batch)
-                ub[mi] = np.maximum(ub[mi], up)
-        keep_arch = kept_architectures(mode, ub, archs, floors, incumbents, front)
+    Bounds per (model, microbatch, recomputation). On every row of the chunk only for the
+    grid's least recomputation: ``step_lower_bounds`` adds the recomputed work to the same
+    sums, so its bound is the smallest of the modes and its throughput bound the largest,
+    enough for skipping whole architectures. The other modes' (tighter) bounds are
+    computed for the surviving architectures only.
+    """
 
-    block = None
-    if task.want_block:
-        block = np.full((n_models, n_archs), np.inf)
-        for mi, model in enumerate(models):
-            block[mi] = block_fwbw_seconds(model, archs, cfg.precision, cfg.fp8_rate)
+    def __init__(self, cfg, archs):
+        super().__init__(cfg, archs)
+        self._bounds = {}
 
-    pruned += int((~keep_arch).sum()) * cfg.points_per_arch
-    sub = np.flatnonzero(keep_arch)
-    if sub.size:
-        sub_archs = archs[sub]
-        sub_ids = arch_ids[sub]
-        own_best = np.zeros(sub.size)
-        stair = staircase(sub_archs["area_mm2"], front) if mode == "front" else None
+    @property
+    def prune_batch(self) -> int:
+        return CALIBRATED_PRUNE_BATCH
+
+    def arch_bound(self, model_index, microbatch):
+        cfg = self.cfg
+        if not cfg.widths[model_index]:
+            return None
+        least = cfg.recompute[0]
+        self._bounds[model_index, microbatch, least] = up = _bounds_to_throughput(
+            lower_bounds(cfg, model_index, microbatch, least, self.archs), int(cfg.global_batch))
+        return up
+
+    def block_seconds(self, model_index):
+        cfg = self.cfg
+        return block_fwbw_seconds(cfg.models[model_index], self.archs, cfg.precision,
+                                  cfg.fp8_rate)
+
+    def groups(self, model_index, microbatch, sub, sub_archs, sub_ids, point_bounds):
+        cfg = self.cfg
         n_hbm = len(cfg.hbm_gib)
-        for mi in range(n_models):
-            for mb in cfg.microbatch:
-                for rc in cfg.recompute:
-                    if not cfg.widths[mi]:
-                        for hbm in cfg.hbm_gib:
-                            add_infeasible(rows, mi, mb, rc, hbm, sub_archs, sub_ids,
-                                           "no valid tensor-parallel width")
-                        continue
-                    point_ub = None
-                    if prune and n_models == 1:
-                        point_ub = (bounds[mi, mb, rc][sub] if rc == least else
-                                    _bounds_to_throughput(
-                                        lower_bounds(cfg, mi, mb, rc, sub_archs), global_batch))
-                    order = np.arange(sub.size)
-                    step_size = max(1, sub.size)
-                    if point_ub is not None:
-                        # Best bounds first, in batches, so the floor rises early. The
-                        # bound does not depend on the HBM: a skipped architecture skips
-                        # its points at every capacity.
-                        order = np.argsort(-point_ub, kind="stable")
-                        step_size = CALIBRATED_PRUNE_BATCH
-                    for lo in range(0, order.size, step_size):
-                        batch = order[lo:lo + step_size]
-                        if point_ub is not None:
-                            if mode == "front":
-                                skip = point_ub[batch] < np.maximum(own_best[batch], stair[batch])
-                            else:
-                                skip = point_ub[batch] < floors[mi]
-                            pruned += int(skip.sum()) * n_hbm
-                            batch = batch[~skip]
-                            if not batch.size:
-                                continue
-                        batch = np.sort(batch)
-                        per_hbm = plans_over_hbm(cfg, mi, mb, rc, sub_archs[batch])
-                        for hbm, plans in zip(cfg.hbm_gib, per_hbm):
-                            sps = add_plans(rows, cfg, mi, mb, rc, hbm, sub_archs[batch],
-                                            sub_ids[batch], plans)
-                            if sps.size:
-                                floors[mi] = max(floors[mi], float(sps.max()))
-                                own_best[batch] = np.maximum(own_best[batch], sps)
-    return ChunkResult(chunk_id=int(task.chunk_id), columns=rows.arrays(), pruned=pruned,
-                       block_fwbw_s=block)
+        least = cfg.recompute[0]
+        for rc in cfg.recompute:
+            if not cfg.widths[model_index]:
+                price = functools.partial(_price_infeasible, cfg, model_index, microbatch, rc,
+                                          sub_archs, sub_ids, "no valid tensor-parallel width")
+                yield PointGroup(bound=None, points=n_hbm, price=price)
+                continue
+            bound = None
+            if point_bounds:
+                bound = (self._bounds[model_index, microbatch, rc][sub] if rc == least else
+                         _bounds_to_throughput(lower_bounds(cfg, model_index, microbatch, rc,
+                                                            sub_archs), int(cfg.global_batch)))
+            price = functools.partial(_price_plans, cfg, model_index, microbatch, rc, sub_archs,
+                                      sub_ids)
+            yield PointGroup(bound=bound, points=n_hbm, price=price)
+
+
+def _price_plans(cfg, model_index, microbatch, recompute, archs, arch_ids, rows, batch):
+    """A :class:`PointGroup` ``price``: the best plans of the architectures ``batch`` (in
+    ascending order) at every HBM capacity, one row each; samples/s (HBM values, len(batch))
+    aligned with ``batch``."""
+    order = np.argsort(batch, kind="stable")
+    ascending = batch[order]
+    per_hbm = plans_over_hbm(cfg, model_index, microbatch, recompute, archs[ascending])
+    out = np.empty((len(per_hbm), len(batch)))
+    for h, (hbm, plans) in enumerate(zip(cfg.hbm_gib, per_hbm)):
+        out[h, order] = add_plans(rows, cfg, model_index, microbatch, recompute, hbm,
+                                  archs[ascending], arch_ids[ascending], plans)
+    return out
+
+
+def _price_infeasible(cfg, model_index, microbatch, recompute, archs, arch_ids, reason, rows,
+                      batch):
+    """A :class:`PointGroup` ``price`` of points no plan can run (``reason``): one infeasible
+    row per HBM capacity and architecture of ``batch``; samples/s 0."""
+    for hbm in cfg.hbm_gib:
+        add_infeasible(rows, model_index, microbatch, recompute, hbm, archs[batch],
+                       arch_ids[batch], reason)
+    return np.zeros((len(cfg.hbm_gib), len(batch)))
 
 
 def fixed_plan_best(cfg, model, row, t, p, d):

@@ -1,0 +1,117 @@
+"""phaze.cost's one cost-model interface: the study is the calibrated operator loop with the
+identity parameters and no tile rule, and both models give the numbers of the two
+separate kernels they replaced, bit for bit.
+
+``tests/data/cost_calibrated_outputs.npz`` holds :func:`reference_outputs` computed by the
+two-kernel code (commit 2c3fa5e, before the merge; ``python3 tests/test_cost_model.py OUT``
+writes them with whatever ``phaze`` is on the path). The study's own saved outputs are
+checked by ``test_cost_calibrated.test_default_model_unchanged``.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phaze import cost
+from phaze.arch import ArchSpace, dtype_rates, efficiency, presets
+from phaze.cost import _latency
+from phaze.graph import build_layers
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data" / "cost_calibrated_outputs.npz"
+
+#: (model, microbatch, tensor_parallel, kernels, dtype) of the saved graphs: a dense model in
+#: the study's fusions and in Megatron's kernels, a mixture of experts, an FP8 graph.
+CASES = (("gpt3-175b", 1, 8, "study", "bf16"), ("gpt3-175b", 2, 1, "megatron", "bf16"),
+         ("mixtral-8x7b", 1, 1, "megatron", "bf16"), ("llama3-8b", 1, 2, "megatron", "fp8"))
+
+
+def _rows():
+    return np.ascontiguousarray(np.concatenate(
+        [ArchSpace.default().configs[::367]] + [presets.get(n) for n in presets.names()]))
+
+
+def reference_outputs() -> dict:
+    """op_latencies of both models and p2p_seconds on :data:`CASES` × every 367th row of the
+    default space and the presets; calibrated with each row's own set (``for_rows``) and with
+    the a100-80g set for every row. FP8 graphs at each row's rate (2 where it has none)."""
+    archs = _rows()
+    eff = efficiency.for_rows(archs)
+    rates = dtype_rates.for_rows(archs)
+    rates = np.where(rates == 0, 2.0, rates)
+    out = {}
+    for model, mb, t, kernels, dtype in CASES:
+        mg = build_layers(model, mb, t, kernels=kernels, dtype=dtype)
+        fp8_rate = rates if dtype == "fp8" else None
+        for layer in mg.layers:
+            for d, g in (("fwd", layer.forward), ("bwd", layer.backward)):
+                key = f"{model}_mb{mb}_t{t}_{kernels}_{dtype}_{layer.kind}_{d}"
+                out[key + "_study"] = np.stack(cost.op_latencies(g, archs, fp8_rate=fp8_rate))
+                out[key + "_calibrated"] = np.stack(cost.op_latencies(
+                    g, archs, model="calibrated", efficiency=eff, fp8_rate=fp8_rate))
+                out[key + "_a100"] = np.stack(cost.op_latencies(
+                    g, archs, model="calibrated", efficiency="a100-80g", fp8_rate=fp8_rate))
+    nbytes = np.array([0.0, 1.0, 4096.0, 12345.0, 1e9])
+    for inter in (False, True):
+        out[f"p2p_inter{int(inter)}_study"] = cost.p2p_seconds(nbytes, archs, inter_node=inter)
+        out[f"p2p_inter{int(inter)}_calibrated"] = cost.p2p_seconds(
+            nbytes, archs, inter_node=inter, model="calibrated", efficiency=eff)
+    return out
+
+
+def test_both_models_reproduce_the_two_kernels_bit_for_bit():
+    ref = np.load(DATA)
+    now = reference_outputs()
+    assert sorted(now) == sorted(ref.files)
+    for key, value in now.items():
+        np.testing.assert_array_equal(value, ref[key], err_msg=key)
+        assert value.dtype == ref[key].dtype and value.shape == ref[key].shape, key
+
+
+def test_the_study_is_the_identity_parameters_without_the_tile_rule():
+    study, calibrated = _latency.COST_MODELS["study"], _latency.COST_MODELS["calibrated"]
+    assert _latency.MODELS == ("study", "calibrated") == cost.MODELS
+    assert not study.tile_rule and calibrated.tile_rule
+    assert study.efficiency(None) is _latency.IDENTITY
+    assert calibrated.efficiency(None) is None and calibrated.efficiency("a100-80g") == "a100-80g"
+    ident = _latency.IDENTITY
+    for f in ("tile_efficiency", "hbm_efficiency", "attention_hbm_efficiency", "link_efficiency",
+              "net_efficiency", "link_p2p_efficiency", "net_p2p_efficiency"):
+        assert getattr(ident, f) == 1.0, f
+    for f in ("launch_s", "coll_latency_s", "link_step_s", "net_step_s", "link_p2p_latency_s",
+              "net_p2p_latency_s"):
+        assert getattr(ident, f) == 0.0, f
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=st.sampled_from(CASES), start=st.integers(0, 366))
+def test_calibrated_at_identity_equals_study_except_where_the_tile_rule_binds(case, start):
+    """The calibrated model with the identity set differs from the study only on GEMMs
+    (kinds 0 and 2), and there only upwards (the tile rule's cycles are the larger)."""
+    model, mb, t, kernels, dtype = case
+    if dtype == "fp8":
+        dtype = "bf16"
+    archs = np.ascontiguousarray(ArchSpace.default().configs[start::997])
+    for layer in build_layers(model, mb, t, kernels=kernels, dtype=dtype).layers:
+        for g in (layer.forward, layer.backward):
+            study = cost.op_latencies(g, archs)
+            ident = cost.op_latencies(g, archs, model="calibrated", efficiency=_latency.IDENTITY)
+            gemm = (g.kind == 0) | (g.kind == 2)
+            for s, i in zip(study, ident):
+                np.testing.assert_array_equal(s[~gemm], i[~gemm])
+                assert np.all(i[gemm] >= s[gemm])
+
+
+def test_study_refuses_an_efficiency_through_the_table():
+    g = build_layers("gpt3-175b", 1, 8).layers[0].forward
+    with pytest.raises(ValueError, match="efficiency applies only to model='calibrated'"):
+        cost.op_latencies(g, presets.get("a100-80g"), model="study", efficiency=_latency.IDENTITY)
+    with pytest.raises(ValueError, match="efficiency applies only"):
+        cost.p2p_seconds(1.0, presets.get("a100-80g"), inter_node=True, efficiency="a100-80g")
+
+
+if __name__ == "__main__":
+    np.savez_compressed(sys.argv[1], **reference_outputs())
