@@ -17,14 +17,6 @@ import pytest
 
 PHAZE = Path(__file__).resolve().parent.parent / "phaze"
 
-#: Cycles in areas other branches of issue 23 are reworking, tolerated until those land
-#: (the lead empties this after merging): the chip record (arch/: presets, the chip-file
-#: reader, efficiency and datatype rates import each other) and the one chunk runner
-#: (search/_chunk and search/_calibrated import each other).
-EXPECTED_FOR_NOW = (
-    frozenset({"phaze.search._calibrated", "phaze.search._chunk"}),
-)
-
 _PYX_IMPORT = re.compile(r"^(from\s+\S+\s+c?import\s|c?import\s+\S)")
 
 
@@ -155,16 +147,8 @@ def test_cycle_finder_on_a_small_graph():
 
 
 def test_no_import_cycle_in_phaze():
-    unexpected = [sorted(c) for c in _cycles(_graph())
-                  if not any(c <= allowed for allowed in EXPECTED_FOR_NOW)]
-    assert not unexpected, "import cycles: " + "; ".join(" <-> ".join(c) for c in unexpected)
-
-
-@pytest.mark.parametrize("allowed", EXPECTED_FOR_NOW, ids=lambda c: "+".join(sorted(c)))
-def test_expected_for_now_cycles_still_exist(allowed):
-    # once a listed cycle is gone, its entry in EXPECTED_FOR_NOW goes too
-    assert any(c & allowed for c in _cycles(_graph())), (
-        f"the cycle {sorted(allowed)} is gone: remove it from EXPECTED_FOR_NOW")
+    cycles = [sorted(c) for c in _cycles(_graph())]
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
 @pytest.mark.parametrize("package", ["models", "schedule"])
