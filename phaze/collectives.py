@@ -22,10 +22,11 @@ Two callers form the same all-reduce with their own order of operations, and eac
 its bits: the training-step model (``phaze.step``) prices rings over placed ranks from
 per-tier η·bandwidths it formed itself (:func:`ring_seconds` and the kind functions);
 the operator cost model (``phaze.cost``) prices a graph's collectives over contiguous
-ranks from raw bandwidths and efficiencies (:func:`contiguous_all_reduce_seconds`, the
-calibrated model: ``steps / n · S / (BW·η)``; :func:`ideal_all_reduce_seconds`, the
-study's model: no α, ``2(n − 1)/n · S / BW``). The formulas are the same; the floating-
-point rounding order differs, which is why there are two named variants.
+ranks from raw bandwidths and efficiencies (:func:`contiguous_all_reduce_seconds`,
+``α + steps / n · S / (BW·η)``; the study's model is the same call with the identity
+fabric, α = 0 and η = 1, which gives its ``2(n − 1)/n · S / BW`` bit for bit). The
+formulas are the same; the floating-point rounding order of the two callers differs,
+which is why the cost model's form has its own name.
 
 Everything here is numba ``@njit(cache=True, nogil=True)`` so that the compiled kernels
 of ``phaze.cost`` and ``phaze.step`` call it directly; a ``fabric`` argument is a record
@@ -45,7 +46,7 @@ from .graph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_NONE
 __all__ = ["FABRIC_DTYPE", "COLLECTIVE_KINDS", "fabric", "collective_seconds", "ring_seconds",
            "exchange_seconds", "all_reduce_seconds", "reduce_scatter_seconds",
            "all_gather_seconds", "all_to_all_seconds", "p2p_seconds", "placed_seconds",
-           "contiguous_seconds", "contiguous_all_reduce_seconds", "ideal_all_reduce_seconds",
+           "contiguous_seconds", "contiguous_all_reduce_seconds",
            "ring_nodes"]
 
 #: A two-tier fabric as the collectives see it (seconds, bytes/s): NCCL's fixed latency of
@@ -172,17 +173,6 @@ def contiguous_all_reduce_seconds(group, comm_bytes, node_size, link_bytes_per_s
         bw = net_bytes_per_s * net_efficiency
     alpha = coll_latency_s + (steps - inter) * link_step_s + inter * net_step_s
     return alpha + steps / group * comm_bytes / bw
-
-
-@njit(cache=True, nogil=True)
-def ideal_all_reduce_seconds(group, comm_bytes, node_size, link_bytes_per_s, net_bytes_per_s):
-    """The study's ring all-reduce of ``comm_bytes`` over ``group`` contiguous devices
-    (floats): no latency, 2(n − 1)/n · bytes / BW of the link when the group fits in a
-    node, else the network. 0 for one device or no bytes."""
-    if group <= 1.0 or comm_bytes == 0.0:
-        return 0.0
-    bw = link_bytes_per_s if group <= node_size else net_bytes_per_s
-    return 2.0 * (group - 1.0) / group * comm_bytes / bw
 
 
 # --- the Python face ----------------------------------------------------------------------

@@ -100,8 +100,9 @@ def test_the_cost_models_variants(group, node_size):
                                                     link, net, *args)
     assert got == pytest.approx(naive_ring_allreduce(group, S, node_size, link, net, eff),
                                 rel=1e-12)
-    ideal = collectives.ideal_all_reduce_seconds(float(group), float(S), float(node_size),
-                                                 link, net)
+    # the study's model: the same formula with the identity fabric (no latency, η = 1)
+    ideal = collectives.contiguous_all_reduce_seconds(float(group), float(S), float(node_size),
+                                                      link, net, 0.0, 0.0, 0.0, 1.0, 1.0)
     want = 0.0 if group == 1 else 2 * (group - 1) / group * S / (link if group <= node_size
                                                                  else net)
     assert ideal == pytest.approx(want, rel=1e-12)

@@ -15,6 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..collectives import contiguous_all_reduce_seconds
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
 
 
@@ -191,29 +192,6 @@ def _tile_cycles(batch, m, k, n, tc_width, tc_depth, cores, tile_m_mult, tile_n_
     return waves * steps * (tile_m_mult * tile_n_mult * tile_k_mult * tc_width) / c
 
 
-@njit(cache=True, nogil=True)
-def _ring_allreduce_seconds(group, comm_bytes, node_size, link_bytes_per_s, net_bytes_per_s,
-                            coll_latency_s, link_step_s, net_step_s, link_efficiency, net_efficiency):
-    """Seconds of a ring all-reduce of ``comm_bytes`` over ``group`` devices, NCCL's α–β form.
-
-    α = coll_latency + (steps − inter)·link_step + inter·net_step with steps = 2(n − 1)
-    ring steps, of which inter = 2(nodes − 1) cross a node boundary; β = the tier's
-    bandwidth × its efficiency (the link when the group fits in a node, else the network).
-    """
-    if group <= 1.0 or comm_bytes == 0.0:
-        return 0.0
-    steps = 2.0 * (group - 1.0)
-    if group <= node_size:
-        inter = 0.0
-        bw = link_bytes_per_s * link_efficiency
-    else:
-        inter = 2.0 * (_cdiv(group, node_size) - 1.0)
-        bw = net_bytes_per_s * net_efficiency
-    alpha = coll_latency_s + (steps - inter) * link_step_s + inter * net_step_s
-    return alpha + steps / group * comm_bytes / bw
-
-
-
 # Serial on purpose: a parallel=True/prange version over operators measured 2.5x
 # slower on the 2-core CI-like machine (bench/RESULTS.md, "Operator latencies"), and
 # the search already runs one process per core; nogil lets threads call it in parallel.
@@ -255,10 +233,10 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
             cb = float(comm_bytes[i])
             for a in range(n_archs):
                 p = params[a]
-                t = _ring_allreduce_seconds(g, cb, node_size[a], link_bytes_per_s[a],
-                                            net_bytes_per_s[a], p["coll_latency_s"],
-                                            p["link_step_s"], p["net_step_s"],
-                                            p["link_efficiency"], p["net_efficiency"])
+                t = contiguous_all_reduce_seconds(g, cb, node_size[a], link_bytes_per_s[a],
+                                                  net_bytes_per_s[a], p["coll_latency_s"],
+                                                  p["link_step_s"], p["net_step_s"],
+                                                  p["link_efficiency"], p["net_efficiency"])
                 single[i, a] = t
                 intra[i, a] = t
             continue
