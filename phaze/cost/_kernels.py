@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from ..collectives import contiguous_all_reduce_seconds
-from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
+from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_VECTOR
 
 
 @njit(cache=True, nogil=True)

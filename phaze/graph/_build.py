@@ -45,15 +45,14 @@ from dataclasses import dataclass
 
 from .. import _config, precision
 from .._cache import Memo
-from ._opgraph import UNFUSED_ATTENTION_OPS, OpGraph
+from ._opgraph import OpGraph
 from .._validate import positive_float, positive_int
 
 
 from ._block import block as _dense_block
 from ._moe import moe_block as _moe_block
-from ._ops import (KERNEL_SETS, KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR,
-                   LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
-                   VECTOR_CYCLES_PER_ELEMENT, Ops, Shape)
+from ._ops import (KERNEL_SETS, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
+                   Ops, Shape)
 from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 

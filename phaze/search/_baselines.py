@@ -22,6 +22,7 @@ import numpy as np
 from .. import plan as _plan
 from ..arch import presets
 from . import _calibrated, _chunk
+from ._models import cost_model
 from ._point import evaluate_point
 from ._settings import ChunkTask
 from ._table import best_row_of, expand, mfu, model_flops_per_sample, peak_flops_of
@@ -81,8 +82,12 @@ def fixed_baseline(settings, model, tpu) -> dict:
                 "reason": f"the original study gives a fixed strategy only for "
                           f"{', '.join(FIXED_STRATEGIES)}, not for {model.name}"}
     p, d, t = FIXED_STRATEGIES[model.name]
-    if not settings.study:
-        return _calibrated_fixed(settings, model, tpu, t, p, d)
+    return FIXED[cost_model(settings.study).name](settings, model, tpu, t, p, d)
+
+
+def _study_fixed(settings, model, tpu, t, p, d) -> dict:
+    """Baseline (b) under the study's model: the fixed t/p/d on tpuv4 through the placement
+    model, best over the settings' microbatch, HBM and recomputation grids."""
     best, reasons = None, []
     for mb in settings.microbatch:
         for h in settings.hbm_gib:
@@ -128,6 +133,10 @@ def _calibrated_fixed(settings, model, tpu, t, p, d) -> dict:
     row["model"] = model.name
     row["area_mm2"] = float(tpu["area_mm2"][0])
     return row
+
+
+#: The fixed-strategy baseline of each cost model (``_models.COST_MODELS``' names).
+FIXED = {"study": _study_fixed, "calibrated": _calibrated_fixed}
 
 
 def with_gain(row, best_sps) -> dict:

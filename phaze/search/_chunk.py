@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._calibrated import CalibratedPricing
+from ._models import cost_model
 from ._pricing import COLUMNS, STUDY_KNOBS, PointGroup, Pricing, Rows
 from ._settings import ChunkResult, ChunkTask
 from ._study import (ChainArrays, StudyPricing, block_fwbw_seconds, chain_kind_index,
@@ -46,7 +47,7 @@ PRICING = {"study": StudyPricing, "calibrated": CalibratedPricing}
 def pricing_for(cfg) -> type:
     """The :data:`PRICING` class of the settings' cost model (``SearchSettings.study``:
     the study's model, else the calibrated step model)."""
-    return PRICING["study" if cfg.study else "calibrated"]
+    return PRICING[cost_model(cfg.study).name]
 
 
 # --------------------------------------------------------------------------

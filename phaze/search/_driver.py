@@ -25,6 +25,7 @@ from .. import plan as _plan
 from ..arch import resolve_chip
 from .._validate import nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files
+from ._models import cost_model
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
 from ._inputs import (check_expert_grid, check_some_width, int_tuple, resolve_hbm,
@@ -213,25 +214,21 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
             raise ValueError(f"microbatch {mb} does not divide global_batch {global_batch}")
     hbm = resolve_hbm(hbm_gib)
     study = bool(study)
+    model = cost_model(study)          # the one choice of the cost model (``_models``)
     recompute = resolve_recompute(recompute, study)
     grids = resolve_strategy_grids(study, **knobs)
     check_expert_grid(model_list, grids)
-    if study:
-        moe = [m.name for m in model_list if m.is_moe]
-        if moe:
-            raise ValueError(f"study: the study's model has no expert parallelism; {moe[0]} is "
-                             f"a mixture of experts (leave study off to search it)")
+    moe = [m.name for m in model_list if m.is_moe]
+    if moe and not model.experts:
+        raise ValueError(f"study: {model.title} has no expert parallelism; {moe[0]} is "
+                         f"a mixture of experts ({cost_model(not study).choose} to search it)")
     widths_all = int_tuple("tensor_parallel", tensor_parallel)
     prune = resolve_prune(prune)
-    if study:
-        optimizer = one_of("optimizer", "sgd" if optimizer is None else optimizer,
-                           ("sgd", "adam"))
-    else:
-        optimizer = one_of("optimizer", "adam" if optimizer is None else optimizer,
-                           ("sgd", "adam"))
-        if optimizer != "adam":
-            raise ValueError("optimizer: the calibrated model prices Megatron-LM's Adam "
-                             "(mixed precision) only; 'sgd' needs study=True")
+    optimizer = one_of("optimizer", model.optimizer if optimizer is None else optimizer,
+                       ("sgd", "adam"))
+    if optimizer not in model.optimizers:
+        raise ValueError(f"optimizer: {model.title} prices Megatron-LM's Adam (mixed "
+                         f"precision) only; {optimizer!r} needs study=True")
     gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
     chunk_archs = positive_int("chunk_archs", chunk_archs or _config.SEARCH_CHUNK_ARCHS)
     if address is not None and executor is None:
@@ -269,7 +266,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         "global_batch": global_batch, "microbatch": microbatch, "hbm_gib": hbm,
         "recompute": recompute, "tensor_parallel": widths_all, "optimizer": optimizer,
         "prune": prune, "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
-        "cost_model": "study" if study else "calibrated", **grids,
+        "cost_model": model.name, **grids,
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
         # What an arch_id numbers: the default space's rows, or the given space's.

@@ -13,6 +13,7 @@ import numpy as np
 from .. import plan as _plan
 from ..plan import check_expert_grid, model_expert_grid  # noqa: F401  (the chunk runners')
 from .._validate import positive_float, positive_int
+from ._models import RECOMPUTE_MODES, cost_model
 
 def resolve_models(models, seq_len=None) -> list:
     """``models`` (a zoo name, a ModelSpec or a list of them) as a list of distinct ModelSpecs;
@@ -95,18 +96,17 @@ def resolve_prune(prune) -> str:
     raise ValueError(f"prune must be False, True, 'best' or 'front', got {prune!r}")
 
 
-#: Recomputation modes, least recomputation first (``_table.RECOMPUTE_MODES``).
-RECOMPUTE_MODES = ("none", "selective", "full")
-
 
 def resolve_recompute(recompute, study=False) -> tuple:
     """``recompute`` as a tuple of distinct modes in :data:`RECOMPUTE_MODES` order.
 
     Accepts a mode name ("none", "selective", "full"), a boolean (True = "full", False =
     "none", as before the modes) or a list of them; None: every mode the cost model has
-    (the calibrated model all three, the study's ("none", "full"))."""
+    (``_models.CostModel.recompute_modes``: the calibrated model all three, the study's
+    ("none", "full"))."""
+    model = cost_model(study)
     if recompute is None:
-        return ("none", "full") if study else RECOMPUTE_MODES
+        return model.recompute_modes
     if isinstance(recompute, (bool, np.bool_, str)):
         recompute = (recompute,)
     try:
@@ -125,9 +125,12 @@ def resolve_recompute(recompute, study=False) -> tuple:
     if not values:
         raise ValueError(f"recompute must be 'none', 'selective', 'full' (True = 'full', False "
                          f"= 'none') or a list of them, got {recompute!r}")
-    if study and "selective" in modes:
-        raise ValueError("recompute: the study's model has no selective recomputation (only "
-                         "'none' and 'full'); leave study off to search it")
+    missing = [m for m in RECOMPUTE_MODES if m in modes and m not in model.recompute_modes]
+    if missing:
+        other = cost_model(not study)
+        raise ValueError(f"recompute: {model.title} has no {missing[0]} recomputation (only "
+                         f"{' and '.join(repr(m) for m in model.recompute_modes)}); "
+                         f"{other.choose} to search it")
     return tuple(m for m in RECOMPUTE_MODES if m in modes)
 
 
@@ -153,7 +156,7 @@ def resolve_strategy_grids(study, **given) -> dict:
 
     _plan.check_keywords("search", given, _plan.GRIDS)
     grids = {name: resolve_grid(name, given.get(name)) for name in STUDY_GRIDS}
-    if study:
+    if not cost_model(study).strategy_knobs:
         for name, study_value in STUDY_GRIDS.items():
             if given.get(name) is not None and grids[name] != study_value:
                 raise ValueError(f"{name}: the study's model searches only {study_value[0]!r}; "

@@ -14,8 +14,10 @@ import numpy as np
 from .. import _config, placement
 from .. import plan as _plan
 from .._validate import nonneg_float, one_of, positive_float, positive_int
+from .._cache import Memo
 from ._chunk import chain_kind_index, chain_static, latencies, layer_times, model_graph
 from ._inputs import arch_row, resolve_models, resolve_recompute
+from ._models import COST_MODELS, cost_model
 from ._table import json_safe, mfu, model_flops_per_sample, peak_flops_of
 
 
@@ -77,19 +79,37 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     """
     _plan.check_keywords("evaluate_point", knobs, _plan.STRATEGY)
     knobs = {**_STEP_KNOBS, **knobs}
-    if not study:
-        if gap is not None:
-            raise ValueError("gap is the study's schedule gap; the calibrated step model has "
-                             "no operator schedule (pass study=True to use it)")
-        if stages is not None:
-            raise ValueError("stages: the calibrated step model splits the transformer layers "
-                             "evenly, as Megatron-LM does (pass study=True for uneven stages)")
-        if optimizer not in (None, "adam"):
-            raise ValueError(f"optimizer: the calibrated step model prices Adam only, got "
-                             f"{optimizer!r} (pass study=True for 'sgd')")
-        return evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
-                             microbatch, recompute, devices=devices, global_batch=global_batch,
-                             hbm_gib=hbm_gib, seq_len=seq_len, **knobs)
+    # The one choice of the cost model (``_models``), then its evaluation (:data:`EVALUATE`).
+    return EVALUATE[cost_model(study).name](
+        model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch, recompute,
+        devices=devices, global_batch=global_batch, hbm_gib=hbm_gib, optimizer=optimizer,
+        gap=gap, stages=stages, seq_len=seq_len, **knobs)
+
+
+def _evaluate_calibrated(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
+                         microbatch, recompute, *, devices, global_batch, hbm_gib, optimizer,
+                         gap, stages, seq_len, **knobs) -> dict:
+    """:func:`evaluate_point` on the calibrated step model: :func:`evaluate_step`, after
+    refusing what only the study's model has (a schedule gap, uneven stages, SGD)."""
+    if gap is not None:
+        raise ValueError("gap is the study's schedule gap; the calibrated step model has "
+                         "no operator schedule (pass study=True to use it)")
+    if stages is not None:
+        raise ValueError("stages: the calibrated step model splits the transformer layers "
+                         "evenly, as Megatron-LM does (pass study=True for uneven stages)")
+    if optimizer not in (None, *COST_MODELS["calibrated"].optimizers):
+        raise ValueError(f"optimizer: the calibrated step model prices Adam only, got "
+                         f"{optimizer!r} (pass study=True for 'sgd')")
+    return evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
+                         microbatch, recompute, devices=devices, global_batch=global_batch,
+                         hbm_gib=hbm_gib, seq_len=seq_len, **knobs)
+
+
+def _evaluate_study(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
+                    recompute, *, devices, global_batch, hbm_gib, optimizer, gap, stages,
+                    seq_len, **knobs) -> dict:
+    """:func:`evaluate_point` on the original study's model (its docstring): the layer
+    schedules and the placement model's breakdown of the given stages."""
     for name in _plan.STRATEGY:
         knob = _plan.KNOB[name]
         if _plan.differs_from_study(name, knobs[name]):
@@ -185,21 +205,21 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     }
 
 
-_POINT_MEMO: dict = {}
+_POINT_MEMO = Memo(lambda: _config.SEARCH_POINT_MEMO_SIZE, "study point layer times")
 
 
 def _point_layer_times(model, mb, t, row, gap):
     """Forward/backward seconds per layer kind of one architecture (memoised: a brute force
     over strategies asks for the same architecture and widths many times)."""
-    key = (model, mb, t, row.tobytes(), gap)
-    hit = _POINT_MEMO.get(key)
-    if hit is None:
+    def compute():
         lat = latencies(model, mb, [t], row)
-        hit = layer_times(model, mb, [t], lat, row, gap)[t]
-        if len(_POINT_MEMO) >= _config.SEARCH_POINT_MEMO_SIZE:
-            _POINT_MEMO.pop(next(iter(_POINT_MEMO)))
-        _POINT_MEMO[key] = hit
-    return hit
+        return layer_times(model, mb, [t], lat, row, gap)[t]
+
+    return _POINT_MEMO.get_or_compute((model, mb, t, row.tobytes(), gap), compute)
+
+
+#: The evaluation of one point by each cost model (``_models.COST_MODELS``' names).
+EVALUATE = {"calibrated": _evaluate_calibrated, "study": _evaluate_study}
 
 
 def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,

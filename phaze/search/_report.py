@@ -18,6 +18,7 @@ from .. import _config
 from .. import plan as _plan
 from . import _files
 from ._baselines import BASELINE_NAMES
+from ._models import cost_model
 from ._table import ARCH_FIELDS, best_row_of, json_safe, ranking, take
 
 
@@ -337,16 +338,7 @@ def format_summary(summary: dict, model_names) -> str:
 def cost_model_line(meta) -> str:
     """The summary's sentence naming the cost model that priced the points (files written
     before the calibrated model have no ``cost_model``: the study's)."""
-    if meta.get("cost_model", "study") == "study":
-        return ("cost model: study (the original study's operator schedules and placement "
-                "over its knob set; --study)")
-    grids = meta.get("strategy_grids") or {}
-
-    parts = _plan.grid_words(grids)
-    if grids.get("capacity_factor") is not None:
-        parts.append(f"{_plan.KNOB['capacity_factor'].title} {grids['capacity_factor']:g}")
-    return (f"cost model: calibrated (Megatron-LM training step, phaze.step; "
-            f"{grids.get('precision', 'bf16')}, Adam); searched: {'; '.join(parts)}")
+    return cost_model(meta.get("cost_model", "study")).line(meta)
 
 
 def knob_text(r) -> str:

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from .. import plan as _plan
+from ._models import RECOMPUTE_MODES  # the order rows tie-break on (least recomputation first)
 
 #: The plan's strategy columns (``phaze.plan.STRATEGY_COLUMNS``) with their numpy dtype.
 _STRATEGY = tuple((name, np.bool_ if _plan.KNOB[name].type is bool else np.int64)
@@ -41,8 +42,6 @@ LATE_COLUMNS = {"mfu": math.nan, **{name: _plan.study_value(name) for name, _ in
                 "memory_bytes": math.nan,
                 "weights_bytes": math.nan, "gradients_bytes": math.nan, "optimizer_bytes": math.nan,
                 "activations_bytes": math.nan, "workspace_bytes": math.nan}
-#: Recomputation modes, in the order rows tie-break on them (least recomputation first).
-RECOMPUTE_MODES = ("none", "selective", "full")
 #: Architecture knobs copied into every row (and into per-architecture summaries).
 ARCH_FIELDS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "buffer_mib", "area_mm2")
 #: Columns a chunk's rows carry as they are (the rest come from the model and the row).
