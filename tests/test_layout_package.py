@@ -182,3 +182,16 @@ def test_public_modules_after_import_phaze():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300,
                    env={**__import__('os').environ,
                         "PYTHONPATH": str(PHAZE.parent)})
+
+
+#: The strategy knobs issue 23 counted: each is declared once (``phaze.plan``) and named
+#: only where a model prices it or a kernel loops over it.
+_KNOB_NAMES = ("zero_stage", "virtual_stages", "overlap_grad_reduce", "flash_attention",
+               "sequence_parallel", "context_parallel", "expert_parallel")
+
+
+@pytest.mark.parametrize("name", _KNOB_NAMES)
+def test_a_knob_is_named_in_at_most_six_modules(name):
+    files = sorted(str(p.relative_to(PHAZE)) for p in list(PHAZE.rglob("*.py"))
+                   + list(PHAZE.rglob("*.pyx")) if name in p.read_text())
+    assert len(files) <= 6, f"{name} appears in {len(files)} modules: {files}"

@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from .. import cost, graph, step
+from .. import plan as _plan
 from ._inputs import model_expert_grid
 from ._pricing import PointGroup, Pricing
 
@@ -183,13 +184,10 @@ def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arc
                                  for i in range(n)])
     cols["reason"].extend(["" if feasible[i] else plan_reason(plans["reason"][i])
                            for i in range(n)])
-    cols["sequence_parallel"].extend(knob("sequence_parallel", bool, False).tolist())
-    cols["virtual_stages"].extend(knob("virtual_stages", np.int64, 0).tolist())
-    cols["zero_stage"].extend(knob("zero_stage", np.int64, 0).tolist())
-    cols["flash_attention"].extend(knob("flash_attention", bool, False).tolist())
-    cols["overlap_grad_reduce"].extend(knob("overlap_grad_reduce", bool, False).tolist())
-    cols["expert_parallel"].extend(knob("expert_parallel", np.int64, 0).tolist())
-    cols["context_parallel"].extend(knob("context_parallel", np.int64, 0).tolist())
+    for name in _plan.STRATEGY_COLUMNS:      # the plan's strategy columns (``phaze.plan``)
+        switch = _plan.KNOB[name].type is bool
+        cols[name].extend(knob(name, bool if switch else np.int64, False if switch else 0)
+                          .tolist())
     for name in ("memory_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
                  "activations_bytes", "workspace_bytes"):
         cols[name].extend(np.where(feasible, np.asarray(plans[name], dtype=np.float64),
@@ -204,8 +202,8 @@ def add_infeasible(rows, model_index, microbatch, recompute, hbm_gib, archs, arc
         rows.add(model=model_index, arch_id=aid, microbatch=int(microbatch), hbm_gib=hbm,
                  recompute=recompute, feasible=False, time_per_batch_s=math.inf,
                  samples_per_s=0.0, tensor_parallel=0, data_parallel=0, pipeline_parallel=0,
-                 devices_used=0, stage_layers="", reason=reason, virtual_stages=0,
-                 expert_parallel=0, context_parallel=0)
+                 devices_used=0, stage_layers="", reason=reason,
+                 **{name: 0 for name in _plan.STRATEGY_COLUMNS if _plan.KNOB[name].type is int})
 
 
 class CalibratedPricing(Pricing):

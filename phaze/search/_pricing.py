@@ -23,23 +23,25 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from .. import plan as _plan
+
 COLUMNS = (  # name, dtype of the column the chunk returns
     ("model", np.int64), ("arch_id", np.int64), ("microbatch", np.int64), ("hbm_gib", np.float64),
     ("recompute", object), ("feasible", np.bool_), ("time_per_batch_s", np.float64),
     ("samples_per_s", np.float64), ("tensor_parallel", np.int64), ("data_parallel", np.int64),
     ("pipeline_parallel", np.int64), ("devices_used", np.int64), ("stage_layers", object),
-    ("reason", object), ("sequence_parallel", np.bool_), ("virtual_stages", np.int64),
-    ("zero_stage", np.int64), ("flash_attention", np.bool_), ("overlap_grad_reduce", np.bool_),
-    ("expert_parallel", np.int64), ("context_parallel", np.int64), ("memory_bytes", np.float64),
+    ("reason", object),
+    # the plan's strategy columns, as the knob table declares them (``phaze.plan``)
+    *((name, {bool: np.bool_, int: np.int64}[_plan.KNOB[name].type])
+      for name in _plan.STRATEGY_COLUMNS),
+    ("memory_bytes", np.float64),
     ("weights_bytes", np.float64), ("gradients_bytes", np.float64), ("optimizer_bytes", np.float64),
     ("activations_bytes", np.float64), ("workspace_bytes", np.float64),
 )
 #: What a study row records for the knobs its model does not have: the study's own
 #: strategy (no sequence parallelism, plain 1F1B, no ZeRO, unfused attention, gradient
 #: reduction after the backward) and no per-GPU memory breakdown (NaN: not recorded).
-STUDY_KNOBS = {"sequence_parallel": False, "virtual_stages": 1, "zero_stage": 0,
-               "flash_attention": False, "overlap_grad_reduce": False, "expert_parallel": 1,
-               "context_parallel": 1,
+STUDY_KNOBS = {**{name: _plan.study_value(name) for name in _plan.STRATEGY_COLUMNS},
                "memory_bytes": math.nan, "weights_bytes": math.nan, "gradients_bytes": math.nan,
                "optimizer_bytes": math.nan, "activations_bytes": math.nan,
                "workspace_bytes": math.nan}
