@@ -1,7 +1,9 @@
 """phaze: joint accelerator-architecture and device-placement search for LLM training.
 
-The flow, each step a module that only looks backwards:
-``models`` → ``graph`` → ``cost`` (per ``arch``) → ``schedule`` → ``placement`` → ``search``.
+The flow, each step a module or package that only looks backwards:
+``models`` → ``graph`` → ``arch`` → ``collectives`` → ``cost`` → ``schedule`` → ``placement``
+→ ``step`` → ``search``, with ``plan`` (the one declaration of a training plan's knobs) read
+beside them and ``cli`` on top (docs/design.md §1, §2.11).
 Units are SI throughout: seconds, bytes, bytes/s (decimal GB/s where a name says ``gb_per_s``).
 """
 import os

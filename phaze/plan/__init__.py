@@ -1,5 +1,5 @@
 """One declaration of a training plan: the knob table, the :class:`Plan` record and the
-launchability rules (issue 23 item 1; docs/design.md §3b).
+launchability rules (issue 23 item 1; docs/design.md §2.9, §5).
 
 A plan is what a trainer is told: the placement sizes (tensor, pipeline, data, expert and
 context parallel widths, microbatch, global batch) and the strategy knobs (recomputation,

@@ -7,9 +7,13 @@ This face only re-exports; the work lives in modules named for their job:
   runs them, keeps the rows, picks the best point, runs the baselines;
 * ``_settings``: what travels to a worker (``SearchSettings``, ``ChunkTask``,
   ``ChunkResult``);
-* ``_chunk``: one chunk's work on the study's model (latencies → schedules →
-  placement, pruning bounds), and the dispatch to ``_calibrated``;
-* ``_calibrated``: one chunk's work on the calibrated step model (the default:
+* ``_models``: the cost models, each described once (``COST_MODELS``: what it prices and
+  refuses), chosen once at the entrance (``cost_model``);
+* ``_chunk``: the one chunk runner (pruning, batches, floors) with the cost model's
+  pricing plugged in from ``PRICING``; ``_pricing``: that interface (``Pricing``) and the
+  chunk's columns;
+* ``_study``: the study's pricing (latencies → schedules → placement, its bounds);
+* ``_calibrated``: the calibrated step model's pricing (the default:
   ``phaze.step.best_plans`` with the strategy grids, ``step_lower_bounds`` for pruning),
   and the calibrated baselines' pieces;
 * ``_point``: :func:`evaluate_point`, one architecture with a given strategy;
