@@ -4,8 +4,9 @@ its ds_config (issue 16 item 3; ``phaze evaluate --emit megatron|deepspeed``).
 A plan is the strategy of ``phaze evaluate``/``phaze.step.training_step``: tensor parallel
 t, pipeline parallel p, data parallel d, microbatch b and global batch B (samples),
 recomputation "none" | "selective" | "full", virtual stages v (interleaved 1F1B),
-sequence parallelism, flash attention, ZeRO stage, overlapped gradient reduction and the
-precision "bf16" | "fp16" | "fp8". :func:`megatron_arguments` and
+sequence parallelism, flash attention, ZeRO stage, overlapped gradient reduction, the
+precision "bf16" | "fp16" | "fp8" and the gradient-reduction datatype "fp32" | "bf16" |
+"fp16". :func:`megatron_arguments` and
 :func:`deepspeed_arguments` turn it into the trainer's command-line arguments (and the
 ds_config dict); :func:`emit` formats either as text. They print only what the plan
 decides (parallelism, batch, model shape, the strategy flags); data, tokenizer,
@@ -27,7 +28,8 @@ one sentence saying why:
   phaze's ``evaluate`` spreads uneven remainders one layer at a time, which Megatron-LM
   does not express with these arguments); interleaving (v > 1) needs p ≥ 2, L divisible
   by p·v and the microbatches per pipeline B/(b·d) divisible by p; ZeRO 2–3 (Megatron-LM's
-  distributed optimizer is ZeRO-1; use DeepSpeed).
+  distributed optimizer is ZeRO-1; use DeepSpeed); a gradient-reduction datatype other
+  than fp32 and the parameters' (Megatron-Core's gradient buffer is one of them).
 - DeepSpeed: fp8 (the ds_config has bf16 and fp16 sections only); expert and context
   parallelism (not written for Megatron-DeepSpeed here: emit megatron); ZeRO 2–3 with
   pipeline parallelism (the DeepSpeed pipeline engine refuses
@@ -52,7 +54,10 @@ Sources of the argument names (looked up with the project's documentation search
   ``--kv-channels``, ``--swiglu``, ``--normalization RMSNorm``,
   ``--position-embedding-type rope``, ``--disable-bias-linear``,
   ``--untie-embeddings-and-output-weights``, ``--bf16``/``--fp16``, ``--fp8-format
-  hybrid`` (Transformer Engine fp8, with ``--bf16``); Megatron-Core's
+  hybrid`` (Transformer Engine fp8, with ``--bf16``), ``--grad-reduce-in-bf16`` and
+  ``--accumulate-allreduce-grads-in-fp32`` (the gradient buffer's datatype: fp32 is
+  Megatron-LM's default under ``--bf16``, fp16 under ``--fp16``; docs/fidelity-sources.md
+  §5.9); Megatron-Core's
   ``--context-parallel-size``, ``--expert-model-parallel-size``, ``--num-experts``,
   ``--moe-router-topk``, ``--moe-ffn-hidden-size``,
   ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq`` (a 0/1 pattern per
@@ -69,7 +74,8 @@ Sources of the argument names (looked up with the project's documentation search
 - DeepSpeed configuration JSON (deepspeed.ai/docs/config-json): ``train_batch_size``,
   ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``,
   ``zero_optimization.stage`` and ``overlap_comm``, ``bf16.enabled``,
-  ``fp16.enabled``/``loss_scale`` (0: dynamic), ``activation_checkpointing``
+  ``fp16.enabled``/``loss_scale`` (0: dynamic), ``communication_data_type`` (always
+  written: absent, DeepSpeed reduces in the training datatype), ``activation_checkpointing``
   (``partition_activations``, ``contiguous_memory_optimization``,
   ``cpu_checkpointing``).
 """

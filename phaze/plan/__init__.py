@@ -32,7 +32,11 @@ trainer refuses some values, and its trainer arguments); then the cost model tha
 prices it (``phaze.step``, ``phaze.graph``) and, for a searched knob, the search kernel's
 loop (``phaze.step._plans``, ``phaze.search``'s chunk
 runner). The CLI options, keywords, result column, legend, summaries, ``--emit`` and
-trace read it from here.
+trace read it from here. Example (``grad_reduce_dtype``, a one-value knob): the row, a
+Megatron-LM rule and the two argument writers in ``_knobs.py``; a ``PLAN`` field read by
+the kernels (``step/_kernels.py``), set by ``plan_records`` and taken by ``best_plans``
+(``step/_plans.py``); ``training_step`` passing it on (``step/_model.py``); the calibrated
+search handing its setting to ``best_plans`` (``search/_calibrated.py``).
 
 The package: ``_knobs`` holds the table and everything that names a knob (the record,
 the rules, the argument writers); ``_use`` the generic readers (grids, command line,

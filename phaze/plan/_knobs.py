@@ -301,6 +301,32 @@ KNOBS = (
          megatron="--overlap-grad-reduce",
          deepspeed="ds_config zero_optimization.overlap_comm (ZeRO >= 1)",
          torchtitan="(FSDP2 overlaps its reduce-scatters by default)"),
+    # Sources (docs/fidelity-sources.md, "Gradient-reduction datatype"): Megatron-LM
+    # d98e8a6 megatron/core/distributed/param_and_grad_buffer.py (grad_dtype = torch.float
+    # if grad_reduce_in_fp32 else param.dtype), megatron/training/arguments.py
+    # (--grad-reduce-in-bf16, --accumulate-allreduce-grads-in-fp32; --bf16 forces fp32
+    # unless --grad-reduce-in-bf16), megatron/training/training.py (grad_reduce_in_fp32 =
+    # args.accumulate_allreduce_grads_in_fp32); DeepSpeed edaa722 deepspeed/runtime/engine.py
+    # (communication_data_type: the config's, else fp16/bf16 as trained);
+    # torchtitan b5bcd76 torchtitan/config/configs.py (mixed_precision_reduce: "float32").
+    Knob("grad_reduce_dtype", str, "fp32", "one of fp32, bf16, fp16",
+         choices=("fp32", "bf16", "fp16"), flags=("--grad-reduce-dtype",), study="fp32",
+         calibrated_only=True, study_lacks="gradient-reduction datatype choice",
+         help="datatype of the data-parallel gradient reduction and of the gradient buffer "
+              "(default fp32: fp32 main gradients, 4 B/param; bf16 or fp16: 2 B/param, as "
+              "Megatron-Core's grad_reduce_in_fp32=False; calibrated model only)",
+         search="one",
+         search_help="datatype of the data-parallel gradient reduction and gradient buffer "
+                     "(default fp32; bf16, fp16: half the bytes; Megatron-LM reduces in "
+                     "fp32 or the parameters' datatype)",
+         grid_rank=10, title="gradient reduction",
+         megatron="Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32; --bf16: "
+                  "fp32 by default, bf16 with --grad-reduce-in-bf16; --fp16: fp16 by "
+                  "default, fp32 with --accumulate-allreduce-grads-in-fp32",
+         deepspeed="ds_config communication_data_type fp32|bf16|fp16 (absent: the training "
+                   "datatype)",
+         torchtitan="--training.mixed_precision_reduce float32 (FSDP2 "
+                    "MixedPrecisionPolicy.reduce_dtype; float32 its only value)"),
 )
 
 #: Knob by name.
@@ -507,6 +533,12 @@ RULES = (
     Rule("deepspeed", "emit", ("precision",), lambda v: v["precision"] == "fp8",
          lambda v: "the ds_config written here has no fp8 training (DeepSpeed's config offers "
                    "bf16 and fp16); emit megatron for fp8"),
+    Rule("megatron-lm", "trainer", ("grad_reduce_dtype", "precision"),
+         lambda v: v["grad_reduce_dtype"] not in ("fp32", PARAMETER_DTYPE[v["precision"]]),
+         lambda v: f"Megatron-Core reduces gradients in fp32 or in the parameters' datatype "
+                   f"({PARAMETER_DTYPE[v['precision']]} under {v['precision']} training), not "
+                   f"in {v['grad_reduce_dtype']}; emit deepspeed (ds_config "
+                   f"communication_data_type)"),
     Rule("deepspeed", "trainer", ("virtual_stages",), lambda v: v["virtual_stages"] > 1,
          lambda v: "DeepSpeed's pipeline engine has no interleaved schedule (virtual stages "
                    "> 1); emit megatron instead"),
@@ -517,6 +549,11 @@ RULES = (
          lambda v: f"DeepSpeed refuses ZeRO stage {v['zero_stage']} with pipeline "
                    f"parallelism (p = {v['pipeline_parallel']}); use ZeRO 0-1 or p = 1"),
 )
+
+
+#: The datatype of the model parameters (and so of Megatron-Core's gradient buffer when it
+#: does not reduce in fp32) under each training datatype: fp8 trains on bf16 parameters.
+PARAMETER_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
 
 
 def _microbatches(v) -> int:
@@ -544,8 +581,9 @@ def refusal(trainer: str, values: dict, kinds=("layout", "trainer", "emit")):
 
 def trainers(**values) -> tuple:
     """The trainers (ids) that can launch the plan ``values``, by the "trainer" rules:
-    Megatron-LM for ZeRO 0–1 (any p, v, cp); DeepSpeed without interleaving or ring
-    attention, for ZeRO 0–1 or, without pipeline parallelism, 2–3."""
+    Megatron-LM for ZeRO 0–1 (any p, v, cp) reducing gradients in fp32 or the parameters'
+    datatype; DeepSpeed without interleaving or ring attention, for ZeRO 0–1 or, without
+    pipeline parallelism, 2–3."""
     return tuple(t for t in _JUDGED if refusal(t, values, ("trainer",)) is None)
 
 
@@ -590,6 +628,14 @@ def _precision_megatron(v) -> list:
     return ["--bf16"] + (["--fp8-format", "hybrid"] if v["precision"] == "fp8" else [])
 
 
+def _grad_reduce_megatron(v) -> list:
+    # Megatron-LM's default: fp32 under --bf16 (forced unless --grad-reduce-in-bf16), the
+    # parameters' fp16 under --fp16 (fp32 only with --accumulate-allreduce-grads-in-fp32).
+    if v["precision"] == "fp16":
+        return ["--accumulate-allreduce-grads-in-fp32"] if v["grad_reduce_dtype"] == "fp32" else []
+    return ["--grad-reduce-in-bf16"] if v["grad_reduce_dtype"] == "bf16" else []
+
+
 #: Each trainer's command-line arguments of a plan, in order: (knob name, writer) pairs,
 #: a writer mapping the plan's values ``v`` (plus ``n_layers``, ``moe`` and, for
 #: DeepSpeed, ``config_path``) to a list of strings; :data:`MODEL_ARGUMENTS` marks where
@@ -624,6 +670,7 @@ ARGUMENTS = {
                                        f"{float(v['capacity_factor']):g}"]
          if v["moe"] and v["capacity_factor"] is not None else []),
         ("precision", _precision_megatron),
+        ("grad_reduce_dtype", _grad_reduce_megatron),
     ),
     "deepspeed": (
         ("tensor_parallel", lambda v: _given("--tensor-model-parallel-size",
@@ -682,6 +729,8 @@ DS_CONFIG = (
     ("overlap_grad_reduce", _ds_overlap),
     ("precision", _ds_precision),
     ("recompute", _ds_recompute),
+    # DeepSpeed reduces in the training datatype unless told (engine.communication_data_type).
+    ("grad_reduce_dtype", lambda v, c: c.update(communication_data_type=v["grad_reduce_dtype"])),
 )
 
 

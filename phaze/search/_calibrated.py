@@ -99,7 +99,8 @@ def best_plans(cfg, model_index, microbatch, recompute, hbm_bytes, archs) -> np.
         flash_attention=tuple(cfg.flash_attention),
         virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
         zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
-        precision=cfg.precision, fp8_rate=cfg.fp8_rate, **_parallel_grids(cfg, model_index))
+        precision=cfg.precision, fp8_rate=cfg.fp8_rate, grad_reduce_dtype=cfg.grad_reduce_dtype,
+        **_parallel_grids(cfg, model_index))
 
 
 def plans_over_hbm(cfg, model_index, microbatch, recompute, archs) -> list:
@@ -317,7 +318,8 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     global_batch=cfg.global_batch, recompute=rc,
                                     virtual_stages=v, sequence_parallel=sp, flash_attention=fa,
                                     zero_stage=zero, overlap_grad_reduce=ogr,
-                                    precision=cfg.precision)
+                                    precision=cfg.precision,
+                                    grad_reduce_dtype=cfg.grad_reduce_dtype)
                                 if not res.ok:
                                     reason = reason or res.reason
                                     continue

@@ -28,8 +28,10 @@ The kernels take numpy records (structured dtypes, declared once below) whole:
   how many the MoE block runs forward and backward; the K/V exchange bytes forward and
   backward.
 - :data:`PLAN` — one plan: the parallel widths, virtual stages, microbatches, layers,
-  ZeRO stage, overlap, recomputation code, sequence parallelism and the optimizer's
-  bytes per parameter, kernels and tiny all-reduces.
+  ZeRO stage, overlap, recomputation code, sequence parallelism, the optimizer's
+  bytes per parameter, kernels and tiny all-reduces, and the bytes per parameter of the
+  gradient buffer and its data-parallel reduction (``grad_bytes``: 4 for fp32, 2 for a
+  16-bit ``grad_reduce_dtype``).
 - :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
   Megatron's rank layout on the row's nodes (:func:`geometry`, :func:`group_geometry`):
   per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
@@ -49,7 +51,8 @@ from numba import njit
 from .. import collectives as coll
 from ..collectives import FABRIC_DTYPE
 
-# Bytes per parameter (sheet §5.1): 16-bit weights, fp32 main gradients, Adam's fp32 state.
+# Bytes per parameter (sheet §5.1): 16-bit weights, fp32 main gradients (the default; a
+# plan's ``grad_bytes`` holds its gradient buffer's), Adam's fp32 state.
 WEIGHT_BYTES = 2
 GRAD_BYTES = 4
 OPT_STATE_BYTES = 12
@@ -77,7 +80,7 @@ SIZES = np.dtype(_fields("i8", (
 PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8"),
                  ("v", "i8"), ("m", "i8"), ("n_layers", "i8"), ("zero", "i8"), ("ogr", "?"),
                  ("rec_mode", "i8"), ("sp", "?"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
-                 ("n_tiny", "i8")])
+                 ("n_tiny", "i8"), ("grad_bytes", "i8")])
 #: Megatron's rank layout per stage (see the module docstring).
 STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
                                       "edp_nodes")))
@@ -304,6 +307,7 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
     zero = plan["zero"]
     ogr = plan["ogr"]
     rec_mode = plan["rec_mode"]
+    gb = plan["grad_bytes"]   # bytes per parameter of the gradient reductions
     D = cp * plan["d"]
     edp = D // ep
     e = sz["elem_bytes"]
@@ -353,9 +357,9 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
         if zero >= 2 and D > 1:
             # per-microbatch reduce-scatter of the gradients as the backward ends
             dn, en = stage_params(r, p, nd, nm, sz)
-            rs = coll.reduce_scatter_seconds(GRAD_BYTES * dn, D, dpn, rp)
+            rs = coll.reduce_scatter_seconds(gb * dn, D, dpn, rp)
             if en > 0:
-                rs += coll.reduce_scatter_seconds(GRAD_BYTES * en, edp, edpn, rp)
+                rs += coll.reduce_scatter_seconds(gb * en, edp, edpn, rp)
             if ogr:
                 extra += max(0.0, rs - bw - rec)
             else:
@@ -382,13 +386,13 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
         nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
         dn, en = stage_params(r, p, nd, nm, sz)
         if zero == 0:
-            red = coll.all_reduce_seconds(GRAD_BYTES * dn, D, dpn, rp)
+            red = coll.all_reduce_seconds(gb * dn, D, dpn, rp)
             if en > 0:
-                red += coll.all_reduce_seconds(GRAD_BYTES * en, edp, edpn, rp)
+                red += coll.all_reduce_seconds(gb * en, edp, edpn, rp)
         elif zero == 1 and D > 1:
-            red = coll.reduce_scatter_seconds(GRAD_BYTES * dn, D, dpn, rp)
+            red = coll.reduce_scatter_seconds(gb * dn, D, dpn, rp)
             if en > 0:
-                red += coll.reduce_scatter_seconds(GRAD_BYTES * en, edp, edpn, rp)
+                red += coll.reduce_scatter_seconds(gb * en, edp, edpn, rp)
         else:
             red = 0.0
         if ogr:
@@ -404,7 +408,7 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
             upd = x
     emb_s = 0.0
     if p > 1:
-        emb_s = coll.all_reduce_seconds(GRAD_BYTES * sz["word_elements"], 2, cell["emb_nodes"], rp)
+        emb_s = coll.all_reduce_seconds(gb * sz["word_elements"], 2, cell["emb_nodes"], rp)
     tiny = coll.all_reduce_seconds(4, p * t, cell["mp_nodes"], rp)
     opt_s = upd + plan["opt_kernels"] * rp["launch_s"] + plan["n_tiny"] * tiny
     total = steady + bubble + dp_s + emb_s + opt_s
@@ -437,6 +441,7 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     ep = plan["ep"]
     n_layers = plan["n_layers"]
     zero = plan["zero"]
+    gb = plan["grad_bytes"]   # the gradient buffer's bytes per parameter
     D = plan["cp"] * plan["d"]
     edp = D // ep
     e = sz["elem_bytes"]
@@ -448,8 +453,8 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     w_div_e = edp if zero >= 3 else 1
     g_div_e = edp if zero >= 2 else 1
     o_div_e = edp if zero >= 1 else 1
-    per_param = WEIGHT_BYTES / w_div + GRAD_BYTES / g_div + OPT_STATE_BYTES / o_div
-    per_param_e = WEIGHT_BYTES / w_div_e + GRAD_BYTES / g_div_e + OPT_STATE_BYTES / o_div_e
+    per_param = WEIGHT_BYTES / w_div + gb / g_div + OPT_STATE_BYTES / o_div
+    per_param_e = WEIGHT_BYTES / w_div_e + gb / g_div_e + OPT_STATE_BYTES / o_div_e
     dn, en = stage_params(r, p, nd, nm, sz)
     if v == 1:
         in_flight = min(p - r, m)
@@ -488,7 +493,7 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     out["weights"] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) \
         + int(nd * sz["blk_fp8_w"] / w_div) + int(nm * sz["moe_fp8_w"] / w_div) \
         + int(nm * sz["moe_exp_fp8_w"] / w_div_e)
-    out["gradients"] = int(GRAD_BYTES * dn / g_div) + int(GRAD_BYTES * en / g_div_e)
+    out["gradients"] = int(gb * dn / g_div) + int(gb * en / g_div_e)
     out["optimizer_state"] = int(OPT_STATE_BYTES * dn / o_div) + int(OPT_STATE_BYTES * en / o_div_e)
     out["activations"] = act
     out["activations_other"] = other

@@ -60,7 +60,12 @@ The step (1F1B, Narayanan et al. 2021 §2.2.1; sheet §5.4)
   §5.3): fp32 main gradients, 4 B per parameter of the stage's slice, ring over the d
   ranks with stride t (between nodes when they span several nodes). With p > 1 the
   tied word-embedding gradients are all-reduced between the first and last stage
-  (sheet §5.3, ``_allreduce_word_embedding_grads``).
+  (sheet §5.3, ``_allreduce_word_embedding_grads``). ``grad_reduce_dtype`` "bf16" or
+  "fp16" (Megatron-Core's ``grad_reduce_in_fp32=False``: the gradient buffer in the
+  parameters' 16-bit datatype) prices every gradient reduction — this all-reduce, ZeRO's
+  reduce-scatters, the experts' and the tied embedding's — at 2 B per parameter; the
+  optimizer still steps on fp32 main gradients (Megatron's ``main_grad.float()`` copy,
+  + 4 B/param of HBM traffic: ``step._plans.OPTIMIZER_GRAD_COPY_BYTES``).
 - Optimizer step (sheet §5.2): memory-bound, ``OPTIMIZER_BYTES_PER_PARAM`` bytes of
   HBM traffic per local parameter over ``hbm_efficiency`` · HBM bandwidth, its
   multi-tensor kernels' launch gaps, and two tiny all-reduces over the model-parallel
@@ -74,8 +79,11 @@ The step (1F1B, Narayanan et al. 2021 §2.2.1; sheet §5.4)
 
 Memory per GPU (bytes; sheet §5.1, §5.5)
 -----------------------------------------
-weights 2 B, fp32 main gradients 4 B, optimizer state 12 B (fp32 master weight, Adam m
-and v) per parameter of the stage's slice — 18 B/param, as Korthikanti Figure 1 counts;
+weights 2 B, fp32 main gradients 4 B (2 B with a 16-bit ``grad_reduce_dtype``: the
+buffer Megatron-Core reduces; the optimizer's fp32 copy of its shard,
+``main_grad.float()``, is a transient of the optimizer step and not counted), optimizer
+state 12 B (fp32 master weight, Adam m and v) per parameter of the stage's slice —
+18 B/param, as Korthikanti Figure 1 counts;
 activations of the microbatches in flight under 1F1B: stage r holds min(p − r, m)
 microbatches (the first stage p), each L/p transformer layers of
 ``graph``'s op-by-op stash (Korthikanti Table 2: s·b·h·(10 + 24/t + 5·a·s/(h·t))) without
@@ -248,7 +256,7 @@ class MemoryBreakdown:
     """Bytes held by one GPU of one pipeline stage (sheet §5.1, §5.5).
 
     ``weights`` + ``gradients`` + ``optimizer_state`` are the stage slice's parameters at
-    2 + 4 + 12 B; ``activations`` the transformer layers' stash of the microbatches in
+    2 + 4 + 12 B (gradients 2 B with a 16-bit ``grad_reduce_dtype``); ``activations`` the transformer layers' stash of the microbatches in
     flight (``in_flight``); ``activations_other`` the embedding's and head's stashes;
     ``workspace`` the transient modelled (module docstring). ``layer_param_state`` is
     weights + gradients + optimizer state of the transformer layers alone (Korthikanti
@@ -385,13 +393,14 @@ def _not(status, reason, plan):
                       plan=plan)
 
 
-def _trainers(p, v, zero, cp=1):
+def _trainers(p, v, zero, cp=1, **knobs):
     """Which trainers can launch a plan (``phaze.plan.trainers``, the one statement of the
-    rules): Megatron-LM (ZeRO 0, or 1 as its distributed optimizer; any p, v, cp),
-    DeepSpeed (ZeRO 0–3, but stages 2–3 refuse pipeline parallelism, and it has neither
-    the interleaved schedule nor ring attention)."""
-    return _plan.trainers(pipeline_parallel=p, virtual_stages=v, zero_stage=zero,
-                          context_parallel=cp)
+    rules): Megatron-LM (ZeRO 0, or 1 as its distributed optimizer; any p, v, cp;
+    gradients reduced in fp32 or the parameters' datatype), DeepSpeed (ZeRO 0–3, but
+    stages 2–3 refuse pipeline parallelism, and it has neither the interleaved schedule
+    nor ring attention); ``knobs``: the plan's other knobs the rules read."""
+    return _plan.trainers(**{**knobs, "pipeline_parallel": p, "virtual_stages": v,
+                             "zero_stage": zero, "context_parallel": cp})
 
 
 #: training_step's own defaults where they differ from the knob table's (DESIGN.md §3),
@@ -418,7 +427,9 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     graphs' datatype, ``phaze.precision``: fp16 adds the loss-scaler's unscale pass to the
     optimizer, sheet §5.2; fp8 runs the linear layers' GEMMs at the chip's fp8 rate and
     holds Transformer Engine's FP8 weight copies, 2 B per GEMM weight; a chip without fp8
-    tensor cores is refused); ``efficiency``: the calibrated parameter set (None: the
+    tensor cores is refused); ``grad_reduce_dtype`` "fp32" | "bf16" | "fp16" (the gradient
+    buffer's and the data-parallel reductions' datatype: 4 or 2 B per parameter, module
+    docstring); ``efficiency``: the calibrated parameter set (None: the
     preset's own for a preset name, ``efficiency.for_rows`` for a row); ``fp8_rate``: with
     precision "fp8", the chip's fp8 tensor-rate multiplier (None: a chip file's or
     preset's own for a name, ``dtype_rates.for_rows`` for a row; 0 refuses).
@@ -449,7 +460,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     sp = pl.sequence_parallel and t > 1
     flash = pl.flash_attention
     plan = dict(model=m_spec.name, **pl.as_dict(), sequence_parallel_effective=sp,
-                trainers=_trainers(p, v, zero, cp))
+                trainers=_trainers(p, v, zero, cp, precision=precision,
+                                   grad_reduce_dtype=pl.grad_reduce_dtype))
 
     if B % (b * d):
         return _not("infeasible", f"global batch {B} is not a multiple of microbatch × data "
@@ -507,7 +519,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     lt, sizes = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute, fp8_rate)
     prefix = _search.moe_prefix(m_spec)
     plan_rec = _search.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
-                                    bool(overlap_grad_reduce), recompute, sp, precision)[()]
+                                    bool(overlap_grad_reduce), recompute, sp, precision,
+                                    pl.grad_reduce_dtype)[()]
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)
     cell = np.zeros(1, dtype=_kern.CELL_NODES)
     _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell[0])

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _kernels as kern
 from .. import collectives, cost, graph, models, precision
+from .. import plan as _plan
 from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
 
@@ -26,6 +27,15 @@ OPTIMIZER_BYTES_PER_PARAM = {"fp16": 50, "bf16": 42, "fp8": 42}
 #: Multi-tensor kernels the step launches (sheet §5.2 table rows, clip excluded): unscale
 #: (fp16), norm, Adam, copy, zero.
 OPTIMIZER_KERNELS = {"fp16": 5, "bf16": 4, "fp8": 4}
+#: Bytes per parameter of the gradient buffer and of its data-parallel reduction at each
+#: ``grad_reduce_dtype`` (``phaze.plan``): Megatron-Core's buffer is fp32 with
+#: grad_reduce_in_fp32, else in the parameters' 16-bit datatype (param_and_grad_buffer.py).
+GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: Optimizer HBM bytes per parameter a 16-bit gradient buffer adds to
+#: ``OPTIMIZER_BYTES_PER_PARAM`` (sheet §5.2): the fp32 main-gradient copy
+#: ``main_grad.float()`` reads 2 and writes 4 B (a no-op view for an fp32 buffer), zeroing
+#: the buffer writes 2 B instead of 4: + 6 − 2. Norm, unscale and Adam read the fp32 copy.
+OPTIMIZER_GRAD_COPY_BYTES = {"fp32": 0, "bf16": 4, "fp16": 4}
 #: Recomputation modes and their kernel codes.
 RECOMPUTE_CODES = {"none": kern.REC_NONE, "selective": kern.REC_SELECTIVE, "full": kern.REC_FULL}
 
@@ -256,19 +266,23 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
 
 
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
-                 precision) -> np.ndarray:
+                 precision, grad_reduce_dtype="fp32") -> np.ndarray:
     """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
     (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
-    parameter, its kernels and its tiny all-reduces follow from them)."""
+    parameter, its kernels and its tiny all-reduces follow from them;
+    ``grad_reduce_dtype`` the gradient buffer's and reduction's bytes per parameter, and
+    the optimizer's copy of a 16-bit buffer to fp32 main gradients)."""
     cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp)
     out = np.zeros(cols[0].shape, dtype=kern.PLAN)
     for name, col in zip(("p", "t", "d", "cp", "ep", "v", "m", "n_layers", "zero", "ogr",
                           "sp"), cols):
         out[name] = col
     out["rec_mode"] = RECOMPUTE_CODES[recompute]
-    out["opt_bytes"] = float(OPTIMIZER_BYTES_PER_PARAM[precision])
+    out["opt_bytes"] = float(OPTIMIZER_BYTES_PER_PARAM[precision]
+                             + OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype])
     out["opt_kernels"] = float(OPTIMIZER_KERNELS[precision])
     out["n_tiny"] = 2 if precision == "fp16" else 1
+    out["grad_bytes"] = GRAD_REDUCE_BYTES[grad_reduce_dtype]
     return out
 
 
@@ -393,7 +407,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                flash_attention=(False, True), virtual_stages=None, zero_stage=(0, 1, 2, 3),
                overlap_grad_reduce=(False, True), precision="bf16", efficiency=None,
                fp8_rate=None, launchable=True, expert_parallel=None, context_parallel=None,
-               capacity_factor=None):
+               capacity_factor=None, grad_reduce_dtype="fp32"):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -410,11 +424,15 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     the MoE expert capacity factor (one value); ``precision`` "bf16" | "fp16" | "fp8" (the
     graphs' ``dtype``; fp8: ``fp8_rate``, the rows' fp8 tensor-rate multiplier as
     ``cost.op_latencies`` takes it — None: the template's; a row with 0 is refused
-    there); ``efficiency``: None (``efficiency.for_rows(archs)``), a set's name, an
-    Efficiency or an EFFICIENCY_DTYPE array with one set per row. ``launchable``
-    (default): only plans a trainer can launch — no ZeRO stage 2–3 with pipeline or
-    context parallelism (Megatron-LM has ZeRO 0–1; DeepSpeed refuses 2–3 with a pipeline
-    and has no ring attention); False also prices those what-if plans.
+    there); ``grad_reduce_dtype`` "fp32" | "bf16" | "fp16" (one value: the gradient
+    buffer's and the data-parallel reductions' datatype, ``phaze.plan``); ``efficiency``:
+    None (``efficiency.for_rows(archs)``), a set's name, an Efficiency or an
+    EFFICIENCY_DTYPE array with one set per row. ``launchable`` (default): only plans a
+    trainer can launch — no ZeRO stage 2–3 with pipeline or context parallelism
+    (Megatron-LM has ZeRO 0–1; DeepSpeed refuses 2–3 with a pipeline and has no ring
+    attention), and with a gradient datatype Megatron-LM refuses (fp16 under bf16 or
+    fp8 training, bf16 under fp16: ``phaze.plan``'s rule) DeepSpeed's plans only
+    (v = 1, cp = 1); False also prices those what-if plans.
 
     Plans (as ``training_step`` and ``phaze.launch`` accept them): t of the grid that the
     model allows and that fits in the row's node; p dividing n_layers; d with
@@ -445,6 +463,12 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
         raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
                          f"got {precision!r}")
+    grad_reduce_dtype = _plan.check("grad_reduce_dtype", grad_reduce_dtype)
+    # Only DeepSpeed launches a gradient datatype Megatron-LM refuses: plain 1F1B, no ring
+    # attention (its ZeRO rule is enumerate_plans').
+    deepspeed_only = launchable and _plan.refusal(
+        "megatron-lm", {"precision": precision, "grad_reduce_dtype": grad_reduce_dtype},
+        ("trainer",)) is not None
     widths = _int_grid("tensor_parallel", tensor_parallel, 1)
     sps = _bool_grid("sequence_parallel", sequence_parallel)
     flashes = _bool_grid("flash_attention", flash_attention)
@@ -454,6 +478,9 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     vs_grid = None if virtual_stages is None else sorted(_int_grid("virtual_stages", virtual_stages, 1))
     eps = expert_parallel_grid(m_spec, expert_parallel)
     cps = context_parallel_grid(m_spec, context_parallel)
+    if deepspeed_only:
+        vs_grid = [1]
+        cps = [c for c in cps if c == 1]
     if hbm_bytes is None:
         cap = np.floor(archs["hbm_gib"].astype(np.float64) * 2 ** 30)
     else:
@@ -504,7 +531,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
         geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values.astype(np.int64), n_dev)
     plans = plan_records(plan_p, var_t[plan_var], plan_d, var_cp[plan_var], var_ep[plan_var],
                          plan_v, plan_m, L, plan_zero, plan_ogr, recompute, var_sp[plan_var],
-                         precision)
+                         precision, grad_reduce_dtype)
     plan_peak = kern.plan_memory(plans, plan_var, VI, prefix)
     best_idx = np.full(n, -1, dtype=np.int64)
     best_bd = np.zeros(n, dtype=kern.BREAKDOWN)
