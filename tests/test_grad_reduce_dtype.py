@@ -343,3 +343,17 @@ def test_the_row_names_every_trainer():
     p = plan.Plan(grad_reduce_dtype="bf16")
     assert plan.Plan.from_record(p.to_record()) == p
     assert dataclasses.replace(p, grad_reduce_dtype="fp16").grad_reduce_dtype == "fp16"
+
+
+def test_the_summary_names_a_non_default_reduction_datatype():
+    from phaze.search import cost_model_line
+
+    grids = {"precision": "bf16", "capacity_factor": None, "grad_reduce_dtype": "bf16"}
+    assert cost_model_line({"cost_model": "calibrated", "strategy_grids": grids}).endswith(
+        "gradient reduction bf16")
+    grids["grad_reduce_dtype"] = "fp32"       # the default is not repeated
+    assert "gradient reduction" not in cost_model_line(
+        {"cost_model": "calibrated", "strategy_grids": grids})
+    grids["capacity_factor"] = 1.25
+    assert cost_model_line({"cost_model": "calibrated", "strategy_grids": grids}).endswith(
+        "MoE capacity factor 1.25")

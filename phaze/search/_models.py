@@ -65,8 +65,15 @@ class CostModel:
             return self.summary
         grids = meta.get("strategy_grids") or {}
         parts = _plan.grid_words(grids)
-        if grids.get("capacity_factor") is not None:
-            parts.append(f"{_plan.KNOB['capacity_factor'].title} {grids['capacity_factor']:g}")
+        # The one-value knobs besides the datatype, where a value other than the default was
+        # given (MoE capacity factor, gradient-reduction datatype, ...).
+        for name in _plan.GRIDS:
+            knob = _plan.KNOB[name]
+            value = grids.get(name)
+            if knob.search == "one" and name != "precision" and value is not None \
+                    and value != knob.default:
+                parts.append(f"{knob.title} {value:g}" if knob.type is float
+                             else f"{knob.title} {value}")
         return (f"cost model: calibrated (Megatron-LM training step, phaze.step; "
                 f"{grids.get('precision', 'bf16')}, Adam); searched: {'; '.join(parts)}")
 
