@@ -36,9 +36,11 @@ model's row parameters). :func:`collective_seconds` is the Python face.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from numba import njit
+from numba.core.errors import NumbaExperimentalFeatureWarning
 
 from .graph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_NONE, COLL_P2P,
                     COLL_REDUCE_SCATTER, COLLECTIVE_KINDS)
@@ -48,6 +50,14 @@ __all__ = ["FABRIC_DTYPE", "COLLECTIVE_KINDS", "fabric", "collective_seconds", "
            "all_gather_seconds", "all_to_all_seconds", "p2p_seconds", "placed_seconds",
            "contiguous_seconds", "contiguous_all_reduce_seconds",
            "ring_nodes"]
+
+# A kernel compiled for FABRIC_DTYPE records that is then given the step model's row
+# parameters (the same five fields at the same offsets, then more) is reused for them by
+# numba's record subtyping, which reads each field at its offset, so the answer is the
+# same; numba flags the subtyping as experimental on every such reuse. It is what this
+# module relies on, not a fault of the caller, so the notice is not shown.
+warnings.filterwarnings("ignore", category=NumbaExperimentalFeatureWarning,
+                        message=r"Record\(coll_latency_s.*has been considered a subtype")
 
 #: A two-tier fabric as the collectives see it (seconds, bytes/s): NCCL's fixed latency of
 #: one collective, the α of one ring step inside a node and of one crossing nodes, and
