@@ -95,31 +95,35 @@ def exchange_seconds(nbytes, n, nodes, coll_latency_s, link_step_s, net_step_s, 
 
 
 @njit(cache=True, nogil=True)
+def _ring(nbytes, n, nodes, passes, fabric):
+    """:func:`ring_seconds` with the parameters of a ``fabric`` record."""
+    return ring_seconds(nbytes, n, nodes, passes, fabric["coll_latency_s"],
+                        fabric["link_step_s"], fabric["net_step_s"], fabric["link_bw"],
+                        fabric["net_bw"])
+
+
+@njit(cache=True, nogil=True)
 def all_reduce_seconds(nbytes, n, nodes, fabric):
     """Ring all-reduce of ``nbytes`` per rank over n ranks on ``nodes`` nodes (two passes)."""
-    return ring_seconds(nbytes, n, nodes, 2, fabric["coll_latency_s"], fabric["link_step_s"],
-                        fabric["net_step_s"], fabric["link_bw"], fabric["net_bw"])
+    return _ring(nbytes, n, nodes, 2, fabric)
 
 
 @njit(cache=True, nogil=True)
 def reduce_scatter_seconds(nbytes, n, nodes, fabric):
     """Ring reduce-scatter of an ``nbytes`` tensor (per rank, before the scatter): one pass."""
-    return ring_seconds(nbytes, n, nodes, 1, fabric["coll_latency_s"], fabric["link_step_s"],
-                        fabric["net_step_s"], fabric["link_bw"], fabric["net_bw"])
+    return _ring(nbytes, n, nodes, 1, fabric)
 
 
 @njit(cache=True, nogil=True)
 def all_gather_seconds(nbytes, n, nodes, fabric):
     """Ring all-gather ending with ``nbytes`` on every rank: one pass."""
-    return ring_seconds(nbytes, n, nodes, 1, fabric["coll_latency_s"], fabric["link_step_s"],
-                        fabric["net_step_s"], fabric["link_bw"], fabric["net_bw"])
+    return _ring(nbytes, n, nodes, 1, fabric)
 
 
 @njit(cache=True, nogil=True)
 def all_to_all_seconds(nbytes, n, nodes, fabric):
     """All-to-all of the ``nbytes`` a rank holds over n ranks, priced as one ring pass."""
-    return ring_seconds(nbytes, n, nodes, 1, fabric["coll_latency_s"], fabric["link_step_s"],
-                        fabric["net_step_s"], fabric["link_bw"], fabric["net_bw"])
+    return _ring(nbytes, n, nodes, 1, fabric)
 
 
 @njit(cache=True, nogil=True)

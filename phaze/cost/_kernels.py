@@ -200,7 +200,7 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                   elem_bytes, acc_bytes, single_buffer_fraction,
                   shape_w, shape_d, shape_cap, shape_of_arch,
                   split_w, split_d, split_cores, split_of_arch,
-                  num_vc, vc_width, clock_hz, hbm_bytes_per_s, link_bytes_per_s, net_bytes_per_s,
+                  num_vc, vc_width, clock_hz, link_bytes_per_s, net_bytes_per_s,
                   node_size, tile_rule, tiles, tile_of_arch, params,
                   gemm_rate, hbm_bw, attention_bw, launch,
                   attention_op, in_bytes, fp8_op, fp8_rate, single, intra):

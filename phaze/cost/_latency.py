@@ -405,7 +405,7 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
         prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
         prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"],
-        prep["num_vc"], prep["vc_width"], prep["clock_hz"], prep["hbm_bytes_per_s"],
+        prep["num_vc"], prep["vc_width"], prep["clock_hz"],
         prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
         spec.tile_rule, *inputs,
         op_graph.attention_core, in_bytes, fp8, rates, single, intra)

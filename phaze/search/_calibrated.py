@@ -196,6 +196,10 @@ def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arc
     return sps
 
 
+#: What a row without a plan records for the plan's integer strategy columns (0: none).
+_NO_PLAN_SIZES = {name: 0 for name in _plan.STRATEGY_COLUMNS if _plan.KNOB[name].type is int}
+
+
 def add_infeasible(rows, model_index, microbatch, recompute, hbm_gib, archs, arch_ids, reason):
     """Rows for architectures no plan can run on at all (e.g. no valid tensor-parallel width)."""
     for a, aid in enumerate(np.asarray(arch_ids, dtype=np.int64).tolist()):
@@ -204,7 +208,7 @@ def add_infeasible(rows, model_index, microbatch, recompute, hbm_gib, archs, arc
                  recompute=recompute, feasible=False, time_per_batch_s=math.inf,
                  samples_per_s=0.0, tensor_parallel=0, data_parallel=0, pipeline_parallel=0,
                  devices_used=0, stage_layers="", reason=reason,
-                 **{name: 0 for name in _plan.STRATEGY_COLUMNS if _plan.KNOB[name].type is int})
+                 **_NO_PLAN_SIZES)
 
 
 class CalibratedPricing(Pricing):

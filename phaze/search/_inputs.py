@@ -134,14 +134,6 @@ def resolve_recompute(recompute, study=False) -> tuple:
     return tuple(m for m in RECOMPUTE_MODES if m in modes)
 
 
-def resolve_grid(name, value):
-    """One strategy knob's search grid (``phaze.plan.grid``): None → every value (both
-    booleans, every ZeRO stage; None for virtual stages, expert and context parallel:
-    every valid value per model); one value or a list of them → a sorted tuple; one
-    sentence naming the knob otherwise."""
-    return _plan.grid(name, value)
-
-
 #: The study's strategy: what each searched knob is under ``study=True`` (its only value).
 STUDY_GRIDS = {name: (_plan.study_value(name),) for name in _plan.GRIDS
                if _plan.KNOB[name].search == "grid"}
@@ -155,7 +147,7 @@ def resolve_strategy_grids(study, **given) -> dict:
     from .._validate import one_of, positive_float
 
     _plan.check_keywords("search", given, _plan.GRIDS)
-    grids = {name: resolve_grid(name, given.get(name)) for name in STUDY_GRIDS}
+    grids = {name: _plan.grid(name, given.get(name)) for name in STUDY_GRIDS}
     if not cost_model(study).strategy_knobs:
         for name, study_value in STUDY_GRIDS.items():
             if given.get(name) is not None and grids[name] != study_value:

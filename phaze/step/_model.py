@@ -220,8 +220,6 @@ WEIGHT_BYTES_PER_PARAM = _kern.WEIGHT_BYTES
 GRAD_BYTES_PER_PARAM = _kern.GRAD_BYTES
 OPTIMIZER_STATE_BYTES_PER_PARAM = _kern.OPT_STATE_BYTES   # fp32 master 4 + Adam m 4 + v 4
 
-#: The recomputation modes (``phaze.plan``'s table).
-RECOMPUTE = _plan.KNOB["recompute"].choices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,11 +356,6 @@ def ring_allgather_seconds(nbytes_total, ranks, row, eff) -> float:
     return _ring_seconds(nbytes_total, ranks, row, eff, 1)
 
 
-def _rank(stage, dp, tp, t, d):
-    """Megatron-LM's default order: tensor-parallel fastest, then data, then pipeline."""
-    return stage * t * d + dp * t + tp
-
-
 # ---------------------------------------------------------------------------
 # the step
 # ---------------------------------------------------------------------------
@@ -391,16 +384,6 @@ def _op_seconds(g, row, eff, t):
 def _not(status, reason, plan):
     return StepResult(status=status, reason=reason, time_s=math.inf, breakdown=None, memory=(),
                       plan=plan)
-
-
-def _trainers(p, v, zero, cp=1, **knobs):
-    """Which trainers can launch a plan (``phaze.plan.trainers``, the one statement of the
-    rules): Megatron-LM (ZeRO 0, or 1 as its distributed optimizer; any p, v, cp;
-    gradients reduced in fp32 or the parameters' datatype), DeepSpeed (ZeRO 0–3, but
-    stages 2–3 refuse pipeline parallelism, and it has neither the interleaved schedule
-    nor ring attention); ``knobs``: the plan's other knobs the rules read."""
-    return _plan.trainers(**{**knobs, "pipeline_parallel": p, "virtual_stages": v,
-                             "zero_stage": zero, "context_parallel": cp})
 
 
 #: training_step's own defaults where they differ from the knob table's (DESIGN.md §3),
@@ -460,8 +443,7 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     sp = pl.sequence_parallel and t > 1
     flash = pl.flash_attention
     plan = dict(model=m_spec.name, **pl.as_dict(), sequence_parallel_effective=sp,
-                trainers=_trainers(p, v, zero, cp, precision=precision,
-                                   grad_reduce_dtype=pl.grad_reduce_dtype))
+                trainers=_plan.trainers(**pl.as_dict()))
 
     if B % (b * d):
         return _not("infeasible", f"global batch {B} is not a multiple of microbatch × data "
