@@ -28,20 +28,20 @@ fabric, α = 0 and η = 1, which gives its ``2(n − 1)/n · S / BW`` bit for bi
 formulas are the same; the floating-point rounding order of the two callers differs,
 which is why the cost model's form has its own name.
 
-Everything here is numba ``@njit(cache=True, nogil=True)`` so that the compiled kernels
-of ``phaze.cost`` and ``phaze.step`` call it directly; a ``fabric`` argument is a record
-with the fields of :data:`FABRIC_DTYPE` (any numpy record that has them, e.g. the step
-model's row parameters). :func:`collective_seconds` is the Python face.
+The arithmetic is compiled ahead of time: ``phaze/_ring.pxd`` holds it as C inline
+functions that the Cython kernels of ``phaze.cost`` and ``phaze.step`` call directly, and
+``phaze/_collectives.pyx`` gives it the Python face below (so a Python caller gets the very
+numbers the kernels compute). A ``fabric`` argument is a record with the fields of
+:data:`FABRIC_DTYPE` (any numpy record that has them, e.g. the step model's row
+parameters). :func:`collective_seconds` is the checked entrance.
 """
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
-from numba import njit
-from numba.core.errors import NumbaExperimentalFeatureWarning
 
+from . import _collectives as _c
 from .graph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_NONE, COLL_P2P,
                     COLL_REDUCE_SCATTER, COLLECTIVE_KINDS)
 
@@ -51,142 +51,81 @@ __all__ = ["FABRIC_DTYPE", "COLLECTIVE_KINDS", "fabric", "collective_seconds", "
            "contiguous_seconds", "contiguous_all_reduce_seconds",
            "ring_nodes"]
 
-# A kernel compiled for FABRIC_DTYPE records that is then given the step model's row
-# parameters (the same five fields at the same offsets, then more) is reused for them by
-# numba's record subtyping, which reads each field at its offset, so the answer is the
-# same; numba flags the subtyping as experimental on every such reuse. It is what this
-# module relies on, not a fault of the caller, so the notice is not shown.
-warnings.filterwarnings("ignore", category=NumbaExperimentalFeatureWarning,
-                        message=r"Record\(coll_latency_s.*has been considered a subtype")
-
 #: A two-tier fabric as the collectives see it (seconds, bytes/s): NCCL's fixed latency of
 #: one collective, the α of one ring step inside a node and of one crossing nodes, and
-#: η·bandwidth of the in-node link and of the network.
+#: η·bandwidth of the in-node link and of the network (``_ring.pxd``'s ``Fabric``).
 FABRIC_DTYPE = np.dtype([("coll_latency_s", "f8"), ("link_step_s", "f8"), ("net_step_s", "f8"),
                          ("link_bw", "f8"), ("net_bw", "f8")])
 
-
-@njit(cache=True, nogil=True)
-def ring_seconds(nbytes, n, nodes, passes, coll_latency_s, link_step_s, net_step_s, link_bw,
-                 net_bw):
-    """A ring collective of n ranks spanning ``nodes`` nodes that goes ``passes`` times
-    round the ring (2: all-reduce, 1: all-gather, reduce-scatter or all-to-all), seconds;
-    0 for one rank. ``link_bw``/``net_bw``: η·bandwidth of each tier (bytes/s)."""
-    if n <= 1:
-        return 0.0
-    x = passes * (nodes - 1)
-    alpha = coll_latency_s + (passes * (n - 1) - x) * link_step_s + x * net_step_s
-    bw = net_bw if nodes > 1 else link_bw
-    return alpha + passes * (n - 1) / n * float(nbytes) / bw
-
-
-@njit(cache=True, nogil=True)
-def exchange_seconds(nbytes, n, nodes, coll_latency_s, link_step_s, net_step_s, link_bw, net_bw):
-    """A point-to-point ring exchange over n ranks spanning ``nodes`` nodes: n − 1 steps
-    (all ranks send at once round the ring) that together bring ``nbytes`` to each rank,
-    seconds; 0 for one rank. α counts x = nodes − 1 node-crossing steps (as
-    :func:`ring_seconds`); β = nbytes / (η·BW) of the slowest tier crossed."""
-    if n <= 1:
-        return 0.0
-    x = nodes - 1
-    alpha = coll_latency_s + (n - 1 - x) * link_step_s + x * net_step_s
-    bw = net_bw if nodes > 1 else link_bw
-    return alpha + float(nbytes) / bw
+#: ring_seconds(nbytes, n, nodes, passes, coll_latency_s, link_step_s, net_step_s, link_bw,
+#: net_bw): a ring collective of n ranks spanning ``nodes`` nodes that goes ``passes``
+#: times round the ring (2: all-reduce, 1: all-gather, reduce-scatter or all-to-all),
+#: seconds; 0 for one rank. ``link_bw``/``net_bw``: η·bandwidth of each tier (bytes/s).
+ring_seconds = _c.ring_seconds
+#: exchange_seconds(nbytes, n, nodes, coll_latency_s, link_step_s, net_step_s, link_bw,
+#: net_bw): a point-to-point ring exchange over n ranks spanning ``nodes`` nodes: n − 1
+#: steps (all ranks send at once round the ring) that together bring ``nbytes`` to each
+#: rank, seconds; 0 for one rank. α counts x = nodes − 1 node-crossing steps (as
+#: :func:`ring_seconds`); β = nbytes / (η·BW) of the slowest tier crossed.
+exchange_seconds = _c.exchange_seconds
+#: ring_nodes(n, node_size): nodes spanned by the contiguous ranks 0..n−1.
+ring_nodes = _c.ring_nodes
+#: contiguous_all_reduce_seconds(group, comm_bytes, node_size, link_bytes_per_s,
+#: net_bytes_per_s, coll_latency_s, link_step_s, net_step_s, link_efficiency,
+#: net_efficiency): ring all-reduce of ``comm_bytes`` over ``group`` contiguous devices
+#: (floats), the calibrated cost model's order of operations: steps = 2(n − 1), of which
+#: inter = 2(⌈n / node_size⌉ − 1) cross a node boundary; β = steps / n · bytes over the
+#: tier's bandwidth × its efficiency (the link when the group fits in a node, else the
+#: network). 0 for one device or no bytes.
+contiguous_all_reduce_seconds = _c.contiguous_all_reduce_seconds
 
 
-@njit(cache=True, nogil=True)
-def _ring(nbytes, n, nodes, passes, fabric):
-    """:func:`ring_seconds` with the parameters of a ``fabric`` record."""
-    return ring_seconds(nbytes, n, nodes, passes, fabric["coll_latency_s"],
-                        fabric["link_step_s"], fabric["net_step_s"], fabric["link_bw"],
-                        fabric["net_bw"])
+def _fields(fabric):
+    return (float(fabric["coll_latency_s"]), float(fabric["link_step_s"]),
+            float(fabric["net_step_s"]), float(fabric["link_bw"]), float(fabric["net_bw"]))
 
 
-@njit(cache=True, nogil=True)
-def all_reduce_seconds(nbytes, n, nodes, fabric):
+def placed_seconds(kind, nbytes, n, nodes, fabric) -> float:
+    """A collective of ``kind`` (an ``OpGraph.collective`` code) over n ranks spanning
+    ``nodes`` nodes on ``fabric`` (a record with the fields of :data:`FABRIC_DTYPE`),
+    seconds (0 for ``COLL_NONE``)."""
+    return _c.placed_seconds(int(kind), nbytes, int(n), int(nodes), *_fields(fabric))
+
+
+def all_reduce_seconds(nbytes, n, nodes, fabric) -> float:
     """Ring all-reduce of ``nbytes`` per rank over n ranks on ``nodes`` nodes (two passes)."""
-    return _ring(nbytes, n, nodes, 2, fabric)
+    return placed_seconds(COLL_ALL_REDUCE, nbytes, n, nodes, fabric)
 
 
-@njit(cache=True, nogil=True)
-def reduce_scatter_seconds(nbytes, n, nodes, fabric):
+def reduce_scatter_seconds(nbytes, n, nodes, fabric) -> float:
     """Ring reduce-scatter of an ``nbytes`` tensor (per rank, before the scatter): one pass."""
-    return _ring(nbytes, n, nodes, 1, fabric)
+    return placed_seconds(COLL_REDUCE_SCATTER, nbytes, n, nodes, fabric)
 
 
-@njit(cache=True, nogil=True)
-def all_gather_seconds(nbytes, n, nodes, fabric):
+def all_gather_seconds(nbytes, n, nodes, fabric) -> float:
     """Ring all-gather ending with ``nbytes`` on every rank: one pass."""
-    return _ring(nbytes, n, nodes, 1, fabric)
+    return placed_seconds(COLL_ALL_GATHER, nbytes, n, nodes, fabric)
 
 
-@njit(cache=True, nogil=True)
-def all_to_all_seconds(nbytes, n, nodes, fabric):
+def all_to_all_seconds(nbytes, n, nodes, fabric) -> float:
     """All-to-all of the ``nbytes`` a rank holds over n ranks, priced as one ring pass."""
-    return _ring(nbytes, n, nodes, 1, fabric)
+    return placed_seconds(COLL_ALL_TO_ALL, nbytes, n, nodes, fabric)
 
 
-@njit(cache=True, nogil=True)
-def p2p_seconds(nbytes, n, nodes, fabric):
+def p2p_seconds(nbytes, n, nodes, fabric) -> float:
     """Point-to-point ring exchange bringing ``nbytes`` to each of n ranks
     (:func:`exchange_seconds`)."""
-    return exchange_seconds(nbytes, n, nodes, fabric["coll_latency_s"], fabric["link_step_s"],
-                            fabric["net_step_s"], fabric["link_bw"], fabric["net_bw"])
+    return placed_seconds(COLL_P2P, nbytes, n, nodes, fabric)
 
 
-@njit(cache=True, nogil=True)
-def placed_seconds(kind, nbytes, n, nodes, fabric):
-    """A collective of ``kind`` (an ``OpGraph.collective`` code) over n ranks spanning
-    ``nodes`` nodes, seconds (0 for ``COLL_NONE``)."""
-    if kind == COLL_ALL_REDUCE:
-        return all_reduce_seconds(nbytes, n, nodes, fabric)
-    if kind == COLL_REDUCE_SCATTER:
-        return reduce_scatter_seconds(nbytes, n, nodes, fabric)
-    if kind == COLL_ALL_GATHER:
-        return all_gather_seconds(nbytes, n, nodes, fabric)
-    if kind == COLL_ALL_TO_ALL:
-        return all_to_all_seconds(nbytes, n, nodes, fabric)
-    if kind == COLL_P2P:
-        return p2p_seconds(nbytes, n, nodes, fabric)
-    return 0.0
-
-
-@njit(cache=True, nogil=True)
-def ring_nodes(n, node_size):
-    """Nodes spanned by the contiguous ranks 0..n−1 on nodes of ``node_size``."""
-    return (n - 1) // node_size + 1
-
-
-@njit(cache=True, nogil=True)
-def contiguous_seconds(kind, nbytes, n, fabric_rows, node_size, out):
+def contiguous_seconds(kind, nbytes, n, fabric_rows, node_size, out) -> None:
     """:func:`placed_seconds` of one collective over ranks 0..n−1 on every row
-    (``fabric_rows`` (rows,) records, ``node_size`` (rows,)) into ``out`` (rows,)."""
-    for k in range(out.shape[0]):
-        out[k] = placed_seconds(kind, nbytes, n, ring_nodes(n, node_size[k]), fabric_rows[k])
-
-
-# --- the operator cost model's variants (phaze.cost): contiguous groups, raw bandwidths ----
-
-@njit(cache=True, nogil=True)
-def contiguous_all_reduce_seconds(group, comm_bytes, node_size, link_bytes_per_s,
-                                  net_bytes_per_s, coll_latency_s, link_step_s, net_step_s,
-                                  link_efficiency, net_efficiency):
-    """Ring all-reduce of ``comm_bytes`` over ``group`` contiguous devices (floats), the
-    calibrated cost model's order of operations: steps = 2(n − 1), of which
-    inter = 2(⌈n / node_size⌉ − 1) cross a node boundary; β = steps / n · bytes over the
-    tier's bandwidth × its efficiency (the link when the group fits in a node, else the
-    network). 0 for one device or no bytes."""
-    if group <= 1.0 or comm_bytes == 0.0:
-        return 0.0
-    steps = 2.0 * (group - 1.0)
-    if group <= node_size:
-        inter = 0.0
-        bw = link_bytes_per_s * link_efficiency
-    else:
-        inter = 2.0 * (float(math.ceil(group / node_size)) - 1.0)
-        bw = net_bytes_per_s * net_efficiency
-    alpha = coll_latency_s + (steps - inter) * link_step_s + inter * net_step_s
-    return alpha + steps / group * comm_bytes / bw
+    (``fabric_rows`` (rows,) records with the fields of :data:`FABRIC_DTYPE`,
+    ``node_size`` (rows,) int64) into ``out`` (rows,) float64."""
+    _c.contiguous_seconds(int(kind), nbytes, int(n), fabric_rows["coll_latency_s"],
+                          fabric_rows["link_step_s"], fabric_rows["net_step_s"],
+                          fabric_rows["link_bw"], fabric_rows["net_bw"],
+                          np.asarray(node_size, dtype=np.int64), out)
 
 
 # --- the Python face ----------------------------------------------------------------------

@@ -1,0 +1,136 @@
+# cython: language_level=3
+"""C-level collectives shared by the compiled kernels of ``phaze.cost`` and ``phaze.step``
+(the formulas are documented in ``phaze/collectives.py``; ``_collectives.pyx`` gives them
+their Python face there).
+
+``inline`` here, not in a .pyx, because they sit in the innermost loops of the step and
+operator kernels: a call across extension modules would go through a function pointer.
+Each function is the literal transcription of the numba kernel it replaced, in the same
+order of floating-point operations (tests/test_collectives.py and the reference sweeps
+check the numbers bit for bit). ``Fabric`` is ``collectives.FABRIC_DTYPE``; a record whose
+first five fields are these (the step model's ``ROW_PARAMS``) is read through a
+``Fabric*`` to its start.
+"""
+from libc.math cimport ceil
+from libc.stdint cimport int64_t
+
+#: The operator kinds' collective codes (``phaze.graph.COLLECTIVE_KINDS``; checked equal
+#: to the graph's at import of ``_collectives``).
+cdef enum:
+    C_NONE = 0
+    C_ALL_REDUCE = 1
+    C_REDUCE_SCATTER = 2
+    C_ALL_GATHER = 3
+    C_ALL_TO_ALL = 4
+    C_P2P = 5
+
+
+cdef packed struct Fabric:
+    double coll_latency_s
+    double link_step_s
+    double net_step_s
+    double link_bw
+    double net_bw
+
+
+cdef inline double ring_seconds(double nbytes, int64_t n, int64_t nodes, int64_t passes,
+                                double coll_latency_s, double link_step_s, double net_step_s,
+                                double link_bw, double net_bw) noexcept nogil:
+    """A ring of n ranks on ``nodes`` nodes going ``passes`` times round, seconds."""
+    cdef int64_t x
+    cdef double alpha, bw
+    if n <= 1:
+        return 0.0
+    x = passes * (nodes - 1)
+    alpha = coll_latency_s + <double>(passes * (n - 1) - x) * link_step_s \
+        + <double>x * net_step_s
+    bw = net_bw if nodes > 1 else link_bw
+    return alpha + <double>(passes * (n - 1)) / <double>n * nbytes / bw
+
+
+cdef inline double exchange_seconds(double nbytes, int64_t n, int64_t nodes,
+                                    double coll_latency_s, double link_step_s,
+                                    double net_step_s, double link_bw,
+                                    double net_bw) noexcept nogil:
+    """A point-to-point ring exchange bringing ``nbytes`` to each of n ranks, seconds."""
+    cdef int64_t x
+    cdef double alpha, bw
+    if n <= 1:
+        return 0.0
+    x = nodes - 1
+    alpha = coll_latency_s + <double>(n - 1 - x) * link_step_s + <double>x * net_step_s
+    bw = net_bw if nodes > 1 else link_bw
+    return alpha + nbytes / bw
+
+
+cdef inline double ring(double nbytes, int64_t n, int64_t nodes, int64_t passes,
+                        const Fabric* f) noexcept nogil:
+    return ring_seconds(nbytes, n, nodes, passes, f.coll_latency_s, f.link_step_s,
+                        f.net_step_s, f.link_bw, f.net_bw)
+
+
+cdef inline double all_reduce(double nbytes, int64_t n, int64_t nodes,
+                              const Fabric* f) noexcept nogil:
+    return ring(nbytes, n, nodes, 2, f)
+
+
+cdef inline double reduce_scatter(double nbytes, int64_t n, int64_t nodes,
+                                  const Fabric* f) noexcept nogil:
+    return ring(nbytes, n, nodes, 1, f)
+
+
+cdef inline double all_gather(double nbytes, int64_t n, int64_t nodes,
+                              const Fabric* f) noexcept nogil:
+    return ring(nbytes, n, nodes, 1, f)
+
+
+cdef inline double all_to_all(double nbytes, int64_t n, int64_t nodes,
+                              const Fabric* f) noexcept nogil:
+    return ring(nbytes, n, nodes, 1, f)
+
+
+cdef inline double p2p(double nbytes, int64_t n, int64_t nodes,
+                       const Fabric* f) noexcept nogil:
+    return exchange_seconds(nbytes, n, nodes, f.coll_latency_s, f.link_step_s,
+                            f.net_step_s, f.link_bw, f.net_bw)
+
+
+cdef inline double placed(int64_t kind, double nbytes, int64_t n, int64_t nodes,
+                          const Fabric* f) noexcept nogil:
+    """A collective of ``kind`` over n ranks on ``nodes`` nodes (0 for none)."""
+    if kind == C_ALL_REDUCE:
+        return all_reduce(nbytes, n, nodes, f)
+    if kind == C_REDUCE_SCATTER:
+        return reduce_scatter(nbytes, n, nodes, f)
+    if kind == C_ALL_GATHER:
+        return all_gather(nbytes, n, nodes, f)
+    if kind == C_ALL_TO_ALL:
+        return all_to_all(nbytes, n, nodes, f)
+    if kind == C_P2P:
+        return p2p(nbytes, n, nodes, f)
+    return 0.0
+
+
+cdef inline int64_t ring_nodes(int64_t n, int64_t node_size) noexcept nogil:
+    """Nodes spanned by the contiguous ranks 0..n−1 (n ≥ 1)."""
+    return (n - 1) // node_size + 1
+
+
+cdef inline double contiguous_all_reduce(double group, double comm_bytes, double node_size,
+                                         double link_bytes_per_s, double net_bytes_per_s,
+                                         double coll_latency_s, double link_step_s,
+                                         double net_step_s, double link_efficiency,
+                                         double net_efficiency) noexcept nogil:
+    """The operator cost model's ring all-reduce over ``group`` contiguous devices."""
+    cdef double steps, inter, bw, alpha
+    if group <= 1.0 or comm_bytes == 0.0:
+        return 0.0
+    steps = 2.0 * (group - 1.0)
+    if group <= node_size:
+        inter = 0.0
+        bw = link_bytes_per_s * link_efficiency
+    else:
+        inter = 2.0 * (ceil(group / node_size) - 1.0)
+        bw = net_bytes_per_s * net_efficiency
+    alpha = coll_latency_s + (steps - inter) * link_step_s + inter * net_step_s
+    return alpha + steps / group * comm_bytes / bw
