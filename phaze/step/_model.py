@@ -502,13 +502,14 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     prefix = _search.moe_prefix(m_spec)
     plan_rec = _search.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,
-                                    pl.grad_reduce_dtype)[()]
+                                    pl.grad_reduce_dtype).reshape(1)
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)
     cell = np.zeros(1, dtype=_kern.CELL_NODES)
-    _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell[0])
+    _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell)
     slots = np.empty((p, 6))
     bd_rec = np.zeros(1, dtype=_kern.BREAKDOWN)
-    _kern.step_time(plan_rec, cell[0], stages, lt[0], rp[0], sizes, prefix, slots, bd_rec[0])
+    sizes = np.asarray(sizes).reshape(1)
+    _kern.step_time(plan_rec, cell, stages, lt[:1], rp[:1], sizes, prefix, slots, bd_rec)
     bd_rec = bd_rec[0]
     bd = StepBreakdown(**{f: (int(bd_rec[f]) if f in ("microbatches", "critical_stage")
                               else float(bd_rec[f])) for f in _kern.BREAKDOWN.names})
@@ -518,7 +519,7 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     memory = []
     mem = np.zeros(1, dtype=_kern.MEMORY)
     for r in range(p):
-        _kern.stage_memory(r, plan_rec, sizes, prefix, mem[0])
+        _kern.stage_memory(r, plan_rec, sizes, prefix, mem)
         memory.append(MemoryBreakdown(stage=r, limit=limit,
                                       **{f: int(mem[0][f]) for f in _kern.MEMORY.names}))
     return StepResult(status="ok", reason="", time_s=bd.total_s, breakdown=bd,

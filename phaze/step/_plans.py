@@ -522,7 +522,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                                   np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64),
                                   n_dev, B, b, L, np.array(vs_grid or [0], dtype=np.int64),
                                   vs_grid is None, np.array(zeros, dtype=np.int64),
-                                  np.array(ogrs, dtype=np.bool_), bool(launchable))
+                                  np.array(ogrs, dtype=np.uint8), bool(launchable))
     (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo,
      geo_t, geo_cp, geo_ep, geo_p, geo_d) = plans
     ns_values, row_nsi = np.unique(ns, return_inverse=True)
@@ -535,7 +535,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     plan_peak = kern.plan_memory(plans, plan_var, VI, prefix)
     best_idx = np.full(n, -1, dtype=np.int64)
     best_bd = np.zeros(n, dtype=kern.BREAKDOWN)
-    kern.search_rows(plans, plan_var, plan_geo, plan_peak, VI, var_ok, LT, rp, cap, row_nsi,
+    kern.search_rows(plans, plan_var, plan_geo, plan_peak, VI, var_ok.view(np.uint8), LT, rp,
+                     cap, row_nsi,
                      geo_off, geo_stages, geo_cells, prefix, best_idx, best_bd)
 
     out = np.zeros(n, dtype=PLAN_DTYPE)
@@ -549,7 +550,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
         vi, p, d, v, zero = plan_var[k], plan_p[k], plan_d[k], plan_v[k], plan_zero[k]
         t, sp, flash, cp, ep, _ = variants[vi]
         mem = np.zeros(1, dtype=kern.MEMORY)
-        peak = kern.peak_stage_memory(plans[k], VI[vi], prefix, mem[0])
+        peak = kern.peak_stage_memory(plans[k:k + 1], VI[vi:vi + 1], prefix, mem)
         mem = mem[0]
         bd = best_bd[row]
         rec = out[row]

@@ -1,0 +1,1023 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled arithmetic of the training-step model (Cython, ahead of time). Private: call
+:func:`phaze.step.training_step` or :func:`phaze.step.best_plans`.
+
+One definition of the step: ``training_step`` prices its layers in Python (``phaze.cost``)
+and then calls :func:`step_time` and :func:`stage_memory` below for the breakdown; the
+search kernel :func:`search_rows` calls the very same C functions for every plan it keeps,
+so the fixed-plan path and the search cannot drift. The model itself is documented in
+``phaze/step/_model.py``; the functions here are its literal transcription, in the same
+order of floating-point operations as the numba kernels they replaced (bit for bit: the
+reference sweeps of bench/RESULTS.md, issue 24). Every collective is priced by the C
+inline functions of ``phaze/_ring.pxd`` (the formulas of :mod:`phaze.collectives`).
+Integer divisions and remainders here are of non-negative operands only (C's truncation
+is then Python's floor); Python's ceiling idiom ``-(-a // b)`` is written ``(a + b − 1) / b``.
+
+The kernels take numpy records (structured dtypes, declared once below with the C
+structs that read them; the import checks that each dtype is its struct's layout):
+
+- :data:`ROW_PARAMS` — one row's collective parameters (the fields of
+  ``collectives.FABRIC_DTYPE``: NCCL α parts in s, η·bandwidth of the in-node link and of
+  the network in bytes/s), η·HBM bandwidth (bytes/s) and the kernel launch gap (s).
+- :data:`LAYER_TIMES` — layer times of one (t, sequence parallel, flash, cp, ep) variant on
+  one row (seconds, one microbatch): embedding / block / head forward and backward, the
+  block's attention core (what selective recomputation re-runs), one pipeline send of the
+  boundary tensor inside a node / between nodes; the MoE block's forward, backward and
+  attention core; the flash-attention kernels the K/V exchange overlaps.
+- :data:`SIZES` — one variant's sizes (bytes unless said): parameter bytes of the
+  embedding, block and head slices, bytes per element, the boundary tensor, the tied word
+  embedding (elements), the block's stash under the recomputation mode, the embedding's
+  and head's stashes, the recomputation workspace; the MoE block's parameter bytes (and
+  its routed experts' part), stash and FP8 weight copies; the bytes of one all-to-all and
+  how many the MoE block runs forward and backward; the K/V exchange bytes forward and
+  backward.
+- :data:`PLAN` — one plan: the parallel widths, virtual stages, microbatches, layers,
+  ZeRO stage, overlap (0/1), recomputation code, sequence parallelism (0/1), the
+  optimizer's bytes per parameter, kernels and tiny all-reduces, and the bytes per
+  parameter of the gradient buffer and its data-parallel reduction (``grad_bytes``: 4 for
+  fp32, 2 for a 16-bit ``grad_reduce_dtype``).
+- :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
+  Megatron's rank layout on the row's nodes (``geometry``, ``group_geometry``):
+  per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
+  2 nodes?) cases of its boundary over the data-parallel index, and the nodes spanned by
+  its data-parallel ring and its worst context-parallel, expert-parallel and
+  expert-data-parallel groups; per plan the nodes of the embedding all-reduce and of the
+  model-parallel group.
+- :data:`BREAKDOWN` (filled by :func:`step_time`) and :data:`MEMORY` (by
+  :func:`stage_memory`): the outputs.
+- ``moe_prefix`` (L + 1,) int64: how many of layers 0..i−1 are mixture-of-experts layers,
+  from which each stage's dense and MoE layer counts follow (``stage_kinds``).
+
+The Python-callable functions take one-element record arrays where the C function takes
+one record (its outputs are written into them).
+"""
+from libc.math cimport INFINITY
+from libc.stdint cimport int64_t
+from libc.stdlib cimport free, malloc
+
+from .. cimport _ring
+from .._ring cimport Fabric
+
+import numpy as np
+
+from ..collectives import FABRIC_DTYPE
+
+# Bytes per parameter (sheet §5.1): 16-bit weights, fp32 main gradients (the default; a
+# plan's ``grad_bytes`` holds its gradient buffer's), Adam's fp32 state.
+WEIGHT_BYTES = 2
+GRAD_BYTES = 4
+OPT_STATE_BYTES = 12
+
+#: Recomputation modes as the kernels code them.
+REC_NONE, REC_SELECTIVE, REC_FULL = 0, 1, 2
+
+# The same constants for the C code (checked equal to the Python ones at import).
+cdef enum:
+    W_BYTES = 2
+    O_BYTES = 12
+    C_REC_SELECTIVE = 1
+    C_REC_FULL = 2
+
+
+def _fields(kind, names):
+    return [(n, kind) for n in names]
+
+
+#: One row's collective parameters (a ``collectives.FABRIC_DTYPE`` record and two more).
+ROW_PARAMS = np.dtype(FABRIC_DTYPE.descr + [("hbm_bw", "f8"), ("launch_s", "f8")])
+#: Layer times of one variant on one row, seconds.
+LAYER_TIMES = np.dtype(_fields("f8", (
+    "emb_f", "emb_b", "blk_f", "blk_b", "blk_core", "head_f", "head_b", "send_in", "send_net",
+    "moe_f", "moe_b", "moe_core", "flash_f", "flash_b")))
+#: Sizes of one variant (bytes; ``word_elements`` and the all-to-all counts are counts).
+SIZES = np.dtype(_fields("i8", (
+    "emb_pb", "blk_pb", "head_pb", "elem_bytes", "act_bytes", "word_elements", "blk_stash",
+    "emb_stash", "head_stash", "workspace", "blk_fp8_w", "moe_pb", "moe_exp_pb", "moe_stash",
+    "moe_fp8_w", "a2a_bytes", "a2a_f_n", "a2a_b_n", "ring_f", "ring_b", "moe_exp_fp8_w")))
+#: One plan as the kernels price it.
+PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8"),
+                 ("v", "i8"), ("m", "i8"), ("n_layers", "i8"), ("zero", "i8"), ("ogr", "u1"),
+                 ("rec_mode", "i8"), ("sp", "u1"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
+                 ("n_tiny", "i8"), ("grad_bytes", "i8")])
+#: Megatron's rank layout per stage (see the module docstring).
+STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
+                                      "edp_nodes")))
+#: Nodes of a plan's embedding all-reduce and model-parallel group.
+CELL_NODES = np.dtype(_fields("i8", ("emb_nodes", "mp_nodes")))
+#: The step's time and its parts (seconds; phaze.step.StepBreakdown has the same fields).
+BREAKDOWN = np.dtype(_fields("f8", (
+    "total_s", "pipeline_s", "steady_s", "bubble_s", "dp_allreduce_s", "embedding_allreduce_s",
+    "optimizer_s", "slot_s", "forward_s", "backward_s", "recompute_s", "p2p_s"))
+    + _fields("i8", ("microbatches", "critical_stage")))
+#: Bytes held by one GPU of a stage (the count in flight a count; phaze.step.MemoryBreakdown).
+MEMORY = np.dtype(_fields("i8", (
+    "weights", "gradients", "optimizer_state", "activations", "activations_other", "workspace",
+    "in_flight", "layer_param_state")))
+
+
+cdef packed struct RowParams:
+    double coll_latency_s
+    double link_step_s
+    double net_step_s
+    double link_bw
+    double net_bw
+    double hbm_bw
+    double launch_s
+
+cdef packed struct LayerTimes:
+    double emb_f
+    double emb_b
+    double blk_f
+    double blk_b
+    double blk_core
+    double head_f
+    double head_b
+    double send_in
+    double send_net
+    double moe_f
+    double moe_b
+    double moe_core
+    double flash_f
+    double flash_b
+
+cdef packed struct Sizes:
+    int64_t emb_pb
+    int64_t blk_pb
+    int64_t head_pb
+    int64_t elem_bytes
+    int64_t act_bytes
+    int64_t word_elements
+    int64_t blk_stash
+    int64_t emb_stash
+    int64_t head_stash
+    int64_t workspace
+    int64_t blk_fp8_w
+    int64_t moe_pb
+    int64_t moe_exp_pb
+    int64_t moe_stash
+    int64_t moe_fp8_w
+    int64_t a2a_bytes
+    int64_t a2a_f_n
+    int64_t a2a_b_n
+    int64_t ring_f
+    int64_t ring_b
+    int64_t moe_exp_fp8_w
+
+cdef packed struct Plan:
+    int64_t p
+    int64_t t
+    int64_t d
+    int64_t cp
+    int64_t ep
+    int64_t v
+    int64_t m
+    int64_t n_layers
+    int64_t zero
+    unsigned char ogr
+    int64_t rec_mode
+    unsigned char sp
+    double opt_bytes
+    double opt_kernels
+    int64_t n_tiny
+    int64_t grad_bytes
+
+cdef packed struct StageNodes:
+    int64_t mask
+    int64_t dp_nodes
+    int64_t cp_nodes
+    int64_t ep_nodes
+    int64_t edp_nodes
+
+cdef packed struct CellNodes:
+    int64_t emb_nodes
+    int64_t mp_nodes
+
+cdef packed struct Breakdown:
+    double total_s
+    double pipeline_s
+    double steady_s
+    double bubble_s
+    double dp_allreduce_s
+    double embedding_allreduce_s
+    double optimizer_s
+    double slot_s
+    double forward_s
+    double backward_s
+    double recompute_s
+    double p2p_s
+    int64_t microbatches
+    int64_t critical_stage
+
+cdef packed struct Memory:
+    int64_t weights
+    int64_t gradients
+    int64_t optimizer_state
+    int64_t activations
+    int64_t activations_other
+    int64_t workspace
+    int64_t in_flight
+    int64_t layer_param_state
+
+
+cdef inline const Fabric* fab(const RowParams* rp) noexcept nogil:
+    """The row's first five fields are a ``Fabric`` (ROW_PARAMS = FABRIC_DTYPE + two)."""
+    return <const Fabric*>rp
+
+
+cdef inline double fmax0(double x) noexcept nogil:
+    """Python's max(0.0, x)."""
+    return x if x > 0.0 else 0.0
+
+
+# ---------------------------------------------------------------------------
+# rank layout
+# ---------------------------------------------------------------------------
+
+cdef inline int64_t span_nodes(int64_t first, int64_t stride, int64_t count,
+                               int64_t node_size) noexcept nogil:
+    """Distinct nodes of the ranks first + k·stride, k = 0..count−1 (increasing ranks: with
+    stride ≤ node_size no node between the first and the last is skipped; with a larger
+    stride every rank has a node of its own)."""
+    if count <= 0:
+        return 0
+    if stride > node_size:
+        return count
+    return (first + (count - 1) * stride) // node_size - first // node_size + 1
+
+
+cdef void geometry_c(int64_t p, int64_t t, int64_t d, int64_t node_size, int64_t* masks,
+                     int64_t* dpn, int64_t* emb_out, int64_t* mp_out) noexcept nogil:
+    """Megatron's rank layout (global rank = r·t·d + j·t + i) on nodes of ``node_size``;
+    with context parallelism ``d`` here is the context × data width cp·d (Megatron-Core's
+    tp-cp-dp-pp order: the context index sits between tensor and data, so the cp·d ranks
+    of a stage with one tensor index are r·t·cp·d + j·t + i, j < cp·d).
+
+    ``masks[a]`` (a < p − 1: boundary a → a + 1; a = p − 1: the interleaved wrap p − 1 → 0):
+    bit 2·inter + wide is set when for some data-parallel index j the boundary's send
+    crosses nodes for some tensor-parallel rank (inter) and the receiver's t ranks span two
+    nodes (wide; t ≤ node_size). ``dpn[r]``: nodes of stage r's data-parallel ring (ranks
+    r·t·d + j·t). Writes (nodes of the embedding all-reduce between ranks 0 and
+    (p − 1)·t·d, nodes of the model-parallel group r·t·d + i) to ``emb_out``, ``mp_out``.
+    """
+    cdef int64_t td = t * d
+    cdef bint one_node = (p * td - 1) // node_size == 0
+    cdef int64_t a, b, mk, j, sa, sb, i, r, lo, hi, last, mp_nodes
+    cdef bint inter, wide
+    for a in range(p):
+        if one_node:
+            masks[a] = 1
+            continue
+        b = a + 1 if a < p - 1 else 0
+        mk = 0
+        for j in range(d):
+            sa = a * td + j * t
+            sb = b * td + j * t
+            inter = False
+            for i in range(t):
+                if (sa + i) // node_size != (sb + i) // node_size:
+                    inter = True
+                    break
+            wide = (sb + t - 1) // node_size != sb // node_size
+            mk |= (<int64_t>1) << ((2 if inter else 0) + (1 if wide else 0))
+            if mk == 15:
+                break
+        masks[a] = mk
+    for r in range(p):
+        dpn[r] = span_nodes(r * td, t, d, node_size)
+    emb_out[0] = 1 if ((p - 1) * td) // node_size == 0 else 2
+    mp_nodes = 0
+    last = -1
+    for r in range(p):
+        lo = (r * td) // node_size
+        hi = (r * td + t - 1) // node_size
+        if lo <= last:
+            lo = last + 1
+        if hi >= lo:
+            mp_nodes += hi - lo + 1
+        if hi > last:
+            last = hi
+    mp_out[0] = mp_nodes
+
+
+cdef void worst_span(int64_t p, int64_t stage_stride, int64_t j_count, int64_t j_stride,
+                     int64_t i_count, int64_t stride, int64_t count, int64_t node_size,
+                     int64_t* out) noexcept nogil:
+    """Per stage r (``out[r]``) the most nodes spanned by one group of ``count`` ranks
+    base + k·stride (k < count), over every base r·stage_stride + j·j_stride + i
+    (j < j_count, i < i_count). A span depends on its base modulo node_size only, so j
+    and i run over at most node_size values each."""
+    cdef int64_t jn = j_count if j_count < node_size else node_size
+    cdef int64_t inn = i_count if i_count < node_size else node_size
+    cdef int64_t r, j, i, s, worst
+    for r in range(p):
+        worst = 1
+        if count > 1:
+            for j in range(jn):
+                for i in range(inn):
+                    s = span_nodes(r * stage_stride + j * j_stride + i, stride, count, node_size)
+                    if s > worst:
+                        worst = s
+        out[r] = worst
+
+
+cdef void group_geometry_c(int64_t p, int64_t t, int64_t d, int64_t cp, int64_t ep,
+                           int64_t node_size, int64_t* cpn, int64_t* epn,
+                           int64_t* edpn) noexcept nogil:
+    """Nodes spanned, per stage r, by the worst group of three kinds in Megatron-Core's
+    layouts (global rank = r·t·cp·d + j·t + i, i < t, j < cp·d; phaze/step/_model.py "Rank
+    layout"): ``cpn`` the context-parallel ring (cp ranks of stride t inside each block of
+    t·cp ranks: order tp-cp-dp-pp), ``epn`` the expert-parallel group (ep ranks of stride t
+    inside each block of t·ep ranks: the expert order tp-ep-dp-pp with expert tensor
+    parallel = t), ``edpn`` the expert-data-parallel group (cp·d/ep ranks of stride t·ep)."""
+    cdef int64_t D = cp * d
+    cdef int64_t S = t * D
+    worst_span(p, S, d, t * cp, t, t, cp, node_size, cpn)
+    worst_span(p, S, D // ep, t * ep, t, t, ep, node_size, epn)
+    worst_span(p, S, ep, t, t, t * ep, D // ep, node_size, edpn)
+
+
+cdef void stage_geometry_c(int64_t p, int64_t t, int64_t d, int64_t cp, int64_t ep,
+                           int64_t node_size, StageNodes* stages, CellNodes* cell,
+                           int64_t* buf) noexcept nogil:
+    """Megatron's rank layout of a plan on nodes of ``node_size``: ``geometry_c`` and
+    ``group_geometry_c`` into ``stages`` (p records) and ``cell``; ``buf``: 5·p scratch."""
+    cdef int64_t* masks = buf
+    cdef int64_t* dpn = buf + p
+    cdef int64_t* cpn = buf + 2 * p
+    cdef int64_t* epn = buf + 3 * p
+    cdef int64_t* edpn = buf + 4 * p
+    cdef int64_t r
+    geometry_c(p, t, cp * d, node_size, masks, dpn, &cell.emb_nodes, &cell.mp_nodes)
+    group_geometry_c(p, t, d, cp, ep, node_size, cpn, epn, edpn)
+    for r in range(p):
+        stages[r].mask = masks[r]
+        stages[r].dp_nodes = dpn[r]
+        stages[r].cp_nodes = cpn[r]
+        stages[r].ep_nodes = epn[r]
+        stages[r].edp_nodes = edpn[r]
+
+
+# ---------------------------------------------------------------------------
+# the step
+# ---------------------------------------------------------------------------
+
+cdef inline void stage_kinds(int64_t r, int64_t p, int64_t v, int64_t n_layers,
+                             const int64_t* moe_prefix, int64_t* nd, int64_t* nm) noexcept nogil:
+    """(dense, MoE) transformer layers device r holds: its chunks c·p + r (c < v) of
+    L/(p·v) consecutive layers each; ``moe_prefix[i]``: MoE layers among layers 0..i−1."""
+    cdef int64_t lc = n_layers // (p * v)
+    cdef int64_t c, k, n = 0
+    for c in range(v):
+        k = c * p + r
+        n += moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
+    nd[0] = n_layers // p - n
+    nm[0] = n
+
+
+cdef inline void stage_params(int64_t r, int64_t p, int64_t nd, int64_t nm, const Sizes* sz,
+                              int64_t* dn, int64_t* en) noexcept nogil:
+    """(dense, routed-expert) parameters of stage r's slice holding ``nd`` dense and ``nm``
+    MoE layers (the embedding on the first stage, the head on the last)."""
+    cdef int64_t n = nd * sz.blk_pb + nm * (sz.moe_pb - sz.moe_exp_pb)
+    if r == 0:
+        n += sz.emb_pb
+    if r == p - 1:
+        n += sz.head_pb
+    dn[0] = n // sz.elem_bytes
+    en[0] = nm * sz.moe_exp_pb // sz.elem_bytes
+
+
+cdef inline void layer_times(int64_t cp, int64_t ep, const StageNodes* stage,
+                             const LayerTimes* lt, const Sizes* sz, const RowParams* rp,
+                             double* bf, double* bb, double* mf, double* mb) noexcept nogil:
+    """Forward and backward seconds of one dense and one MoE block (one microbatch) on a
+    stage whose context-parallel ring spans ``stage.cp_nodes`` nodes and expert-parallel
+    group ``stage.ep_nodes``: the priced operators (``lt``), plus the K/V exchange's excess
+    over the flash attention it runs concurrently with (max(0, exchange − attention),
+    forward and backward; the exchange ``_ring.p2p``), plus the all-to-alls
+    (``_ring.all_to_all`` over the ep ranks)."""
+    cdef double xf, xb, a
+    bf[0] = lt.blk_f
+    bb[0] = lt.blk_b
+    mf[0] = lt.moe_f
+    mb[0] = lt.moe_b
+    if cp > 1:
+        xf = _ring.p2p(<double>sz.ring_f, cp, stage.cp_nodes, fab(rp)) - lt.flash_f
+        xb = _ring.p2p(<double>sz.ring_b, cp, stage.cp_nodes, fab(rp)) - lt.flash_b
+        if xf > 0.0:
+            bf[0] += xf
+            mf[0] += xf
+        if xb > 0.0:
+            bb[0] += xb
+            mb[0] += xb
+    if ep > 1:
+        a = _ring.all_to_all(<double>sz.a2a_bytes, ep, stage.ep_nodes, fab(rp))
+        mf[0] += <double>sz.a2a_f_n * a
+        mb[0] += <double>sz.a2a_b_n * a
+
+
+cdef inline double stage_comm(int64_t r, int64_t p, int64_t v, const double* slots) noexcept nogil:
+    """Pipeline transfers of device r per microbatch: chunks c·p + r each receive from the
+    previous virtual stage and send to the next (``slots[6·a + 5]``: boundary a → a + 1,
+    the wrap p − 1 → 0 at a = p − 1), in chunk order."""
+    cdef double comm = 0.0
+    cdef int64_t c, k
+    for c in range(v):
+        k = c * p + r
+        if k > 0:
+            comm += slots[6 * ((k - 1) % p) + 5]
+        if k < p * v - 1:
+            comm += slots[6 * r + 5]
+    return comm
+
+
+cdef inline void stage_sums(int64_t r, int64_t p, int64_t nd, int64_t nm, double bf, double bb,
+                            double mf, double mb, const LayerTimes* lt, int64_t rec_mode,
+                            double* f, double* bw, double* rec) noexcept nogil:
+    """(forward, backward, recomputation) seconds per microbatch of stage r holding nd dense
+    and nm MoE blocks whose forward/backward are (bf, bb) and (mf, mb): the blocks, the
+    embedding on stage 0 and the head on stage p − 1; full recomputation re-runs the
+    blocks' forward, selective their attention cores (one definition for
+    ``step_time_c`` and ``slot_lower_bound``)."""
+    f[0] = <double>nd * bf + <double>nm * mf
+    bw[0] = <double>nd * bb + <double>nm * mb
+    if r == 0:
+        f[0] += lt.emb_f
+        bw[0] += lt.emb_b
+    if r == p - 1:
+        f[0] += lt.head_f
+        bw[0] += lt.head_b
+    rec[0] = 0.0
+    if rec_mode == C_REC_FULL:
+        rec[0] = <double>nd * bf + <double>nm * mf
+    elif rec_mode == C_REC_SELECTIVE:
+        rec[0] = <double>nd * lt.blk_core + <double>nm * lt.moe_core
+
+
+cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNodes* stages,
+                        const LayerTimes* lt, const RowParams* rp, const Sizes* sz,
+                        const int64_t* moe_prefix, double* slots, Breakdown* bd) noexcept nogil:
+    """The time of one iteration of ``plan`` (phaze/step/_model.py's model), seconds, into
+    ``bd``, on the rank layout ``stages`` (p records) and ``cell``, with the variant's layer
+    times ``lt``, the row's ``rp`` and the sizes ``sz``; ``slots`` (≥ p rows of 6, C order)
+    receives per stage: slot, forward, backward, recomputation, transfers, and the seconds
+    of boundary a's crossing. Returns the total. Gradients of the dense parameters are
+    reduced over the cp·d ranks (``dp_nodes``), those of the routed experts over the
+    cp·d/ep expert-data-parallel ranks (``edp_nodes``)."""
+    cdef const Fabric* F = fab(rp)
+    cdef int64_t p = plan.p, t = plan.t, cp = plan.cp, ep = plan.ep, v = plan.v, m = plan.m
+    cdef int64_t n_layers = plan.n_layers, zero = plan.zero, rec_mode = plan.rec_mode
+    cdef bint ogr = plan.ogr != 0
+    cdef int64_t gb = plan.grad_bytes   # bytes per parameter of the gradient reductions
+    cdef int64_t D = cp * plan.d
+    cdef int64_t edp = D // ep
+    cdef int64_t e = sz.elem_bytes
+    cdef double g1 = 0.0, g2 = 0.0, worst, x
+    cdef int64_t a, mk, bit, r, dpn, edpn, nd, nm, dn, en, passes, crit, shard, shard_e
+    cdef double bf, bb, mf, mb, f, bw, rec, comm, extra, blk, moe, rs, slot, steady, bubble
+    cdef double dp_s, upd, red, emb_s, tiny, opt_s, total
+    cdef bint full
+    # -- one crossing per stage boundary (worst data-parallel index) ------------------
+    if not plan.sp:  # with SP the boundary tensor stays split over the t ranks: no gather
+        g1 = _ring.all_gather(<double>sz.act_bytes, t, 1, F)
+        g2 = _ring.all_gather(<double>sz.act_bytes, t, 2, F)
+    for a in range(p):
+        mk = stages[a].mask
+        worst = 0.0
+        for bit in range(4):
+            if mk & ((<int64_t>1) << bit):
+                x = (lt.send_net if bit >= 2 else lt.send_in) + (g2 if bit & 1 else g1)
+                if x > worst:
+                    worst = x
+        slots[6 * a + 5] = worst
+    full = rec_mode == C_REC_FULL
+    crit = 0
+    for r in range(p):
+        dpn = stages[r].dp_nodes
+        edpn = stages[r].edp_nodes
+        stage_kinds(r, p, v, n_layers, moe_prefix, &nd, &nm)
+        layer_times(cp, ep, &stages[r], lt, sz, rp, &bf, &bb, &mf, &mb)
+        stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode, &f, &bw, &rec)
+        comm = stage_comm(r, p, v, slots)
+        # ZeRO-3: each layer's parameters all-gathered before its forward, its backward
+        # and (full recomputation) its recomputed forward; the embedding and head twice.
+        extra = 0.0
+        if zero >= 3 and D > 1:
+            passes = 3 if full else 2
+            blk = _ring.all_gather(<double>(W_BYTES * (sz.blk_pb // e) * D), D, dpn, F)
+            extra = <double>(passes * nd) * blk
+            if nm > 0:
+                moe = _ring.all_gather(
+                    <double>(W_BYTES * ((sz.moe_pb - sz.moe_exp_pb) // e) * D), D, dpn, F) \
+                    + _ring.all_gather(<double>(W_BYTES * (sz.moe_exp_pb // e) * edp), edp,
+                                       edpn, F)
+                extra += <double>(passes * nm) * moe
+            if r == 0:
+                extra += 2.0 * _ring.all_gather(<double>(W_BYTES * (sz.emb_pb // e) * D), D,
+                                                dpn, F)
+            if r == p - 1:
+                extra += 2.0 * _ring.all_gather(<double>(W_BYTES * (sz.head_pb // e) * D), D,
+                                                dpn, F)
+        if zero >= 2 and D > 1:
+            # per-microbatch reduce-scatter of the gradients as the backward ends
+            stage_params(r, p, nd, nm, sz, &dn, &en)
+            rs = _ring.reduce_scatter(<double>(gb * dn), D, dpn, F)
+            if en > 0:
+                rs += _ring.reduce_scatter(<double>(gb * en), edp, edpn, F)
+            if ogr:
+                extra += fmax0(rs - bw - rec)
+            else:
+                extra += rs
+        slot = f + bw + rec + comm + extra
+        slots[6 * r] = slot
+        slots[6 * r + 1] = f
+        slots[6 * r + 2] = bw
+        slots[6 * r + 3] = rec
+        slots[6 * r + 4] = comm
+        if slot > slots[6 * crit]:
+            crit = r
+    slot = slots[6 * crit]
+    steady = <double>m * slot
+    bubble = <double>(p - 1) * slot / <double>v
+    # -- data-parallel reduction, tied-embedding all-reduce, optimizer ---------------
+    dp_s = 0.0
+    upd = 0.0
+    shard = D if zero >= 1 else 1
+    shard_e = edp if zero >= 1 else 1
+    for r in range(p):
+        dpn = stages[r].dp_nodes
+        edpn = stages[r].edp_nodes
+        stage_kinds(r, p, v, n_layers, moe_prefix, &nd, &nm)
+        stage_params(r, p, nd, nm, sz, &dn, &en)
+        if zero == 0:
+            red = _ring.all_reduce(<double>(gb * dn), D, dpn, F)
+            if en > 0:
+                red += _ring.all_reduce(<double>(gb * en), edp, edpn, F)
+        elif zero == 1 and D > 1:
+            red = _ring.reduce_scatter(<double>(gb * dn), D, dpn, F)
+            if en > 0:
+                red += _ring.reduce_scatter(<double>(gb * en), edp, edpn, F)
+        else:
+            red = 0.0
+        if ogr:
+            red = fmax0(red - slots[6 * r + 2] - slots[6 * r + 3])
+        if (zero == 1 or zero == 2) and D > 1:
+            red += _ring.all_gather(<double>(W_BYTES * dn), D, dpn, F)
+            if en > 0:
+                red += _ring.all_gather(<double>(W_BYTES * en), edp, edpn, F)
+        if red > dp_s:
+            dp_s = red
+        x = (<double>dn / <double>shard + <double>en / <double>shard_e) * plan.opt_bytes \
+            / rp.hbm_bw
+        if r == 0 or x > upd:
+            upd = x
+    emb_s = 0.0
+    if p > 1:
+        emb_s = _ring.all_reduce(<double>(gb * sz.word_elements), 2, cell.emb_nodes, F)
+    tiny = _ring.all_reduce(4.0, p * t, cell.mp_nodes, F)
+    opt_s = upd + plan.opt_kernels * rp.launch_s + <double>plan.n_tiny * tiny
+    total = steady + bubble + dp_s + emb_s + opt_s
+    bd.total_s = total
+    bd.pipeline_s = steady + bubble
+    bd.steady_s = steady
+    bd.bubble_s = bubble
+    bd.dp_allreduce_s = dp_s
+    bd.embedding_allreduce_s = emb_s
+    bd.optimizer_s = opt_s
+    bd.slot_s = slot
+    bd.forward_s = slots[6 * crit + 1]
+    bd.backward_s = slots[6 * crit + 2]
+    bd.recompute_s = slots[6 * crit + 3]
+    bd.p2p_s = slots[6 * crit + 4]
+    bd.microbatches = m
+    bd.critical_stage = crit
+    return total
+
+
+cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
+                            const int64_t* moe_prefix, Memory* out) noexcept nogil:
+    """Bytes held by one GPU of stage r of ``plan`` (phaze/step/_model.py, "Memory per
+    GPU") into ``out``; returns their total (all but the count in flight and the layer
+    state). ZeRO shards the dense parameters' state over the cp·d ranks and the routed
+    experts' over the cp·d/ep expert-data-parallel ranks."""
+    cdef int64_t p = plan.p, v = plan.v, m = plan.m, ep = plan.ep
+    cdef int64_t n_layers = plan.n_layers, zero = plan.zero
+    cdef int64_t gb = plan.grad_bytes   # the gradient buffer's bytes per parameter
+    cdef int64_t D = plan.cp * plan.d
+    cdef int64_t edp = D // ep
+    cdef int64_t e = sz.elem_bytes
+    cdef int64_t nd, nm, dn, en, in_flight, act, ends_in_flight, lc, chunk, c, k, cm, x
+    cdef int64_t other, workspace, biggest
+    stage_kinds(r, p, v, n_layers, moe_prefix, &nd, &nm)
+    # ZeRO shards: optimizer state from stage 1, gradients from 2, weights at 3.
+    cdef int64_t w_div = D if zero >= 3 else 1
+    cdef int64_t g_div = D if zero >= 2 else 1
+    cdef int64_t o_div = D if zero >= 1 else 1
+    cdef int64_t w_div_e = edp if zero >= 3 else 1
+    cdef int64_t g_div_e = edp if zero >= 2 else 1
+    cdef int64_t o_div_e = edp if zero >= 1 else 1
+    cdef double per_param = <double>W_BYTES / <double>w_div + <double>gb / <double>g_div \
+        + <double>O_BYTES / <double>o_div
+    cdef double per_param_e = <double>W_BYTES / <double>w_div_e + <double>gb / <double>g_div_e \
+        + <double>O_BYTES / <double>o_div_e
+    stage_params(r, p, nd, nm, sz, &dn, &en)
+    if v == 1:
+        in_flight = p - r if p - r < m else m
+        act = in_flight * (nd * sz.blk_stash + nm * sz.moe_stash)
+        ends_in_flight = in_flight
+    else:
+        # Megatron's interleaved warm-up: 2(p − r − 1) + (v − 1)·p + 1 chunk-microbatches,
+        # each counted at the device's heaviest chunk (exact when its chunks are alike)
+        in_flight = 2 * (p - r - 1) + (v - 1) * p + 1
+        if m * v < in_flight:
+            in_flight = m * v
+        lc = n_layers // (p * v)
+        chunk = 0
+        for c in range(v):
+            k = c * p + r
+            cm = moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
+            x = (lc - cm) * sz.blk_stash + cm * sz.moe_stash
+            if x > chunk:
+                chunk = x
+        act = in_flight * chunk
+        ends_in_flight = (in_flight + v - 1) // v
+    other = 0
+    if r == 0:
+        other += ends_in_flight * sz.emb_stash
+    if r == p - 1:
+        other += ends_in_flight * sz.head_stash
+    workspace = sz.workspace
+    if zero >= 3 and D > 1:
+        # the gathered parameters of the layer running and of the one prefetched
+        biggest = 0
+        if nd > 0:
+            biggest = sz.blk_pb // e
+        if nm > 0 and sz.moe_pb // e > biggest:
+            biggest = sz.moe_pb // e
+        workspace += 2 * W_BYTES * biggest
+    # fp8 training: Transformer Engine's FP8 copies of the blocks' GEMM weights (both
+    # layouts, the ``*_fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
+    out.weights = <int64_t>(<double>(W_BYTES * dn) / <double>w_div) \
+        + <int64_t>(<double>(W_BYTES * en) / <double>w_div_e) \
+        + <int64_t>(<double>(nd * sz.blk_fp8_w) / <double>w_div) \
+        + <int64_t>(<double>(nm * sz.moe_fp8_w) / <double>w_div) \
+        + <int64_t>(<double>(nm * sz.moe_exp_fp8_w) / <double>w_div_e)
+    out.gradients = <int64_t>(<double>(gb * dn) / <double>g_div) \
+        + <int64_t>(<double>(gb * en) / <double>g_div_e)
+    out.optimizer_state = <int64_t>(<double>(O_BYTES * dn) / <double>o_div) \
+        + <int64_t>(<double>(O_BYTES * en) / <double>o_div_e)
+    out.activations = act
+    out.activations_other = other
+    out.workspace = workspace
+    out.in_flight = in_flight
+    out.layer_param_state = <int64_t>(<double>(nd * (sz.blk_pb // e)) * per_param) \
+        + <int64_t>(<double>(nd * sz.blk_fp8_w) / <double>w_div) \
+        + <int64_t>(<double>(nm * ((sz.moe_pb - sz.moe_exp_pb) // e)) * per_param) \
+        + <int64_t>(<double>(nm * (sz.moe_exp_pb // e)) * per_param_e) \
+        + <int64_t>(<double>(nm * sz.moe_fp8_w) / <double>w_div) \
+        + <int64_t>(<double>(nm * sz.moe_exp_fp8_w) / <double>w_div_e)
+    return (out.weights + out.gradients + out.optimizer_state + out.activations
+            + out.activations_other + out.workspace)
+
+
+cdef int64_t peak_stage_memory_c(const Plan* plan, const Sizes* sz, const int64_t* moe_prefix,
+                                 Memory* out) noexcept nogil:
+    """The largest stage total of ``plan`` (bytes), its parts in ``out``; ties go to the
+    first maximal stage (as StepResult.peak_memory picks). When every transformer layer is
+    of one kind (dense, or all MoE) only stages 0 and p − 1 are priced: a middle stage
+    holds fewer parameters (no embedding), no more microbatches in flight (in flight never
+    grows with r), no embedding/head stash and the same workspace as stage 0, so it never
+    exceeds stage 0. A model mixing dense and MoE layers has every stage priced."""
+    cdef int64_t p = plan.p
+    cdef int64_t n_layers = plan.n_layers
+    cdef Memory tmp
+    cdef int64_t peak = stage_memory_c(0, plan, sz, moe_prefix, out)
+    cdef int64_t n_moe = moe_prefix[n_layers]
+    cdef bint mixed = 0 < n_moe < n_layers
+    cdef int64_t r, x
+    for r in range(1, p):
+        if not mixed and r < p - 1:
+            continue
+        x = stage_memory_c(r, plan, sz, moe_prefix, &tmp)
+        if x > peak:
+            peak = x
+            out[0] = tmp
+    return peak
+
+
+cdef double slot_lower_bound(const Plan* plan, const LayerTimes* lt,
+                             const int64_t* moe_prefix) noexcept nogil:
+    """max over stages 0, p − 1 and 1 of forward + backward + recomputation per microbatch
+    with the operators' times alone, formed as ``step_time_c`` forms them: its slot adds
+    the exchanges' excess, the all-to-alls, transfers and ZeRO traffic (≥ 0) to the same
+    sums, and the slot is the max over all stages, so (m + (p − 1)/v) times this never
+    exceeds its pipeline time."""
+    cdef int64_t p = plan.p
+    cdef double best = 0.0, f, bw, rec, x
+    cdef int64_t q, r, nd, nm
+    cdef int64_t rs[3]
+    rs[0] = 0
+    rs[1] = p - 1
+    rs[2] = 1
+    for q in range(3):
+        r = rs[q]
+        if r >= p or (r == 1 and p < 3):
+            continue
+        stage_kinds(r, p, plan.v, plan.n_layers, moe_prefix, &nd, &nm)
+        stage_sums(r, p, nd, nm, lt.blk_f, lt.blk_b, lt.moe_f, lt.moe_b, lt, plan.rec_mode,
+                   &f, &bw, &rec)
+        x = f + bw + rec
+        if x > best:
+            best = x
+    return best
+
+
+# ---------------------------------------------------------------------------
+# the Python faces (phaze.step._model, phaze.step._plans, the tests)
+# ---------------------------------------------------------------------------
+
+def geometry(int64_t p, int64_t t, int64_t d, int64_t node_size, int64_t[::1] masks,
+             int64_t[::1] dpn):
+    """``geometry_c`` into ``masks`` and ``dpn`` (p each); returns (embedding all-reduce
+    nodes, model-parallel group nodes)."""
+    cdef int64_t emb, mp
+    assert masks.shape[0] >= p and dpn.shape[0] >= p
+    geometry_c(p, t, d, node_size, &masks[0], &dpn[0], &emb, &mp)
+    return emb, mp
+
+
+def group_geometry(int64_t p, int64_t t, int64_t d, int64_t cp, int64_t ep, int64_t node_size,
+                   int64_t[::1] cpn, int64_t[::1] epn, int64_t[::1] edpn):
+    """``group_geometry_c`` into ``cpn``, ``epn``, ``edpn`` (p each)."""
+    assert cpn.shape[0] >= p and epn.shape[0] >= p and edpn.shape[0] >= p
+    group_geometry_c(p, t, d, cp, ep, node_size, &cpn[0], &epn[0], &edpn[0])
+
+
+def stage_geometry(int64_t p, int64_t t, int64_t d, int64_t cp, int64_t ep, int64_t node_size,
+                   StageNodes[::1] stages, CellNodes[::1] cell):
+    """Megatron's rank layout of a plan into ``stages`` (p :data:`STAGE_NODES` records)
+    and ``cell`` (one :data:`CELL_NODES` record)."""
+    assert stages.shape[0] >= p and cell.shape[0] >= 1
+    cdef int64_t[::1] buf = np.empty(5 * p, dtype=np.int64)
+    stage_geometry_c(p, t, d, cp, ep, node_size, &stages[0], &cell[0], &buf[0])
+
+
+def step_time(Plan[::1] plan, CellNodes[::1] cell, StageNodes[::1] stages, LayerTimes[::1] lt,
+              RowParams[::1] rp, Sizes[::1] sz, const int64_t[::1] moe_prefix,
+              double[:, ::1] slots, Breakdown[::1] bd):
+    """``step_time_c`` of one plan (one-element record arrays; ``bd`` receives the
+    breakdown, ``slots`` (≥ p, 6) the per-stage parts); returns the total, seconds."""
+    assert stages.shape[0] >= plan[0].p and slots.shape[0] >= plan[0].p \
+        and slots.shape[1] == 6
+    return step_time_c(&plan[0], &cell[0], &stages[0], &lt[0], &rp[0], &sz[0],
+                       &moe_prefix[0], &slots[0, 0], &bd[0])
+
+
+def stage_memory(int64_t r, Plan[::1] plan, Sizes[::1] sz, const int64_t[::1] moe_prefix,
+                 Memory[::1] out):
+    """``stage_memory_c`` of stage r into ``out`` (one record); returns the total, bytes."""
+    assert 0 <= r < plan[0].p
+    return stage_memory_c(r, &plan[0], &sz[0], &moe_prefix[0], &out[0])
+
+
+def peak_stage_memory(Plan[::1] plan, Sizes[::1] sz, const int64_t[::1] moe_prefix,
+                      Memory[::1] out):
+    """``peak_stage_memory_c`` of one plan; its parts into ``out``; returns the peak, bytes."""
+    return peak_stage_memory_c(&plan[0], &sz[0], &moe_prefix[0], &out[0])
+
+
+def plan_memory(Plan[::1] plans, const int64_t[::1] plan_var, Sizes[::1] var_sizes,
+                const int64_t[::1] moe_prefix):
+    """The peak stage memory of every plan (bytes, float64): it does not depend on the row."""
+    cdef Py_ssize_t k, n = plans.shape[0]
+    out = np.empty(n)
+    cdef double[::1] o = out
+    cdef Memory mem
+    with nogil:
+        for k in range(n):
+            o[k] = <double>peak_stage_memory_c(&plans[k], &var_sizes[plan_var[k]],
+                                               &moe_prefix[0], &mem)
+    return out
+
+
+cdef inline int64_t plan_vs(int64_t p, int64_t m, int64_t n_layers, const int64_t[::1] vs,
+                            bint vs_all, int64_t* out) noexcept nogil:
+    """Virtual-stage counts Megatron allows for (p, m) from the grid (or all), ascending,
+    into ``out``; returns how many."""
+    cdef int64_t k = 0, i, v
+    cdef int64_t top = n_layers // p if vs_all else vs.shape[0]
+    for i in range(top):
+        v = i + 1 if vs_all else vs[i]
+        if v == 1 or (p >= 2 and n_layers % (p * v) == 0 and m % p == 0):
+            out[k] = v
+            k += 1
+    return k
+
+
+def enumerate_plans(const int64_t[::1] var_g, int64_t nv, const int64_t[::1] grp_t,
+                    const int64_t[::1] grp_cp, const int64_t[::1] grp_ep,
+                    const int64_t[::1] ps, const int64_t[::1] ds, int64_t devices,
+                    int64_t global_batch, int64_t microbatch, int64_t n_layers,
+                    const int64_t[::1] vs, bint vs_all, const int64_t[::1] zeros,
+                    const unsigned char[::1] ogrs, bint launchable):
+    """Every plan in the documented loop order: variant (t, SP, flash, cp, ep; ``var_g``
+    its (t, cp, ep) group index into ``grp_*``), p, d, v, ZeRO stage (only the first at
+    cp·d = 1, where all stages are one plan), overlap. Rules: t·cp·p·d ≤ devices, ep
+    divides cp·d; with ``launchable`` no ZeRO stage 2–3 over more than one rank with
+    pipeline or context parallelism (no trainer launches it: Megatron-LM has ZeRO 0–1
+    only, DeepSpeed refuses stages 2–3 with a pipeline and has no ring attention).
+    Returns the plans' columns (variant, p, d, v, zero, overlap, m, geometry cell) and the
+    geometry cells' (t, cp, ep, p, d) — one cell per group × p × d."""
+    cdef Py_ssize_t ng = grp_t.shape[0], n_ps = ps.shape[0], n_ds = ds.shape[0]
+    cdef Py_ssize_t n_cells = ng * n_ps * n_ds
+    geo = np.empty((5, n_cells), dtype=np.int64)
+    cdef int64_t[:, ::1] g = geo
+    cdef Py_ssize_t gi, pi, di, c, k, vi, zi, oi, nz
+    cdef int64_t t, cp, ep, p, d, m, nvs, count
+    for gi in range(ng):
+        for pi in range(n_ps):
+            for di in range(n_ds):
+                c = (gi * n_ps + pi) * n_ds + di
+                g[0, c] = grp_t[gi]
+                g[1, c] = grp_cp[gi]
+                g[2, c] = grp_ep[gi]
+                g[3, c] = ps[pi]
+                g[4, c] = ds[di]
+    vbuf_a = np.empty(max(n_layers, vs.shape[0]) + 1, dtype=np.int64)
+    cdef int64_t[::1] vbuf = vbuf_a
+    cols_a = np.empty((8, 0), dtype=np.int64)
+    cdef int64_t[:, ::1] cols = cols_a
+    cdef int fill
+    for fill in range(2):  # count, then fill
+        count = 0
+        for k in range(nv):
+            gi = var_g[k]
+            t = grp_t[gi]
+            cp = grp_cp[gi]
+            ep = grp_ep[gi]
+            for pi in range(n_ps):
+                p = ps[pi]
+                for di in range(n_ds):
+                    d = ds[di]
+                    if t * cp * p * d > devices:
+                        break
+                    if (cp * d) % ep:
+                        continue
+                    m = global_batch // (microbatch * d)
+                    nvs = plan_vs(p, m, n_layers, vs, vs_all, &vbuf[0])
+                    nz = zeros.shape[0] if cp * d > 1 else 1
+                    for vi in range(nvs):
+                        for zi in range(nz):
+                            if launchable and (p > 1 or cp > 1) and cp * d > 1 \
+                                    and zeros[zi] >= 2:
+                                continue
+                            for oi in range(ogrs.shape[0]):
+                                if fill:
+                                    cols[0, count] = k
+                                    cols[1, count] = p
+                                    cols[2, count] = d
+                                    cols[3, count] = vbuf[vi]
+                                    cols[4, count] = zeros[zi]
+                                    cols[5, count] = 1 if ogrs[oi] else 0
+                                    cols[6, count] = m
+                                    cols[7, count] = (gi * n_ps + pi) * n_ds + di
+                                count += 1
+        if not fill:
+            cols_a = np.empty((8, count), dtype=np.int64)
+            cols = cols_a
+    return (cols_a[0], cols_a[1], cols_a[2], cols_a[3], cols_a[4], cols_a[5] == 1,
+            cols_a[6], cols_a[7], geo[0], geo[1], geo[2], geo[3], geo[4])
+
+
+cdef inline bint cell_ok(int64_t t, int64_t cp, int64_t ep, int64_t p, int64_t d,
+                         int64_t node_size, int64_t devices) noexcept nogil:
+    return t * cp * p * d <= devices and t <= node_size and (cp * d) % ep == 0
+
+
+def build_geometry(const int64_t[::1] geo_t, const int64_t[::1] geo_cp,
+                   const int64_t[::1] geo_ep, const int64_t[::1] geo_p,
+                   const int64_t[::1] geo_d, const int64_t[::1] ns_values, int64_t devices):
+    """The rank layout of every valid cell (t, cp, ep, p, d) on every distinct node size:
+    offsets (cells, sizes) into the flat :data:`STAGE_NODES` array (p records per cell and
+    size), that array, and the :data:`CELL_NODES` records (cells, sizes)."""
+    cdef Py_ssize_t n_cells = geo_t.shape[0], nns = ns_values.shape[0], c, s, k
+    off_a = np.zeros((n_cells, nns), dtype=np.int64)
+    cdef int64_t[:, ::1] off = off_a
+    cdef int64_t total = 0, max_p = 1
+    for c in range(n_cells):
+        if geo_p[c] > max_p:
+            max_p = geo_p[c]
+        for s in range(nns):
+            off[c, s] = total
+            if cell_ok(geo_t[c], geo_cp[c], geo_ep[c], geo_p[c], geo_d[c], ns_values[s],
+                       devices):
+                total += geo_p[c]
+    stages_a = np.zeros(total, dtype=STAGE_NODES)
+    cells_a = np.zeros((n_cells, nns), dtype=CELL_NODES)
+    cdef StageNodes[::1] stages = stages_a
+    cdef CellNodes[:, ::1] cells = cells_a
+    cdef int64_t[::1] buf = np.empty(5 * max_p, dtype=np.int64)
+    for k in range(total):
+        stages[k].cp_nodes = 1
+        stages[k].ep_nodes = 1
+        stages[k].edp_nodes = 1
+    for c in range(n_cells):
+        for s in range(nns):
+            cells[c, s].emb_nodes = 1
+            cells[c, s].mp_nodes = 1
+            if cell_ok(geo_t[c], geo_cp[c], geo_ep[c], geo_p[c], geo_d[c], ns_values[s],
+                       devices):
+                stage_geometry_c(geo_p[c], geo_t[c], geo_d[c], geo_cp[c], geo_ep[c],
+                                 ns_values[s], &stages[off[c, s]], &cells[c, s], &buf[0])
+    return off_a, stages_a, cells_a
+
+
+def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1] plan_geo,
+                const double[::1] plan_peak, Sizes[::1] var_sizes,
+                const unsigned char[:, ::1] var_ok, LayerTimes[:, ::1] lt_rows,
+                RowParams[::1] rp, const double[::1] cap, const int64_t[::1] row_nsi,
+                const int64_t[:, ::1] geo_off, StageNodes[::1] geo_stages,
+                CellNodes[:, ::1] geo_cells, const int64_t[::1] moe_prefix,
+                int64_t[::1] best_idx, Breakdown[::1] best_bd):
+    """Per row, the feasible plan of least time (index into ``plans``, :data:`PLAN`
+    records, or −1) and its breakdown (``best_bd``, :data:`BREAKDOWN` records). Exact
+    branch and bound: every plan whose lower bound (m + (p−1)/v)·``slot_lower_bound``
+    does not exceed the best time found is priced with ``step_time_c``; the plan of
+    least bound is priced first. Ties go to the lower index. ``var_ok`` (variants, rows):
+    whether the variant may run on the row (0/1)."""
+    cdef Py_ssize_t n_plans = plans.shape[0], n_rows = rp.shape[0]
+    cdef Py_ssize_t row, k, step, vi, c, o, seed, bi
+    cdef int64_t nsi, p
+    cdef double seed_lb, s, lb, best, total
+    cdef const Plan* pl
+    cdef Breakdown bd
+    assert best_idx.shape[0] >= n_rows and best_bd.shape[0] >= n_rows
+    assert moe_prefix.shape[0] >= 1
+    cdef double* lbs = <double*>malloc((n_plans + 1) * sizeof(double))
+    cdef double* slots = <double*>malloc(moe_prefix.shape[0] * 6 * sizeof(double))
+    if lbs == NULL or slots == NULL:
+        free(lbs)
+        free(slots)
+        raise MemoryError("phaze.step: no memory for the plan search's bounds")
+    try:
+        with nogil:
+            for row in range(n_rows):
+                nsi = row_nsi[row]
+                seed = -1
+                seed_lb = INFINITY
+                for k in range(n_plans):
+                    vi = plan_var[k]
+                    if not var_ok[vi, row] or plan_peak[k] > cap[row]:
+                        lbs[k] = INFINITY
+                        continue
+                    pl = &plans[k]
+                    p = pl.p
+                    s = slot_lower_bound(pl, &lt_rows[vi, row], &moe_prefix[0])
+                    lb = <double>pl.m * s + <double>(p - 1) * s / <double>pl.v
+                    lbs[k] = lb
+                    if lb < seed_lb:
+                        seed_lb = lb
+                        seed = k
+                best = INFINITY
+                bi = -1
+                if seed < 0:
+                    best_idx[row] = -1
+                    continue
+                for step in range(n_plans + 1):
+                    k = seed if step == 0 else step - 1
+                    if k < 0 or (step > 0 and k == seed) or not lbs[k] <= best:
+                        continue
+                    vi = plan_var[k]
+                    pl = &plans[k]
+                    p = pl.p
+                    c = plan_geo[k]
+                    o = geo_off[c, nsi]
+                    total = step_time_c(pl, &geo_cells[c, nsi], &geo_stages[o],
+                                        &lt_rows[vi, row], &rp[row], &var_sizes[vi],
+                                        &moe_prefix[0], slots, &bd)
+                    if total < best or (total == best and k < bi):
+                        best = total
+                        bi = k
+                        best_bd[row] = bd
+                best_idx[row] = bi
+    finally:
+        free(lbs)
+        free(slots)
+
+
+def _check_records():
+    """Each dtype above is its C struct's layout (Cython's buffer check raises otherwise)."""
+    cdef RowParams[::1] a = np.zeros(1, ROW_PARAMS)
+    cdef LayerTimes[::1] b = np.zeros(1, LAYER_TIMES)
+    cdef Sizes[::1] c = np.zeros(1, SIZES)
+    cdef Plan[::1] d = np.zeros(1, PLAN)
+    cdef StageNodes[::1] e = np.zeros(1, STAGE_NODES)
+    cdef CellNodes[::1] f = np.zeros(1, CELL_NODES)
+    cdef Breakdown[::1] g = np.zeros(1, BREAKDOWN)
+    cdef Memory[::1] h = np.zeros(1, MEMORY)
+    assert sizeof(Fabric) == FABRIC_DTYPE.itemsize
+    assert (W_BYTES, O_BYTES, C_REC_SELECTIVE, C_REC_FULL) == (
+        WEIGHT_BYTES, OPT_STATE_BYTES, REC_SELECTIVE, REC_FULL)
+
+
+_check_records()
