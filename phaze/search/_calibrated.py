@@ -67,16 +67,25 @@ def _bounds_to_throughput(lower_s, global_batch) -> np.ndarray:
         return np.where(lb > 0, global_batch / lb, np.inf)
 
 
-def lower_bounds(cfg, model_index, microbatch, recompute, archs) -> np.ndarray:
-    """``phaze.step.step_lower_bounds`` of one (model, microbatch, recomputation) on
-    ``archs``: seconds per batch, a valid lower bound of :func:`phaze.step.best_plans`."""
-    return np.asarray(step.step_lower_bounds(
-        cfg.models[model_index], archs, devices=int(cfg.devices),
-        global_batch=int(cfg.global_batch), microbatch=int(microbatch), recompute=recompute,
+def layer_table(cfg, model_index, microbatch, archs):
+    """``phaze.step.layer_table`` of one (model, microbatch) on ``archs`` with the settings'
+    grids: every layer variant priced once, shared by the bounds and the plan searches of
+    every recomputation mode and HBM capacity."""
+    return step.layer_table(
+        cfg.models[model_index], archs, microbatch=int(microbatch),
         tensor_parallel=tuple(cfg.widths[model_index]),
         sequence_parallel=tuple(cfg.sequence_parallel),
         flash_attention=tuple(cfg.flash_attention), precision=cfg.precision,
-        fp8_rate=cfg.fp8_rate, **_parallel_grids(cfg, model_index)), dtype=np.float64)
+        fp8_rate=cfg.fp8_rate, **_parallel_grids(cfg, model_index))
+
+
+def lower_bounds(cfg, table, recompute, rows=None) -> np.ndarray:
+    """``phaze.step.step_lower_bounds`` of one recomputation mode on the rows ``rows`` of
+    ``table`` (:func:`layer_table`; None: all): seconds per batch, a valid lower bound of
+    :func:`phaze.step.best_plans`."""
+    return np.asarray(table.lower_bounds(devices=int(cfg.devices),
+                                         global_batch=int(cfg.global_batch),
+                                         recompute=recompute, rows=rows), dtype=np.float64)
 
 
 def _parallel_grids(cfg, model_index) -> dict:
@@ -87,33 +96,23 @@ def _parallel_grids(cfg, model_index) -> dict:
                 capacity_factor=cfg.capacity_factor if cfg.models[model_index].is_moe else None)
 
 
-def best_plans(cfg, model_index, microbatch, recompute, hbm_bytes, archs) -> np.ndarray:
-    """``phaze.step.best_plans`` of one (model, microbatch, recomputation mode) on ``archs``
-    with the settings' strategy grids; ``hbm_bytes``: None (each row's own) or one
-    capacity per row, bytes."""
-    return step.best_plans(
-        cfg.models[model_index], archs, devices=int(cfg.devices),
-        global_batch=int(cfg.global_batch), microbatch=int(microbatch), recompute=recompute,
-        hbm_bytes=hbm_bytes, tensor_parallel=tuple(cfg.widths[model_index]),
-        sequence_parallel=tuple(cfg.sequence_parallel),
-        flash_attention=tuple(cfg.flash_attention),
-        virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
-        zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
-        precision=cfg.precision, fp8_rate=cfg.fp8_rate, grad_reduce_dtype=cfg.grad_reduce_dtype,
-        **_parallel_grids(cfg, model_index))
-
-
-def plans_over_hbm(cfg, model_index, microbatch, recompute, archs) -> list:
-    """The best plans of ``archs`` at every HBM capacity of the settings, in one
-    ``best_plans`` call (its fixed cost per call is paid once; the layer times do not
-    depend on the capacity): a list, per HBM value of ``cfg.hbm_gib``, of PLAN_DTYPE rows
-    (one per architecture). A None capacity is each row's own, floored to whole bytes as
+def plans_over_hbm(cfg, table, recompute, rows) -> list:
+    """The best plans of the rows ``rows`` of ``table`` at every HBM capacity of the
+    settings, in one plan search (its fixed cost per call is paid once; the layer times do
+    not depend on the capacity): a list, per HBM value of ``cfg.hbm_gib``, of PLAN_DTYPE
+    rows (one per row). A None capacity is each row's own, floored to whole bytes as
     ``best_plans`` floors it."""
-    n = len(archs)
+    rows = np.asarray(rows, dtype=np.int64)
+    n = rows.shape[0]
+    archs = table.rows[rows]
     caps = [np.floor(np.asarray(archs["hbm_gib"], dtype=np.float64) * 2.0 ** 30) if h is None
             else np.full(n, float(h) * 2.0 ** 30) for h in cfg.hbm_gib]
-    plans = best_plans(cfg, model_index, microbatch, recompute, np.concatenate(caps),
-                       np.concatenate([archs] * len(caps)))
+    plans = table.best_plans(
+        devices=int(cfg.devices), global_batch=int(cfg.global_batch), recompute=recompute,
+        hbm_bytes=np.concatenate(caps),
+        virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
+        zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
+        grad_reduce_dtype=cfg.grad_reduce_dtype, rows=np.concatenate([rows] * len(caps)))
     return [plans[k * n:(k + 1) * n] for k in range(len(caps))]
 
 
@@ -226,6 +225,15 @@ class CalibratedPricing(Pricing):
     def __init__(self, cfg, archs):
         super().__init__(cfg, archs)
         self._bounds = {}
+        self._tables = {}
+
+    def table(self, model_index, microbatch):
+        """The chunk's :func:`layer_table` of one (model, microbatch), built once."""
+        key = model_index, microbatch
+        hit = self._tables.get(key)
+        if hit is None:
+            hit = self._tables[key] = layer_table(self.cfg, model_index, microbatch, self.archs)
+        return hit
 
     @property
     def prune_batch(self) -> int:
@@ -237,7 +245,8 @@ class CalibratedPricing(Pricing):
             return None
         least = cfg.recompute[0]
         self._bounds[model_index, microbatch, least] = up = _bounds_to_throughput(
-            lower_bounds(cfg, model_index, microbatch, least, self.archs), int(cfg.global_batch))
+            lower_bounds(cfg, self.table(model_index, microbatch), least),
+            int(cfg.global_batch))
         return up
 
     def block_seconds(self, model_index):
@@ -255,23 +264,26 @@ class CalibratedPricing(Pricing):
                                           sub_archs, sub_ids, "no valid tensor-parallel width")
                 yield PointGroup(bound=None, points=n_hbm, price=price)
                 continue
+            table = self.table(model_index, microbatch)
             bound = None
             if point_bounds:
                 bound = (self._bounds[model_index, microbatch, rc][sub] if rc == least else
-                         _bounds_to_throughput(lower_bounds(cfg, model_index, microbatch, rc,
-                                                            sub_archs), int(cfg.global_batch)))
-            price = functools.partial(_price_plans, cfg, model_index, microbatch, rc, sub_archs,
-                                      sub_ids)
+                         _bounds_to_throughput(lower_bounds(cfg, table, rc, sub),
+                                               int(cfg.global_batch)))
+            price = functools.partial(_price_plans, cfg, model_index, microbatch, rc, table,
+                                      sub, sub_archs, sub_ids)
             yield PointGroup(bound=bound, points=n_hbm, price=price)
 
 
-def _price_plans(cfg, model_index, microbatch, recompute, archs, arch_ids, rows, batch):
+def _price_plans(cfg, model_index, microbatch, recompute, table, sub, archs, arch_ids, rows,
+                 batch):
     """A :class:`PointGroup` ``price``: the best plans of the architectures ``batch`` (in
-    ascending order) at every HBM capacity, one row each; samples/s (HBM values, len(batch))
-    aligned with ``batch``."""
+    ascending order; indices into ``archs``, the rows ``sub`` of the chunk's ``table``) at
+    every HBM capacity, one row each; samples/s (HBM values, len(batch)) aligned with
+    ``batch``."""
     order = np.argsort(batch, kind="stable")
     ascending = batch[order]
-    per_hbm = plans_over_hbm(cfg, model_index, microbatch, recompute, archs[ascending])
+    per_hbm = plans_over_hbm(cfg, table, recompute, sub[ascending])
     out = np.empty((len(per_hbm), len(batch)))
     for h, (hbm, plans) in enumerate(zip(cfg.hbm_gib, per_hbm)):
         out[h, order] = add_plans(rows, cfg, model_index, microbatch, recompute, hbm,

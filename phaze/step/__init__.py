@@ -3,14 +3,15 @@ search over it (docs/design.md; the physics in ``_model``'s docstring).
 
 The face re-exports; ``_model`` prices one plan (:func:`training_step`, memory per GPU),
 ``_plans`` searches the plans of many architecture rows (:func:`best_plans`,
-:func:`step_lower_bounds`), ``_kernels`` holds the compiled step arithmetic both share.
+:func:`step_lower_bounds`; :func:`layer_table` prices the layers once for both, a
+:class:`LayerTable` whose methods run them on any subset of its rows), ``_kernels`` holds the compiled step arithmetic both share.
 """
 from ._model import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, MemoryBreakdown,
                      StepBreakdown, StepResult, best_plans, ring_allgather_seconds,
                      ring_allreduce_seconds, stage_layers, step_lower_bounds, training_step)
-from ._plans import context_parallel_grid, expert_parallel_grid
+from ._plans import LayerTable, context_parallel_grid, expert_parallel_grid, layer_table
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
            "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
            "PLAN_DTYPE", "PLAN_REASONS", "best_plans", "step_lower_bounds",
-           "context_parallel_grid", "expert_parallel_grid"]
+           "context_parallel_grid", "expert_parallel_grid", "LayerTable", "layer_table"]

@@ -508,7 +508,6 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell)
     slots = np.empty((p, 6))
     bd_rec = np.zeros(1, dtype=_kern.BREAKDOWN)
-    sizes = np.asarray(sizes).reshape(1)
     _kern.step_time(plan_rec, cell, stages, lt[:1], rp[:1], sizes, prefix, slots, bd_rec)
     bd_rec = bd_rec[0]
     bd = StepBreakdown(**{f: (int(bd_rec[f]) if f in ("microbatches", "critical_stage")

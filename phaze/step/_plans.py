@@ -200,12 +200,12 @@ def moe_prefix(m_spec) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(flags)]).astype(np.int64)
 
 
-def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_rate=None):
-    """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) and sizes (one
-    ``SIZES`` record) of one (t, sequence parallel, flash, cp,
-    ep) graph variant ``mg`` under ``recompute`` (``fp8_rate``: the rows' fp8 multiplier for
-    an fp8 graph, as ``cost.op_latencies`` takes it). ``mg.layers`` may hold any runs of
-    'block' and 'moe_block'; a kind the model lacks has zero times and sizes."""
+def variant_times(mg, m_spec, archs, efficiency, eff_rows, rp, fp8_rate=None) -> np.ndarray:
+    """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) of one (t, sequence
+    parallel, flash, cp, ep) graph variant ``mg`` on every row (``fp8_rate``: the rows' fp8
+    multiplier for an fp8 graph, as ``cost.op_latencies`` takes it). They do not depend on
+    the recomputation mode (:func:`variant_sizes` does). ``mg.layers`` may hold any runs of
+    'block' and 'moe_block'; a kind the model lacks has zero times."""
     t = mg.tensor_parallel
     cp = mg.context_parallel
     kinds = mg.kinds()
@@ -214,9 +214,7 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
     e = head.forward.bytes_per_element
     ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
     lt = np.zeros(archs.shape[0], dtype=kern.LAYER_TIMES)
-    sizes = np.zeros(1, dtype=kern.SIZES)[0]
     flash_set = False
-    ws = 0
     for L, slots in ((emb, ("emb_f", "emb_b", None)),
                      (block, ("blk_f", "blk_b", "blk_core")),
                      (moe, ("moe_f", "moe_b", "moe_core")),
@@ -232,6 +230,27 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
         if not flash_set:   # the attention half is one definition for both block kinds
             lt["flash_f"], lt["flash_b"] = flash_f, flash_b
             flash_set = True
+    act_bytes = e * mg.microbatch * (m_spec.seq_len // cp) * m_spec.hidden
+    for slot, inter in (("send_in", False), ("send_net", True)):
+        lt[slot] = cost.p2p_seconds(act_bytes / t, archs, inter_node=inter, model="calibrated",
+                                       efficiency=eff_rows)[0]
+    return lt
+
+
+def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
+    """The sizes (one ``step._kernels.SIZES`` record, a one-element array) of one graph
+    variant ``mg`` under ``recompute``: what does not depend on the row."""
+    t = mg.tensor_parallel
+    cp = mg.context_parallel
+    kinds = mg.kinds()
+    emb, head = kinds["embedding"], kinds["head"]
+    block, moe = kinds.get("block"), kinds.get("moe_block")
+    e = head.forward.bytes_per_element
+    sizes = np.zeros(1, dtype=kern.SIZES)
+    ws = 0
+    for L in (block, moe):
+        if L is None:
+            continue
         a2a, n_f, n_b, ring_f, ring_b = group_collective_bytes(L)
         sizes["ring_f"], sizes["ring_b"] = ring_f, ring_b
         if L is moe:
@@ -240,14 +259,10 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
             ws = max(ws, L.stash("none"))            # one layer's recomputed activations
         elif recompute == "selective":
             ws = max(ws, L.stash("none") - L.stash("selective"))   # its attention core
-    act_bytes = e * mg.microbatch * (m_spec.seq_len // cp) * m_spec.hidden
-    for slot, inter in (("send_in", False), ("send_net", True)):
-        lt[slot] = cost.p2p_seconds(act_bytes / t, archs, inter_node=inter, model="calibrated",
-                                       efficiency=eff_rows)[0]
     sizes["emb_pb"] = emb.param_bytes
     sizes["head_pb"] = head.param_bytes
     sizes["elem_bytes"] = e
-    sizes["act_bytes"] = act_bytes
+    sizes["act_bytes"] = e * mg.microbatch * (m_spec.seq_len // cp) * m_spec.hidden
     sizes["word_elements"] = -(-m_spec.vocab // t) * m_spec.embed_width
     sizes["emb_stash"] = emb.stash_bytes
     sizes["head_stash"] = head.stash_bytes
@@ -262,7 +277,13 @@ def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_r
         sizes["moe_stash"] = moe.stash(recompute)
         sizes["moe_fp8_w"] = fp8_weight_bytes(moe)
         sizes["moe_exp_fp8_w"] = fp8_weight_bytes(moe, experts=True)
-    return lt, sizes
+    return sizes
+
+
+def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_rate=None):
+    """(:func:`variant_times`, :func:`variant_sizes`) of one graph variant."""
+    return (variant_times(mg, m_spec, archs, efficiency, eff_rows, rp, fp8_rate),
+            variant_sizes(mg, m_spec, recompute))
 
 
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
@@ -402,6 +423,127 @@ def _variants(m_spec, b, widths, sps, flashes, dtype="bf16", cps=(1,), eps=(1,),
     return out
 
 
+class LayerTable:
+    """The layer times of every (t, sequence parallel, flash, cp, ep) variant of one model
+    at one microbatch on architecture rows, priced once and shared by the plan search
+    (:meth:`best_plans`) and its bound (:meth:`lower_bounds`) for any recomputation mode,
+    HBM capacity, plan grid or subset of the rows. Built by :func:`layer_table`, which
+    checks its arguments; the methods check theirs and nothing twice.
+
+    ``variants``: (t, sequence parallel, flash, cp, ep, ModelGraph) in loop order;
+    ``times``: (max(len(variants), 1), n) ``LAYER_TIMES`` records; ``rows``: the
+    ARCH_DTYPE rows (n,); ``rp``, ``node_size``: their collective parameters and node sizes.
+    """
+
+    def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times):
+        self.model = m_spec
+        self.microbatch = int(microbatch)
+        self.precision = precision
+        self.rows = rows
+        self.rp = rp
+        self.node_size = np.ascontiguousarray(rows["node_size"], dtype=np.int64)
+        self.variants = variants
+        self.times = times
+        self._sizes = {}
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def sizes(self, recompute) -> np.ndarray:
+        """(max(len(variants), 1),) ``SIZES`` records of the variants under ``recompute``
+        (memoised: they do not depend on the row)."""
+        hit = self._sizes.get(recompute)
+        if hit is None:
+            hit = np.zeros(max(len(self.variants), 1), dtype=kern.SIZES)
+            for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(self.variants):
+                hit[k] = variant_sizes(mg, self.model, recompute)[0]
+            self._sizes[recompute] = hit
+        return hit
+
+    def _take(self, rows):
+        """(rows, rp, node sizes, times) of the row indices ``rows`` (None: all)."""
+        if rows is None:
+            return self.rows, self.rp, self.node_size, self.times
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
+            raise ValueError(f"rows must index the table's {len(self)} rows, got "
+                             f"{idx.min()}..{idx.max()}")
+        return (self.rows[idx], self.rp[idx], self.node_size[idx],
+                np.ascontiguousarray(self.times[:, idx]))
+
+    def best_plans(self, *, devices, global_batch, recompute="full", hbm_bytes=None,
+                   virtual_stages=None, zero_stage=(0, 1, 2, 3),
+                   overlap_grad_reduce=(False, True), launchable=True,
+                   grad_reduce_dtype="fp32", rows=None) -> np.ndarray:
+        """:func:`best_plans` on the table's rows (or the row indices ``rows``, repeats
+        allowed; ``hbm_bytes`` then one per index), with the table's variants."""
+        from .._validate import positive_int
+
+        n_dev = positive_int("devices", devices)
+        B = positive_int("global_batch", global_batch)
+        if recompute not in RECOMPUTE_CODES:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CODES)}, "
+                             f"got {recompute!r}")
+        grad_reduce_dtype = _plan.check("grad_reduce_dtype", grad_reduce_dtype)
+        zeros = _int_grid("zero_stage", zero_stage, 0, 3)
+        ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
+        vs_grid = None if virtual_stages is None else sorted(
+            _int_grid("virtual_stages", virtual_stages, 1))
+        archs, rp, ns, times = self._take(rows)
+        return _search_plans(self, archs, rp, ns, times, n_dev, B, recompute, hbm_bytes,
+                             vs_grid, zeros, ogrs, bool(launchable), grad_reduce_dtype)
+
+    def lower_bounds(self, *, devices, global_batch, recompute, rows=None) -> np.ndarray:
+        """:func:`step_lower_bounds` on the table's rows (or the row indices ``rows``)."""
+        from .._validate import positive_int
+
+        n_dev = positive_int("devices", devices)
+        B = positive_int("global_batch", global_batch)
+        if recompute not in RECOMPUTE_CODES:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CODES)}, "
+                             f"got {recompute!r}")
+        _archs, _rp, ns, times = self._take(rows)
+        return _lower_bounds(self, ns, times, n_dev, B, recompute)
+
+
+def layer_table(model, archs, *, microbatch, tensor_parallel=(1, 2, 4, 8),
+                sequence_parallel=(False, True), flash_attention=(False, True),
+                precision="bf16", efficiency=None, fp8_rate=None, expert_parallel=None,
+                context_parallel=None, capacity_factor=None) -> LayerTable:
+    """The :class:`LayerTable` of ``model`` at ``microbatch`` on ``archs``: every variant
+    of the grids (as :func:`best_plans` takes them) priced once on every row."""
+    from .._validate import positive_int
+
+    m_spec = models.resolve(model)
+    if m_spec.op_graph_refusal:
+        raise ValueError(m_spec.op_graph_refusal)
+    archs = _validate_archs(archs)
+    b = positive_int("microbatch", microbatch)
+    eff_rows = efficiency_rows(efficiency, archs)
+    return _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
+                        flash_attention, precision, fp8_rate, expert_parallel,
+                        context_parallel, capacity_factor)
+
+
+def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
+                 flash_attention, precision, fp8_rate, expert_parallel, context_parallel,
+                 capacity_factor) -> LayerTable:
+    if precision not in OPTIMIZER_BYTES_PER_PARAM:
+        raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
+                         f"got {precision!r}")
+    widths = _int_grid("tensor_parallel", tensor_parallel, 1)
+    sps = _bool_grid("sequence_parallel", sequence_parallel)
+    flashes = _bool_grid("flash_attention", flash_attention)
+    eps = expert_parallel_grid(m_spec, expert_parallel)
+    cps = context_parallel_grid(m_spec, context_parallel)
+    rp = row_params(archs, eff_rows)
+    variants = _variants(m_spec, b, widths, sps, flashes, precision, cps, eps, capacity_factor)
+    times = np.zeros((max(len(variants), 1), archs.shape[0]), dtype=kern.LAYER_TIMES)
+    for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(variants):
+        times[k] = variant_times(mg, m_spec, archs, eff_rows, eff_rows, rp, fp8_rate)
+    return LayerTable(m_spec, b, precision, archs, rp, variants, times)
+
+
 def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="full",
                hbm_bytes=None, tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
                flash_attention=(False, True), virtual_stages=None, zero_stage=(0, 1, 2, 3),
@@ -459,28 +601,40 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     """
     m_spec, archs, n_dev, B, b, eff_rows = _common(model, archs, devices, global_batch,
                                                    microbatch, recompute, efficiency)
-    n = archs.shape[0]
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
         raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
                          f"got {precision!r}")
     grad_reduce_dtype = _plan.check("grad_reduce_dtype", grad_reduce_dtype)
+    zeros = _int_grid("zero_stage", zero_stage, 0, 3)
+    ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
+    vs_grid = None if virtual_stages is None else sorted(
+        _int_grid("virtual_stages", virtual_stages, 1))
+    table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
+                         flash_attention, precision, fp8_rate, expert_parallel,
+                         context_parallel, capacity_factor)
+    return _search_plans(table, table.rows, table.rp, table.node_size, table.times, n_dev, B,
+                         recompute, hbm_bytes, vs_grid, zeros, ogrs, bool(launchable),
+                         grad_reduce_dtype)
+
+
+def _search_plans(table, archs, rp, ns, LT_all, n_dev, B, recompute, hbm_bytes, vs_grid,
+                  zeros, ogrs, launchable, grad_reduce_dtype) -> np.ndarray:
+    """The plan search of :func:`best_plans` on checked inputs: the rows ``archs`` with
+    their ``rp``, node sizes ``ns`` and the table's layer times ``LT_all`` of those rows."""
+    m_spec = table.model
+    b = table.microbatch
+    precision = table.precision
+    n = archs.shape[0]
+    ogrs = [True] if True in ogrs else [False]
     # Only DeepSpeed launches a gradient datatype Megatron-LM refuses: plain 1F1B, no ring
     # attention (its ZeRO rule is enumerate_plans').
     deepspeed_only = launchable and _plan.refusal(
         "megatron-lm", {"precision": precision, "grad_reduce_dtype": grad_reduce_dtype},
         ("trainer",)) is not None
-    widths = _int_grid("tensor_parallel", tensor_parallel, 1)
-    sps = _bool_grid("sequence_parallel", sequence_parallel)
-    flashes = _bool_grid("flash_attention", flash_attention)
-    zeros = _int_grid("zero_stage", zero_stage, 0, 3)
-    ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
-    ogrs = [True] if True in ogrs else [False]
-    vs_grid = None if virtual_stages is None else sorted(_int_grid("virtual_stages", virtual_stages, 1))
-    eps = expert_parallel_grid(m_spec, expert_parallel)
-    cps = context_parallel_grid(m_spec, context_parallel)
+    keep = list(range(len(table.variants)))
     if deepspeed_only:
         vs_grid = [1]
-        cps = [c for c in cps if c == 1]
+        keep = [k for k in keep if table.variants[k][3] == 1]
     if hbm_bytes is None:
         cap = np.floor(archs["hbm_gib"].astype(np.float64) * 2 ** 30)
     else:
@@ -490,12 +644,17 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                              f"per row ({n}); got {hbm_bytes!r}")
         cap = np.ascontiguousarray(np.broadcast_to(cap, (n,)))
 
-    rp = row_params(archs, eff_rows)
-    ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
-    variants = _variants(m_spec, b, widths, sps, flashes, precision, cps, eps, capacity_factor)
+    variants = [table.variants[k] for k in keep]
     nv = len(variants)
-    LT = np.zeros((max(nv, 1), n), dtype=kern.LAYER_TIMES)
-    VI = np.zeros(max(nv, 1), dtype=kern.SIZES)
+    if nv == len(table.variants):
+        LT = LT_all
+        VI = table.sizes(recompute)
+    else:
+        LT = np.zeros((max(nv, 1), n), dtype=kern.LAYER_TIMES)
+        VI = np.zeros(max(nv, 1), dtype=kern.SIZES)
+        if nv:
+            LT[:] = LT_all[keep]
+            VI[:] = table.sizes(recompute)[keep]
     var_t = np.ones(max(nv, 1), dtype=np.int64)
     var_cp = np.ones(max(nv, 1), dtype=np.int64)
     var_ep = np.ones(max(nv, 1), dtype=np.int64)
@@ -504,8 +663,6 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     var_ok = np.zeros((max(nv, 1), n), dtype=np.bool_)
     groups = []
     for k, (t, sp, flash, cp, ep, mg) in enumerate(variants):
-        LT[k], VI[k] = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute,
-                                      fp8_rate)
         var_t[k], var_sp[k], var_cp[k], var_ep[k] = t, sp, cp, ep
         if (t, cp, ep) not in groups:
             groups.append((t, cp, ep))
@@ -536,9 +693,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     best_idx = np.full(n, -1, dtype=np.int64)
     best_bd = np.zeros(n, dtype=kern.BREAKDOWN)
     kern.search_rows(plans, plan_var, plan_geo, plan_peak, VI, var_ok.view(np.uint8), LT, rp,
-                     cap, row_nsi,
-                     geo_off, geo_stages, geo_cells, prefix, best_idx, best_bd)
-
+                     cap, row_nsi, geo_off, geo_stages, geo_cells, prefix, best_idx, best_bd)
     out = np.zeros(n, dtype=PLAN_DTYPE)
     out["time_s"] = np.inf
     for row in range(n):
@@ -595,24 +750,25 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
     """
     m_spec, archs, n_dev, B, b, eff_rows = _common(model, archs, devices, global_batch,
                                                    microbatch, recompute, efficiency)
-    widths = _int_grid("tensor_parallel", tensor_parallel, 1)
-    eps = expert_parallel_grid(m_spec, expert_parallel)
-    cps = context_parallel_grid(m_spec, context_parallel)
-    rp = row_params(archs, eff_rows)
-    ns = np.asarray(archs["node_size"])
+    table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
+                         flash_attention, precision, fp8_rate, expert_parallel,
+                         context_parallel, capacity_factor)
+    return _lower_bounds(table, table.node_size, table.times, n_dev, B, recompute)
+
+
+def _lower_bounds(table, ns, times, n_dev, B, recompute) -> np.ndarray:
+    """:func:`step_lower_bounds` on checked inputs: the rows' node sizes ``ns`` and the
+    table's layer times ``times`` of those rows."""
+    m_spec = table.model
+    b = table.microbatch
     L = m_spec.n_layers
     n_moe = len(m_spec.moe_layer_ids)
-    best = np.full(archs.shape[0], np.inf)
-    if precision not in OPTIMIZER_BYTES_PER_PARAM:
-        raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
-                         f"got {precision!r}")
-    for t, _, _, cp, ep, mg in _variants(
-            m_spec, b, widths, _bool_grid("sequence_parallel", sequence_parallel),
-            _bool_grid("flash_attention", flash_attention), precision, cps, eps, capacity_factor):
+    best = np.full(ns.shape[0], np.inf)
+    for k, (t, _, _, cp, ep, _mg) in enumerate(table.variants):
         if not any(B % (b * d) == 0 and (cp * d) % ep == 0
                    for d in range(1, n_dev // (t * cp) + 1)):
             continue
-        lt, _ = variant_inputs(mg, m_spec, archs, eff_rows, eff_rows, rp, recompute, fp8_rate)
+        lt = times[k]
         work = (lt["emb_f"] + lt["emb_b"] + lt["head_f"] + lt["head_b"]
                 + (L - n_moe) * (lt["blk_f"] + lt["blk_b"]) + n_moe * (lt["moe_f"] + lt["moe_b"]))
         if recompute == "full":

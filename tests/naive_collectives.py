@@ -1,0 +1,119 @@
+"""The collectives as phaze priced them in numba before they were compiled ahead of time
+(phaze/_ring.pxd), run as plain Python: the reference tests/test_step_kernels.py holds the
+Cython kernels to, bit for bit (these are the functions numba compiled, and the suite ran
+them as plain Python under NUMBA_DISABLE_JIT=1 with the same answers)."""
+import math
+
+from phaze.graph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_P2P,
+                         COLL_REDUCE_SCATTER)
+
+
+def ring_seconds(nbytes, n, nodes, passes, coll_latency_s, link_step_s, net_step_s, link_bw,
+                 net_bw):
+    """A ring collective of n ranks spanning ``nodes`` nodes that goes ``passes`` times
+    round the ring (2: all-reduce, 1: all-gather, reduce-scatter or all-to-all), seconds;
+    0 for one rank. ``link_bw``/``net_bw``: η·bandwidth of each tier (bytes/s)."""
+    if n <= 1:
+        return 0.0
+    x = passes * (nodes - 1)
+    alpha = coll_latency_s + (passes * (n - 1) - x) * link_step_s + x * net_step_s
+    bw = net_bw if nodes > 1 else link_bw
+    return alpha + passes * (n - 1) / n * float(nbytes) / bw
+
+
+def exchange_seconds(nbytes, n, nodes, coll_latency_s, link_step_s, net_step_s, link_bw, net_bw):
+    """A point-to-point ring exchange over n ranks spanning ``nodes`` nodes: n − 1 steps
+    (all ranks send at once round the ring) that together bring ``nbytes`` to each rank,
+    seconds; 0 for one rank. α counts x = nodes − 1 node-crossing steps (as
+    :func:`ring_seconds`); β = nbytes / (η·BW) of the slowest tier crossed."""
+    if n <= 1:
+        return 0.0
+    x = nodes - 1
+    alpha = coll_latency_s + (n - 1 - x) * link_step_s + x * net_step_s
+    bw = net_bw if nodes > 1 else link_bw
+    return alpha + float(nbytes) / bw
+
+
+def _ring(nbytes, n, nodes, passes, fabric):
+    """:func:`ring_seconds` with the parameters of a ``fabric`` record."""
+    return ring_seconds(nbytes, n, nodes, passes, fabric["coll_latency_s"],
+                        fabric["link_step_s"], fabric["net_step_s"], fabric["link_bw"],
+                        fabric["net_bw"])
+
+
+def all_reduce_seconds(nbytes, n, nodes, fabric):
+    """Ring all-reduce of ``nbytes`` per rank over n ranks on ``nodes`` nodes (two passes)."""
+    return _ring(nbytes, n, nodes, 2, fabric)
+
+
+def reduce_scatter_seconds(nbytes, n, nodes, fabric):
+    """Ring reduce-scatter of an ``nbytes`` tensor (per rank, before the scatter): one pass."""
+    return _ring(nbytes, n, nodes, 1, fabric)
+
+
+def all_gather_seconds(nbytes, n, nodes, fabric):
+    """Ring all-gather ending with ``nbytes`` on every rank: one pass."""
+    return _ring(nbytes, n, nodes, 1, fabric)
+
+
+def all_to_all_seconds(nbytes, n, nodes, fabric):
+    """All-to-all of the ``nbytes`` a rank holds over n ranks, priced as one ring pass."""
+    return _ring(nbytes, n, nodes, 1, fabric)
+
+
+def p2p_seconds(nbytes, n, nodes, fabric):
+    """Point-to-point ring exchange bringing ``nbytes`` to each of n ranks
+    (:func:`exchange_seconds`)."""
+    return exchange_seconds(nbytes, n, nodes, fabric["coll_latency_s"], fabric["link_step_s"],
+                            fabric["net_step_s"], fabric["link_bw"], fabric["net_bw"])
+
+
+def placed_seconds(kind, nbytes, n, nodes, fabric):
+    """A collective of ``kind`` (an ``OpGraph.collective`` code) over n ranks spanning
+    ``nodes`` nodes, seconds (0 for ``COLL_NONE``)."""
+    if kind == COLL_ALL_REDUCE:
+        return all_reduce_seconds(nbytes, n, nodes, fabric)
+    if kind == COLL_REDUCE_SCATTER:
+        return reduce_scatter_seconds(nbytes, n, nodes, fabric)
+    if kind == COLL_ALL_GATHER:
+        return all_gather_seconds(nbytes, n, nodes, fabric)
+    if kind == COLL_ALL_TO_ALL:
+        return all_to_all_seconds(nbytes, n, nodes, fabric)
+    if kind == COLL_P2P:
+        return p2p_seconds(nbytes, n, nodes, fabric)
+    return 0.0
+
+
+def ring_nodes(n, node_size):
+    """Nodes spanned by the contiguous ranks 0..n−1 on nodes of ``node_size``."""
+    return (n - 1) // node_size + 1
+
+
+def contiguous_seconds(kind, nbytes, n, fabric_rows, node_size, out):
+    """:func:`placed_seconds` of one collective over ranks 0..n−1 on every row
+    (``fabric_rows`` (rows,) records, ``node_size`` (rows,)) into ``out`` (rows,)."""
+    for k in range(out.shape[0]):
+        out[k] = placed_seconds(kind, nbytes, n, ring_nodes(n, node_size[k]), fabric_rows[k])
+
+
+# --- the operator cost model's variants (phaze.cost): contiguous groups, raw bandwidths ----
+
+def contiguous_all_reduce_seconds(group, comm_bytes, node_size, link_bytes_per_s,
+                                  net_bytes_per_s, coll_latency_s, link_step_s, net_step_s,
+                                  link_efficiency, net_efficiency):
+    """Ring all-reduce of ``comm_bytes`` over ``group`` contiguous devices (floats), the
+    calibrated cost model's order of operations: steps = 2(n − 1), of which
+    inter = 2(⌈n / node_size⌉ − 1) cross a node boundary; β = steps / n · bytes over the
+    tier's bandwidth × its efficiency (the link when the group fits in a node, else the
+    network). 0 for one device or no bytes."""
+    if group <= 1.0 or comm_bytes == 0.0:
+        return 0.0
+    steps = 2.0 * (group - 1.0)
+    if group <= node_size:
+        inter = 0.0
+        bw = link_bytes_per_s * link_efficiency
+    else:
+        inter = 2.0 * (float(math.ceil(group / node_size)) - 1.0)
+        bw = net_bytes_per_s * net_efficiency
+    alpha = coll_latency_s + (steps - inter) * link_step_s + inter * net_step_s
+    return alpha + steps / group * comm_bytes / bw

@@ -1,0 +1,677 @@
+"""The training-step kernels as phaze ran them in numba before they were compiled ahead of
+time (phaze/step/_kernels.pyx), run as plain Python: the slow reference
+tests/test_step_kernels.py holds the Cython kernels to, bit for bit (numba compiled these
+functions, and the suite ran them as plain Python under NUMBA_DISABLE_JIT=1 with the same
+answers). Records are the package's dtypes (``phaze.step._kernels``)."""
+
+import numpy as np
+
+import naive_collectives as coll
+from phaze.step._kernels import (BREAKDOWN, CELL_NODES, LAYER_TIMES, MEMORY, PLAN,  # noqa: F401
+                                   ROW_PARAMS, SIZES, STAGE_NODES)
+
+# Bytes per parameter (sheet §5.1): 16-bit weights, fp32 main gradients, Adam's fp32 state.
+WEIGHT_BYTES = 2
+GRAD_BYTES = 4
+OPT_STATE_BYTES = 12
+
+#: Recomputation modes as the kernels code them.
+REC_NONE, REC_SELECTIVE, REC_FULL = 0, 1, 2
+
+
+def span_nodes(first, stride, count, node_size):
+    """Distinct nodes of the ranks first + k·stride, k = 0..count−1 (increasing ranks: with
+    stride ≤ node_size no node between the first and the last is skipped; with a larger
+    stride every rank has a node of its own)."""
+    if count <= 0:
+        return 0
+    if stride > node_size:
+        return count
+    return (first + (count - 1) * stride) // node_size - first // node_size + 1
+
+
+def geometry(p, t, d, node_size, masks, dpn):
+    """Megatron's rank layout (global rank = r·t·d + j·t + i) on nodes of ``node_size``;
+    with context parallelism ``d`` here is the context × data width cp·d (Megatron-Core's
+    tp-cp-dp-pp order: the context index sits between tensor and data, so the cp·d ranks
+    of a stage with one tensor index are r·t·cp·d + j·t + i, j < cp·d).
+
+    ``masks[a]`` (a < p − 1: boundary a → a + 1; a = p − 1: the interleaved wrap p − 1 → 0):
+    bit 2·inter + wide is set when for some data-parallel index j the boundary's send
+    crosses nodes for some tensor-parallel rank (inter) and the receiver's t ranks span two
+    nodes (wide; t ≤ node_size). ``dpn[r]``: nodes of stage r's data-parallel ring (ranks
+    r·t·d + j·t). Returns (nodes of the embedding all-reduce between ranks 0 and
+    (p − 1)·t·d, nodes of the model-parallel group r·t·d + i).
+    """
+    td = t * d
+    one_node = (p * td - 1) // node_size == 0
+    for a in range(p):
+        if one_node:
+            masks[a] = 1
+            continue
+        b = a + 1 if a < p - 1 else 0
+        mk = 0
+        for j in range(d):
+            sa = a * td + j * t
+            sb = b * td + j * t
+            inter = False
+            for i in range(t):
+                if (sa + i) // node_size != (sb + i) // node_size:
+                    inter = True
+                    break
+            wide = (sb + t - 1) // node_size != sb // node_size
+            mk |= 1 << ((2 if inter else 0) + (1 if wide else 0))
+            if mk == 15:
+                break
+        masks[a] = mk
+    for r in range(p):
+        dpn[r] = span_nodes(r * td, t, d, node_size)
+    emb_nodes = 1 if ((p - 1) * td) // node_size == 0 else 2
+    mp_nodes = 0
+    last = -1
+    for r in range(p):
+        lo = (r * td) // node_size
+        hi = (r * td + t - 1) // node_size
+        if lo <= last:
+            lo = last + 1
+        if hi >= lo:
+            mp_nodes += hi - lo + 1
+        if hi > last:
+            last = hi
+    return emb_nodes, mp_nodes
+
+
+def worst_span(p, stage_stride, j_count, j_stride, i_count, stride, count, node_size, out):
+    """Per stage r (``out[r]``) the most nodes spanned by one group of ``count`` ranks
+    base + k·stride (k < count), over every base r·stage_stride + j·j_stride + i
+    (j < j_count, i < i_count). A span depends on its base modulo node_size only, so j
+    and i run over at most node_size values each."""
+    jn = min(j_count, node_size)
+    inn = min(i_count, node_size)
+    for r in range(p):
+        worst = 1
+        if count > 1:
+            for j in range(jn):
+                for i in range(inn):
+                    s = span_nodes(r * stage_stride + j * j_stride + i, stride, count, node_size)
+                    if s > worst:
+                        worst = s
+        out[r] = worst
+
+
+def group_geometry(p, t, d, cp, ep, node_size, cpn, epn, edpn):
+    """Nodes spanned, per stage r, by the worst group of three kinds in Megatron-Core's
+    layouts (global rank = r·t·cp·d + j·t + i, i < t, j < cp·d; phaze/step.py "Rank
+    layout"): ``cpn`` the context-parallel ring (cp ranks of stride t inside each block of
+    t·cp ranks: order tp-cp-dp-pp), ``epn`` the expert-parallel group (ep ranks of stride t
+    inside each block of t·ep ranks: the expert order tp-ep-dp-pp with expert tensor
+    parallel = t), ``edpn`` the expert-data-parallel group (cp·d/ep ranks of stride t·ep)."""
+    D = cp * d
+    S = t * D
+    worst_span(p, S, d, t * cp, t, t, cp, node_size, cpn)
+    worst_span(p, S, D // ep, t * ep, t, t, ep, node_size, epn)
+    worst_span(p, S, ep, t, t, t * ep, D // ep, node_size, edpn)
+
+
+def stage_kinds(r, p, v, n_layers, moe_prefix):
+    """(dense, MoE) transformer layers device r holds: its chunks c·p + r (c < v) of
+    L/(p·v) consecutive layers each; ``moe_prefix[i]``: MoE layers among layers 0..i−1."""
+    lc = n_layers // (p * v)
+    nm = 0
+    for c in range(v):
+        k = c * p + r
+        nm += moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
+    return n_layers // p - nm, nm
+
+
+def stage_params(r, p, nd, nm, sz):
+    """(dense, routed-expert) parameters of stage r's slice holding ``nd`` dense and ``nm``
+    MoE layers (the embedding on the first stage, the head on the last)."""
+    n = nd * sz["blk_pb"] + nm * (sz["moe_pb"] - sz["moe_exp_pb"])
+    if r == 0:
+        n += sz["emb_pb"]
+    if r == p - 1:
+        n += sz["head_pb"]
+    return n // sz["elem_bytes"], nm * sz["moe_exp_pb"] // sz["elem_bytes"]
+
+
+def layer_times(cp, ep, stage, lt, sz, rp):
+    """Forward and backward seconds of one dense and one MoE block (one microbatch) on a
+    stage (a :data:`STAGE_NODES` record) whose context-parallel ring spans
+    ``stage.cp_nodes`` nodes and expert-parallel group ``stage.ep_nodes``: the priced
+    operators (``lt``), plus the K/V exchange's excess over the flash attention it runs
+    concurrently with (max(0, exchange − attention), forward and backward; the exchange
+    ``collectives.p2p_seconds``), plus the all-to-alls (``collectives.all_to_all_seconds``
+    over the ep ranks)."""
+    bf = lt["blk_f"]
+    bb = lt["blk_b"]
+    mf = lt["moe_f"]
+    mb = lt["moe_b"]
+    if cp > 1:
+        xf = coll.p2p_seconds(sz["ring_f"], cp, stage["cp_nodes"], rp) - lt["flash_f"]
+        xb = coll.p2p_seconds(sz["ring_b"], cp, stage["cp_nodes"], rp) - lt["flash_b"]
+        if xf > 0.0:
+            bf += xf
+            mf += xf
+        if xb > 0.0:
+            bb += xb
+            mb += xb
+    if ep > 1:
+        a = coll.all_to_all_seconds(sz["a2a_bytes"], ep, stage["ep_nodes"], rp)
+        mf += sz["a2a_f_n"] * a
+        mb += sz["a2a_b_n"] * a
+    return bf, bb, mf, mb
+
+
+def stage_comm(r, p, v, pair_s):
+    """Pipeline transfers of device r per microbatch: chunks c·p + r each receive from the
+    previous virtual stage and send to the next (``pair_s[a]``: boundary a → a + 1, the
+    wrap p − 1 → 0 at a = p − 1), in chunk order."""
+    comm = 0.0
+    for c in range(v):
+        k = c * p + r
+        if k > 0:
+            comm += pair_s[(k - 1) % p]
+        if k < p * v - 1:
+            comm += pair_s[r]
+    return comm
+
+
+def stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode):
+    """(forward, backward, recomputation) seconds per microbatch of stage r holding nd dense
+    and nm MoE blocks whose forward/backward are (bf, bb) and (mf, mb): the blocks, the
+    embedding on stage 0 and the head on stage p − 1; full recomputation re-runs the
+    blocks' forward, selective their attention cores (one definition for
+    :func:`step_time` and :func:`slot_lower_bound`)."""
+    f = nd * bf + nm * mf
+    bw = nd * bb + nm * mb
+    if r == 0:
+        f += lt["emb_f"]
+        bw += lt["emb_b"]
+    if r == p - 1:
+        f += lt["head_f"]
+        bw += lt["head_b"]
+    rec = 0.0
+    if rec_mode == REC_FULL:
+        rec = nd * bf + nm * mf
+    elif rec_mode == REC_SELECTIVE:
+        rec = nd * lt["blk_core"] + nm * lt["moe_core"]
+    return f, bw, rec
+
+
+def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
+    """The time of one iteration of ``plan`` (a :data:`PLAN` record; phaze/step/_model.py's
+    model), seconds, into ``bd`` (a :data:`BREAKDOWN` record), on the rank layout
+    ``stages`` (p :data:`STAGE_NODES` records) and ``cell`` (:data:`CELL_NODES`), with the
+    variant's layer times ``lt`` (:data:`LAYER_TIMES`), the row's ``rp``
+    (:data:`ROW_PARAMS`) and the sizes ``sz`` (:data:`SIZES`); ``slots`` (≥ p, 6) receives
+    per stage: slot, forward, backward, recomputation, transfers, and the seconds of
+    boundary a's crossing. Returns the total. Gradients of the dense parameters are
+    reduced over the cp·d ranks (``dp_nodes``), those of the routed experts over the
+    cp·d/ep expert-data-parallel ranks (``edp_nodes``)."""
+    p = plan["p"]
+    t = plan["t"]
+    cp = plan["cp"]
+    ep = plan["ep"]
+    v = plan["v"]
+    m = plan["m"]
+    n_layers = plan["n_layers"]
+    zero = plan["zero"]
+    ogr = plan["ogr"]
+    rec_mode = plan["rec_mode"]
+    gb = plan["grad_bytes"]   # bytes per parameter of the gradient reductions
+    D = cp * plan["d"]
+    edp = D // ep
+    e = sz["elem_bytes"]
+    # -- one crossing per stage boundary (worst data-parallel index) ------------------
+    g1 = 0.0
+    g2 = 0.0
+    if not plan["sp"]:  # with SP the boundary tensor stays split over the t ranks: no gather
+        g1 = coll.all_gather_seconds(sz["act_bytes"], t, 1, rp)
+        g2 = coll.all_gather_seconds(sz["act_bytes"], t, 2, rp)
+    for a in range(p):
+        mk = stages[a]["mask"]
+        worst = 0.0
+        for bit in range(4):
+            if mk & (1 << bit):
+                x = (lt["send_net"] if bit >= 2 else lt["send_in"]) + (g2 if bit & 1 else g1)
+                if x > worst:
+                    worst = x
+        slots[a, 5] = worst
+    full = rec_mode == REC_FULL
+    crit = 0
+    for r in range(p):
+        dpn = stages[r]["dp_nodes"]
+        edpn = stages[r]["edp_nodes"]
+        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
+        bf, bb, mf, mb = layer_times(cp, ep, stages[r], lt, sz, rp)
+        f, bw, rec = stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode)
+        comm = stage_comm(r, p, v, slots[:, 5])
+        # ZeRO-3: each layer's parameters all-gathered before its forward, its backward
+        # and (full recomputation) its recomputed forward; the embedding and head twice.
+        extra = 0.0
+        if zero >= 3 and D > 1:
+            passes = 3 if full else 2
+            blk = coll.all_gather_seconds(WEIGHT_BYTES * (sz["blk_pb"] // e) * D, D, dpn, rp)
+            extra = passes * nd * blk
+            if nm > 0:
+                moe = coll.all_gather_seconds(
+                    WEIGHT_BYTES * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e) * D, D, dpn, rp) \
+                    + coll.all_gather_seconds(WEIGHT_BYTES * (sz["moe_exp_pb"] // e) * edp, edp,
+                                              edpn, rp)
+                extra += passes * nm * moe
+            if r == 0:
+                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz["emb_pb"] // e) * D, D,
+                                                     dpn, rp)
+            if r == p - 1:
+                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz["head_pb"] // e) * D, D,
+                                                     dpn, rp)
+        if zero >= 2 and D > 1:
+            # per-microbatch reduce-scatter of the gradients as the backward ends
+            dn, en = stage_params(r, p, nd, nm, sz)
+            rs = coll.reduce_scatter_seconds(gb * dn, D, dpn, rp)
+            if en > 0:
+                rs += coll.reduce_scatter_seconds(gb * en, edp, edpn, rp)
+            if ogr:
+                extra += max(0.0, rs - bw - rec)
+            else:
+                extra += rs
+        slot = f + bw + rec + comm + extra
+        slots[r, 0] = slot
+        slots[r, 1] = f
+        slots[r, 2] = bw
+        slots[r, 3] = rec
+        slots[r, 4] = comm
+        if slot > slots[crit, 0]:
+            crit = r
+    slot = slots[crit, 0]
+    steady = m * slot
+    bubble = (p - 1) * slot / v
+    # -- data-parallel reduction, tied-embedding all-reduce, optimizer ---------------
+    dp_s = 0.0
+    upd = 0.0
+    shard = D if zero >= 1 else 1
+    shard_e = edp if zero >= 1 else 1
+    for r in range(p):
+        dpn = stages[r]["dp_nodes"]
+        edpn = stages[r]["edp_nodes"]
+        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
+        dn, en = stage_params(r, p, nd, nm, sz)
+        if zero == 0:
+            red = coll.all_reduce_seconds(gb * dn, D, dpn, rp)
+            if en > 0:
+                red += coll.all_reduce_seconds(gb * en, edp, edpn, rp)
+        elif zero == 1 and D > 1:
+            red = coll.reduce_scatter_seconds(gb * dn, D, dpn, rp)
+            if en > 0:
+                red += coll.reduce_scatter_seconds(gb * en, edp, edpn, rp)
+        else:
+            red = 0.0
+        if ogr:
+            red = max(0.0, red - slots[r, 2] - slots[r, 3])
+        if (zero == 1 or zero == 2) and D > 1:
+            red += coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, rp)
+            if en > 0:
+                red += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, rp)
+        if red > dp_s:
+            dp_s = red
+        x = (dn / shard + en / shard_e) * plan["opt_bytes"] / rp["hbm_bw"]
+        if r == 0 or x > upd:
+            upd = x
+    emb_s = 0.0
+    if p > 1:
+        emb_s = coll.all_reduce_seconds(gb * sz["word_elements"], 2, cell["emb_nodes"], rp)
+    tiny = coll.all_reduce_seconds(4, p * t, cell["mp_nodes"], rp)
+    opt_s = upd + plan["opt_kernels"] * rp["launch_s"] + plan["n_tiny"] * tiny
+    total = steady + bubble + dp_s + emb_s + opt_s
+    bd["total_s"] = total
+    bd["pipeline_s"] = steady + bubble
+    bd["steady_s"] = steady
+    bd["bubble_s"] = bubble
+    bd["dp_allreduce_s"] = dp_s
+    bd["embedding_allreduce_s"] = emb_s
+    bd["optimizer_s"] = opt_s
+    bd["slot_s"] = slot
+    bd["forward_s"] = slots[crit, 1]
+    bd["backward_s"] = slots[crit, 2]
+    bd["recompute_s"] = slots[crit, 3]
+    bd["p2p_s"] = slots[crit, 4]
+    bd["microbatches"] = m
+    bd["critical_stage"] = crit
+    return total
+
+
+def stage_memory(r, plan, sz, moe_prefix, out):
+    """Bytes held by one GPU of stage r of ``plan`` (phaze/step/_model.py, "Memory per
+    GPU") into ``out`` (a :data:`MEMORY` record); returns their total (all but the count
+    in flight and the layer state). ZeRO shards the dense parameters' state over the cp·d
+    ranks and the routed experts' over the cp·d/ep expert-data-parallel ranks."""
+    p = plan["p"]
+    v = plan["v"]
+    m = plan["m"]
+    ep = plan["ep"]
+    n_layers = plan["n_layers"]
+    zero = plan["zero"]
+    gb = plan["grad_bytes"]   # the gradient buffer's bytes per parameter
+    D = plan["cp"] * plan["d"]
+    edp = D // ep
+    e = sz["elem_bytes"]
+    nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
+    # ZeRO shards: optimizer state from stage 1, gradients from 2, weights at 3.
+    w_div = D if zero >= 3 else 1
+    g_div = D if zero >= 2 else 1
+    o_div = D if zero >= 1 else 1
+    w_div_e = edp if zero >= 3 else 1
+    g_div_e = edp if zero >= 2 else 1
+    o_div_e = edp if zero >= 1 else 1
+    per_param = WEIGHT_BYTES / w_div + gb / g_div + OPT_STATE_BYTES / o_div
+    per_param_e = WEIGHT_BYTES / w_div_e + gb / g_div_e + OPT_STATE_BYTES / o_div_e
+    dn, en = stage_params(r, p, nd, nm, sz)
+    if v == 1:
+        in_flight = min(p - r, m)
+        act = in_flight * (nd * sz["blk_stash"] + nm * sz["moe_stash"])
+        ends_in_flight = in_flight
+    else:
+        # Megatron's interleaved warm-up: 2(p − r − 1) + (v − 1)·p + 1 chunk-microbatches,
+        # each counted at the device's heaviest chunk (exact when its chunks are alike)
+        in_flight = min(2 * (p - r - 1) + (v - 1) * p + 1, m * v)
+        lc = n_layers // (p * v)
+        chunk = 0
+        for c in range(v):
+            k = c * p + r
+            cm = moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
+            x = (lc - cm) * sz["blk_stash"] + cm * sz["moe_stash"]
+            if x > chunk:
+                chunk = x
+        act = in_flight * chunk
+        ends_in_flight = -(-in_flight // v)
+    other = 0
+    if r == 0:
+        other += ends_in_flight * sz["emb_stash"]
+    if r == p - 1:
+        other += ends_in_flight * sz["head_stash"]
+    workspace = sz["workspace"]
+    if zero >= 3 and D > 1:
+        # the gathered parameters of the layer running and of the one prefetched
+        biggest = 0
+        if nd > 0:
+            biggest = sz["blk_pb"] // e
+        if nm > 0 and sz["moe_pb"] // e > biggest:
+            biggest = sz["moe_pb"] // e
+        workspace += 2 * WEIGHT_BYTES * biggest
+    # fp8 training: Transformer Engine's FP8 copies of the blocks' GEMM weights (both
+    # layouts, the ``*_fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
+    out["weights"] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) \
+        + int(nd * sz["blk_fp8_w"] / w_div) + int(nm * sz["moe_fp8_w"] / w_div) \
+        + int(nm * sz["moe_exp_fp8_w"] / w_div_e)
+    out["gradients"] = int(gb * dn / g_div) + int(gb * en / g_div_e)
+    out["optimizer_state"] = int(OPT_STATE_BYTES * dn / o_div) + int(OPT_STATE_BYTES * en / o_div_e)
+    out["activations"] = act
+    out["activations_other"] = other
+    out["workspace"] = workspace
+    out["in_flight"] = in_flight
+    out["layer_param_state"] = int(nd * (sz["blk_pb"] // e) * per_param) \
+        + int(nd * sz["blk_fp8_w"] / w_div) \
+        + int(nm * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e) * per_param) \
+        + int(nm * (sz["moe_exp_pb"] // e) * per_param_e) \
+        + int(nm * sz["moe_fp8_w"] / w_div) + int(nm * sz["moe_exp_fp8_w"] / w_div_e)
+    return (out["weights"] + out["gradients"] + out["optimizer_state"] + out["activations"] + out["activations_other"]
+            + out["workspace"])
+
+
+# ---------------------------------------------------------------------------
+# the plan search (phaze.step.best_plans)
+# ---------------------------------------------------------------------------
+
+def _plan_vs(p, m, n_layers, vs, vs_all, out):
+    """Virtual-stage counts Megatron allows for (p, m) from the grid (or all), ascending,
+    into ``out``; returns how many."""
+    k = 0
+    top = n_layers // p if vs_all else vs.shape[0]
+    for i in range(top):
+        v = i + 1 if vs_all else vs[i]
+        if v == 1 or (p >= 2 and n_layers % (p * v) == 0 and m % p == 0):
+            out[k] = v
+            k += 1
+    return k
+
+
+def enumerate_plans(var_g, nv, grp_t, grp_cp, grp_ep, ps, ds, devices, global_batch,
+                    microbatch, n_layers, vs, vs_all, zeros, ogrs, launchable):
+    """Every plan in the documented loop order: variant (t, SP, flash, cp, ep; ``var_g``
+    its (t, cp, ep) group index into ``grp_*``), p, d, v, ZeRO stage (only the first at
+    cp·d = 1, where all stages are one plan), overlap. Rules: t·cp·p·d ≤ devices, ep
+    divides cp·d; with ``launchable`` no ZeRO stage 2–3 over more than one rank with
+    pipeline or context parallelism (no trainer launches it: Megatron-LM has ZeRO 0–1
+    only, DeepSpeed refuses stages 2–3 with a pipeline and has no ring attention).
+    Returns the plans' columns (variant, p, d, v, zero, overlap, m, geometry cell) and the
+    geometry cells' (t, cp, ep, p, d) — one cell per group × p × d."""
+    ng = grp_t.shape[0]
+    n_cells = ng * ps.shape[0] * ds.shape[0]
+    geo_t = np.empty(n_cells, dtype=np.int64)
+    geo_cp = np.empty(n_cells, dtype=np.int64)
+    geo_ep = np.empty(n_cells, dtype=np.int64)
+    geo_p = np.empty(n_cells, dtype=np.int64)
+    geo_d = np.empty(n_cells, dtype=np.int64)
+    for gi in range(ng):
+        for pi in range(ps.shape[0]):
+            for di in range(ds.shape[0]):
+                c = (gi * ps.shape[0] + pi) * ds.shape[0] + di
+                geo_t[c] = grp_t[gi]
+                geo_cp[c] = grp_cp[gi]
+                geo_ep[c] = grp_ep[gi]
+                geo_p[c] = ps[pi]
+                geo_d[c] = ds[di]
+    vbuf = np.empty(max(n_layers, vs.shape[0]) + 1, dtype=np.int64)
+    cols = np.empty((0, 8), dtype=np.int64)
+    for fill in range(2):  # count, then fill
+        count = 0
+        for k in range(nv):
+            gi = var_g[k]
+            t = grp_t[gi]
+            cp = grp_cp[gi]
+            ep = grp_ep[gi]
+            for pi in range(ps.shape[0]):
+                p = ps[pi]
+                for di in range(ds.shape[0]):
+                    d = ds[di]
+                    if t * cp * p * d > devices:
+                        break
+                    if (cp * d) % ep:
+                        continue
+                    m = global_batch // (microbatch * d)
+                    nvs = _plan_vs(p, m, n_layers, vs, vs_all, vbuf)
+                    for vi in range(nvs):
+                        for zi in range(zeros.shape[0] if cp * d > 1 else 1):
+                            if launchable and (p > 1 or cp > 1) and cp * d > 1 \
+                                    and zeros[zi] >= 2:
+                                continue
+                            for oi in range(ogrs.shape[0]):
+                                if fill:
+                                    cols[count, 0] = k
+                                    cols[count, 1] = p
+                                    cols[count, 2] = d
+                                    cols[count, 3] = vbuf[vi]
+                                    cols[count, 4] = zeros[zi]
+                                    cols[count, 5] = 1 if ogrs[oi] else 0
+                                    cols[count, 6] = m
+                                    cols[count, 7] = (gi * ps.shape[0] + pi) * ds.shape[0] + di
+                                count += 1
+        if not fill:
+            cols = np.empty((count, 8), dtype=np.int64)
+    return (np.ascontiguousarray(cols[:, 0]), np.ascontiguousarray(cols[:, 1]),
+            np.ascontiguousarray(cols[:, 2]), np.ascontiguousarray(cols[:, 3]),
+            np.ascontiguousarray(cols[:, 4]), np.ascontiguousarray(cols[:, 5] == 1),
+            np.ascontiguousarray(cols[:, 6]), np.ascontiguousarray(cols[:, 7]),
+            geo_t, geo_cp, geo_ep, geo_p, geo_d)
+
+
+def _cell_ok(t, cp, ep, p, d, node_size, devices):
+    return t * cp * p * d <= devices and t <= node_size and (cp * d) % ep == 0
+
+
+def stage_geometry(p, t, d, cp, ep, node_size, stages, cell):
+    """Megatron's rank layout of a plan on nodes of ``node_size``: :func:`geometry` and
+    :func:`group_geometry` into ``stages`` (p :data:`STAGE_NODES` records) and ``cell``
+    (a :data:`CELL_NODES` record)."""
+    masks = np.empty(p, dtype=np.int64)
+    dpn = np.empty(p, dtype=np.int64)
+    cpn = np.empty(p, dtype=np.int64)
+    epn = np.empty(p, dtype=np.int64)
+    edpn = np.empty(p, dtype=np.int64)
+    cell["emb_nodes"], cell["mp_nodes"] = geometry(p, t, cp * d, node_size, masks, dpn)
+    group_geometry(p, t, d, cp, ep, node_size, cpn, epn, edpn)
+    for r in range(p):
+        st = stages[r]
+        st["mask"] = masks[r]
+        st["dp_nodes"] = dpn[r]
+        st["cp_nodes"] = cpn[r]
+        st["ep_nodes"] = epn[r]
+        st["edp_nodes"] = edpn[r]
+
+
+def build_geometry(geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values, devices):
+    """:func:`stage_geometry` of every valid cell (t, cp, ep, p, d) on every distinct node
+    size: offsets (cells, sizes) into the flat :data:`STAGE_NODES` array (p records per
+    cell and size), that array, and the :data:`CELL_NODES` records (cells, sizes)."""
+    n_cells = geo_t.shape[0]
+    nns = ns_values.shape[0]
+    off = np.zeros((n_cells, nns), dtype=np.int64)
+    total = 0
+    for c in range(n_cells):
+        for s in range(nns):
+            off[c, s] = total
+            if _cell_ok(geo_t[c], geo_cp[c], geo_ep[c], geo_p[c], geo_d[c], ns_values[s],
+                        devices):
+                total += geo_p[c]
+    stages = np.zeros(total, dtype=STAGE_NODES)
+    for k in range(total):
+        stages[k]["cp_nodes"] = 1
+        stages[k]["ep_nodes"] = 1
+        stages[k]["edp_nodes"] = 1
+    cells = np.zeros((n_cells, nns), dtype=CELL_NODES)
+    for c in range(n_cells):
+        for s in range(nns):
+            cells[c, s]["emb_nodes"] = 1
+            cells[c, s]["mp_nodes"] = 1
+            t, cp, ep, p, d = geo_t[c], geo_cp[c], geo_ep[c], geo_p[c], geo_d[c]
+            if _cell_ok(t, cp, ep, p, d, ns_values[s], devices):
+                o = off[c, s]
+                stage_geometry(p, t, d, cp, ep, ns_values[s], stages[o:o + p], cells[c, s])
+    return off, stages, cells
+
+
+def peak_stage_memory(plan, sz, moe_prefix, out):
+    """The largest stage total of ``plan`` (bytes), its parts in ``out`` (a :data:`MEMORY`
+    record); ties go to the first maximal stage (as StepResult.peak_memory picks). When
+    every transformer layer is of one kind (dense, or all MoE) only stages 0 and p − 1 are
+    priced: a middle stage holds fewer parameters (no embedding), no more microbatches in
+    flight (in flight never grows with r), no embedding/head stash and the same workspace
+    as stage 0, so it never exceeds stage 0. A model mixing dense and MoE layers has every
+    stage priced."""
+    p = plan["p"]
+    n_layers = plan["n_layers"]
+    tmp = np.empty(1, dtype=MEMORY)
+    peak = stage_memory(0, plan, sz, moe_prefix, out)
+    n_moe = moe_prefix[n_layers]
+    mixed = 0 < n_moe < n_layers
+    for r in range(1, p):
+        if not mixed and r < p - 1:
+            continue
+        x = stage_memory(r, plan, sz, moe_prefix, tmp[0])
+        if x > peak:
+            peak = x
+            _copy_memory(tmp[0], out)
+    return peak
+
+
+def _copy_memory(src, dst):
+    dst["weights"] = src["weights"]
+    dst["gradients"] = src["gradients"]
+    dst["optimizer_state"] = src["optimizer_state"]
+    dst["activations"] = src["activations"]
+    dst["activations_other"] = src["activations_other"]
+    dst["workspace"] = src["workspace"]
+    dst["in_flight"] = src["in_flight"]
+    dst["layer_param_state"] = src["layer_param_state"]
+
+
+def plan_memory(plans, plan_var, var_sizes, moe_prefix):
+    """The peak stage memory of every plan (:data:`PLAN` records; bytes, float64): it does
+    not depend on the row."""
+    out = np.empty(plans.shape[0])
+    mem = np.empty(1, dtype=MEMORY)
+    for k in range(plans.shape[0]):
+        out[k] = peak_stage_memory(plans[k], var_sizes[plan_var[k]], moe_prefix, mem[0])
+    return out
+
+
+def slot_lower_bound(plan, lt, moe_prefix):
+    """max over stages 0, p − 1 and 1 of forward + backward + recomputation per microbatch
+    with the operators' times alone, formed as :func:`step_time` forms them: its slot adds
+    the exchanges' excess, the all-to-alls, transfers and ZeRO traffic (≥ 0) to the same
+    sums, and the slot is the max over all stages, so (m + (p − 1)/v) times this never
+    exceeds its pipeline time."""
+    p = plan["p"]
+    best = 0.0
+    for r in (0, p - 1, 1):
+        if r >= p or (r == 1 and p < 3):
+            continue
+        nd, nm = stage_kinds(r, p, plan["v"], plan["n_layers"], moe_prefix)
+        f, bw, rec = stage_sums(r, p, nd, nm, lt["blk_f"], lt["blk_b"], lt["moe_f"], lt["moe_b"], lt,
+                                plan["rec_mode"])
+        x = f + bw + rec
+        if x > best:
+            best = x
+    return best
+
+
+def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows, rp, cap,
+                row_nsi, geo_off, geo_stages, geo_cells, moe_prefix, best_idx, best_bd):
+    """Per row, the feasible plan of least time (index into ``plans``, :data:`PLAN`
+    records, or −1) and its breakdown (``best_bd``, :data:`BREAKDOWN` records). Exact
+    branch and bound: every plan whose lower bound (m + (p−1)/v)·:func:`slot_lower_bound`
+    does not exceed the best time found is priced with :func:`step_time`; the plan of
+    least bound is priced first. Ties go to the lower index."""
+    n_plans = plans.shape[0]
+    lbs = np.empty(n_plans)
+    slots = np.empty((moe_prefix.shape[0], 6))
+    bd = np.empty(1, dtype=BREAKDOWN)
+    for row in range(rp.shape[0]):
+        nsi = row_nsi[row]
+        seed = -1
+        seed_lb = np.inf
+        for k in range(n_plans):
+            vi = plan_var[k]
+            if not var_ok[vi, row] or plan_peak[k] > cap[row]:
+                lbs[k] = np.inf
+                continue
+            pl = plans[k]
+            p = pl["p"]
+            s = slot_lower_bound(pl, lt_rows[vi, row], moe_prefix)
+            lb = pl["m"] * s + (p - 1) * s / pl["v"]
+            lbs[k] = lb
+            if lb < seed_lb:
+                seed_lb = lb
+                seed = k
+        best = np.inf
+        bi = -1
+        if seed < 0:
+            best_idx[row] = -1
+            continue
+        for step in range(n_plans + 1):
+            k = seed if step == 0 else step - 1
+            if k < 0 or (step > 0 and k == seed) or not lbs[k] <= best:
+                continue
+            vi = plan_var[k]
+            pl = plans[k]
+            p = pl["p"]
+            c = plan_geo[k]
+            o = geo_off[c, nsi]
+            total = step_time(pl, geo_cells[c, nsi], geo_stages[o:o + p], lt_rows[vi, row],
+                              rp[row], var_sizes[vi], moe_prefix, slots, bd[0])
+            if total < best or (total == best and k < bi):
+                best = total
+                bi = k
+                best_bd[row] = bd[0]
+        best_idx[row] = bi
