@@ -227,6 +227,10 @@ class CalibratedPricing(Pricing):
         self._bounds = {}
         self._tables = {}
 
+    def plan_counts(self) -> tuple:
+        return (sum(t.plans_bounded for t in self._tables.values()),
+                sum(t.plans_priced for t in self._tables.values()))
+
     def table(self, model_index, microbatch):
         """The chunk's :func:`layer_table` of one (model, microbatch), built once."""
         key = model_index, microbatch

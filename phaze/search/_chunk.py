@@ -24,6 +24,8 @@ them.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ._calibrated import CalibratedPricing
@@ -119,6 +121,7 @@ def pruning_state(task: ChunkTask):
 def run_chunk(task: ChunkTask) -> ChunkResult:
     """Evaluate every point of one chunk (see :class:`ChunkTask` and :class:`ChunkResult`)
     with the settings' cost model (:func:`pricing_for`)."""
+    t0 = time.perf_counter()
     cfg = task.settings
     archs = task.archs
     arch_ids = np.asarray(task.arch_ids, dtype=np.int64)
@@ -186,5 +189,7 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
                         if best > floors[mi]:
                             floors[mi] = best
                         own_best[batch] = np.maximum(own_best[batch], sps)
+    bounded, priced = pricing.plan_counts()
     return ChunkResult(chunk_id=int(task.chunk_id), columns=rows.arrays(), pruned=pruned,
-                       block_fwbw_s=block)
+                       block_fwbw_s=block, plans_bounded=int(bounded), plans_priced=int(priced),
+                       busy_s=time.perf_counter() - t0)

@@ -347,6 +347,13 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         # Rate of this run: points it evaluated (resumed chunks and pruned points excluded).
         "points_per_s": (sweep.progress.evaluated / sweep_s
                          if sweep_s > 0 and sweep.progress.evaluated else None),
+        # The plan searches of this run's chunks (the calibrated model; 0 for the study's):
+        # plans whose bound was formed, plans priced in full, and the workers' seconds on
+        # the chunks, so plans priced per core-second.
+        "plans_bounded": sweep.plans_bounded, "plans_priced": sweep.plans_priced,
+        "worker_busy_s": sweep.busy_s,
+        "plans_per_core_s": (sweep.plans_priced / sweep.busy_s
+                             if sweep.busy_s > 0 and sweep.plans_priced else None),
         "skipped_tensor_parallel": {m: {str(t): r for t, r in s.items()} for m, s in skipped.items()},
         "resumed_chunks": sweep.n_chunks - len(sweep.todo),
         # --prune best may skip points of smaller area that are on the front.
@@ -400,6 +407,9 @@ class _Sweep:
             if settings.prune_mode == "front":
                 update_front(tab, self.models, self.front)
         self.n_evaluated = sum(len(t["arch_id"]) for t in self.tables)
+        # this run's chunks: plans bounded and priced, and the workers' seconds on them
+        self.plans_bounded = self.plans_priced = 0
+        self.busy_s = 0.0
         self.progress = _Progress(
             sum(self.rows_of(c).size for c in self.todo) * settings.points_per_arch, progress)
 
@@ -428,6 +438,9 @@ class _Sweep:
         cid = res.chunk_id
         tab = expand(res.columns, self.archs, self.models, self.ids)
         facts = {"pruned": int(res.pruned), "evaluated": len(tab["arch_id"])}
+        self.plans_bounded += int(res.plans_bounded)
+        self.plans_priced += int(res.plans_priced)
+        self.busy_s += float(res.busy_s)
         if res.block_fwbw_s is not None:
             facts["block"] = chunk_block_argmin(res.block_fwbw_s, self.archs,
                                                 cid * self.chunk_archs)

@@ -89,6 +89,11 @@ class Pricing(abc.ABC):
         self.cfg = cfg
         self.archs = archs
 
+    def plan_counts(self) -> tuple:
+        """(plans bounded, plans priced in full) so far in this chunk, for a cost model
+        that searches plans per point (the calibrated step model); (0, 0) otherwise."""
+        return 0, 0
+
     @property
     @abc.abstractmethod
     def prune_batch(self) -> int:

@@ -274,7 +274,7 @@ def format_summary(summary: dict, model_names) -> str:
                  f"{meta.get('points_evaluated'):,} of "
                  f"{meta.get('points_total'):,} points evaluated ({meta.get('points_pruned'):,} pruned) "
                  f"in {meta.get('sweep_time_s', 0):.1f} s "
-                 f"({(meta.get('points_per_s') or 0):,.0f} points/s)")
+                 f"({(meta.get('points_per_s') or 0):,.0f} points/s{_plans_text(meta)})")
     lines.append(cost_model_line(meta))
     if not best.get("feasible"):
         reason = str(best.get("reason") or "infeasible")
@@ -333,6 +333,18 @@ def format_summary(summary: dict, model_names) -> str:
             else:
                 lines.append(f"  {key:<15} {name:<18} infeasible: {r.get('reason')}")
     return "\n".join(lines)
+
+
+def _plans_text(meta) -> str:
+    """", N plans priced (x per point, y/s per core)" of a run whose cost model searches
+    plans per point (the calibrated step model), else ""."""
+    priced = meta.get("plans_priced") or 0
+    evaluated = meta.get("points_evaluated") or 0
+    rate = meta.get("plans_per_core_s")
+    if not priced or not evaluated or not rate:
+        return ""
+    return (f"; {priced:,} plans priced, {priced / evaluated:,.1f} per point, "
+            f"{rate:,.0f} plans/s per core")
 
 
 def cost_model_line(meta) -> str:

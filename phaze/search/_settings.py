@@ -121,10 +121,16 @@ class ChunkResult:
     ``columns``: dict of per-point columns (``phaze.search._chunk.COLUMNS``: model
     index, arch id, knobs, plan); ``pruned``: points skipped by a valid bound;
     ``block_fwbw_s``: (models, archs) seconds of one block's forward + backward, or
-    None when not asked for.
+    None when not asked for. ``plans_bounded``, ``plans_priced``: the plans of the
+    chunk's plan searches whose lower bound was formed and those priced in full (0 for the
+    study's model, which searches no plans); ``busy_s``: the worker's wall seconds on the
+    chunk.
     """
 
     chunk_id: int
     columns: dict
     pruned: int
     block_fwbw_s: np.ndarray = None
+    plans_bounded: int = 0
+    plans_priced: int = 0
+    busy_s: float = 0.0

@@ -944,13 +944,16 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
     branch and bound: every plan whose lower bound (m + (p−1)/v)·``slot_lower_bound``
     does not exceed the best time found is priced with ``step_time_c``; the plan of
     least bound is priced first. Ties go to the lower index. ``var_ok`` (variants, rows):
-    whether the variant may run on the row (0/1)."""
+    whether the variant may run on the row (0/1). Returns (plans bounded, plans priced)
+    over all rows: the plans whose bound was formed (the variant runs on the row and the
+    plan fits in its memory) and those of them priced in full."""
     cdef Py_ssize_t n_plans = plans.shape[0], n_rows = rp.shape[0]
     cdef Py_ssize_t row, k, step, vi, c, o, seed, bi
     cdef int64_t nsi, p
     cdef double seed_lb, s, lb, best, total
     cdef const Plan* pl
     cdef Breakdown bd
+    cdef int64_t n_bounded = 0, n_priced = 0
     assert best_idx.shape[0] >= n_rows and best_bd.shape[0] >= n_rows
     assert moe_prefix.shape[0] >= 1
     cdef double* lbs = <double*>malloc((n_plans + 1) * sizeof(double))
@@ -975,6 +978,7 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                     s = slot_lower_bound(pl, &lt_rows[vi, row], &moe_prefix[0])
                     lb = <double>pl.m * s + <double>(p - 1) * s / <double>pl.v
                     lbs[k] = lb
+                    n_bounded += 1
                     if lb < seed_lb:
                         seed_lb = lb
                         seed = k
@@ -995,6 +999,7 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                     total = step_time_c(pl, &geo_cells[c, nsi], &geo_stages[o],
                                         &lt_rows[vi, row], &rp[row], &var_sizes[vi],
                                         &moe_prefix[0], slots, &bd)
+                    n_priced += 1
                     if total < best or (total == best and k < bi):
                         best = total
                         bi = k
@@ -1003,6 +1008,7 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
     finally:
         free(lbs)
         free(slots)
+    return n_bounded, n_priced
 
 
 def _check_records():

@@ -433,6 +433,9 @@ class LayerTable:
     ``variants``: (t, sequence parallel, flash, cp, ep, ModelGraph) in loop order;
     ``times``: (max(len(variants), 1), n) ``LAYER_TIMES`` records; ``rows``: the
     ARCH_DTYPE rows (n,); ``rp``, ``node_size``: their collective parameters and node sizes.
+    ``plans_bounded``, ``plans_priced``: running totals over the table's plan searches of
+    the plans whose lower bound was formed and of those then priced in full
+    (``step_time``), the search's work in plans.
     """
 
     def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times):
@@ -445,6 +448,8 @@ class LayerTable:
         self.variants = variants
         self.times = times
         self._sizes = {}
+        self.plans_bounded = 0
+        self.plans_priced = 0
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
@@ -692,8 +697,11 @@ def _search_plans(table, archs, rp, ns, LT_all, n_dev, B, recompute, hbm_bytes, 
     plan_peak = kern.plan_memory(plans, plan_var, VI, prefix)
     best_idx = np.full(n, -1, dtype=np.int64)
     best_bd = np.zeros(n, dtype=kern.BREAKDOWN)
-    kern.search_rows(plans, plan_var, plan_geo, plan_peak, VI, var_ok.view(np.uint8), LT, rp,
-                     cap, row_nsi, geo_off, geo_stages, geo_cells, prefix, best_idx, best_bd)
+    bounded, priced = kern.search_rows(plans, plan_var, plan_geo, plan_peak, VI,
+                                       var_ok.view(np.uint8), LT, rp, cap, row_nsi, geo_off,
+                                       geo_stages, geo_cells, prefix, best_idx, best_bd)
+    table.plans_bounded += bounded
+    table.plans_priced += priced
     out = np.zeros(n, dtype=PLAN_DTYPE)
     out["time_s"] = np.inf
     for row in range(n):
