@@ -1,7 +1,7 @@
 """Build the compiled extensions: every ``.pyx`` under ``phaze/``, each beside the Python
-that calls it (the topological order in ``phaze/graph/_dag.pyx``, the placement DP in
-``phaze/placement/_dp.pyx``, the schedule kernels in ``phaze/schedule``); metadata lives
-in pyproject.toml.
+that calls it (the topological order in ``phaze/graph/_dag.pyx``, the operator cost
+kernels in ``phaze/cost/_kernels.pyx``, the placement DP in ``phaze/placement/_dp.pyx``,
+the schedule kernels in ``phaze/schedule``); metadata lives in pyproject.toml.
 
 OpenMP is used when the compiler supports it (gcc on Linux); elsewhere the
 kernels build without it and ``prange`` runs serially.

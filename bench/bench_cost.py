@@ -3,7 +3,8 @@
 Times the latencies of every operator of the gpt3-175b layer kinds (embedding, block,
 head; forward and backward) for tensor-parallel widths t ∈ {1, 2, 4, 8} and
 microbatches ∈ {1, 2, 4, 8} on all 29,360 architectures of ``ArchSpace.default()``,
-with the JIT cache warm (one untimed call first). Target: ≤ 5 s on a 2-core machine.
+after one untimed call (the operator loop is compiled ahead of time, so that call
+only imports). Target: ≤ 5 s on a 2-core machine.
 
 Before reporting, it checks its answers: every latency finite and at least the
 roofline bound, intra-op never slower than one core, and a sample of (operator,
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
+import _bench_env  # noqa: E402,F401  (repository on sys.path)
 sys.path.insert(0, str(REPO / "tests"))
 
 from phaze import cost  # noqa: E402
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
     archs = ArchSpace.default().configs
     graphs = _graphs(args.model)
     n_ops = sum(g.n_ops for _, g in graphs)
-    cost.op_latencies(graphs[0][1], archs[:8], **kw)  # load the compiled kernel from the JIT cache
+    cost.op_latencies(graphs[0][1], archs[:8], **kw)  # untimed: the first call imports
 
     times = []
     for _ in range(max(1, args.repeat)):

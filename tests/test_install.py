@@ -1,8 +1,9 @@
-"""Install sequences (issue 17, item 8): numba's cache of phaze's kernels never lands in
+"""Install sequences (issue 17, item 8): numba's cache of compiled kernels never lands in
 the package folder, so ``pip install . && phaze search ...`` followed by
 ``pip install -e .`` leaves no ``site-packages/phaze/`` behind to hide the editable
 install; without a writable home the cache falls back to the temporary folder with
-one sentence."""
+one sentence. The operator cost kernels are compiled ahead of time (Cython,
+``phaze/cost/_kernels.pyx``): using them imports and compiles nothing with numba."""
 import os
 import shutil
 import subprocess
@@ -17,27 +18,71 @@ REPO = Path(__file__).resolve().parent.parent
 needs_jit = pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"),
                                reason="NUMBA_DISABLE_JIT: numba caches nothing")
 
-# Compile (and cache) the smallest kernel of phaze.cost (every kernel module of phaze
-# takes the same folder: the variable is set before numba is imported), then report
-# where numba put the cache.
+# Compile (and cache) a small numba kernel after ``import phaze`` (phaze chooses numba's
+# cache folder before numba is imported, for every kernel compiled in the process), then
+# report where numba put the cache. The probe's module lies in the test's own folder.
+_PROBE = textwrap.dedent("""
+    import math
+
+    from numba import njit
+
+
+    @njit(cache=True)
+    def cdiv(a, b):
+        return float(math.ceil(a / b))
+""")
 _COMPILE = textwrap.dedent("""
     import phaze, numba
-    from phaze.cost import _kernels as _cost_kernels
-    assert _cost_kernels._cdiv(7.0, 2.0) == 4.0
+    import phaze_numba_probe
+    assert phaze_numba_probe.cdiv(7.0, 2.0) == 4.0
     print(numba.config.CACHE_DIR)
 """)
 
+# Price a layer with both cost models, then report whether numba was imported at all.
+_COST = textwrap.dedent("""
+    import importlib.machinery
+    import sys
+    import phaze
+    from phaze.arch import presets
+    from phaze.cost import _kernels, op_latencies
+    from phaze.graph import build_layers
+    assert _kernels._cdiv(7.0, 2.0) == 4.0
+    assert _kernels.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), \
+        _kernels.__file__
+    g = build_layers("gpt3-175b", 1, 8).layers[1].forward
+    row = presets.get("a100-80g")
+    op_latencies(g, row)
+    op_latencies(g, row, model="calibrated", efficiency="a100-80g")
+    print("numba" in sys.modules)
+""")
 
-def _run(env_changes, tmp_path):
+
+def _run(env_changes, tmp_path, code=_COMPILE):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env.update(env_changes)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-c", _COMPILE], env=env, cwd=tmp_path, text=True,
+    (tmp_path / "phaze_numba_probe.py").write_text(_PROBE)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(tmp_path),
+                                                      os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, text=True,
                           capture_output=True, timeout=600)
 
 
 def _index_files(folder):
     return sorted(p.name for p in Path(folder).rglob("*.nbi"))
+
+
+def test_cost_kernels_are_compiled_ahead_of_time_and_compile_nothing(tmp_path):
+    """The operator loop is an extension module built by setup.py: pricing with both cost
+    models imports no numba and writes no numba cache anywhere."""
+    xdg = tmp_path / "xdg"
+    package = REPO / "phaze"
+    before = {p: p.stat().st_mtime for p in package.rglob("*.nbi")}
+    proc = _run({"XDG_CACHE_HOME": str(xdg)}, tmp_path, code=_COST)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False", "using phaze.cost imported numba"
+    assert not xdg.exists() or not _index_files(xdg), _index_files(xdg)
+    assert {p: p.stat().st_mtime for p in package.rglob("*.nbi")} == before
+    assert proc.stderr == ""
 
 
 @needs_jit

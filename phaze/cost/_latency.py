@@ -10,7 +10,8 @@ Two models, selected by ``model=``: ``"study"`` (the default) is the original
 study's ideal model below, unchanged; ``"calibrated"`` adds what a real chip loses
 against it (see "The calibrated model" at the end), with parameters from
 :mod:`phaze.arch.efficiency` chosen by ``efficiency=``. Both are one operator loop
-(``_kernels._op_latencies``) chosen once from :data:`COST_MODELS`: the study's model is
+(``_kernels._op_latencies``, compiled ahead of time from ``_kernels.pyx``: the first call
+compiles nothing) chosen once from :data:`COST_MODELS`: the study's model is
 the calibrated one with the identity parameters (:data:`IDENTITY`: every efficiency 1,
 every latency 0) and without the tile rule, which gives its numbers bit for bit.
 
@@ -135,6 +136,7 @@ from ..arch import ARCH_DTYPE, dtype_rates
 from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
+from . import _kernels
 from ._records import PARAMS_DTYPE, TILE_DTYPE
 
 __all__ = ["MODELS", "op_latencies", "p2p_seconds", "roofline_bounds"]
@@ -391,16 +393,14 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
     spec = _cost_model(model, efficiency)
     prep = _prepared(archs)
     inputs = _model_inputs(prep, spec.efficiency(efficiency))
-    from . import _kernels as kern  # numba loads with the first latency asked for
-
     n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
     in_bytes, fp8, rates = _dtype_inputs(op_graph, n_archs, fp8_rate)
     single = np.empty((n_ops, n_archs), dtype=np.float64)
     intra = np.empty((n_ops, n_archs), dtype=np.float64)
     bytes_moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
-    kern._op_latencies(
-        op_graph.kind.astype(np.int64), op_graph.dims, op_graph.cycles_per_element,
-        op_graph.elements, bytes_moved, op_graph.comm_bytes, op_graph.group_size.astype(np.int64),
+    _kernels._op_latencies(
+        op_graph.kind, op_graph.dims, op_graph.cycles_per_element, op_graph.elements,
+        bytes_moved, op_graph.comm_bytes, op_graph.group_size,
         float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
         float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
         prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],

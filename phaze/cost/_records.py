@@ -1,7 +1,9 @@
 """The records at the boundary of the operator loop (``phaze.cost._kernels._op_latencies``).
 
-Plain numpy dtypes (no numba here, so that importing ``phaze.cost`` stays light): the
-kernel reads their fields by name.
+Plain numpy dtypes: the compiled kernel (``_kernels.pyx``) reads them through C structs
+with the same fields at the same offsets (``Params``, ``Tile``; the names and sizes are
+checked when it is imported, the field types by the buffer format at every call), so a
+field added, removed or reordered here must be changed there too.
 """
 import numpy as np
 
