@@ -54,6 +54,13 @@ SEARCH_TOP_ROWS = 50
 SEARCH_PRUNE_BATCH = 16
 #: Layer graphs (one per model × microbatch × tensor-parallel width) kept per worker.
 SEARCH_LAYER_CACHE_SIZE = 64
+#: Plan sets of the calibrated step search kept per process (``phaze.step``: every plan of
+#: one model's variants under one set of plan settings and node sizes, shared by the
+#: chunks of a sweep; one per model × microbatch × recomputation mode in a search).
+STEP_PLAN_SET_CACHE_SIZE = 256
+#: Operator graphs whose derived indices (names, sequence-parallel rings, overlapped
+#: gathers) the step model keeps per process (by identity).
+STEP_GRAPH_CACHE_SIZE = 4096
 #: Per-architecture layer times kept by ``evaluate_point`` (a brute force over strategies
 #: asks for the same architecture and widths many times).
 SEARCH_POINT_MEMO_SIZE = 256
@@ -81,3 +88,6 @@ COST_SINGLE_CORE_BUFFER_FRACTION = 1.0
 #: Architecture chunks whose validated, deduplicated kernel inputs phaze.cost keeps
 #: (the search evaluates dozens of operator graphs per chunk; ~15 arrays per chunk).
 COST_PREPARED_CACHE_SIZE = 8
+#: Operator graphs whose derived kernel inputs (operand bytes, FP8 flags, bytes moved) the
+#: cost model keeps per process (by identity; a sweep prices the same graphs per chunk).
+COST_GRAPH_INPUTS_CACHE_SIZE = 4096

@@ -185,7 +185,8 @@ def test_the_step_model_dispatches_on_the_field_not_the_name():
     sec = {}
     for kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p"):
         g = OpGraph.from_ops(base + [dict(coll, collective=kind)])
-        sec[kind] = _plans.op_seconds_rows(g, row, eff, rp, ns, 4)[0][1, 0]
+        sec[kind] = _plans.op_seconds_rows(g, cost.prepare(row, model="calibrated",
+                                                           efficiency=eff), rp, ns, 4)[0][1, 0]
     # all-reduce, all-to-all and the exchange keep op_latencies' price; the sequence-
     # parallel pair is re-priced as one ring pass over the 4 in-node ranks
     assert sec["all_reduce"] == sec["all_to_all"] == sec["p2p"]

@@ -174,7 +174,10 @@ def test_plan_search_bit_for_bit(case):
         cap = np.full(len(table), cap_gib * 2 ** 30)
         out_c = (np.full(len(table), -1, dtype=np.int64), np.zeros(len(table), kern.BREAKDOWN))
         out_n = (np.full(len(table), -1, dtype=np.int64), np.zeros(len(table), kern.BREAKDOWN))
-        kern.search_rows(plans, plan_var, pick_geo, peak, sizes, var_ok.view(np.uint8),
+        _, first, inverse = np.unique(np.stack([plan_var, plans["p"], plans["v"]]), axis=1,
+                                      return_index=True, return_inverse=True)
+        kern.search_rows(plans, plan_var, pick_geo, inverse.reshape(-1).astype(np.int64),
+                         first.astype(np.int64), peak, sizes, var_ok.view(np.uint8),
                          table.times, table.rp, cap, row_nsi, geo_off, geo_stages, geo_cells,
                          prefix, *out_c)
         naive_step.search_rows(plans, plan_var, pick_geo, peak, sizes, var_ok, table.times,

@@ -336,12 +336,28 @@ def _model_inputs(prep, efficiency):
     return cache.put(key, inputs)
 
 
+_GRAPH_INPUTS = Memo(lambda: _config.COST_GRAPH_INPUTS_CACHE_SIZE, "cost.graph_inputs")
+"""OpGraph (by identity: graphs are immutable) -> what the operator loop reads of it besides
+its own arrays: (GEMM operand bytes per operator, FP8 flags, any FP8?, bytes moved)."""
+
+
+def _graph_inputs(op_graph):
+    hit = _GRAPH_INPUTS.get(op_graph)
+    if hit is None:
+        fp8 = op_graph.fp8
+        in_bytes = np.where(fp8, float(precision.FP8_BYTES), float(op_graph.bytes_per_element))
+        moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
+        for value in (in_bytes, moved):
+            value.setflags(write=False)
+        hit = _GRAPH_INPUTS.put(op_graph, (in_bytes, fp8, bool(np.any(fp8)), moved))
+    return hit
+
+
 def _dtype_inputs(op_graph, n_archs, fp8_rate):
     """Per-operator GEMM operand bytes and FP8 flags, and the per-row fp8 multiplier (all
     ones when the graph has no FP8 GEMM); a row without fp8 tensor cores is refused."""
-    fp8 = op_graph.fp8
-    in_bytes = np.where(fp8, float(precision.FP8_BYTES), float(op_graph.bytes_per_element))
-    if not np.any(fp8):
+    in_bytes, fp8, any_fp8, _moved = _graph_inputs(op_graph)
+    if not any_fp8:
         return in_bytes, fp8, np.ones(n_archs)
     rates = dtype_rates.per_row(fp8_rate, n_archs)
     if np.any(rates == 0):
@@ -350,6 +366,74 @@ def _dtype_inputs(op_graph, n_archs, fp8_rate):
                          f"{row} does not have (its fp8_rate is 0); build the graph with dtype "
                          f"bf16 or fp16")
     return in_bytes, fp8, rates
+
+
+class Prepared:
+    """Architecture rows and one cost model's parameters, checked, converted and
+    deduplicated once (:func:`prepare`): the operator latencies of many graphs
+    (:meth:`op_latencies`) and point-to-point times (:meth:`p2p_seconds`) on those rows
+    without checking them again — what a caller pricing dozens of graphs on one chunk of
+    rows uses; :func:`op_latencies` and :func:`p2p_seconds` are one call of each."""
+
+    def __init__(self, prep, spec, inputs, eff_rows):
+        self._prep = prep
+        self._spec = spec
+        self._inputs = inputs
+        self._eff = eff_rows
+        self.model = spec.name
+
+    def __len__(self) -> int:
+        return int(self._prep["n_archs"])
+
+    def op_latencies(self, op_graph: OpGraph, *, fp8_rate=None):
+        """:func:`op_latencies` of ``op_graph`` on the prepared rows (``fp8_rate`` as there)."""
+        return self._latencies(_check_graph(op_graph), fp8_rate)
+
+    def _latencies(self, op_graph, fp8_rate):
+        prep = self._prep
+        n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
+        in_bytes, fp8, rates = _dtype_inputs(op_graph, n_archs, fp8_rate)
+        single = np.empty((n_ops, n_archs), dtype=np.float64)
+        intra = np.empty((n_ops, n_archs), dtype=np.float64)
+        bytes_moved = _graph_inputs(op_graph)[3]
+        _kernels._op_latencies(
+            op_graph.kind, op_graph.dims, op_graph.cycles_per_element, op_graph.elements,
+            bytes_moved, op_graph.comm_bytes, op_graph.group_size,
+            float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
+            float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
+            prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
+            prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"],
+            prep["num_vc"], prep["vc_width"], prep["clock_hz"],
+            prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
+            self._spec.tile_rule, *self._inputs,
+            op_graph.attention_core, in_bytes, fp8, rates, single, intra)
+        return single, intra
+
+    def p2p_seconds(self, nbytes, *, inter_node: bool):
+        """:func:`p2p_seconds` on the prepared rows, shape (len(nbytes), n_archs)."""
+        size = _p2p_sizes(nbytes)
+        bw = self._prep["net_bytes_per_s" if inter_node else "link_bytes_per_s"]
+        tier = "net" if inter_node else "link"
+        latency = self._eff[f"{tier}_p2p_latency_s"][None, :]
+        t = latency + size[:, None] / (self._eff[f"{tier}_p2p_efficiency"] * bw)[None, :]
+        return np.ascontiguousarray(np.where(size[:, None] > 0, t, 0.0))
+
+
+def prepare(archs, *, model: str = "study", efficiency=None) -> Prepared:
+    """The :class:`Prepared` rows ``archs`` under ``model`` with ``efficiency`` (both as
+    :func:`op_latencies` takes them), checked once."""
+    spec = _cost_model(model, efficiency)
+    prep = _prepared(archs)
+    chosen = spec.efficiency(efficiency)
+    inputs = _model_inputs(prep, chosen)
+    return Prepared(prep, spec, inputs, _efficiency.rows(chosen, prep["n_archs"]))
+
+
+def _p2p_sizes(nbytes) -> np.ndarray:
+    size = np.asarray(nbytes, dtype=np.float64).reshape(-1)
+    if size.size == 0 or np.any(~np.isfinite(size)) or np.any(size < 0):
+        raise ValueError(f"nbytes must be finite byte counts >= 0, got {nbytes!r}")
+    return size
 
 
 def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=None,
@@ -390,26 +474,7 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         the models.
     """
     op_graph = _check_graph(op_graph)
-    spec = _cost_model(model, efficiency)
-    prep = _prepared(archs)
-    inputs = _model_inputs(prep, spec.efficiency(efficiency))
-    n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
-    in_bytes, fp8, rates = _dtype_inputs(op_graph, n_archs, fp8_rate)
-    single = np.empty((n_ops, n_archs), dtype=np.float64)
-    intra = np.empty((n_ops, n_archs), dtype=np.float64)
-    bytes_moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
-    _kernels._op_latencies(
-        op_graph.kind, op_graph.dims, op_graph.cycles_per_element, op_graph.elements,
-        bytes_moved, op_graph.comm_bytes, op_graph.group_size,
-        float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
-        float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
-        prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
-        prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"],
-        prep["num_vc"], prep["vc_width"], prep["clock_hz"],
-        prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
-        spec.tile_rule, *inputs,
-        op_graph.attention_core, in_bytes, fp8, rates, single, intra)
-    return single, intra
+    return prepare(archs, model=model, efficiency=efficiency)._latencies(op_graph, fp8_rate)
 
 
 def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", efficiency=None):
@@ -422,17 +487,9 @@ def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", effici
     of ``efficiency`` (as in :func:`op_latencies`); a zero-byte transfer costs 0 (no message).
     """
     spec = _cost_model(model, efficiency)
-    size = np.asarray(nbytes, dtype=np.float64).reshape(-1)
-    if size.size == 0 or np.any(~np.isfinite(size)) or np.any(size < 0):
-        raise ValueError(f"nbytes must be finite byte counts >= 0, got {nbytes!r}")
-    archs = _validate_archs(archs)
-    col = _si(archs)
-    bw = col["net_bytes_per_s"] if inter_node else col["link_bytes_per_s"]
-    eff = _efficiency.rows(spec.efficiency(efficiency), archs.shape[0])
-    tier = "net" if inter_node else "link"
-    latency = eff[f"{tier}_p2p_latency_s"][None, :]
-    t = latency + size[:, None] / (eff[f"{tier}_p2p_efficiency"] * bw)[None, :]
-    return np.ascontiguousarray(np.where(size[:, None] > 0, t, 0.0))
+    _p2p_sizes(nbytes)
+    return prepare(archs, model=spec.name, efficiency=efficiency).p2p_seconds(
+        nbytes, inter_node=inter_node)
 
 
 def roofline_bounds(op_graph: OpGraph, archs, *, fp8_rate=None):

@@ -933,6 +933,7 @@ def build_geometry(const int64_t[::1] geo_t, const int64_t[::1] geo_cp,
 
 
 def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1] plan_geo,
+                const int64_t[::1] plan_slot, const int64_t[::1] slot_plan,
                 const double[::1] plan_peak, Sizes[::1] var_sizes,
                 const unsigned char[:, ::1] var_ok, LayerTimes[:, ::1] lt_rows,
                 RowParams[::1] rp, const double[::1] cap, const int64_t[::1] row_nsi,
@@ -944,23 +945,33 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
     branch and bound: every plan whose lower bound (m + (p−1)/v)·``slot_lower_bound``
     does not exceed the best time found is priced with ``step_time_c``; the plan of
     least bound is priced first. Ties go to the lower index. ``var_ok`` (variants, rows):
-    whether the variant may run on the row (0/1). Returns (plans bounded, plans priced)
+    whether the variant may run on the row (0/1). ``plan_slot``: per plan the index of its
+    (variant, p, v) class, whose plans share one ``slot_lower_bound`` (it reads nothing
+    else of the plan: the recomputation mode and the layers are the same for all plans),
+    and ``slot_plan`` one plan of each class: the bound is formed once per class and row. Returns (plans bounded, plans priced)
     over all rows: the plans whose bound was formed (the variant runs on the row and the
     plan fits in its memory) and those of them priced in full."""
     cdef Py_ssize_t n_plans = plans.shape[0], n_rows = rp.shape[0]
-    cdef Py_ssize_t row, k, step, vi, c, o, seed, bi
+    cdef Py_ssize_t n_slots = slot_plan.shape[0]
+    cdef Py_ssize_t row, k, step, vi, c, o, seed, bi, q
     cdef int64_t nsi, p
     cdef double seed_lb, s, lb, best, total
     cdef const Plan* pl
     cdef Breakdown bd
     cdef int64_t n_bounded = 0, n_priced = 0
     assert best_idx.shape[0] >= n_rows and best_bd.shape[0] >= n_rows
-    assert moe_prefix.shape[0] >= 1
+    assert moe_prefix.shape[0] >= 1 and plan_slot.shape[0] == n_plans
+    for k in range(n_plans):
+        assert 0 <= plan_slot[k] < n_slots
+    for q in range(n_slots):
+        assert 0 <= slot_plan[q] < n_plans
     cdef double* lbs = <double*>malloc((n_plans + 1) * sizeof(double))
     cdef double* slots = <double*>malloc(moe_prefix.shape[0] * 6 * sizeof(double))
-    if lbs == NULL or slots == NULL:
+    cdef double* sval = <double*>malloc((n_slots + 1) * sizeof(double))
+    if lbs == NULL or slots == NULL or sval == NULL:
         free(lbs)
         free(slots)
+        free(sval)
         raise MemoryError("phaze.step: no memory for the plan search's bounds")
     try:
         with nogil:
@@ -968,6 +979,11 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                 nsi = row_nsi[row]
                 seed = -1
                 seed_lb = INFINITY
+                for q in range(n_slots):
+                    k = slot_plan[q]
+                    vi = plan_var[k]
+                    if var_ok[vi, row]:
+                        sval[q] = slot_lower_bound(&plans[k], &lt_rows[vi, row], &moe_prefix[0])
                 for k in range(n_plans):
                     vi = plan_var[k]
                     if not var_ok[vi, row] or plan_peak[k] > cap[row]:
@@ -975,7 +991,7 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                         continue
                     pl = &plans[k]
                     p = pl.p
-                    s = slot_lower_bound(pl, &lt_rows[vi, row], &moe_prefix[0])
+                    s = sval[plan_slot[k]]
                     lb = <double>pl.m * s + <double>(p - 1) * s / <double>pl.v
                     lbs[k] = lb
                     n_bounded += 1
@@ -1008,6 +1024,7 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
     finally:
         free(lbs)
         free(slots)
+        free(sval)
     return n_bounded, n_priced
 
 

@@ -203,7 +203,7 @@ import numpy as np
 
 from . import _kernels as _kern
 from . import _plans as _search
-from .. import collectives, graph, models
+from .. import collectives, cost, graph, models
 from .. import plan as _plan
 from ._plans import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
                      step_lower_bounds)
@@ -377,7 +377,8 @@ def _op_seconds(g, row, eff, t):
     the GEMMs they overlap (max(0, gather − GEMMs)); ``step._plans.op_seconds_rows`` on
     one row. Returns (seconds (n_ops,), {name: index})."""
     _, rp, ns = _one_row_inputs(row, eff)
-    sec, index = _search.op_seconds_rows(g, row, eff, rp, ns, t)
+    sec, index = _search.op_seconds_rows(g, cost.prepare(row, model="calibrated", efficiency=eff),
+                                         rp, ns, t)
     return sec[:, 0].copy(), index
 
 
@@ -498,7 +499,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # Layer times (Python, via phaze.cost), then the one compiled definition of the step's
     # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
-    lt, sizes = _search.variant_inputs(mg, m_spec, row, eff, eff_row, rp, recompute, fp8_rate)
+    pricer = cost.prepare(row, model="calibrated", efficiency=eff)
+    lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate)
     prefix = _search.moe_prefix(m_spec)
     plan_rec = _search.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels as kern
-from .. import collectives, cost, graph, models, precision
+from .. import _config, collectives, cost, graph, models, precision
+from .._cache import Memo
 from .. import plan as _plan
 from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
@@ -101,32 +102,48 @@ def row_params(archs, eff_rows) -> np.ndarray:
     return rp
 
 
-def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
+def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None):
     """Seconds of each operator of ``g`` (one microbatch) on every row, (n_ops, n): the
     intra-op calibrated latencies, with sequence parallelism's reduce-scatters and
     all-gathers (``OpGraph.collective``) priced as rings over the in-node tensor-parallel
     group (ranks 0..t−1, ``collectives.reduce_scatter_seconds`` /
     ``all_gather_seconds``, one pass) instead of the half-size all-reduce the graph
     stores them as, and the overlapped backward all-gathers charged only for what
-    exceeds the GEMMs they overlap. ``efficiency`` and ``fp8_rate`` (an fp8 graph's
-    tensor-rate multiplier) go to ``op_latencies`` as given.
+    exceeds the GEMMs they overlap. ``pricer``: the rows under the calibrated model
+    (``cost.prepare``); ``fp8_rate`` (an fp8 graph's tensor-rate multiplier) goes to its
+    ``op_latencies`` as given.
     Returns (seconds, {operator name: index})."""
-    _, intra = cost.op_latencies(g, archs, model="calibrated", efficiency=efficiency,
-                                 fp8_rate=fp8_rate)
+    _, intra = pricer.op_latencies(g, fp8_rate=fp8_rate)
     sec = np.ascontiguousarray(intra, dtype=np.float64).copy()
-    index = {n: i for i, n in enumerate(g.names)}
-    for i in np.flatnonzero(g.collectives("reduce_scatter", "all_gather")):
-        collectives.contiguous_seconds(int(g.collective[i]), int(g.bytes_in[i]), t, rp,
-                                       node_size, sec[i])
-    for name, partners in OVERLAPPED_GATHERS.items():
-        if name in index:
-            i = index[name]
-            busy = 0
-            for q in partners:
-                if q in index:
-                    busy = busy + sec[index[q]]
-            sec[i] = np.where(sec[i] - busy > 0.0, sec[i] - busy, 0.0)
+    index, rings, overlapped, _group = _graph_static(g)
+    for i, code, nbytes in rings:
+        collectives.contiguous_seconds(code, nbytes, t, rp, node_size, sec[i])
+    for i, partners in overlapped:
+        busy = 0
+        for q in partners:
+            busy = busy + sec[q]
+        sec[i] = np.where(sec[i] - busy > 0.0, sec[i] - busy, 0.0)
     return sec, index
+
+
+_GRAPH_STATIC = Memo(lambda: _config.STEP_GRAPH_CACHE_SIZE, "step.graph_static")
+"""OpGraph (by identity) -> what :func:`op_seconds_rows` and :func:`layer_times_rows` read of
+its operators: the name index, the sequence-parallel rings, the overlapped gathers with their
+partners and the group collectives' mask."""
+
+
+def _graph_static(g):
+    hit = _GRAPH_STATIC.get(g)
+    if hit is None:
+        index = {n: i for i, n in enumerate(g.names)}
+        rings = [(int(i), int(g.collective[i]), int(g.bytes_in[i]))
+                 for i in np.flatnonzero(g.collectives("reduce_scatter", "all_gather"))]
+        overlapped = [(index[name], [index[q] for q in partners if q in index])
+                      for name, partners in OVERLAPPED_GATHERS.items() if name in index]
+        group = g.collectives(*GROUP_COLLECTIVES)
+        group.setflags(write=False)
+        hit = _GRAPH_STATIC.put(g, (index, rings, overlapped, group))
+    return hit
 
 
 #: Collectives over the expert- and context-parallel groups (names of
@@ -135,7 +152,7 @@ def op_seconds_rows(g, archs, efficiency, rp, node_size, t, fp8_rate=None):
 GROUP_COLLECTIVES = ("all_to_all", "p2p")
 
 
-def layer_times_rows(layer, archs, efficiency, rp, node_size, t, fp8_rate=None):
+def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None):
     """(forward, backward, attention-core forward, flash attention forward, flash attention
     backward) seconds of one layer kind, one microbatch, on every row: five (n,) arrays, the
     first two each a row's sum of its operators (numpy's sum over one contiguous row, the
@@ -143,10 +160,10 @@ def layer_times_rows(layer, archs, efficiency, rp, node_size, t, fp8_rate=None):
     context-parallel K/V exchanges (``GROUP_COLLECTIVES``: the kernels price them over the
     plan's ranks). The third is what selective recomputation re-runs (0 with flash
     attention); the last two are the fused attention kernels the K/V exchange overlaps."""
-    fs, findex = op_seconds_rows(layer.forward, archs, efficiency, rp, node_size, t, fp8_rate)
-    bs, bindex = op_seconds_rows(layer.backward, archs, efficiency, rp, node_size, t, fp8_rate)
+    fs, findex = op_seconds_rows(layer.forward, pricer, rp, node_size, t, fp8_rate)
+    bs, bindex = op_seconds_rows(layer.backward, pricer, rp, node_size, t, fp8_rate)
     for sec, g in ((fs, layer.forward), (bs, layer.backward)):
-        sec[g.collectives(*GROUP_COLLECTIVES)] = 0.0
+        sec[_graph_static(g)[3]] = 0.0
     core = np.zeros(fs.shape[1])
     for n in ATTENTION_CORE:
         if n in findex:
@@ -200,10 +217,11 @@ def moe_prefix(m_spec) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(flags)]).astype(np.int64)
 
 
-def variant_times(mg, m_spec, archs, efficiency, eff_rows, rp, fp8_rate=None) -> np.ndarray:
+def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None) -> np.ndarray:
     """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) of one (t, sequence
-    parallel, flash, cp, ep) graph variant ``mg`` on every row (``fp8_rate``: the rows' fp8
-    multiplier for an fp8 graph, as ``cost.op_latencies`` takes it). They do not depend on
+    parallel, flash, cp, ep) graph variant ``mg`` on every row of ``pricer`` (the rows under
+    the calibrated model, ``cost.prepare``; ``rp`` and ``node_size`` theirs; ``fp8_rate``:
+    the rows' fp8 multiplier for an fp8 graph, as ``cost.op_latencies`` takes it). They do not depend on
     the recomputation mode (:func:`variant_sizes` does). ``mg.layers`` may hold any runs of
     'block' and 'moe_block'; a kind the model lacks has zero times."""
     t = mg.tensor_parallel
@@ -212,8 +230,7 @@ def variant_times(mg, m_spec, archs, efficiency, eff_rows, rp, fp8_rate=None) ->
     emb, head = kinds["embedding"], kinds["head"]
     block, moe = kinds.get("block"), kinds.get("moe_block")
     e = head.forward.bytes_per_element
-    ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
-    lt = np.zeros(archs.shape[0], dtype=kern.LAYER_TIMES)
+    lt = np.zeros(len(pricer), dtype=kern.LAYER_TIMES)
     flash_set = False
     for L, slots in ((emb, ("emb_f", "emb_b", None)),
                      (block, ("blk_f", "blk_b", "blk_core")),
@@ -221,7 +238,7 @@ def variant_times(mg, m_spec, archs, efficiency, eff_rows, rp, fp8_rate=None) ->
                      (head, ("head_f", "head_b", None))):
         if L is None:
             continue
-        f, b, core, flash_f, flash_b = layer_times_rows(L, archs, efficiency, rp, ns, t, fp8_rate)
+        f, b, core, flash_f, flash_b = layer_times_rows(L, pricer, rp, node_size, t, fp8_rate)
         lt[slots[0]] = f
         lt[slots[1]] = b
         if slots[2] is None:
@@ -232,8 +249,7 @@ def variant_times(mg, m_spec, archs, efficiency, eff_rows, rp, fp8_rate=None) ->
             flash_set = True
     act_bytes = e * mg.microbatch * (m_spec.seq_len // cp) * m_spec.hidden
     for slot, inter in (("send_in", False), ("send_net", True)):
-        lt[slot] = cost.p2p_seconds(act_bytes / t, archs, inter_node=inter, model="calibrated",
-                                       efficiency=eff_rows)[0]
+        lt[slot] = pricer.p2p_seconds(act_bytes / t, inter_node=inter)[0]
     return lt
 
 
@@ -280,9 +296,9 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
     return sizes
 
 
-def variant_inputs(mg, m_spec, archs, efficiency, eff_rows, rp, recompute, fp8_rate=None):
+def variant_inputs(mg, m_spec, pricer, rp, node_size, recompute, fp8_rate=None):
     """(:func:`variant_times`, :func:`variant_sizes`) of one graph variant."""
-    return (variant_times(mg, m_spec, archs, efficiency, eff_rows, rp, fp8_rate),
+    return (variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate),
             variant_sizes(mg, m_spec, recompute))
 
 
@@ -438,8 +454,11 @@ class LayerTable:
     (``step_time``), the search's work in plans.
     """
 
-    def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times):
+    def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times, key=None):
         self.model = m_spec
+        # what the variants (and so the plans and their sizes) follow from, hashable: tables
+        # with equal keys share their plan sets (:data:`_PLAN_SETS`)
+        self.key = key
         self.microbatch = int(microbatch)
         self.precision = precision
         self.rows = rows
@@ -450,6 +469,7 @@ class LayerTable:
         self._sizes = {}
         self.plans_bounded = 0
         self.plans_priced = 0
+        self._plan_sets = {}
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
@@ -463,6 +483,24 @@ class LayerTable:
             for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(self.variants):
                 hit[k] = variant_sizes(mg, self.model, recompute)[0]
             self._sizes[recompute] = hit
+        return hit
+
+    def plan_set(self, n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
+                 grad_reduce_dtype) -> _PlanSet:
+        """The table's plans under checked plan-level settings (memoised per settings)."""
+        key = (n_dev, B, recompute, None if vs_grid is None else tuple(vs_grid), tuple(zeros),
+               tuple(ogrs), launchable, grad_reduce_dtype)
+        hit = self._plan_sets.get(key)
+        if hit is None:
+            shared = None if self.key is None else (
+                self.key, key, tuple(np.unique(self.node_size).tolist()))
+            hit = None if shared is None else _PLAN_SETS.get(shared)
+            if hit is None:
+                hit = _PlanSet(self, n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
+                               grad_reduce_dtype)
+                if shared is not None:
+                    _PLAN_SETS.put(shared, hit)
+            self._plan_sets[key] = hit
         return hit
 
     def _take(self, rows):
@@ -542,11 +580,19 @@ def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
     eps = expert_parallel_grid(m_spec, expert_parallel)
     cps = context_parallel_grid(m_spec, context_parallel)
     rp = row_params(archs, eff_rows)
+    ns = np.ascontiguousarray(archs["node_size"], dtype=np.int64)
+    pricer = cost.prepare(archs, model="calibrated", efficiency=eff_rows)
     variants = _variants(m_spec, b, widths, sps, flashes, precision, cps, eps, capacity_factor)
     times = np.zeros((max(len(variants), 1), archs.shape[0]), dtype=kern.LAYER_TIMES)
     for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(variants):
-        times[k] = variant_times(mg, m_spec, archs, eff_rows, eff_rows, rp, fp8_rate)
-    return LayerTable(m_spec, b, precision, archs, rp, variants, times)
+        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate)
+    key = (m_spec, b, precision, tuple(widths), tuple(sps), tuple(flashes), tuple(cps),
+           tuple(eps), capacity_factor)
+    try:
+        hash(key)
+    except TypeError:   # an unhashable model (a spec with list fields): no sharing
+        key = None
+    return LayerTable(m_spec, b, precision, archs, rp, variants, times, key)
 
 
 def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="full",
@@ -622,24 +668,107 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                          grad_reduce_dtype)
 
 
+_PLAN_SETS = Memo(lambda: _config.STEP_PLAN_SET_CACHE_SIZE, "step.plan_sets")
+"""(table key, plan settings, node sizes) -> :class:`_PlanSet`: a sweep's chunks share them."""
+
+
+class _PlanSet:
+    """Every plan of a table's variants under one set of plan-level settings, with what
+    does not depend on the row: their records and peak memory, and Megatron's rank layout
+    of each geometry cell on each of the table's node sizes (computed once per table and
+    settings, shared by every subset of rows a search prices)."""
+
+    def __init__(self, table, n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
+                 grad_reduce_dtype):
+        m_spec = table.model
+        b = table.microbatch
+        precision = table.precision
+        ogrs = [True] if True in ogrs else [False]
+        # Only DeepSpeed launches a gradient datatype Megatron-LM refuses: plain 1F1B, no
+        # ring attention (its ZeRO rule is enumerate_plans').
+        deepspeed_only = launchable and _plan.refusal(
+            "megatron-lm", {"precision": precision, "grad_reduce_dtype": grad_reduce_dtype},
+            ("trainer",)) is not None
+        keep = list(range(len(table.variants)))
+        if deepspeed_only:
+            vs_grid = [1]
+            keep = [k for k in keep if table.variants[k][3] == 1]
+        self.keep = None if len(keep) == len(table.variants) else keep
+        self.variants = variants = [table.variants[k] for k in keep]
+        nv = len(variants)
+        if self.keep is None:
+            self.sizes = table.sizes(recompute)
+        else:
+            self.sizes = np.zeros(max(nv, 1), dtype=kern.SIZES)
+            if nv:
+                self.sizes[:] = table.sizes(recompute)[keep]
+        var_t = np.ones(max(nv, 1), dtype=np.int64)
+        var_cp = np.ones(max(nv, 1), dtype=np.int64)
+        var_ep = np.ones(max(nv, 1), dtype=np.int64)
+        var_g = np.zeros(max(nv, 1), dtype=np.int64)
+        var_sp = np.zeros(max(nv, 1), dtype=np.bool_)
+        var_flash = np.zeros(max(nv, 1), dtype=np.bool_)
+        groups = []
+        for k, (t, sp, flash, cp, ep, _mg) in enumerate(variants):
+            var_t[k], var_sp[k], var_flash[k], var_cp[k], var_ep[k] = t, sp, flash, cp, ep
+            if (t, cp, ep) not in groups:
+                groups.append((t, cp, ep))
+            var_g[k] = groups.index((t, cp, ep))
+        self.var_t = var_t
+        grp = np.array(groups or [(1, 1, 1)], dtype=np.int64).reshape(-1, 3)
+        L = m_spec.n_layers
+        self.prefix = prefix = moe_prefix(m_spec)
+        ps = [p for p in range(1, L + 1) if L % p == 0]
+        ds = [d for d in range(1, n_dev + 1) if B % (b * d) == 0]
+        (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo,
+         geo_t, geo_cp, geo_ep, geo_p, geo_d) = kern.enumerate_plans(
+            var_g, np.int64(nv), np.ascontiguousarray(grp[:, 0]),
+            np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
+            np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64), n_dev, B, b, L,
+            np.array(vs_grid or [0], dtype=np.int64), vs_grid is None,
+            np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.uint8), bool(launchable))
+        self.plan_var, self.plan_geo = plan_var, plan_geo
+        self.ns_values = np.unique(table.node_size).astype(np.int64)
+        self.geo_off, self.geo_stages, self.geo_cells = kern.build_geometry(
+            geo_t, geo_cp, geo_ep, geo_p, geo_d, self.ns_values, n_dev)
+        self.plans = plan_records(plan_p, var_t[plan_var], plan_d, var_cp[plan_var],
+                                  var_ep[plan_var], plan_v, plan_m, L, plan_zero, plan_ogr,
+                                  recompute, var_sp[plan_var], precision, grad_reduce_dtype)
+        self.plan_peak = kern.plan_memory(self.plans, plan_var, self.sizes, prefix)
+        # the (variant, p, v) classes sharing one slot bound (search_rows)
+        _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v]), axis=1,
+                                      return_index=True, return_inverse=True)
+        self.plan_slot = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
+        self.slot_plan = np.ascontiguousarray(first, dtype=np.int64)
+        # what a result row records of each plan (PLAN_DTYPE fields, by plan index)
+        self.columns = {
+            "tensor_parallel": var_t[plan_var], "pipeline_parallel": plan_p,
+            "data_parallel": plan_d, "expert_parallel": var_ep[plan_var],
+            "context_parallel": var_cp[plan_var], "virtual_stages": plan_v,
+            "zero_stage": plan_zero, "sequence_parallel": var_sp[plan_var],
+            "flash_attention": var_flash[plan_var], "overlap_grad_reduce": plan_ogr,
+            "devices_used": var_t[plan_var] * var_cp[plan_var] * plan_p * plan_d,
+            "microbatches": plan_m}
+        self.variants_planned = np.unique(plan_var) if plan_var.shape[0] else plan_var
+        self._memory = {}
+
+    def memory(self, k):
+        """(peak bytes, MEMORY record) of plan k (memoised)."""
+        hit = self._memory.get(k)
+        if hit is None:
+            vi = self.plan_var[k]
+            mem = np.zeros(1, dtype=kern.MEMORY)
+            peak = kern.peak_stage_memory(self.plans[k:k + 1], self.sizes[vi:vi + 1],
+                                          self.prefix, mem)
+            hit = self._memory[k] = (peak, mem[0])
+        return hit
+
+
 def _search_plans(table, archs, rp, ns, LT_all, n_dev, B, recompute, hbm_bytes, vs_grid,
                   zeros, ogrs, launchable, grad_reduce_dtype) -> np.ndarray:
     """The plan search of :func:`best_plans` on checked inputs: the rows ``archs`` with
     their ``rp``, node sizes ``ns`` and the table's layer times ``LT_all`` of those rows."""
-    m_spec = table.model
-    b = table.microbatch
-    precision = table.precision
     n = archs.shape[0]
-    ogrs = [True] if True in ogrs else [False]
-    # Only DeepSpeed launches a gradient datatype Megatron-LM refuses: plain 1F1B, no ring
-    # attention (its ZeRO rule is enumerate_plans').
-    deepspeed_only = launchable and _plan.refusal(
-        "megatron-lm", {"precision": precision, "grad_reduce_dtype": grad_reduce_dtype},
-        ("trainer",)) is not None
-    keep = list(range(len(table.variants)))
-    if deepspeed_only:
-        vs_grid = [1]
-        keep = [k for k in keep if table.variants[k][3] == 1]
     if hbm_bytes is None:
         cap = np.floor(archs["hbm_gib"].astype(np.float64) * 2 ** 30)
     else:
@@ -648,93 +777,61 @@ def _search_plans(table, archs, rp, ns, LT_all, n_dev, B, recompute, hbm_bytes, 
             raise ValueError(f"hbm_bytes must be None, or capacities in bytes > 0: one, or one "
                              f"per row ({n}); got {hbm_bytes!r}")
         cap = np.ascontiguousarray(np.broadcast_to(cap, (n,)))
-
-    variants = [table.variants[k] for k in keep]
-    nv = len(variants)
-    if nv == len(table.variants):
-        LT = LT_all
-        VI = table.sizes(recompute)
-    else:
-        LT = np.zeros((max(nv, 1), n), dtype=kern.LAYER_TIMES)
-        VI = np.zeros(max(nv, 1), dtype=kern.SIZES)
-        if nv:
-            LT[:] = LT_all[keep]
-            VI[:] = table.sizes(recompute)[keep]
-    var_t = np.ones(max(nv, 1), dtype=np.int64)
-    var_cp = np.ones(max(nv, 1), dtype=np.int64)
-    var_ep = np.ones(max(nv, 1), dtype=np.int64)
-    var_g = np.zeros(max(nv, 1), dtype=np.int64)
-    var_sp = np.zeros(max(nv, 1), dtype=np.bool_)
-    var_ok = np.zeros((max(nv, 1), n), dtype=np.bool_)
-    groups = []
-    for k, (t, sp, flash, cp, ep, mg) in enumerate(variants):
-        var_t[k], var_sp[k], var_cp[k], var_ep[k] = t, sp, cp, ep
-        if (t, cp, ep) not in groups:
-            groups.append((t, cp, ep))
-        var_g[k] = groups.index((t, cp, ep))
-        var_ok[k] = t <= ns
-    grp = np.array(groups or [(1, 1, 1)], dtype=np.int64).reshape(-1, 3)
-
-    L = m_spec.n_layers
-    prefix = moe_prefix(m_spec)
-    ps = [p for p in range(1, L + 1) if L % p == 0]
-    ds = [d for d in range(1, n_dev + 1) if B % (b * d) == 0]
-    plans = kern.enumerate_plans(var_g, np.int64(nv), np.ascontiguousarray(grp[:, 0]),
-                                  np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
-                                  np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64),
-                                  n_dev, B, b, L, np.array(vs_grid or [0], dtype=np.int64),
-                                  vs_grid is None, np.array(zeros, dtype=np.int64),
-                                  np.array(ogrs, dtype=np.uint8), bool(launchable))
-    (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo,
-     geo_t, geo_cp, geo_ep, geo_p, geo_d) = plans
-    ns_values, row_nsi = np.unique(ns, return_inverse=True)
-    row_nsi = np.ascontiguousarray(row_nsi.reshape(-1), dtype=np.int64)
-    geo_off, geo_stages, geo_cells = kern.build_geometry(
-        geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values.astype(np.int64), n_dev)
-    plans = plan_records(plan_p, var_t[plan_var], plan_d, var_cp[plan_var], var_ep[plan_var],
-                         plan_v, plan_m, L, plan_zero, plan_ogr, recompute, var_sp[plan_var],
-                         precision, grad_reduce_dtype)
-    plan_peak = kern.plan_memory(plans, plan_var, VI, prefix)
+    ps = table.plan_set(n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
+                        grad_reduce_dtype)
+    LT = LT_all if ps.keep is None else np.ascontiguousarray(
+        LT_all[ps.keep] if ps.keep else np.zeros((1, n), dtype=kern.LAYER_TIMES))
+    var_ok = np.ascontiguousarray(ps.var_t[:, None] <= ns[None, :])
+    if not ps.variants:
+        var_ok[:] = False
+    row_nsi = np.ascontiguousarray(np.searchsorted(ps.ns_values, ns), dtype=np.int64)
     best_idx = np.full(n, -1, dtype=np.int64)
     best_bd = np.zeros(n, dtype=kern.BREAKDOWN)
-    bounded, priced = kern.search_rows(plans, plan_var, plan_geo, plan_peak, VI,
-                                       var_ok.view(np.uint8), LT, rp, cap, row_nsi, geo_off,
-                                       geo_stages, geo_cells, prefix, best_idx, best_bd)
+    bounded, priced = kern.search_rows(ps.plans, ps.plan_var, ps.plan_geo, ps.plan_slot,
+                                       ps.slot_plan, ps.plan_peak,
+                                       ps.sizes, var_ok.view(np.uint8), LT, rp, cap, row_nsi,
+                                       ps.geo_off, ps.geo_stages, ps.geo_cells, ps.prefix,
+                                       best_idx, best_bd)
     table.plans_bounded += bounded
     table.plans_priced += priced
+
     out = np.zeros(n, dtype=PLAN_DTYPE)
     out["time_s"] = np.inf
-    for row in range(n):
-        k = best_idx[row]
-        if k < 0:
-            launchable = plan_var.shape[0] > 0 and bool(var_ok[plan_var, row].any())
-            out["reason"][row] = 1 if launchable else 2
-            continue
-        vi, p, d, v, zero = plan_var[k], plan_p[k], plan_d[k], plan_v[k], plan_zero[k]
-        t, sp, flash, cp, ep, _ = variants[vi]
-        mem = np.zeros(1, dtype=kern.MEMORY)
-        peak = kern.peak_stage_memory(plans[k:k + 1], VI[vi:vi + 1], prefix, mem)
-        mem = mem[0]
-        bd = best_bd[row]
-        rec = out[row]
-        rec["time_s"] = bd["total_s"]
-        rec["feasible"] = True
-        rec["tensor_parallel"], rec["pipeline_parallel"], rec["data_parallel"] = t, p, d
-        rec["expert_parallel"], rec["context_parallel"] = ep, cp
-        rec["virtual_stages"], rec["zero_stage"] = v, zero
-        rec["sequence_parallel"], rec["flash_attention"] = sp, flash
-        rec["overlap_grad_reduce"] = plan_ogr[k]
-        rec["devices_used"], rec["microbatches"] = t * cp * p * d, plan_m[k]
-        rec["memory_bytes"] = peak
-        rec["weights_bytes"] = mem["weights"]
-        rec["gradients_bytes"] = mem["gradients"]
-        rec["optimizer_bytes"] = mem["optimizer_state"]
-        rec["activations_bytes"] = mem["activations"] + mem["activations_other"]
-        rec["workspace_bytes"] = mem["workspace"]
-        rec["forward_s"], rec["backward_s"] = bd["forward_s"], bd["backward_s"]
-        rec["recompute_s"], rec["p2p_s"] = bd["recompute_s"], bd["p2p_s"]
-        rec["bubble_s"], rec["dp_allreduce_s"] = bd["bubble_s"], bd["dp_allreduce_s"]
-        rec["optimizer_s"] = bd["optimizer_s"]
+    found = best_idx >= 0
+    miss = np.flatnonzero(~found)
+    if miss.size:
+        # 1: some variant runs on the row but no plan fits; 2: none runs (no launchable plan)
+        runs = var_ok[ps.variants_planned][:, miss].any(axis=0) if ps.variants_planned.size \
+            else np.zeros(miss.size, dtype=bool)
+        out["reason"][miss] = np.where(runs, 1, 2)
+    rows = np.flatnonzero(found)
+    if rows.size:
+        k = best_idx[rows]
+        bd = best_bd[rows]
+        out["time_s"][rows] = bd["total_s"]
+        out["feasible"][rows] = True
+        for name, col in ps.columns.items():
+            out[name][rows] = col[k]
+        mem = {name: np.empty(rows.size, dtype=np.int64)
+               for name in ("peak", "weights", "gradients", "optimizer_state", "activations",
+                            "workspace")}
+        for x, kk in enumerate(k.tolist()):
+            peak, m = ps.memory(kk)
+            mem["peak"][x] = peak
+            mem["weights"][x] = m["weights"]
+            mem["gradients"][x] = m["gradients"]
+            mem["optimizer_state"][x] = m["optimizer_state"]
+            mem["activations"][x] = m["activations"] + m["activations_other"]
+            mem["workspace"][x] = m["workspace"]
+        out["memory_bytes"][rows] = mem["peak"]
+        out["weights_bytes"][rows] = mem["weights"]
+        out["gradients_bytes"][rows] = mem["gradients"]
+        out["optimizer_bytes"][rows] = mem["optimizer_state"]
+        out["activations_bytes"][rows] = mem["activations"]
+        out["workspace_bytes"][rows] = mem["workspace"]
+        for name in ("forward_s", "backward_s", "recompute_s", "p2p_s", "bubble_s",
+                     "dp_allreduce_s", "optimizer_s"):
+            out[name][rows] = bd[name]
     return out
 
 
