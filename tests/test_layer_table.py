@@ -141,3 +141,23 @@ def test_search_reports_its_plans_per_point_and_per_core():
                    executor="serial", progress=False, study=True)
     assert study.metadata["plans_priced"] == 0 and study.metadata["plans_per_core_s"] is None
     assert "plans priced" not in study.format_summary()
+
+
+def test_many_graphs_in_one_pass_price_as_one_call_each():
+    rows = _rows()
+    graphs = []
+    for dtype in ("bf16", "fp8", "fp16"):
+        for t in (1, 4):
+            mg = graph.build_layers("llama3-8b", 2, t, kernels="megatron", dtype=dtype)
+            for layer in mg.kinds().values():
+                graphs += [layer.forward, layer.backward]
+    graphs.append(graph.build_layers("bert-large", 1, 1).kinds()["block"].forward)
+    assert len({g.bytes_per_element for g in graphs}) >= 1 and any(g.fp8.any() for g in graphs)
+    for model in ("study", "calibrated"):
+        pr = cost.prepare(rows, model=model)
+        many = pr.op_latencies_many(graphs, fp8_rate=2.0)
+        assert len(many) == len(graphs)
+        for g, (single, intra) in zip(graphs, many):
+            want = pr.op_latencies(g, fp8_rate=2.0)
+            _same(np.ascontiguousarray(single), want[0])
+            _same(np.ascontiguousarray(intra), want[1])

@@ -409,6 +409,24 @@ class Prepared:
             op_graph.attention_core, in_bytes, fp8, rates, single, intra)
         return single, intra
 
+    def op_latencies_many(self, graphs, *, fp8_rate=None) -> list:
+        """:meth:`op_latencies` of each graph of ``graphs``, in one pass of the operator loop
+        per element size (the graphs' operators concatenated: each operator is priced on
+        its own, so the numbers are those of one call per graph): a list of (single,
+        intra) per graph, row slices of two (total operators, n_archs) arrays."""
+        graphs = [_check_graph(g) for g in graphs]
+        out = [None] * len(graphs)
+        by_size = {}
+        for k, g in enumerate(graphs):
+            by_size.setdefault(int(g.bytes_per_element), []).append(k)
+        for ks in by_size.values():
+            group = tuple(graphs[k] for k in ks)
+            whole, offsets = _concatenated(group)
+            single, intra = self._latencies(whole, fp8_rate)
+            for k, lo, hi in zip(ks, offsets[:-1], offsets[1:]):
+                out[k] = (single[lo:hi], intra[lo:hi])
+        return out
+
     def p2p_seconds(self, nbytes, *, inter_node: bool):
         """:func:`p2p_seconds` on the prepared rows, shape (len(nbytes), n_archs)."""
         size = _p2p_sizes(nbytes)
@@ -417,6 +435,32 @@ class Prepared:
         latency = self._eff[f"{tier}_p2p_latency_s"][None, :]
         t = latency + size[:, None] / (self._eff[f"{tier}_p2p_efficiency"] * bw)[None, :]
         return np.ascontiguousarray(np.where(size[:, None] > 0, t, 0.0))
+
+
+_CONCATENATED = Memo(lambda: _config.COST_GRAPH_INPUTS_CACHE_SIZE, "cost.concatenated")
+"""Tuple of OpGraphs (by identity) of one element size -> (one OpGraph of all their
+operators, predecessors dropped: the operator loop does not read them; offsets)."""
+
+
+def _concatenated(graphs):
+    hit = _CONCATENATED.get(graphs)
+    if hit is None:
+        if len(graphs) == 1:
+            whole = graphs[0]
+        else:
+            n = sum(g.n_ops for g in graphs)
+            fields = {f: np.concatenate([getattr(g, f) for g in graphs])
+                      for f in ("kind", "dims", "cycles_per_element", "elements", "bytes_in",
+                                "bytes_out", "comm_bytes", "group_size", "collective", "fp8")}
+            # the operators' own names (their attention-core flags follow from them)
+            names = [name for g in graphs for name in g.names]
+            dtype = next((g.dtype for g in graphs if np.any(g.fp8)), graphs[0].dtype)
+            whole = OpGraph(**fields, pred_ptr=np.zeros(n + 1, dtype=np.int32),
+                            pred_idx=np.zeros(0, dtype=np.int32), names=names,
+                            bytes_per_element=graphs[0].bytes_per_element, dtype=dtype)
+        offsets = np.concatenate([[0], np.cumsum([g.n_ops for g in graphs])]).tolist()
+        hit = _CONCATENATED.put(graphs, (whole, offsets))
+    return hit
 
 
 def prepare(archs, *, model: str = "study", efficiency=None) -> Prepared:

@@ -102,7 +102,7 @@ def row_params(archs, eff_rows) -> np.ndarray:
     return rp
 
 
-def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None):
+def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None, intra=None):
     """Seconds of each operator of ``g`` (one microbatch) on every row, (n_ops, n): the
     intra-op calibrated latencies, with sequence parallelism's reduce-scatters and
     all-gathers (``OpGraph.collective``) priced as rings over the in-node tensor-parallel
@@ -111,9 +111,11 @@ def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None):
     stores them as, and the overlapped backward all-gathers charged only for what
     exceeds the GEMMs they overlap. ``pricer``: the rows under the calibrated model
     (``cost.prepare``); ``fp8_rate`` (an fp8 graph's tensor-rate multiplier) goes to its
-    ``op_latencies`` as given.
+    ``op_latencies`` as given; ``intra``: those latencies already priced (its
+    ``op_latencies_many``), or None.
     Returns (seconds, {operator name: index})."""
-    _, intra = pricer.op_latencies(g, fp8_rate=fp8_rate)
+    if intra is None:
+        _, intra = pricer.op_latencies(g, fp8_rate=fp8_rate)
     sec = np.ascontiguousarray(intra, dtype=np.float64).copy()
     index, rings, overlapped, _group = _graph_static(g)
     for i, code, nbytes in rings:
@@ -152,16 +154,20 @@ def _graph_static(g):
 GROUP_COLLECTIVES = ("all_to_all", "p2p")
 
 
-def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None):
+def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None):
     """(forward, backward, attention-core forward, flash attention forward, flash attention
     backward) seconds of one layer kind, one microbatch, on every row: five (n,) arrays, the
     first two each a row's sum of its operators (numpy's sum over one contiguous row, the
     same summation as one row alone) without the expert-parallel all-to-alls and the
     context-parallel K/V exchanges (``GROUP_COLLECTIVES``: the kernels price them over the
     plan's ranks). The third is what selective recomputation re-runs (0 with flash
-    attention); the last two are the fused attention kernels the K/V exchange overlaps."""
-    fs, findex = op_seconds_rows(layer.forward, pricer, rp, node_size, t, fp8_rate)
-    bs, bindex = op_seconds_rows(layer.backward, pricer, rp, node_size, t, fp8_rate)
+    attention); the last two are the fused attention kernels the K/V exchange overlaps.
+    ``priced``: {graph: intra-op latencies} already priced, or None."""
+    priced = priced or {}
+    fs, findex = op_seconds_rows(layer.forward, pricer, rp, node_size, t, fp8_rate,
+                                 priced.get(layer.forward))
+    bs, bindex = op_seconds_rows(layer.backward, pricer, rp, node_size, t, fp8_rate,
+                                 priced.get(layer.backward))
     for sec, g in ((fs, layer.forward), (bs, layer.backward)):
         sec[_graph_static(g)[3]] = 0.0
     core = np.zeros(fs.shape[1])
@@ -217,11 +223,12 @@ def moe_prefix(m_spec) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(flags)]).astype(np.int64)
 
 
-def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None) -> np.ndarray:
+def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None) -> np.ndarray:
     """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) of one (t, sequence
     parallel, flash, cp, ep) graph variant ``mg`` on every row of ``pricer`` (the rows under
     the calibrated model, ``cost.prepare``; ``rp`` and ``node_size`` theirs; ``fp8_rate``:
-    the rows' fp8 multiplier for an fp8 graph, as ``cost.op_latencies`` takes it). They do not depend on
+    the rows' fp8 multiplier for an fp8 graph, as ``cost.op_latencies`` takes it;
+    ``priced``: {graph: intra-op latencies} of its graphs already priced, or None). They do not depend on
     the recomputation mode (:func:`variant_sizes` does). ``mg.layers`` may hold any runs of
     'block' and 'moe_block'; a kind the model lacks has zero times."""
     t = mg.tensor_parallel
@@ -238,7 +245,8 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None) -> np.ndarra
                      (head, ("head_f", "head_b", None))):
         if L is None:
             continue
-        f, b, core, flash_f, flash_b = layer_times_rows(L, pricer, rp, node_size, t, fp8_rate)
+        f, b, core, flash_f, flash_b = layer_times_rows(L, pricer, rp, node_size, t, fp8_rate,
+                                                        priced)
         lt[slots[0]] = f
         lt[slots[1]] = b
         if slots[2] is None:
@@ -584,8 +592,17 @@ def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
     pricer = cost.prepare(archs, model="calibrated", efficiency=eff_rows)
     variants = _variants(m_spec, b, widths, sps, flashes, precision, cps, eps, capacity_factor)
     times = np.zeros((max(len(variants), 1), archs.shape[0]), dtype=kern.LAYER_TIMES)
+    # every graph of every variant in one pass of the operator loop
+    graphs = []
+    for *_knobs, mg in variants:
+        for layer in mg.kinds().values():
+            for g in (layer.forward, layer.backward):
+                if g not in graphs:
+                    graphs.append(g)
+    priced = {g: intra for g, (_single, intra) in
+              zip(graphs, pricer.op_latencies_many(graphs, fp8_rate=fp8_rate))}
     for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(variants):
-        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate)
+        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced)
     key = (m_spec, b, precision, tuple(widths), tuple(sps), tuple(flashes), tuple(cps),
            tuple(eps), capacity_factor)
     try:
