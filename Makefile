@@ -3,7 +3,7 @@ PYTHON ?= python3
 # Parquet tests run too; without them those tests skip with a message).
 EXTRAS ?= test
 
-.PHONY: build dev test test-nojit bench clean
+.PHONY: build dev test bench clean
 
 # Compile the Cython extensions in place (for working from the source tree).
 build:
@@ -17,11 +17,6 @@ dev:
 test: dev
 	$(PYTHON) -m pytest -q
 
-# The whole suite with numba's JIT off: every numba kernel runs as plain Python, so
-# coverage tools see it and a kernel that only works compiled is caught. CI runs it.
-test-nojit: dev
-	NUMBA_DISABLE_JIT=1 $(PYTHON) -m pytest -q -p no:cacheprovider
-
 bench: build
 	$(PYTHON) bench/bench_cost.py
 	$(PYTHON) bench/bench_placement.py
@@ -29,12 +24,9 @@ bench: build
 	$(PYTHON) bench/bench_search.py sweep --mode both
 	$(PYTHON) bench/bench_search.py models
 
-# Also clears numba's on-disk caches (phaze's per-user folder, see phaze/__init__.py, and any
-# __pycache__ ones): numba keys a kernel's cache on its own source file, so after editing a
-# kernel that another file's kernel calls, `make clean` is how to make sure nothing stale is
-# loaded. (A NUMBA_CACHE_DIR you set yourself is yours to clear.)
+# Removes what the build and the tests leave: build folders, the compiled extensions,
+# Cython's C and annotation files, bytecode.
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
-	rm -rf "$${XDG_CACHE_HOME:-$$HOME/.cache}/phaze"
 	find phaze -name '*.so' -delete -o -name '*.c' -delete -o -name '*.html' -delete
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-import _bench_env  # noqa: F401  (repository on sys.path, a numba cache that cannot be stale)
+import _bench_env  # noqa: F401  (repository on sys.path)
 
 from phaze import cost, graph, models, step, validate  # noqa: E402
 from phaze.step._plans import ATTENTION_CORE  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
+import _bench_env  # noqa: E402,F401  (repository on sys.path)
 
 from phaze import placement as pl  # noqa: E402
 from phaze.placement import _dp as kernel  # noqa: E402

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
+import _bench_env  # noqa: E402,F401  (repository on sys.path)
 
 from phaze import cost, graph, models  # noqa: E402
 from phaze import schedule as S  # noqa: E402

@@ -26,7 +26,7 @@ import platform
 import sys
 import time
 
-import _bench_env  # noqa: E402,F401  (repository on sys.path, a numba cache that cannot be stale)
+import _bench_env  # noqa: E402,F401  (repository on sys.path)
 
 from phaze import arch, search  # noqa: E402
 

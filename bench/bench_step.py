@@ -5,8 +5,8 @@ For gpt3-175b (default; any zoo model, e.g. mixtral-8x7b or llama3-70b at its zo
 with the default expert- and context-parallel grids of ``best_plans``), ``--devices`` 1024 chips, microbatch 1, recompute "full" and
 each global batch of ``--batches`` (default 1536 and 4096): times ``best_plans`` on
 ``--rows`` rows of ``ArchSpace.default()`` (default 256, drawn with a fixed seed) and on
-the a100-80g preset, warm (one untimed call first, so the JIT cache and the graph memo
-are loaded), best of ``--repeat``; prints rows per second. Serial kernels: one core.
+the a100-80g preset, warm (one untimed call first, so the graph and cost memos
+are filled), best of ``--repeat``; prints rows per second. Serial kernels: one core.
 
 Before reporting, it checks its answers: every returned plan of a sample of rows (and of
 the a100) priced again by ``training_step`` gives the same time (to 1e-12 relative), the
@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-import _bench_env  # noqa: F401  (repository on sys.path, a numba cache that cannot be stale)
+import _bench_env  # noqa: F401  (repository on sys.path)
 
 from phaze import models, step  # noqa: E402
 from phaze.arch import ArchSpace, presets  # noqa: E402
@@ -64,7 +64,7 @@ def _check(model, archs, out, lb, kw, rows):
 
 
 def _time(fn, repeat):
-    fn()   # warm: JIT cache, graph and cost memos
+    fn()   # warm: graph and cost memos
     best = math.inf
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -3,8 +3,8 @@
 Every cache of phaze (prepared operator arrays in ``cost``, layer graphs in ``graph`` and
 the search, prepared schedule inputs and schedules in ``schedule``) is a :class:`Memo`:
 a key → value map of at most ``maxsize`` entries, safe to share between the threads of a
-process (a search runs chunks on threads when numba releases the GIL). Values are kept
-as given: callers store immutable records or arrays they never write to.
+process (a caller may run phaze on threads: the compiled kernels release the GIL).
+Values are kept as given: callers store immutable records or arrays they never write to.
 """
 from __future__ import annotations
 

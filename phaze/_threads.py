@@ -1,18 +1,16 @@
 """Thread-count policy, in one place.
 
 phaze parallelises across *processes* (the search's worker pool, Dask workers)
-and inside compiled kernels (numba, OpenMP in the Cython extensions). Mixing the two
+and inside compiled kernels (OpenMP in the Cython extensions; numpy's BLAS). Mixing the two
 oversubscribes the cores, so a worker process pins every library to one thread,
 while a plain interactive call may use all cores.
 """
 import os
-import sys
 
 _THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS",
-    "NUMBA_NUM_THREADS",
 )
 
 
@@ -42,18 +40,9 @@ def kernel_threads() -> int:
 def pin_worker_threads() -> None:
     """Make this process single-threaded in every library (call first thing in a pool worker).
 
-    numba reads ``NUMBA_NUM_THREADS`` once, at import, and raises at its next compile if
-    the variable changed afterwards; so the variable is only set while numba is not yet
-    imported, and an already imported numba is limited at run time instead.
+    ``PHAZE_NUM_THREADS`` (read by :func:`kernel_threads` at each call) limits phaze's own
+    OpenMP kernels; the other variables, the OpenMP runtime's and the BLAS libraries'.
     """
     os.environ["PHAZE_NUM_THREADS"] = "1"
-    numba_imported = "numba" in sys.modules
     for var in _THREAD_ENV_VARS:
-        if var == "NUMBA_NUM_THREADS" and numba_imported:
-            continue
         os.environ[var] = "1"
-    if numba_imported:
-        try:
-            sys.modules["numba"].set_num_threads(1)
-        except Exception:  # pragma: no cover - numba threading layer unavailable
-            pass

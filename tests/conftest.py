@@ -12,14 +12,7 @@ GOLDEN = Path(os.environ.get("PHAZE_GOLDEN", REPO.parent / "shared" / "golden"))
 settings.register_profile(
     "ci", max_examples=60, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow])
-# Under NUMBA_DISABLE_JIT=1 (`make test-nojit`) every kernel runs as plain Python, tens
-# to hundreds of times slower: the properties run on a smaller deterministic sample so
-# the whole suite stays inside CI's time (the compiled run keeps the full sample).
-settings.register_profile(
-    "nojit", max_examples=12, deadline=None, derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow])
-_NOJIT = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "nojit" if _NOJIT else "ci"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

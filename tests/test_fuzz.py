@@ -5,7 +5,7 @@ huge and negative integers, NaN and infinities, text, nested containers) and mus
 either work or raise ``ValueError``/``KeyError``/``TypeError``/``OSError`` (or a
 subclass) carrying one clear sentence: a message on one line that is not a bare
 key or a Python-internal text. Any other exception (OverflowError, MemoryError,
-RecursionError, ZeroDivisionError, IndexError, a numba error, ...) fails the test.
+RecursionError, ZeroDivisionError, IndexError, SystemError, ...) fails the test.
 Example counts are bounded (the "ci" profile of conftest.py, less for search).
 """
 import json
@@ -59,9 +59,7 @@ def maybe(valid):
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
 #: Examples per entry point; PHAZE_FUZZ_EXAMPLES raises it for a longer local hunt.
-#: Without the JIT (`make test-nojit`) every kernel is plain Python: a smaller sample.
-_NOJIT = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
-N_EXAMPLES = int(os.environ.get("PHAZE_FUZZ_EXAMPLES", "12" if _NOJIT else "40"))
+N_EXAMPLES = int(os.environ.get("PHAZE_FUZZ_EXAMPLES", "40"))
 FAST = settings(max_examples=N_EXAMPLES, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 

@@ -1,9 +1,13 @@
-"""Install sequences (issue 17, item 8): numba's cache of compiled kernels never lands in
-the package folder, so ``pip install . && phaze search ...`` followed by
-``pip install -e .`` leaves no ``site-packages/phaze/`` behind to hide the editable
-install; without a writable home the cache falls back to the temporary folder with
-one sentence. The operator cost kernels are compiled ahead of time (Cython,
-``phaze/cost/_kernels.pyx``): using them imports and compiles nothing with numba."""
+"""Install and first use (issue 17, item 8; issue "Cold start again"). Every compiled
+kernel of phaze is a Cython extension built ahead of time by setup.py (the schedule,
+placement and graph kernels, the operator loop ``phaze/cost/_kernels.pyx``, the step
+kernels ``phaze/step/_kernels.pyx``, the collectives ``phaze/_ring.pxd`` and
+``phaze/_collectives.pyx``), so numba is no dependency: a fresh process that evaluates a
+plan and runs a search imports no numba (nor any other compiler), loads every kernel
+from its extension module, and writes nothing into the package folder or a cache folder.
+And ``pip install . && phaze search ...`` followed by ``pip install -e .`` leaves no
+``site-packages/phaze/`` behind to hide the editable install."""
+import json
 import os
 import shutil
 import subprocess
@@ -14,113 +18,87 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# Without the JIT (`make test-nojit`) numba compiles and caches nothing.
-needs_jit = pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"),
-                               reason="NUMBA_DISABLE_JIT: numba caches nothing")
 
-# Compile (and cache) a small numba kernel after ``import phaze`` (phaze chooses numba's
-# cache folder before numba is imported, for every kernel compiled in the process), then
-# report where numba put the cache. The probe's module lies in the test's own folder.
-_PROBE = textwrap.dedent("""
-    import math
+#: Modules that compile code at run time: none may be imported by using phaze.
+_COMPILERS = ("numba", "llvmlite", "pyximport", "Cython")
 
-    from numba import njit
-
-
-    @njit(cache=True)
-    def cdiv(a, b):
-        return float(math.ceil(a / b))
-""")
-_COMPILE = textwrap.dedent("""
-    import phaze, numba
-    import phaze_numba_probe
-    assert phaze_numba_probe.cdiv(7.0, 2.0) == 4.0
-    print(numba.config.CACHE_DIR)
+# A stand-in for each of them, first on the path of the process and of any worker it
+# starts: importing one records the process and fails.
+_SHADOW = textwrap.dedent("""
+    import os
+    with open(os.environ["PHAZE_TEST_COMPILER_IMPORTS"], "a") as f:
+        f.write(f"{__name__} in process {os.getpid()}\\n")
+    raise ImportError(f"{__name__} is no dependency of phaze")
 """)
 
-# Price a layer with both cost models, then report whether numba was imported at all.
-_COST = textwrap.dedent("""
+# ``import phaze``, then the README's kind of first use: evaluate one plan of GPT-3 175B,
+# run a small search on a pool of two workers; report what got loaded.
+_FIRST_USE = textwrap.dedent("""
     import importlib.machinery
+    import json
     import sys
+    from pathlib import Path
+
     import phaze
-    from phaze.arch import presets
-    from phaze.cost import _kernels, op_latencies
-    from phaze.graph import build_layers
-    assert _kernels._cdiv(7.0, 2.0) == 4.0
-    assert _kernels.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), \
-        _kernels.__file__
-    g = build_layers("gpt3-175b", 1, 8).layers[1].forward
-    row = presets.get("a100-80g")
-    op_latencies(g, row)
-    op_latencies(g, row, model="calibrated", efficiency="a100-80g")
-    print("numba" in sys.modules)
-""")
+    cheap = sorted(m for m in ("numpy", "highspy") if m in sys.modules)
+    from phaze import cli
+    evaluate = cli.main(["evaluate", "--model", "gpt3-175b", "--arch", "a100-80g", "--tp", "8",
+                         "--pp", "8", "--dp", "16", "--microbatch", "1"])
+    search = cli.main(["search", "--model", "bert-large", "--devices", "8", "--space-every",
+                       "200", "--no-baselines", "--workers", "2"])
+    ext = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    extensions, python_twins = [], []
+    for name, mod in sorted(sys.modules.items()):
+        path = getattr(mod, "__file__", None)
+        if not path or not (name == "phaze" or name.startswith("phaze.")):
+            continue
+        if path.endswith(ext):
+            extensions.append(name)
+        elif Path(path).with_suffix(".pyx").exists():
+            python_twins.append(name)   # a kernel loaded from Python source, not compiled
+    print(json.dumps(dict(cheap=cheap, evaluate=evaluate, search=search, extensions=extensions,
+                          python_twins=python_twins,
+                          compilers=sorted(m for m in sys.modules if m.split(".")[0] in
+                                           %r))))
+""") % (_COMPILERS,)
 
 
-def _run(env_changes, tmp_path, code=_COMPILE):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
-    env.update(env_changes)
-    (tmp_path / "phaze_numba_probe.py").write_text(_PROBE)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(tmp_path),
-                                                      os.environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, text=True,
+def _files(folder):
+    return {p for p in Path(folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_first_use_imports_and_compiles_nothing(tmp_path):
+    """``import phaze`` stays cheap; an evaluate and a search in a fresh process import no
+    numba (a stand-in on the path fails any import, in the process or its workers), run
+    every kernel from its extension module (the cost, step, collective and schedule
+    kernels among them), and create no file in the package folder or the home and cache
+    folders."""
+    shadow = tmp_path / "shadow"
+    for name in _COMPILERS:
+        (shadow / name).mkdir(parents=True)
+        (shadow / name / "__init__.py").write_text(_SHADOW)
+    imports = tmp_path / "compiler-imports.txt"
+    home, cache, cwd = tmp_path / "home", tmp_path / "cache", tmp_path / "cwd"
+    for folder in (home, cache, cwd):
+        folder.mkdir()
+    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(cache), PYTHONDONTWRITEBYTECODE="1",
+               PHAZE_TEST_COMPILER_IMPORTS=str(imports),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(shadow), str(REPO),
+                                                        os.environ.get("PYTHONPATH")])))
+    package = _files(REPO / "phaze")
+    proc = subprocess.run([sys.executable, "-c", _FIRST_USE], env=env, cwd=cwd, text=True,
                           capture_output=True, timeout=600)
-
-
-def _index_files(folder):
-    return sorted(p.name for p in Path(folder).rglob("*.nbi"))
-
-
-def test_cost_kernels_are_compiled_ahead_of_time_and_compile_nothing(tmp_path):
-    """The operator loop is an extension module built by setup.py: pricing with both cost
-    models imports no numba and writes no numba cache anywhere."""
-    xdg = tmp_path / "xdg"
-    package = REPO / "phaze"
-    before = {p: p.stat().st_mtime for p in package.rglob("*.nbi")}
-    proc = _run({"XDG_CACHE_HOME": str(xdg)}, tmp_path, code=_COST)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "False", "using phaze.cost imported numba"
-    assert not xdg.exists() or not _index_files(xdg), _index_files(xdg)
-    assert {p: p.stat().st_mtime for p in package.rglob("*.nbi")} == before
-    assert proc.stderr == ""
-
-
-@needs_jit
-def test_numba_cache_goes_to_the_user_cache_folder_not_the_package(tmp_path):
-    package = REPO / "phaze"
-    before = {p: p.stat().st_mtime for p in package.rglob("*.nbi")}
-    proc = _run({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    folder = proc.stdout.strip()
-    assert folder.startswith(str(tmp_path / "xdg" / "phaze" / "numba-"))
-    assert _index_files(folder), "no kernel was cached in the user cache folder"
-    after = {p: p.stat().st_mtime for p in package.rglob("*.nbi")}
-    assert after == before, "numba wrote cache files into the package folder"
-    assert proc.stderr == ""
-
-
-@needs_jit
-def test_numba_cache_without_a_writable_home_falls_back_with_one_sentence(tmp_path):
-    home = tmp_path / "home-is-a-file"
-    home.write_text("")  # nothing can be created below it, even by root
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    env = {"HOME": str(home), "TMPDIR": str(temp)}
-    proc = _run(dict(env, XDG_CACHE_HOME=""), tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().startswith(str(temp))
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "not writable" in lines[0], proc.stderr
-    assert _index_files(proc.stdout.strip())
-
-
-@needs_jit
-def test_user_choice_of_numba_cache_wins(tmp_path):
-    mine = tmp_path / "mine"
-    proc = _run({"NUMBA_CACHE_DIR": str(mine), "XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str(mine)
-    assert not (tmp_path / "xdg").exists()
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not imports.exists(), imports.read_text()
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["cheap"] == [], "import phaze imported " + ", ".join(out["cheap"])
+    assert out["evaluate"] == 0 and out["search"] == 0, proc.stderr[-4000:]
+    assert out["compilers"] == []
+    assert out["python_twins"] == []
+    assert {"phaze._collectives", "phaze.cost._kernels", "phaze.step._kernels",
+            "phaze.schedule._solve", "phaze.schedule._bounds"} <= set(out["extensions"]), out
+    assert _files(REPO / "phaze") == package, "using phaze created files in the package folder"
+    assert not _files(home) and not _files(cache) and not _files(cwd)
 
 
 @pytest.mark.skipif(os.environ.get("PHAZE_SLOW_TESTS") != "1",
@@ -135,8 +113,7 @@ def test_readme_install_sequence_in_a_fresh_venv(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
         ".venv", ".git", "build", "*.so", "__pycache__", "*.egg-info", ".pytest_cache"))
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "PYTHONPATH",
-                                                             "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -263,21 +263,29 @@ def test_milp_prints_nothing(capfd):
     assert res.status == "optimal"
 
 
-def test_runs_without_jit():
-    # the schedule kernels are compiled Cython: a process with numba's JIT off (the
-    # suite's no-JIT mode) schedules exactly as any other
-    code = ("import numpy as np; from phaze import schedule as S; from phaze.graph import OpGraph;"
-            "g = OpGraph.from_ops([dict(name='a', kind=1), dict(name='b', kind=0, preds=['a']),"
-            " dict(name='c', kind=0, preds=['a']), dict(name='d', kind=3, preds=['b', 'c'])]);"
-            "s = np.array([1.0, 4.0, 3.0, 1.0]); i = np.array([0.5, 2.0, 2.0, 1.0]);"
-            "r = S.schedule_layer(g, s, i, 2, 1, gap=0.0, time_limit=0.0);"
-            "assert r.status == 'optimal' and S.check_schedule(g, s, i, 2, 1, r) == [];"
-            "m = S.schedule_many(g, np.c_[s, s], np.c_[i, i], np.array([2, 1]), np.array([1, 1]));"
-            "assert m[0][0] == r.makespan; print(r.makespan)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": REPO, "NUMBA_DISABLE_JIT": "1"}, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert float(out.stdout) == pytest.approx(5.5)
+def test_kernels_are_compiled_ahead_of_time():
+    # the schedule kernels are extension modules built by setup.py (every .pyx of
+    # phaze/schedule), loaded as such: nothing is compiled at first call, and the first
+    # schedule of a process is the same as any other
+    import importlib
+    import importlib.machinery
+    from pathlib import Path
+
+    folder = Path(S.__file__).parent
+    pyx = sorted(p.stem for p in folder.glob("*.pyx"))
+    assert {"_bnb", "_bounds", "_energy", "_list", "_profile", "_solve", "_windows"} <= set(pyx)
+    for name in pyx:
+        mod = importlib.import_module(f"phaze.schedule.{name}")
+        assert mod.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), mod.__file__
+    assert not {p.stem for p in folder.glob("*.py")} & set(pyx)   # no Python twin shadows one
+    g = _graph([1, 0, 0, 3], [[], [0], [0], [1, 2]])
+    s = np.array([1.0, 4.0, 3.0, 1.0])
+    i = np.array([0.5, 2.0, 2.0, 1.0])
+    r = S.schedule_layer(g, s, i, 2, 1, gap=0.0, time_limit=0.0)
+    assert r.status == "optimal" and S.check_schedule(g, s, i, 2, 1, r) == []
+    assert r.makespan == pytest.approx(5.5)
+    m = S.schedule_many(g, np.c_[s, s], np.c_[i, i], np.array([2, 1]), np.array([1, 1]))
+    assert m[0][0] == r.makespan
 
 
 @given(instances(max_ops=9))

@@ -122,45 +122,31 @@ def test_layer_bound_below_schedules():
                 assert np.all(lb_roof[ok] <= lb[ok] * (1 + 1e-9))
 
 
-#: Layer bounds of every layer graph of a small model on a few architectures, saved to OUT.
-_LAYER_BOUNDS_SCRIPT = """
-import numpy as np
-from phaze import arch, cost, graph, models, schedule
-m = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
-                     vocab=512, seq_len=64)
-rows = arch.ArchSpace.default().configs[::3001]
-out = []
-for layer in graph.build_layers(m, 1, 1).layers:
-    for g in (layer.forward, layer.backward):
-        single, intra = cost.op_latencies(g, rows)
-        out.append(schedule.layer_lower_bounds(g, single, intra, rows["num_tc"], rows["num_vc"]))
-np.save(OUT, np.stack(out))
-"""
+def test_layer_bounds_equal_the_plain_python_reference():
+    """The layer bound kernel (Cython, phaze/schedule/_bounds.pyx) against the kernel as it
+    was before the Cython port, run as plain Python (tests/naive_layer_bounds.py), on
+    every layer graph of a small model and a few architectures, with the latencies
+    themselves held to the plain-Python operator loop (tests/naive_cost_kernels.py):
+    every bit equal."""
+    import naive_cost_kernels
+    import naive_layer_bounds
+    from phaze import cost, schedule
 
-
-def test_layer_bounds_without_jit_equal_the_compiled_kernel(tmp_path):
-    """The layer bound kernel run as plain Python gives the compiled kernel's bounds.
-
-    numba reads NUMBA_DISABLE_JIT when it is imported, so the plain-Python run is a
-    subprocess with NUMBA_DISABLE_JIT=1; this process runs the compiled kernel (unless
-    the whole suite already runs without JIT).
-    """
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])))
-    plain = tmp_path / "plain.npy"
-    code = f"OUT = {str(plain)!r}\n" + _LAYER_BOUNDS_SCRIPT
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tmp_path, timeout=900)
-    compiled = tmp_path / "compiled.npy"
-    exec(compile(_LAYER_BOUNDS_SCRIPT, "<layer bounds>", "exec"), {"OUT": str(compiled)})
-    plain, compiled = np.load(plain), np.load(compiled)
-    assert plain.shape == compiled.shape and np.all(np.isfinite(compiled)) and np.all(compiled > 0)
-    np.testing.assert_allclose(plain, compiled, rtol=1e-12, atol=0.0)
+    rows = arch.ArchSpace.default().configs[::3001]
+    for mb, t in ((1, 1), (2, 2)):
+        for layer in graph.build_layers(TINY, mb, t).layers:
+            for g in (layer.forward, layer.backward):
+                single, intra = cost.op_latencies(g, rows)
+                ref_single, ref_intra = naive_cost_kernels.op_latencies(g, rows)
+                np.testing.assert_array_equal(single.view(np.int64), ref_single.view(np.int64))
+                np.testing.assert_array_equal(intra.view(np.int64), ref_intra.view(np.int64))
+                compiled = schedule.layer_lower_bounds(g, single, intra, rows["num_tc"],
+                                                       rows["num_vc"])
+                plain = naive_layer_bounds.layer_lower_bounds(g, single, intra, rows["num_tc"],
+                                                              rows["num_vc"])
+                assert compiled.shape == (len(rows),) and np.all(np.isfinite(compiled))
+                assert np.all(compiled > 0)
+                np.testing.assert_array_equal(compiled.view(np.int64), plain.view(np.int64))
 
 
 def test_invalid_widths_are_skipped_and_recorded(space):

@@ -1,8 +1,8 @@
 """The compiled step kernels (phaze/step/_kernels.pyx) against the plain-Python reference
-(tests/naive_step.py: the functions numba used to compile, run as Python), bit for bit:
-rank layouts, step times and their breakdown, memory per stage, the peak, and the plan
-search itself, on the real inputs of several models (dense, all-MoE, mixed dense/MoE,
-context and expert parallel variants) and architecture rows."""
+(tests/naive_step.py: the kernels as they were before the Cython port, run as Python),
+bit for bit: rank layouts, step times and their breakdown, memory per stage, the peak,
+and the plan search itself, on the real inputs of several models (dense, all-MoE, mixed
+dense/MoE, context and expert parallel variants) and architecture rows."""
 import numpy as np
 import pytest
 
@@ -190,7 +190,8 @@ def test_plan_search_bit_for_bit(case):
 
 
 def test_collectives_python_face_is_the_reference():
-    """phaze.collectives (compiled, _ring.pxd) against the numba-era functions as Python."""
+    """phaze.collectives (compiled, _ring.pxd) against the functions as they were before the
+    Cython port, run as Python (tests/naive_collectives.py)."""
     rng = np.random.default_rng(5)
     fab = collectives.fabric(coll_latency_s=12e-6, link_step_s=0.7e-6, net_step_s=4.1e-6,
                              link_bw=2.3e11, net_bw=2.1e10)

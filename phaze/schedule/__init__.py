@@ -54,11 +54,11 @@ re-exports (``_prepare`` for ``bench/bench_schedule.py``); no module imports it.
 The kernels (``_profile`` .. ``_solve``, with ``_cdefs``: the operator kinds and
 tolerance as C globals) are Cython extensions compiled at install (``setup.py``), so a
 new process schedules at full speed without a JIT warm-up; they run without the GIL
-(``schedule_many`` runs disjoint architecture ranges on threads). Each ``.pyx`` keeps
-the numba kernels' floating-point operations in the same order (``setup.py`` turns
-off fused multiply-add), so the answers are bit-for-bit those of the numba version;
-each has Python entry points (``_strong_bound``, ``_bnb_search``, ...) for the
-driver and the tests.
+(``schedule_many`` runs disjoint architecture ranges on threads). Each ``.pyx`` kept
+the floating-point operations of the numba kernel it replaced in their order
+(``setup.py`` turns off fused multiply-add), so the answers stayed bit for bit; each
+has Python entry points (``_strong_bound``, ``_bnb_search``, ...) for the driver and
+the tests.
 """
 from ._check import check_schedule
 from ._driver import (

@@ -160,7 +160,7 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retri
     retries = _retries(retries)
     pending = list(chunk_ids)[::-1]  # pop() from the end keeps chunk order
     failures: dict = {}
-    # spawn: a forked child would inherit OpenMP/numba thread pools of the parent, which hang.
+    # spawn: a forked child would inherit the OpenMP thread pool of the parent, which hangs.
     ctx = multiprocessing.get_context("spawn")
     while pending:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
