@@ -1,7 +1,10 @@
 """Build the compiled extensions: every ``.pyx`` under ``phaze/``, each beside the Python
-that calls it (the topological order in ``phaze/graph/_dag.pyx``, the operator cost
-kernels in ``phaze/cost/_kernels.pyx``, the placement DP in ``phaze/placement/_dp.pyx``,
-the schedule kernels in ``phaze/schedule``); metadata lives in pyproject.toml.
+that calls it (the topological order in ``phaze/graph/_dag.pyx``, the collectives'
+Python face in ``phaze/_collectives.pyx`` over the inline C of ``phaze/_ring.pxd``, the
+operator cost kernels in ``phaze/cost/_kernels.pyx``, the schedule kernels in
+``phaze/schedule``, the placement DP in ``phaze/placement/_dp.pyx``, the training-step
+kernels in ``phaze/step/_kernels.pyx``); metadata lives in pyproject.toml. Every kernel
+phaze runs is built here: nothing is compiled at a user's first call.
 
 OpenMP is used when the compiler supports it (gcc on Linux); elsewhere the
 kernels build without it and ``prange`` runs serially.
