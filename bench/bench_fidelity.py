@@ -28,7 +28,7 @@ import numpy as np
 import _bench_env  # noqa: F401  (repository on sys.path)
 
 from phaze import cost, graph, models, step, validate  # noqa: E402
-from phaze.step._plans import ATTENTION_CORE  # noqa: E402
+from phaze.step._layers import ATTENTION_CORE  # noqa: E402
 from phaze.arch import make_archs, resolve_chip  # noqa: E402
 
 #: Dao et al. 2022 Appendix E.6, "Megatron" column, ms: (table, dropout, pass) → {s: ms}.

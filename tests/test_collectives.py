@@ -12,7 +12,7 @@ from naive import naive_ring_allreduce
 from phaze import collectives, cost, graph, models
 from phaze.arch import efficiency, make_archs, presets
 from phaze.graph import COLLECTIVE_KINDS, OpGraph
-from phaze.step import _plans
+from phaze.step import _layers as _plans
 
 #: A two-tier fabric: 10 µs per collective, 1 µs per in-node ring step, 5 µs per step
 #: crossing nodes; η·BW 100 GB/s in the node, 25 GB/s between nodes.

@@ -12,7 +12,7 @@ import pytest
 from phaze import cli, collectives, graph, launch, models, plan, search, step
 from phaze.arch import resolve
 from phaze.models import ModelSpec
-from phaze.step import _model, _plans
+from phaze.step import _layers, _model
 
 CHIP = resolve("a100-80g")
 MODEL = "megatron-1.7b"
@@ -171,7 +171,7 @@ def test_default_leaves_training_step_identical(kw):
     a, b = _step(**kw), _step(**kw, grad_reduce_dtype="fp32")
     assert a.time_s == b.time_s and a.breakdown == b.breakdown and a.memory == b.memory
     assert a.plan == b.plan and a.plan["grad_reduce_dtype"] == "fp32"
-    assert _model.GRAD_BYTES_PER_PARAM == 4 == _plans.GRAD_REDUCE_BYTES["fp32"]
+    assert _model.GRAD_BYTES_PER_PARAM == 4 == _layers.GRAD_REDUCE_BYTES["fp32"]
     assert plan.Plan().grad_reduce_dtype == "fp32" and plan.KNOB["grad_reduce_dtype"].study == "fp32"
 
 

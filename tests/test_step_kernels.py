@@ -11,7 +11,7 @@ import naive_step
 from phaze import collectives
 from phaze.arch import make_archs, presets
 from phaze.step import _kernels as kern
-from phaze.step import _plans
+from phaze.step import _layers, _plans
 
 CASES = [  # model, devices, global batch, microbatch, extra grids
     ("bert-large", 64, 256, 2, {}),
@@ -65,7 +65,7 @@ def _plan_sample(table, devices, gb, mb, recompute, k, seed):
     vcp = np.array([x[3] for x in variants])[plan_var]
     vep = np.array([x[4] for x in variants])[plan_var]
     vsp = np.array([x[1] for x in variants])[plan_var]
-    plans = _plans.plan_records(p, vt, d, vcp, vep, v, mm, L, zero, ogr, recompute, vsp,
+    plans = _layers.plan_records(p, vt, d, vcp, vep, v, mm, L, zero, ogr, recompute, vsp,
                                 table.precision)
     return plans[pick], plan_var[pick], cols
 
@@ -75,7 +75,7 @@ def test_step_time_and_memory_bit_for_bit(case, recompute):
     name, devices, gb, mb, table = case
     plans, plan_var, _ = _plan_sample(table, devices, gb, mb, recompute, 60, 7)
     sizes = table.sizes(recompute)
-    prefix = _plans.moe_prefix(table.model)
+    prefix = _layers.moe_prefix(table.model)
     checked = 0
     for k in range(plans.shape[0]):
         pl = plans[k:k + 1]
@@ -154,7 +154,7 @@ def test_plan_search_bit_for_bit(case):
     recompute = "selective"
     plans, plan_var, cols = _plan_sample(table, devices, gb, mb, recompute, 150, 3)
     sizes = table.sizes(recompute)
-    prefix = _plans.moe_prefix(table.model)
+    prefix = _layers.moe_prefix(table.model)
     geo_t, geo_cp, geo_ep, geo_p, geo_d = cols[8:]
     ns_values, row_nsi = np.unique(table.node_size, return_inverse=True)
     row_nsi = row_nsi.astype(np.int64).reshape(-1)

@@ -66,7 +66,7 @@ def test_one_layer_against_korthikanti_table4():
     within 5 % (the core 10 %). Layer-level evidence of the kernels, not an input."""
     import numpy as np
     from phaze import graph, step
-    from phaze.step._plans import ATTENTION_CORE
+    from phaze.step._layers import ATTENTION_CORE
     from phaze.arch import resolve_chip
     chip = resolve_chip("a100-80g")
     spec = validate._model_spec("megatron-22b", _table()["models"])

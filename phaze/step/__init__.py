@@ -2,9 +2,11 @@
 search over it (docs/design.md; the physics in ``_model``'s docstring).
 
 The face re-exports; ``_model`` prices one plan (:func:`training_step`, memory per GPU),
-``_plans`` searches the plans of many architecture rows (:func:`best_plans`,
-:func:`step_lower_bounds`; :func:`layer_table` prices the layers once for both, a
-:class:`LayerTable` whose methods run them on any subset of its rows), ``_kernels`` holds the compiled step arithmetic both share.
+``_layers`` prices the layers of every variant on architecture rows, ``_plans``
+searches the plans of many rows (:func:`best_plans`, :func:`step_lower_bounds`;
+:func:`layer_table` prices the layers once for both, a :class:`LayerTable` whose methods
+run them on any subset of its rows), ``_kernels`` holds the compiled step arithmetic
+they share.
 """
 from ._model import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, MemoryBreakdown,
                      StepBreakdown, StepResult, best_plans, ring_allgather_seconds,

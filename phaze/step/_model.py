@@ -202,11 +202,12 @@ import math
 import numpy as np
 
 from . import _kernels as _kern
+from . import _layers
 from . import _plans as _search
 from .. import collectives, cost, graph, models
 from .. import plan as _plan
-from ._plans import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, best_plans,
-                     step_lower_bounds)
+from ._layers import OPTIMIZER_BYTES_PER_PARAM
+from ._plans import PLAN_DTYPE, PLAN_REASONS, best_plans, step_lower_bounds
 from ..arch import resolve as resolve_arch
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
@@ -364,7 +365,7 @@ def _one_row_inputs(row, eff):
     """The efficiency set of one row as a one-row EFFICIENCY_DTYPE array, the row's
     collective parameters (``step._plans.row_params``) and its node size array."""
     eff_row = eff.row()
-    return (eff_row, _search.row_params(row, eff_row),
+    return (eff_row, _layers.row_params(row, eff_row),
             np.ascontiguousarray(row["node_size"], dtype=np.int64))
 
 
@@ -377,7 +378,7 @@ def _op_seconds(g, row, eff, t):
     the GEMMs they overlap (max(0, gather − GEMMs)); ``step._plans.op_seconds_rows`` on
     one row. Returns (seconds (n_ops,), {name: index})."""
     _, rp, ns = _one_row_inputs(row, eff)
-    sec, index = _search.op_seconds_rows(g, cost.prepare(row, model="calibrated", efficiency=eff),
+    sec, index = _layers.op_seconds_rows(g, cost.prepare(row, model="calibrated", efficiency=eff),
                                          rp, ns, t)
     return sec[:, 0].copy(), index
 
@@ -501,8 +502,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     eff_row, rp, ns = _one_row_inputs(row, eff)
     pricer = cost.prepare(row, model="calibrated", efficiency=eff)
     lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate)
-    prefix = _search.moe_prefix(m_spec)
-    plan_rec = _search.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
+    prefix = _layers.moe_prefix(m_spec)
+    plan_rec = _layers.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,
                                     pl.grad_reduce_dtype).reshape(1)
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)

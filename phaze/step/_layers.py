@@ -1,0 +1,218 @@
+"""The step model's per-row pricing of one layer kind, and its records. Private: ``_plans``
+(a variant's layer times and sizes, the plan search) and ``_model`` (one plan) use it.
+
+A layer kind's times are the sums of its operators' calibrated intra-op latencies exactly
+as :func:`phaze.step.training_step` prices them (``phaze.cost``'s operator loop on every
+row, the sequence-parallel collectives re-priced as rings, the overlapped backward gathers
+charged for their excess); also the rows' collective parameters (``ROW_PARAMS``), a
+layer's group-collective and FP8-weight bytes, the MoE layer prefix, and the kernels'
+``PLAN`` records (:func:`plan_records`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _kernels as kern
+from .. import _config, collectives, graph, precision
+from .._cache import Memo
+from ..arch import efficiency as _efficiency
+
+#: HBM bytes moved per parameter by Megatron's mixed-precision Adam step (sheet §5.2, [D]
+#: from megatron/core/optimizer/optimizer.py): unscale + inf check 8 (fp16 only), grad norm 4,
+#: fused Adam 28, master → model copy 6, zero grads 4 = 50 (fp16), 42 (bf16, no loss scaler).
+#: fp8 training keeps bf16 model weights and fp32 master weights, gradients and Adam state
+#: (Transformer Engine's recipe with Megatron-LM's --bf16; no loss scaler): the bf16 step.
+OPTIMIZER_BYTES_PER_PARAM = {"fp16": 50, "bf16": 42, "fp8": 42}
+#: Multi-tensor kernels the step launches (sheet §5.2 table rows, clip excluded): unscale
+#: (fp16), norm, Adam, copy, zero.
+OPTIMIZER_KERNELS = {"fp16": 5, "bf16": 4, "fp8": 4}
+#: Bytes per parameter of the gradient buffer and of its data-parallel reduction at each
+#: ``grad_reduce_dtype`` (``phaze.plan``): Megatron-Core's buffer is fp32 with
+#: grad_reduce_in_fp32, else in the parameters' 16-bit datatype (param_and_grad_buffer.py).
+GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: Optimizer HBM bytes per parameter a 16-bit gradient buffer adds to
+#: ``OPTIMIZER_BYTES_PER_PARAM`` (sheet §5.2): the fp32 main-gradient copy
+#: ``main_grad.float()`` reads 2 and writes 4 B (a no-op view for an fp32 buffer), zeroing
+#: the buffer writes 2 B instead of 4: + 6 − 2. Norm, unscale and Adam read the fp32 copy.
+OPTIMIZER_GRAD_COPY_BYTES = {"fp32": 0, "bf16": 4, "fp16": 4}
+#: Recomputation modes and their kernel codes.
+RECOMPUTE_CODES = {"none": kern.REC_NONE, "selective": kern.REC_SELECTIVE, "full": kern.REC_FULL}
+
+#: The backward all-gathers of sequence parallelism that Megatron-LM overlaps with an
+#: input-gradient GEMM (Korthikanti et al. 2022 §4.2.2: the sharded norm output is
+#: all-gathered again for the weight gradient while the input gradient is computed):
+#: all-gather → the GEMMs it runs concurrently with.
+OVERLAPPED_GATHERS = {
+    "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX", "qkv_proj.dX"),
+    "allgather_ln2.bwd": ("fc1.dX", "gate_proj.dX", "up_proj.dX"),
+}
+#: The attention-core operators selective recomputation re-runs before the backward.
+ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context")
+
+
+# ---------------------------------------------------------------------------
+# per-row inputs
+# ---------------------------------------------------------------------------
+
+def efficiency_rows(efficiency, archs) -> np.ndarray:
+    """One EFFICIENCY_DTYPE set per row: None → ``efficiency.for_rows(archs)``; a set's
+    name, an Efficiency or an array of 1 or n sets otherwise."""
+    if efficiency is None:
+        return _efficiency.for_rows(archs)
+    return _efficiency.rows(efficiency, archs.shape[0])
+
+
+def row_params(archs, eff_rows) -> np.ndarray:
+    """(n,) ``step._kernels.ROW_PARAMS`` records: the collective parameters of each row,
+    each product formed as ``training_step`` forms it: (η · GB/s) · 10⁹."""
+    rp = np.empty(archs.shape[0], dtype=kern.ROW_PARAMS)
+    rp["coll_latency_s"] = eff_rows["coll_latency_s"]
+    rp["link_step_s"] = eff_rows["link_step_s"]
+    rp["net_step_s"] = eff_rows["net_step_s"]
+    rp["link_bw"] = eff_rows["link_efficiency"] * archs["link_gb_per_s"] * 1e9
+    rp["net_bw"] = eff_rows["net_efficiency"] * archs["net_gb_per_s"] * 1e9
+    rp["hbm_bw"] = eff_rows["hbm_efficiency"] * archs["hbm_gb_per_s"] * 1e9
+    rp["launch_s"] = eff_rows["launch_s"]
+    return rp
+
+
+def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None, intra=None):
+    """Seconds of each operator of ``g`` (one microbatch) on every row, (n_ops, n): the
+    intra-op calibrated latencies, with sequence parallelism's reduce-scatters and
+    all-gathers (``OpGraph.collective``) priced as rings over the in-node tensor-parallel
+    group (ranks 0..t−1, ``collectives.reduce_scatter_seconds`` /
+    ``all_gather_seconds``, one pass) instead of the half-size all-reduce the graph
+    stores them as, and the overlapped backward all-gathers charged only for what
+    exceeds the GEMMs they overlap. ``pricer``: the rows under the calibrated model
+    (``cost.prepare``); ``fp8_rate`` (an fp8 graph's tensor-rate multiplier) goes to its
+    ``op_latencies`` as given; ``intra``: those latencies already priced (its
+    ``op_latencies_many``), or None.
+    Returns (seconds, {operator name: index})."""
+    if intra is None:
+        _, intra = pricer.op_latencies(g, fp8_rate=fp8_rate)
+    sec = np.ascontiguousarray(intra, dtype=np.float64).copy()
+    index, rings, overlapped, _group = _graph_static(g)
+    for i, code, nbytes in rings:
+        collectives.contiguous_seconds(code, nbytes, t, rp, node_size, sec[i])
+    for i, partners in overlapped:
+        busy = 0
+        for q in partners:
+            busy = busy + sec[q]
+        sec[i] = np.where(sec[i] - busy > 0.0, sec[i] - busy, 0.0)
+    return sec, index
+
+
+_GRAPH_STATIC = Memo(lambda: _config.STEP_GRAPH_CACHE_SIZE, "step.graph_static")
+"""OpGraph (by identity) -> what :func:`op_seconds_rows` and :func:`layer_times_rows` read of
+its operators: the name index, the sequence-parallel rings, the overlapped gathers with their
+partners and the group collectives' mask."""
+
+
+def _graph_static(g):
+    hit = _GRAPH_STATIC.get(g)
+    if hit is None:
+        index = {n: i for i, n in enumerate(g.names)}
+        rings = [(int(i), int(g.collective[i]), int(g.bytes_in[i]))
+                 for i in np.flatnonzero(g.collectives("reduce_scatter", "all_gather"))]
+        overlapped = [(index[name], [index[q] for q in partners if q in index])
+                      for name, partners in OVERLAPPED_GATHERS.items() if name in index]
+        group = g.collectives(*GROUP_COLLECTIVES)
+        group.setflags(write=False)
+        hit = _GRAPH_STATIC.put(g, (index, rings, overlapped, group))
+    return hit
+
+
+#: Collectives over the expert- and context-parallel groups (names of
+#: ``graph.COLLECTIVE_KINDS``): priced by the kernels from where the group's ranks sit
+#: (``step._kernels.layer_times``), not summed with the operators.
+GROUP_COLLECTIVES = ("all_to_all", "p2p")
+
+
+def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None):
+    """(forward, backward, attention-core forward, flash attention forward, flash attention
+    backward) seconds of one layer kind, one microbatch, on every row: five (n,) arrays, the
+    first two each a row's sum of its operators (numpy's sum over one contiguous row, the
+    same summation as one row alone) without the expert-parallel all-to-alls and the
+    context-parallel K/V exchanges (``GROUP_COLLECTIVES``: the kernels price them over the
+    plan's ranks). The third is what selective recomputation re-runs (0 with flash
+    attention); the last two are the fused attention kernels the K/V exchange overlaps.
+    ``priced``: {graph: intra-op latencies} already priced, or None."""
+    priced = priced or {}
+    fs, findex = op_seconds_rows(layer.forward, pricer, rp, node_size, t, fp8_rate,
+                                 priced.get(layer.forward))
+    bs, bindex = op_seconds_rows(layer.backward, pricer, rp, node_size, t, fp8_rate,
+                                 priced.get(layer.backward))
+    for sec, g in ((fs, layer.forward), (bs, layer.backward)):
+        sec[_graph_static(g)[3]] = 0.0
+    core = np.zeros(fs.shape[1])
+    for n in ATTENTION_CORE:
+        if n in findex:
+            core = core + fs[findex[n]]
+    zero = np.zeros(fs.shape[1])
+    flash_f = fs[findex["flash_attn"]].copy() if "flash_attn" in findex else zero
+    flash_b = bs[bindex["flash_attn.bwd"]].copy() if "flash_attn.bwd" in bindex else zero
+    return (np.ascontiguousarray(fs.T).sum(axis=1), np.ascontiguousarray(bs.T).sum(axis=1), core,
+            flash_f, flash_b)
+
+
+def group_collective_bytes(layer):
+    """(bytes of each all-to-all, all-to-alls forward, backward, K/V exchange bytes forward,
+    backward) of one layer kind: ``bytes_in`` of its all-to-all and point-to-point ring
+    exchange operators (``OpGraph.collective``; one rank's; 0 where there are none)."""
+    a2a = set()
+    counts = [0, 0]
+    ring = [0, 0]
+    for k, g in enumerate((layer.forward, layer.backward)):
+        for i in range(g.n_ops):
+            if g.collective[i] == graph.COLL_ALL_TO_ALL:
+                a2a.add(int(g.bytes_in[i]))
+                counts[k] += 1
+            elif g.collective[i] == graph.COLL_P2P:
+                ring[k] += int(g.bytes_in[i])
+    if len(a2a) > 1:
+        raise AssertionError(f"the all-to-alls of one {layer.kind} differ in size: {sorted(a2a)}")
+    return (a2a.pop() if a2a else 0), counts[0], counts[1], ring[0], ring[1]
+
+
+def fp8_weight_bytes(layer, experts=False) -> int:
+    """Bytes of Transformer Engine's FP8 weight copies of one layer slice under
+    ``dtype="fp8"`` (``precision.MEMORY_BYTES_PER_PARAM["fp8"]["fp8_weight"]`` per weight of
+    the FP8 GEMMs: K·N of each forward linear layer, times the batch of a grouped expert
+    GEMM), of the routed experts' GEMMs (``experts``) or of the others; 0 for a 16-bit
+    graph."""
+    g = layer.forward
+    per_param = precision.MEMORY_BYTES_PER_PARAM[g.dtype]["fp8_weight"]
+    if not per_param:
+        return 0
+    n = sum(int(g.dims[i, 0]) * int(g.dims[i, 2]) * int(g.dims[i, 3])
+            for i, name in enumerate(g.names)
+            if precision.is_fp8_gemm(name) and name.startswith("expert_") == experts)
+    return per_param * n
+
+
+def moe_prefix(m_spec) -> np.ndarray:
+    """(L + 1,) int64: MoE layers among layers 0..i−1 (all zeros for a dense model)."""
+    flags = np.zeros(m_spec.n_layers, dtype=np.int64)
+    flags[list(m_spec.moe_layer_ids)] = 1
+    return np.concatenate([[0], np.cumsum(flags)]).astype(np.int64)
+
+
+def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
+                 precision, grad_reduce_dtype="fp32") -> np.ndarray:
+    """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
+    (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
+    parameter, its kernels and its tiny all-reduces follow from them;
+    ``grad_reduce_dtype`` the gradient buffer's and reduction's bytes per parameter, and
+    the optimizer's copy of a 16-bit buffer to fp32 main gradients)."""
+    cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp)
+    out = np.zeros(cols[0].shape, dtype=kern.PLAN)
+    for name, col in zip(("p", "t", "d", "cp", "ep", "v", "m", "n_layers", "zero", "ogr",
+                          "sp"), cols):
+        out[name] = col
+    out["rec_mode"] = RECOMPUTE_CODES[recompute]
+    out["opt_bytes"] = float(OPTIMIZER_BYTES_PER_PARAM[precision]
+                             + OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype])
+    out["opt_kernels"] = float(OPTIMIZER_KERNELS[precision])
+    out["n_tiny"] = 2 if precision == "fp16" else 1
+    out["grad_bytes"] = GRAD_REDUCE_BYTES[grad_reduce_dtype]
+    return out
