@@ -300,10 +300,26 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
 calls = 0
 
 
-def _counted(*args):
+def _counted(ops, rows, params, shapes, splits, tiles, tile_rule, fp8_rate, elem_bytes,
+             acc_bytes, single_buffer_fraction, single, intra):
+    """The compiled loop's record arguments (``phaze.cost._records``) unpacked into the
+    arrays the numba-era loop took, then that loop."""
     global calls
     calls += 1
-    _op_latencies(*args)
+    dims = np.stack([ops[f] for f in ("batch", "m", "k", "n")], axis=1).astype(np.int64)
+    _op_latencies(
+        ops["kind"].astype(np.int64), dims, ops["cycles_per_element"].astype(np.float64),
+        ops["elements"].astype(np.int64), ops["bytes_moved"].astype(np.float64),
+        ops["comm_bytes"].astype(np.int64), ops["group_size"].astype(np.int64),
+        elem_bytes, acc_bytes, single_buffer_fraction,
+        shapes["w"].copy(), shapes["d"].copy(), shapes["cap"].copy(), rows["shape"].copy(),
+        splits["w"].copy(), splits["d"].copy(), splits["cores"].copy(), rows["split"].copy(),
+        rows["num_vc"].copy(), rows["vc_width"].copy(), rows["clock_hz"].copy(),
+        rows["link_bytes_per_s"].copy(), rows["net_bytes_per_s"].copy(),
+        rows["node_size"].copy(), tile_rule, tiles, rows["tile"].copy(), params,
+        rows["gemm_rate"].copy(), rows["hbm_bw"].copy(), rows["attention_bw"].copy(),
+        rows["launch_s"].copy(), ops["attention"] != 0, ops["in_bytes"].copy(),
+        ops["fp8"] != 0, np.asarray(fp8_rate), single, intra)
 
 
 def op_latencies(*args, **kwargs):

@@ -19,12 +19,15 @@ Python semantics kept: ``max(a, b)`` is ``b if b > a else a`` and ``min(a, b)`` 
 exact for the magnitudes here (< 2**52). Inputs are the validated ones of
 ``_latency.op_latencies`` (positive rates, at least one core), so no division is by zero.
 
+Its arguments are records (``_records``: ``OP_DTYPE`` per operator, ``ROW_DTYPE`` and
+``PARAMS_DTYPE`` per architecture, ``SHAPE_DTYPE``, ``SPLIT_DTYPE``, ``TILE_DTYPE``), read
+through the packed C structs below; the import checks each dtype against its struct.
 The operator loop runs without the GIL: threads may call it in parallel (the search
 does). :func:`_cdiv` and :func:`_tile_cycles` are the Python faces of two of its rules,
 for the tests.
 """
 from libc.math cimport INFINITY
-from libc.stdint cimport int8_t, int32_t, int64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 
 import numpy as np
@@ -33,7 +36,7 @@ from .. cimport _ring
 
 from ..graph import KIND_COLLECTIVE as _KC, KIND_FUSED as _KF, KIND_GEMM as _KG, \
     KIND_VECTOR as _KV
-from ._records import PARAMS_DTYPE, TILE_DTYPE
+from ._records import OP_DTYPE, PARAMS_DTYPE, ROW_DTYPE, SHAPE_DTYPE, SPLIT_DTYPE, TILE_DTYPE
 
 #: The operator kinds (``phaze.graph.KIND_*``; checked equal to the graph's at import).
 cdef enum:
@@ -67,6 +70,64 @@ cdef packed struct Tile:
     double tile_k_mult
     double cores_per_tile
     double k_stages
+
+
+cdef packed struct Op:
+    int64_t kind
+    double batch
+    double m
+    double k
+    double n
+    double cycles_per_element
+    double elements
+    double bytes_moved
+    double comm_bytes
+    double group_size
+    double in_bytes
+    uint8_t attention
+    uint8_t fp8
+
+
+cdef packed struct Row:
+    int64_t shape
+    int64_t split
+    int64_t tile
+    double num_vc
+    double vc_width
+    double clock_hz
+    double link_bytes_per_s
+    double net_bytes_per_s
+    double node_size
+    double gemm_rate
+    double hbm_bw
+    double attention_bw
+    double launch_s
+
+
+cdef packed struct Shape:
+    double w
+    double d
+    double cap
+
+
+cdef packed struct Split:
+    double w
+    double d
+    double cores
+
+
+def _check_records():
+    """Each dtype of ``_records`` is its C struct's layout (the buffer check raises
+    otherwise)."""
+    cdef const Op[::1] a = np.zeros(1, OP_DTYPE)
+    cdef const Row[::1] b = np.zeros(1, ROW_DTYPE)
+    cdef const Shape[::1] c = np.zeros(1, SHAPE_DTYPE)
+    cdef const Split[::1] d = np.zeros(1, SPLIT_DTYPE)
+    cdef const Params[::1] e = np.zeros(1, PARAMS_DTYPE)
+    cdef const Tile[::1] f = np.zeros(1, TILE_DTYPE)
+
+
+_check_records()
 
 
 assert PARAMS_DTYPE.itemsize == sizeof(Params) and TILE_DTYPE.itemsize == sizeof(Tile) \
@@ -221,10 +282,8 @@ cdef inline double vector_cycles(double elements, double cycles_per_element,
 
 cdef inline void gemm_array_terms(double b, double m, double k, double n, double moved,
                                   double elem_bytes, double acc_bytes, Py_ssize_t n_shapes,
-                                  const double* shape_w, const double* shape_d,
-                                  const double* shape_cap, double single_buffer_fraction,
-                                  Py_ssize_t n_splits, const double* split_w,
-                                  const double* split_d, const double* split_cores,
+                                  const Shape* shapes, double single_buffer_fraction,
+                                  Py_ssize_t n_splits, const Split* splits,
                                   double in_bytes, double* cyc1, double* bytes1,
                                   double* bytes_all, double* cycp) noexcept nogil:
     """The systolic-array terms of one GEMM that both cost models share.
@@ -243,19 +302,19 @@ cdef inline void gemm_array_terms(double b, double m, double k, double n, double
         compulsory = b * (in_bytes * (m * k + k * n) + elem_bytes * m * n)
     extra = fmax_py(0.0, moved - compulsory)  # bytes the op moves besides its GEMM operands
     for u in range(n_shapes):
-        w = shape_w[u]
-        d = shape_d[u]
+        w = shapes[u].w
+        d = shapes[u].d
         cyc1[u] = gemm_cycles(b, m, k, n, w, d, 1.0)
-        bytes_all[u] = gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shape_cap[u], w, d,
+        bytes_all[u] = gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes, shapes[u].cap, w, d,
                                           in_bytes) + extra
         if single_buffer_fraction == 1.0:
             bytes1[u] = bytes_all[u]
         else:
             bytes1[u] = gemm_traffic_bytes(b, m, k, n, elem_bytes, acc_bytes,
-                                           shape_cap[u] * single_buffer_fraction, w, d,
+                                           shapes[u].cap * single_buffer_fraction, w, d,
                                            in_bytes) + extra
     for v in range(n_splits):
-        cycp[v] = gemm_cycles(b, m, k, n, split_w[v], split_d[v], split_cores[v])
+        cycp[v] = gemm_cycles(b, m, k, n, splits[v].w, splits[v].d, splits[v].cores)
 
 
 # --- the calibrated model's rules (phaze.cost, "calibrated model") ----------------------
@@ -300,11 +359,15 @@ def _tile_cycles(double batch, double m, double k, double n, double tc_width, do
 
 # --- the operator loop ------------------------------------------------------------------
 
-cdef bint _indices_in(const int64_t* index, Py_ssize_t n, Py_ssize_t bound) noexcept nogil:
-    """Whether every one of the n indices lies in [0, bound)."""
+cdef bint _rows_in(const Row* rows, Py_ssize_t n, Py_ssize_t n_shapes, Py_ssize_t n_splits,
+                   Py_ssize_t n_tiles) noexcept nogil:
+    """Whether every row's shape, split and (n_tiles ≥ 0: with the tile rule) tile index lies
+    in range."""
     cdef Py_ssize_t j
     for j in range(n):
-        if index[j] < 0 or index[j] >= bound:
+        if rows[j].shape < 0 or rows[j].shape >= n_shapes or rows[j].split < 0 \
+                or rows[j].split >= n_splits \
+                or (n_tiles >= 0 and (rows[j].tile < 0 or rows[j].tile >= n_tiles)):
             return False
     return True
 
@@ -321,57 +384,39 @@ cdef bint _tile_splits_in(const Tile* tiles, Py_ssize_t n, Py_ssize_t n_splits) 
 # Serial on purpose: a parallel version over operators measured slower on the 2-core
 # CI-like machine (bench/RESULTS.md, "Operator latencies"), and the search already runs
 # one process per core; the loop releases the GIL so that threads call it in parallel.
-def _op_latencies(const int8_t[::1] kind, const int64_t[:, ::1] dims, const double[::1] cpe,
-                  const int64_t[::1] elements, const double[::1] bytes_moved,
-                  const int64_t[::1] comm_bytes, const int32_t[::1] group_size,
-                  double elem_bytes, double acc_bytes, double single_buffer_fraction,
-                  const double[::1] shape_w, const double[::1] shape_d, const double[::1] shape_cap,
-                  const int64_t[::1] shape_of_arch,
-                  const double[::1] split_w, const double[::1] split_d, const double[::1] split_cores,
-                  const int64_t[::1] split_of_arch,
-                  const double[::1] num_vc, const double[::1] vc_width, const double[::1] clock_hz,
-                  const double[::1] link_bytes_per_s, const double[::1] net_bytes_per_s,
-                  const double[::1] node_size, bint tile_rule, const Tile[::1] tiles,
-                  const int64_t[::1] tile_of_arch, const Params[::1] params,
-                  const double[::1] gemm_rate, const double[::1] hbm_bw,
-                  const double[::1] attention_bw, const double[::1] launch,
-                  attention_op, const double[::1] in_bytes, fp8_op, const double[::1] fp8_rate,
-                  double[:, ::1] single, double[:, ::1] intra):
+def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] params,
+                  const Shape[::1] shapes, const Split[::1] splits, const Tile[::1] tiles,
+                  bint tile_rule, const double[::1] fp8_rate, double elem_bytes,
+                  double acc_bytes, double single_buffer_fraction, double[:, ::1] single,
+                  double[:, ::1] intra):
     """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds: the one operator loop of both
-    cost models.
-
-    Per operator (the ``OpGraph`` columns in their own dtypes): ``kind`` (int8), ``dims``
-    (batch, M, K, N; int64), ``cpe`` cycles per element, ``elements`` (int64),
-    ``bytes_moved`` (bytes_in + bytes_out, float64), ``comm_bytes`` (int64), ``group_size``
-    (int32). GEMM quantities are computed once per distinct (w, d, buffer) — "shapes" — and
-    per distinct (w, d, num_tc) — "splits" — then broadcast to the architectures.
-    ``params`` (``_records.PARAMS_DTYPE``, one row per architecture): the efficiency
-    fractions and latencies, and per row the rates derived from them (memoised with the
-    rows): ``gemm_rate`` array steps per second (clock × tile_efficiency), ``hbm_bw`` and
-    ``attention_bw`` HBM bytes per second (× hbm_efficiency, × attention_hbm_efficiency),
-    ``launch`` seconds (launch_s); ``tile_rule``: whether the tile and wave rule bounds GEMM
-    cycles, on the "tiles" ``tiles`` (``_records.TILE_DTYPE``; ``tile_of_arch[a]``: the
-    tile of row a). The study's model is this loop with identity parameters (fractions 1,
-    latencies 0) and no tile rule: multiplying by 1 and adding 0 are exact, so it gives the
-    study's numbers bit for bit. Per operator: ``attention_op`` (bool; its HBM traffic runs
-    at ``attention_hbm_efficiency`` instead of ``hbm_efficiency``), ``in_bytes`` (its GEMM
-    operands' element size) and ``fp8_op`` (bool; its GEMM runs at ``fp8_rate[a]`` × the
-    array rate of architecture a). Scratch for the per-shape, per-split and per-tile terms
-    is allocated once per call.
+    cost models, on records (``_records``): ``ops`` one ``OP_DTYPE`` record per operator;
+    ``rows`` one ``ROW_DTYPE`` record per architecture (its shape, split and tile indices,
+    vector cores, clock, bandwidths, node size, and the rates its parameters give: GEMM
+    array steps per second = clock × tile_efficiency, HBM and attention-core bytes per
+    second, launch gap) with ``params`` (``PARAMS_DTYPE``, its efficiency fractions and
+    latencies, which the collectives read); GEMM quantities are computed once per distinct
+    (w, d, buffer) — ``shapes`` — and per distinct (w, d, num_tc) — ``splits`` — then
+    broadcast to the architectures; ``tile_rule``: whether the tile and wave rule bounds
+    GEMM cycles, on the ``tiles`` (``TILE_DTYPE``); ``fp8_rate[a]``: the multiple of the
+    array rate an FP8 GEMM runs at on architecture a. The study's model is this loop with
+    identity parameters (fractions 1, latencies 0) and no tile rule: multiplying by 1 and
+    adding 0 are exact, so it gives the study's numbers bit for bit. An attention-core
+    operator's HBM traffic runs at ``attention_bw``, the others' at ``hbm_bw``. Scratch for
+    the per-shape, per-split and per-tile terms is allocated once per call.
     """
-    cdef const unsigned char[::1] attn = np.ascontiguousarray(attention_op, dtype=bool).view(np.uint8)
-    cdef const unsigned char[::1] fp8s = np.ascontiguousarray(fp8_op, dtype=bool).view(np.uint8)
-    cdef Py_ssize_t n_ops = kind.shape[0]
-    cdef Py_ssize_t n_archs = clock_hz.shape[0]
+    cdef Py_ssize_t n_ops = ops.shape[0]
+    cdef Py_ssize_t n_archs = rows.shape[0]
     cdef Py_ssize_t n_tiles = tiles.shape[0] if tile_rule else 0
-    cdef Py_ssize_t n_shapes = shape_w.shape[0]
-    cdef Py_ssize_t n_splits = split_w.shape[0]
+    cdef Py_ssize_t n_shapes = shapes.shape[0]
+    cdef Py_ssize_t n_splits = splits.shape[0]
     cdef Py_ssize_t i, a, x, u, v
     cdef int64_t kd
     cdef double g, cb, t, moved, el, traffic_s, lanes, t1, tp, b, m, k, n, w, d, c1, cp
-    cdef double rate, hz
-    cdef bint fused, fp8
-    cdef const double* bw
+    cdef double rate, hz, bwa, cpe
+    cdef bint fused, fp8, attn
+    cdef const Op* op
+    cdef const Row* r
     cdef const Params* p
     cdef const Tile* tl
     cdef double* scratch
@@ -381,25 +426,15 @@ def _op_latencies(const int8_t[::1] kind, const int64_t[:, ::1] dims, const doub
     cdef double* cycp
     cdef double* tile1
     cdef double* tilep
-    if not (dims.shape[0] == cpe.shape[0] == elements.shape[0] == bytes_moved.shape[0]
-            == comm_bytes.shape[0] == group_size.shape[0] == attn.shape[0] == in_bytes.shape[0]
-            == fp8s.shape[0] == single.shape[0] == intra.shape[0] == n_ops) or dims.shape[1] != 4:
-        raise ValueError("_op_latencies: the per-operator arrays differ in length")
-    if not (num_vc.shape[0] == vc_width.shape[0] == link_bytes_per_s.shape[0]
-            == net_bytes_per_s.shape[0] == node_size.shape[0] == params.shape[0]
-            == gemm_rate.shape[0] == hbm_bw.shape[0] == attention_bw.shape[0]
-            == launch.shape[0] == fp8_rate.shape[0] == shape_of_arch.shape[0]
-            == split_of_arch.shape[0] == single.shape[1] == intra.shape[1] == n_archs) \
-            or (tile_rule and tile_of_arch.shape[0] != n_archs):
-        raise ValueError("_op_latencies: the per-architecture arrays differ in length")
-    if not (shape_d.shape[0] == shape_cap.shape[0] == n_shapes
-            and split_d.shape[0] == split_cores.shape[0] == n_splits):
-        raise ValueError("_op_latencies: the shape or split arrays differ in length")
+    if not (single.shape[0] == intra.shape[0] == n_ops):
+        raise ValueError("_op_latencies: the outputs need one row per operator")
+    if not (params.shape[0] == fp8_rate.shape[0] == single.shape[1] == intra.shape[1]
+            == n_archs):
+        raise ValueError("_op_latencies: the per-architecture inputs differ in length")
     # the indices the loop follows unchecked (boundscheck is off)
-    if not (_indices_in(&shape_of_arch[0], n_archs, n_shapes)
-            and _indices_in(&split_of_arch[0], n_archs, n_splits)
-            and (not tile_rule or _indices_in(&tile_of_arch[0], n_archs, n_tiles))
-            and _tile_splits_in(&tiles[0], n_tiles, n_splits)):
+    if not (_rows_in(&rows[0] if n_archs else NULL, n_archs, n_shapes, n_splits,
+                     n_tiles if tile_rule else -1)
+            and _tile_splits_in(&tiles[0] if n_tiles else NULL, n_tiles, n_splits)):
         raise ValueError("_op_latencies: a shape, split or tile index out of range")
     scratch = <double*>malloc((3 * n_shapes + n_splits + 2 * n_tiles + 1) * sizeof(double))
     if scratch == NULL:
@@ -413,76 +448,81 @@ def _op_latencies(const int8_t[::1] kind, const int64_t[:, ::1] dims, const doub
     try:
         with nogil:
             for i in range(n_ops):
-                kd = kind[i]
+                op = &ops[i]
+                kd = op.kind
                 if kd == KIND_COLLECTIVE:
-                    g = <double>group_size[i]
-                    cb = <double>comm_bytes[i]
+                    g = op.group_size
+                    cb = op.comm_bytes
                     for a in range(n_archs):
                         p = &params[a]
-                        t = _ring.contiguous_all_reduce(g, cb, node_size[a], link_bytes_per_s[a],
-                                                        net_bytes_per_s[a], p.coll_latency_s,
+                        r = &rows[a]
+                        t = _ring.contiguous_all_reduce(g, cb, r.node_size, r.link_bytes_per_s,
+                                                        r.net_bytes_per_s, p.coll_latency_s,
                                                         p.link_step_s, p.net_step_s,
                                                         p.link_efficiency, p.net_efficiency)
                         single[i, a] = t
                         intra[i, a] = t
                     continue
-                moved = bytes_moved[i]
-                bw = &attention_bw[0] if attn[i] else &hbm_bw[0]
+                moved = op.bytes_moved
+                attn = op.attention != 0
+                cpe = op.cycles_per_element
                 if kd == KIND_VECTOR:
-                    el = <double>elements[i]
+                    el = op.elements
                     for a in range(n_archs):
-                        traffic_s = moved / bw[a]
-                        lanes = vc_width[a]
-                        t1 = vector_cycles(el, cpe[i], lanes) / clock_hz[a]
-                        tp = vector_cycles(el, cpe[i], lanes * num_vc[a]) / clock_hz[a]
-                        single[i, a] = fmax_py(t1, traffic_s) + launch[a]
-                        intra[i, a] = fmax_py(tp, traffic_s) + launch[a]
+                        r = &rows[a]
+                        traffic_s = moved / (r.attention_bw if attn else r.hbm_bw)
+                        lanes = r.vc_width
+                        t1 = vector_cycles(el, cpe, lanes) / r.clock_hz
+                        tp = vector_cycles(el, cpe, lanes * r.num_vc) / r.clock_hz
+                        single[i, a] = fmax_py(t1, traffic_s) + r.launch_s
+                        intra[i, a] = fmax_py(tp, traffic_s) + r.launch_s
                     continue
                 # GEMM or fused GEMM + vector epilogue
-                b = <double>dims[i, 0]
-                m = <double>dims[i, 1]
-                k = <double>dims[i, 2]
-                n = <double>dims[i, 3]
+                b = op.batch
+                m = op.m
+                k = op.k
+                n = op.n
                 gemm_array_terms(b, m, k, n, moved, elem_bytes, acc_bytes, n_shapes,
-                                 &shape_w[0], &shape_d[0], &shape_cap[0],
-                                 single_buffer_fraction, n_splits, &split_w[0], &split_d[0],
-                                 &split_cores[0], in_bytes[i], cyc1, bytes1, bytes_all, cycp)
+                                 &shapes[0], single_buffer_fraction, n_splits, &splits[0],
+                                 op.in_bytes, cyc1, bytes1, bytes_all, cycp)
                 # the array model's quantisation and the tile rule's are both real limits:
                 # the larger holds
                 for x in range(n_tiles):
                     tl = &tiles[x]
                     v = tl.split
-                    w = split_w[v]
-                    d = split_d[v]
+                    w = splits[v].w
+                    d = splits[v].d
                     tile1[x] = tile_cycles(b, m, k, n, w, d, 1.0, tl.tile_m_mult, tl.tile_n_mult,
                                            tl.tile_k_mult, tl.cores_per_tile, tl.k_stages)
-                    tilep[x] = tile_cycles(b, m, k, n, w, d, split_cores[v], tl.tile_m_mult,
+                    tilep[x] = tile_cycles(b, m, k, n, w, d, splits[v].cores, tl.tile_m_mult,
                                            tl.tile_n_mult, tl.tile_k_mult, tl.cores_per_tile,
                                            tl.k_stages)
                 fused = kd == KIND_FUSED
-                el = <double>elements[i]
-                fp8 = fp8s[i] != 0
+                el = op.elements
+                fp8 = op.fp8 != 0
                 for a in range(n_archs):
-                    u = shape_of_arch[a]
-                    v = split_of_arch[a]
+                    r = &rows[a]
+                    u = r.shape
+                    v = r.split
                     c1 = cyc1[u]
                     cp = cycp[v]
                     if tile_rule:
-                        x = tile_of_arch[a]
+                        x = r.tile
                         c1 = fmax_py(c1, tile1[x])
                         cp = fmax_py(cp, tilep[x])
                     # array steps per second
-                    rate = gemm_rate[a] * fp8_rate[a] if fp8 else gemm_rate[a]
-                    t1 = fmax_py(c1 / rate, bytes1[u] / bw[a])
-                    tp = fmax_py(cp / rate, bytes_all[u] / bw[a])
+                    rate = r.gemm_rate * fp8_rate[a] if fp8 else r.gemm_rate
+                    bwa = r.attention_bw if attn else r.hbm_bw
+                    t1 = fmax_py(c1 / rate, bytes1[u] / bwa)
+                    tp = fmax_py(cp / rate, bytes_all[u] / bwa)
                     if fused:
                         # the epilogue consumes output tiles as the arrays drain them: the
                         # slower stage sets the pace (one VC with one TC; all VCs with all TCs)
-                        hz = clock_hz[a]
-                        lanes = vc_width[a]
-                        t1 = fmax_py(t1, vector_cycles(el, cpe[i], lanes) / hz)
-                        tp = fmax_py(tp, vector_cycles(el, cpe[i], lanes * num_vc[a]) / hz)
-                    single[i, a] = t1 + launch[a]
-                    intra[i, a] = tp + launch[a]
+                        hz = r.clock_hz
+                        lanes = r.vc_width
+                        t1 = fmax_py(t1, vector_cycles(el, cpe, lanes) / hz)
+                        tp = fmax_py(tp, vector_cycles(el, cpe, lanes * r.num_vc) / hz)
+                    single[i, a] = t1 + r.launch_s
+                    intra[i, a] = tp + r.launch_s
     finally:
         free(scratch)

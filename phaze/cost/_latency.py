@@ -137,7 +137,7 @@ from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
 from . import _kernels
-from ._records import PARAMS_DTYPE, TILE_DTYPE
+from ._records import OP_DTYPE, PARAMS_DTYPE, ROW_DTYPE, SHAPE_DTYPE, SPLIT_DTYPE, TILE_DTYPE
 
 __all__ = ["MODELS", "op_latencies", "p2p_seconds", "roofline_bounds"]
 
@@ -337,35 +337,44 @@ def _model_inputs(prep, efficiency):
 
 
 _GRAPH_INPUTS = Memo(lambda: _config.COST_GRAPH_INPUTS_CACHE_SIZE, "cost.graph_inputs")
-"""OpGraph (by identity: graphs are immutable) -> what the operator loop reads of it besides
-its own arrays: (GEMM operand bytes per operator, FP8 flags, any FP8?, bytes moved)."""
+"""OpGraph (by identity: graphs are immutable) -> (its operators as ``OP_DTYPE`` records,
+whether it has an FP8 GEMM)."""
 
 
 def _graph_inputs(op_graph):
     hit = _GRAPH_INPUTS.get(op_graph)
     if hit is None:
-        fp8 = op_graph.fp8
-        in_bytes = np.where(fp8, float(precision.FP8_BYTES), float(op_graph.bytes_per_element))
-        moved = (op_graph.bytes_in + op_graph.bytes_out).astype(np.float64)
-        for value in (in_bytes, moved):
-            value.setflags(write=False)
-        hit = _GRAPH_INPUTS.put(op_graph, (in_bytes, fp8, bool(np.any(fp8)), moved))
+        g = op_graph
+        ops = np.zeros(g.n_ops, dtype=OP_DTYPE)
+        ops["kind"] = g.kind
+        for col, name in enumerate(("batch", "m", "k", "n")):
+            ops[name] = g.dims[:, col]
+        ops["cycles_per_element"] = g.cycles_per_element
+        ops["elements"] = g.elements
+        ops["bytes_moved"] = (g.bytes_in + g.bytes_out).astype(np.float64)
+        ops["comm_bytes"] = g.comm_bytes
+        ops["group_size"] = g.group_size
+        ops["in_bytes"] = np.where(g.fp8, float(precision.FP8_BYTES), float(g.bytes_per_element))
+        ops["attention"] = g.attention_core
+        ops["fp8"] = g.fp8
+        ops.setflags(write=False)
+        hit = _GRAPH_INPUTS.put(op_graph, (ops, bool(np.any(g.fp8))))
     return hit
 
 
 def _dtype_inputs(op_graph, n_archs, fp8_rate):
-    """Per-operator GEMM operand bytes and FP8 flags, and the per-row fp8 multiplier (all
-    ones when the graph has no FP8 GEMM); a row without fp8 tensor cores is refused."""
-    in_bytes, fp8, any_fp8, _moved = _graph_inputs(op_graph)
+    """The graph's operator records and the per-row fp8 multiplier (all ones when the graph
+    has no FP8 GEMM); a row without fp8 tensor cores is refused."""
+    ops, any_fp8 = _graph_inputs(op_graph)
     if not any_fp8:
-        return in_bytes, fp8, np.ones(n_archs)
+        return ops, np.ones(n_archs)
     rates = dtype_rates.per_row(fp8_rate, n_archs)
     if np.any(rates == 0):
         row = int(np.flatnonzero(rates == 0)[0])
         raise ValueError(f"the graph's dtype fp8 needs fp8 tensor cores, which architecture row "
                          f"{row} does not have (its fp8_rate is 0); build the graph with dtype "
                          f"bf16 or fp16")
-    return in_bytes, fp8, rates
+    return ops, rates
 
 
 class Prepared:
@@ -378,9 +387,27 @@ class Prepared:
     def __init__(self, prep, spec, inputs, eff_rows):
         self._prep = prep
         self._spec = spec
-        self._inputs = inputs
         self._eff = eff_rows
         self.model = spec.name
+        # the operator loop's records of the rows (``_records``)
+        tiles, tile_of_arch, params, gemm_rate, hbm_bw, attention_bw, launch = inputs
+        n = prep["n_archs"]
+        rows = np.zeros(n, dtype=ROW_DTYPE)
+        rows["shape"] = prep["shape_of_arch"]
+        rows["split"] = prep["split_of_arch"]
+        rows["tile"] = tile_of_arch
+        for name in ("num_vc", "vc_width", "clock_hz", "link_bytes_per_s", "net_bytes_per_s",
+                     "node_size"):
+            rows[name] = prep[name]
+        rows["gemm_rate"], rows["hbm_bw"] = gemm_rate, hbm_bw
+        rows["attention_bw"], rows["launch_s"] = attention_bw, launch
+        shapes = np.zeros(prep["shape_w"].shape[0], dtype=SHAPE_DTYPE)
+        shapes["w"], shapes["d"], shapes["cap"] = prep["shape_w"], prep["shape_d"], prep["shape_cap"]
+        splits = np.zeros(prep["split_w"].shape[0], dtype=SPLIT_DTYPE)
+        splits["w"], splits["d"] = prep["split_w"], prep["split_d"]
+        splits["cores"] = prep["split_cores"]
+        self._records = (rows, np.ascontiguousarray(params), shapes, splits,
+                         np.ascontiguousarray(tiles))
 
     def __len__(self) -> int:
         return int(self._prep["n_archs"])
@@ -390,23 +417,16 @@ class Prepared:
         return self._latencies(_check_graph(op_graph), fp8_rate)
 
     def _latencies(self, op_graph, fp8_rate):
-        prep = self._prep
-        n_ops, n_archs = op_graph.n_ops, prep["n_archs"]
-        in_bytes, fp8, rates = _dtype_inputs(op_graph, n_archs, fp8_rate)
+        n_ops, n_archs = op_graph.n_ops, self._prep["n_archs"]
+        ops, rates = _dtype_inputs(op_graph, n_archs, fp8_rate)
+        rows, params, shapes, splits, tiles = self._records
         single = np.empty((n_ops, n_archs), dtype=np.float64)
         intra = np.empty((n_ops, n_archs), dtype=np.float64)
-        bytes_moved = _graph_inputs(op_graph)[3]
         _kernels._op_latencies(
-            op_graph.kind, op_graph.dims, op_graph.cycles_per_element, op_graph.elements,
-            bytes_moved, op_graph.comm_bytes, op_graph.group_size,
-            float(op_graph.bytes_per_element), float(_config.COST_ACCUMULATOR_BYTES),
-            float(_config.COST_SINGLE_CORE_BUFFER_FRACTION),
-            prep["shape_w"], prep["shape_d"], prep["shape_cap"], prep["shape_of_arch"],
-            prep["split_w"], prep["split_d"], prep["split_cores"], prep["split_of_arch"],
-            prep["num_vc"], prep["vc_width"], prep["clock_hz"],
-            prep["link_bytes_per_s"], prep["net_bytes_per_s"], prep["node_size"],
-            self._spec.tile_rule, *self._inputs,
-            op_graph.attention_core, in_bytes, fp8, rates, single, intra)
+            ops, rows, params, shapes, splits, tiles, self._spec.tile_rule,
+            np.ascontiguousarray(rates, dtype=np.float64), float(op_graph.bytes_per_element),
+            float(_config.COST_ACCUMULATOR_BYTES),
+            float(_config.COST_SINGLE_CORE_BUFFER_FRACTION), single, intra)
         return single, intra
 
     def op_latencies_many(self, graphs, *, fp8_rate=None) -> list:
@@ -550,7 +570,8 @@ def roofline_bounds(op_graph: OpGraph, archs, *, fp8_rate=None):
     op_graph = _check_graph(op_graph)
     archs = _validate_archs(archs)
     col = _si(archs)
-    in_bytes, fp8, rates = _dtype_inputs(op_graph, archs.shape[0], fp8_rate)
+    ops, rates = _dtype_inputs(op_graph, archs.shape[0], fp8_rate)
+    in_bytes, fp8 = ops["in_bytes"], op_graph.fp8
     kind = op_graph.kind[:, None]
     d = op_graph.dims.astype(np.float64)
     flops = (2.0 * d[:, 0] * d[:, 1] * d[:, 2] * d[:, 3])[:, None]

@@ -1,4 +1,6 @@
-"""The records at the boundary of the operator loop (``phaze.cost._kernels._op_latencies``).
+"""The records at the boundary of the operator loop (``phaze.cost._kernels._op_latencies``):
+the operators, the architecture rows with their parameters, the distinct core shapes and
+splits, and the tiles of the tile and wave rule.
 
 Plain numpy dtypes: the compiled kernel (``_kernels.pyx``) reads them through C structs
 with the same fields at the same offsets (``Params``, ``Tile``; the names and sizes are
@@ -7,7 +9,7 @@ field added, removed or reordered here must be changed there too.
 """
 import numpy as np
 
-__all__ = ["PARAMS_DTYPE", "TILE_DTYPE"]
+__all__ = ["PARAMS_DTYPE", "TILE_DTYPE", "OP_DTYPE", "ROW_DTYPE", "SHAPE_DTYPE", "SPLIT_DTYPE"]
 
 #: One row of :data:`PARAMS_DTYPE` per architecture: the per-row efficiency fractions and
 #: latencies of the operator loop (``phaze.arch.efficiency``; all 1 and 0 for the study).
@@ -19,3 +21,27 @@ PARAMS_DTYPE = np.dtype([(name, np.float64) for name in (
 #: "tile" — of the tile and wave rule: the split's index and the rule's five parameters.
 TILE_DTYPE = np.dtype([("split", np.int64)] + [(name, np.float64) for name in (
     "tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile", "k_stages")], align=True)
+
+#: One row of :data:`OP_DTYPE` per operator of a graph (the ``OpGraph`` columns the loop
+#: reads, as floats where it computes with them): kind code, GEMM batch, M, K, N, vector
+#: cycles per element, output elements, bytes moved (in + out), collective bytes and group
+#: size, the GEMM operands' bytes per element, and two flags: an attention-core operator
+#: (its HBM traffic at ``attention_hbm_efficiency``), an FP8 GEMM (at the row's fp8 rate).
+OP_DTYPE = np.dtype([("kind", np.int64)] + [(name, np.float64) for name in (
+    "batch", "m", "k", "n", "cycles_per_element", "elements", "bytes_moved", "comm_bytes",
+    "group_size", "in_bytes")] + [("attention", np.uint8), ("fp8", np.uint8)])
+
+#: One row of :data:`ROW_DTYPE` per architecture: its shape, split and tile (indices into
+#: the shape, split and tile records), vector cores and lanes, clock (Hz), link and network
+#: bandwidth (bytes/s), node size, and the rates its parameters give: GEMM array steps per
+#: second (clock × tile_efficiency), HBM and attention-core bytes per second, launch gap (s).
+ROW_DTYPE = np.dtype([(name, np.int64) for name in ("shape", "split", "tile")] + [
+    (name, np.float64) for name in (
+        "num_vc", "vc_width", "clock_hz", "link_bytes_per_s", "net_bytes_per_s", "node_size",
+        "gemm_rate", "hbm_bw", "attention_bw", "launch_s")])
+
+#: A distinct (array width, depth, buffer bytes) of the rows — a "shape" — and a distinct
+#: (width, depth, tensor cores) — a "split".
+SHAPE_DTYPE = np.dtype([(name, np.float64) for name in ("w", "d", "cap")])
+SPLIT_DTYPE = np.dtype([(name, np.float64) for name in ("w", "d", "cores")])
+
