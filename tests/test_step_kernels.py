@@ -38,23 +38,29 @@ def case(request):
     return name, devices, gb, mb, table
 
 
-def _plan_sample(table, devices, gb, mb, recompute, k, seed):
-    """k plans of the table's variants (every ZeRO stage, both overlaps, all v) drawn from
-    what the search enumerates."""
-    m = table.model
-    variants = table.variants
+def _grid(table, devices, gb, mb):
+    """enumerate_plans' leading arguments for the table's variants: the (t, cp, ep) group of
+    each variant, the groups' columns, the pipeline and data-parallel widths."""
     groups, var_g = [], []
-    for t, _sp, _f, cp, ep, _mg in variants:
+    for t, _sp, _f, cp, ep, _mg in table.variants:
         if (t, cp, ep) not in groups:
             groups.append((t, cp, ep))
         var_g.append(groups.index((t, cp, ep)))
     grp = np.array(groups, dtype=np.int64).reshape(-1, 3)
-    L = m.n_layers
+    L = table.model.n_layers
     ps = np.array([p for p in range(1, L + 1) if L % p == 0], dtype=np.int64)
     ds = np.array([d for d in range(1, devices + 1) if gb % (mb * d) == 0], dtype=np.int64)
-    cols = kern.enumerate_plans(np.array(var_g, dtype=np.int64), len(variants),
-                                np.ascontiguousarray(grp[:, 0]), np.ascontiguousarray(grp[:, 1]),
-                                np.ascontiguousarray(grp[:, 2]), ps, ds, devices, gb, mb, L,
+    return (np.array(var_g, dtype=np.int64), len(table.variants),
+            np.ascontiguousarray(grp[:, 0]), np.ascontiguousarray(grp[:, 1]),
+            np.ascontiguousarray(grp[:, 2]), ps, ds)
+
+
+def _plan_sample(table, devices, gb, mb, recompute, k, seed):
+    """k plans of the table's variants (every ZeRO stage, both overlaps, all v) drawn from
+    what the search enumerates."""
+    variants = table.variants
+    L = table.model.n_layers
+    cols = kern.enumerate_plans(*_grid(table, devices, gb, mb), devices, gb, mb, L,
                                 np.array([0], dtype=np.int64), True,
                                 np.array([0, 1, 2, 3], dtype=np.int64),
                                 np.array([0, 1], dtype=np.uint8), False)
@@ -121,21 +127,10 @@ def test_step_time_and_memory_bit_for_bit(case, recompute):
 def test_plan_enumeration_and_geometry_bit_for_bit(case):
     name, devices, gb, mb, table = case
     _, _, cols = _plan_sample(table, devices, gb, mb, "full", 1, 0)
-    variants = table.variants
-    groups, var_g = [], []
-    for t, _sp, _f, cp, ep, _mg in variants:
-        if (t, cp, ep) not in groups:
-            groups.append((t, cp, ep))
-        var_g.append(groups.index((t, cp, ep)))
-    grp = np.array(groups, dtype=np.int64).reshape(-1, 3)
     L = table.model.n_layers
-    ps = np.array([p for p in range(1, L + 1) if L % p == 0], dtype=np.int64)
-    ds = np.array([d for d in range(1, devices + 1) if gb % (mb * d) == 0], dtype=np.int64)
     for launchable in (False, True):
-        args = (np.array(var_g, dtype=np.int64), len(variants), np.ascontiguousarray(grp[:, 0]),
-                np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]), ps, ds,
-                devices, gb, mb, L, np.array([1, 2], dtype=np.int64), False,
-                np.array([0, 1, 2, 3], dtype=np.int64))
+        args = (*_grid(table, devices, gb, mb), devices, gb, mb, L,
+                np.array([1, 2], dtype=np.int64), False, np.array([0, 1, 2, 3], dtype=np.int64))
         got = kern.enumerate_plans(*args, np.array([0, 1], dtype=np.uint8), launchable)
         want = naive_step.enumerate_plans(*args, np.array([False, True]), launchable)
         for a, b in zip(got, want):

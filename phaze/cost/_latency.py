@@ -288,10 +288,11 @@ def _cost_model(model, efficiency) -> CostModel:
 
 
 def _model_inputs(prep, efficiency):
-    """The operator loop's parameter records for ``prep``'s rows, memoised with ``prep``:
-    (tiles: ``TILE_DTYPE`` rows, tile_of_arch, params: one ``PARAMS_DTYPE`` row per row,
-    and per row the GEMM rate, HBM and attention-core bandwidths and launch gap derived
-    from them).
+    """The operator loop's records of ``prep``'s rows under ``efficiency``, memoised with
+    ``prep``: (rows: one ``ROW_DTYPE`` record per row, with its shape, split and tile and the
+    GEMM rate, HBM and attention-core bandwidths and launch gap its parameters give;
+    params: one ``PARAMS_DTYPE`` record per row; shapes, splits, tiles: ``SHAPE_DTYPE``,
+    ``SPLIT_DTYPE`` and ``TILE_DTYPE`` records).
 
     "Tiles" are the distinct (split, tile parameters) combinations of the rows: with
     one parameter set for every row (the usual case) exactly the splits; per-row sets
@@ -325,15 +326,27 @@ def _model_inputs(prep, efficiency):
             tiles[f] = values
         for f in _RATE_FIELDS:
             params[f] = np.asarray(eff[f], dtype=np.float64)
+    rows = np.zeros(prep["n_archs"], dtype=ROW_DTYPE)
+    rows["shape"] = prep["shape_of_arch"]
+    rows["split"] = prep["split_of_arch"]
+    rows["tile"] = tile_of_arch
+    for name in ("num_vc", "vc_width", "clock_hz", "link_bytes_per_s", "net_bytes_per_s",
+                 "node_size"):
+        rows[name] = prep[name]
     # the per-row rates the operator loop divides by (the same products it would form)
-    derived = (prep["clock_hz"] * params["tile_efficiency"],
-               prep["hbm_bytes_per_s"] * params["hbm_efficiency"],
-               prep["hbm_bytes_per_s"] * params["attention_hbm_efficiency"],
-               np.ascontiguousarray(params["launch_s"]))
-    inputs = (tiles, tile_of_arch, params) + derived
-    for value in inputs:
+    rows["gemm_rate"] = prep["clock_hz"] * params["tile_efficiency"]
+    rows["hbm_bw"] = prep["hbm_bytes_per_s"] * params["hbm_efficiency"]
+    rows["attention_bw"] = prep["hbm_bytes_per_s"] * params["attention_hbm_efficiency"]
+    rows["launch_s"] = params["launch_s"]
+    shapes = np.zeros(prep["shape_w"].shape[0], dtype=SHAPE_DTYPE)
+    shapes["w"], shapes["d"], shapes["cap"] = prep["shape_w"], prep["shape_d"], prep["shape_cap"]
+    splits = np.zeros(prep["split_w"].shape[0], dtype=SPLIT_DTYPE)
+    splits["w"], splits["d"], splits["cores"] = (prep["split_w"], prep["split_d"],
+                                                 prep["split_cores"])
+    records = (rows, params, shapes, splits, tiles)
+    for value in records:
         value.setflags(write=False)
-    return cache.put(key, inputs)
+    return cache.put(key, records)
 
 
 _GRAPH_INPUTS = Memo(lambda: _config.COST_GRAPH_INPUTS_CACHE_SIZE, "cost.graph_inputs")
@@ -384,30 +397,13 @@ class Prepared:
     without checking them again — what a caller pricing dozens of graphs on one chunk of
     rows uses; :func:`op_latencies` and :func:`p2p_seconds` are one call of each."""
 
-    def __init__(self, prep, spec, inputs, eff_rows):
+    def __init__(self, prep, spec, records, efficiency):
         self._prep = prep
         self._spec = spec
-        self._eff = eff_rows
+        self._records = records        # the operator loop's (``_model_inputs``)
+        self._efficiency = efficiency  # the model's parameters, as the caller gave them
+        self._eff = None               # their EFFICIENCY_DTYPE rows, made when p2p needs them
         self.model = spec.name
-        # the operator loop's records of the rows (``_records``)
-        tiles, tile_of_arch, params, gemm_rate, hbm_bw, attention_bw, launch = inputs
-        n = prep["n_archs"]
-        rows = np.zeros(n, dtype=ROW_DTYPE)
-        rows["shape"] = prep["shape_of_arch"]
-        rows["split"] = prep["split_of_arch"]
-        rows["tile"] = tile_of_arch
-        for name in ("num_vc", "vc_width", "clock_hz", "link_bytes_per_s", "net_bytes_per_s",
-                     "node_size"):
-            rows[name] = prep[name]
-        rows["gemm_rate"], rows["hbm_bw"] = gemm_rate, hbm_bw
-        rows["attention_bw"], rows["launch_s"] = attention_bw, launch
-        shapes = np.zeros(prep["shape_w"].shape[0], dtype=SHAPE_DTYPE)
-        shapes["w"], shapes["d"], shapes["cap"] = prep["shape_w"], prep["shape_d"], prep["shape_cap"]
-        splits = np.zeros(prep["split_w"].shape[0], dtype=SPLIT_DTYPE)
-        splits["w"], splits["d"] = prep["split_w"], prep["split_d"]
-        splits["cores"] = prep["split_cores"]
-        self._records = (rows, np.ascontiguousarray(params), shapes, splits,
-                         np.ascontiguousarray(tiles))
 
     def __len__(self) -> int:
         return int(self._prep["n_archs"])
@@ -450,6 +446,8 @@ class Prepared:
     def p2p_seconds(self, nbytes, *, inter_node: bool):
         """:func:`p2p_seconds` on the prepared rows, shape (len(nbytes), n_archs)."""
         size = _p2p_sizes(nbytes)
+        if self._eff is None:
+            self._eff = _efficiency.rows(self._efficiency, self._prep["n_archs"])
         bw = self._prep["net_bytes_per_s" if inter_node else "link_bytes_per_s"]
         tier = "net" if inter_node else "link"
         latency = self._eff[f"{tier}_p2p_latency_s"][None, :]
@@ -489,8 +487,7 @@ def prepare(archs, *, model: str = "study", efficiency=None) -> Prepared:
     spec = _cost_model(model, efficiency)
     prep = _prepared(archs)
     chosen = spec.efficiency(efficiency)
-    inputs = _model_inputs(prep, chosen)
-    return Prepared(prep, spec, inputs, _efficiency.rows(chosen, prep["n_archs"]))
+    return Prepared(prep, spec, _model_inputs(prep, chosen), chosen)
 
 
 def _p2p_sizes(nbytes) -> np.ndarray:

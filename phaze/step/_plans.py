@@ -167,20 +167,40 @@ def _bool_grid(name, values):
     return out
 
 
-def _common(model, archs, devices, global_batch, microbatch, recompute, efficiency):
+def _model_args(model, archs, microbatch, efficiency):
+    """The checked (model, rows, microbatch, efficiency rows) of a layer table."""
     from .._validate import positive_int
 
     m_spec = models.resolve(model)
     if m_spec.op_graph_refusal:
         raise ValueError(m_spec.op_graph_refusal)
     archs = _validate_archs(archs)
+    b = positive_int("microbatch", microbatch)
+    return m_spec, archs, b, efficiency_rows(efficiency, archs)
+
+
+def _bound_args(devices, global_batch, recompute):
+    """The checked (devices, global batch, recomputation mode) of a bound or plan search."""
+    from .._validate import positive_int
+
     n_dev = positive_int("devices", devices)
     B = positive_int("global_batch", global_batch)
-    b = positive_int("microbatch", microbatch)
     if recompute not in RECOMPUTE_CODES:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CODES)}, got {recompute!r}")
-    eff_rows = efficiency_rows(efficiency, archs)
-    return m_spec, archs, n_dev, B, b, eff_rows
+    return n_dev, B, recompute
+
+
+def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
+               overlap_grad_reduce, grad_reduce_dtype):
+    """The checked plan-level settings of a plan search, in :func:`_search_plans`' order
+    (devices, global batch, recomputation, v grid, ZeRO grid, overlap grid, gradient dtype)."""
+    n_dev, B, recompute = _bound_args(devices, global_batch, recompute)
+    grad_reduce_dtype = _plan.check("grad_reduce_dtype", grad_reduce_dtype)
+    zeros = _int_grid("zero_stage", zero_stage, 0, 3)
+    ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
+    vs_grid = None if virtual_stages is None else sorted(
+        _int_grid("virtual_stages", virtual_stages, 1))
+    return n_dev, B, recompute, vs_grid, zeros, ogrs, grad_reduce_dtype
 
 
 #: The context-parallel widths ``context_parallel=None`` tries (then kept where the
@@ -334,31 +354,16 @@ class LayerTable:
                    grad_reduce_dtype="fp32", rows=None) -> np.ndarray:
         """:func:`best_plans` on the table's rows (or the row indices ``rows``, repeats
         allowed; ``hbm_bytes`` then one per index), with the table's variants."""
-        from .._validate import positive_int
-
-        n_dev = positive_int("devices", devices)
-        B = positive_int("global_batch", global_batch)
-        if recompute not in RECOMPUTE_CODES:
-            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CODES)}, "
-                             f"got {recompute!r}")
-        grad_reduce_dtype = _plan.check("grad_reduce_dtype", grad_reduce_dtype)
-        zeros = _int_grid("zero_stage", zero_stage, 0, 3)
-        ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
-        vs_grid = None if virtual_stages is None else sorted(
-            _int_grid("virtual_stages", virtual_stages, 1))
+        n_dev, B, recompute, vs_grid, zeros, ogrs, grad_reduce_dtype = _plan_args(
+            devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
+            grad_reduce_dtype)
         archs, rp, ns, times = self._take(rows)
         return _search_plans(self, archs, rp, ns, times, n_dev, B, recompute, hbm_bytes,
                              vs_grid, zeros, ogrs, bool(launchable), grad_reduce_dtype)
 
     def lower_bounds(self, *, devices, global_batch, recompute, rows=None) -> np.ndarray:
         """:func:`step_lower_bounds` on the table's rows (or the row indices ``rows``)."""
-        from .._validate import positive_int
-
-        n_dev = positive_int("devices", devices)
-        B = positive_int("global_batch", global_batch)
-        if recompute not in RECOMPUTE_CODES:
-            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CODES)}, "
-                             f"got {recompute!r}")
+        n_dev, B, recompute = _bound_args(devices, global_batch, recompute)
         _archs, _rp, ns, times = self._take(rows)
         return _lower_bounds(self, ns, times, n_dev, B, recompute)
 
@@ -369,14 +374,7 @@ def layer_table(model, archs, *, microbatch, tensor_parallel=(1, 2, 4, 8),
                 context_parallel=None, capacity_factor=None) -> LayerTable:
     """The :class:`LayerTable` of ``model`` at ``microbatch`` on ``archs``: every variant
     of the grids (as :func:`best_plans` takes them) priced once on every row."""
-    from .._validate import positive_int
-
-    m_spec = models.resolve(model)
-    if m_spec.op_graph_refusal:
-        raise ValueError(m_spec.op_graph_refusal)
-    archs = _validate_archs(archs)
-    b = positive_int("microbatch", microbatch)
-    eff_rows = efficiency_rows(efficiency, archs)
+    m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
     return _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                         flash_attention, precision, fp8_rate, expert_parallel,
                         context_parallel, capacity_factor)
@@ -399,12 +397,8 @@ def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
     variants = _variants(m_spec, b, widths, sps, flashes, precision, cps, eps, capacity_factor)
     times = np.zeros((max(len(variants), 1), archs.shape[0]), dtype=kern.LAYER_TIMES)
     # every graph of every variant in one pass of the operator loop
-    graphs = []
-    for *_knobs, mg in variants:
-        for layer in mg.kinds().values():
-            for g in (layer.forward, layer.backward):
-                if g not in graphs:
-                    graphs.append(g)
+    graphs = list(dict.fromkeys(g for *_knobs, mg in variants for layer in mg.kinds().values()
+                                for g in (layer.forward, layer.backward)))
     priced = {g: intra for g, (_single, intra) in
               zip(graphs, pricer.op_latencies_many(graphs, fp8_rate=fp8_rate))}
     for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(variants):
@@ -473,16 +467,10 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     (m + (p − 1)/v) · max over stages of (forward + backward + recomputation) does not
     exceed the best time found; the plan of least bound is priced first.
     """
-    m_spec, archs, n_dev, B, b, eff_rows = _common(model, archs, devices, global_batch,
-                                                   microbatch, recompute, efficiency)
-    if precision not in OPTIMIZER_BYTES_PER_PARAM:
-        raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
-                         f"got {precision!r}")
-    grad_reduce_dtype = _plan.check("grad_reduce_dtype", grad_reduce_dtype)
-    zeros = _int_grid("zero_stage", zero_stage, 0, 3)
-    ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
-    vs_grid = None if virtual_stages is None else sorted(
-        _int_grid("virtual_stages", virtual_stages, 1))
+    m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
+    n_dev, B, recompute, vs_grid, zeros, ogrs, grad_reduce_dtype = _plan_args(
+        devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
+        grad_reduce_dtype)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
                          context_parallel, capacity_factor)
@@ -676,8 +664,8 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
     rounding; bubbles, transfers, reductions and the optimizer are left out. Costs one
     pass of the layer pricing, no plan enumeration.
     """
-    m_spec, archs, n_dev, B, b, eff_rows = _common(model, archs, devices, global_batch,
-                                                   microbatch, recompute, efficiency)
+    m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
+    n_dev, B, recompute = _bound_args(devices, global_batch, recompute)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
                          context_parallel, capacity_factor)
