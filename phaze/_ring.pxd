@@ -95,6 +95,42 @@ cdef inline double p2p(double nbytes, int64_t n, int64_t nodes,
                             f.net_step_s, f.link_bw, f.net_bw)
 
 
+cdef inline Fabric spread(const Fabric* f, int64_t per_node) noexcept nogil:
+    """The fabric a group with ``per_node`` ranks in each node sees between nodes: one NIC
+    per device, rail-optimised (device i of every node on rail i), and NCCL runs one
+    channel per rail, so the node's traffic leaves over min(per_node, node_size) NICs —
+    the per-device network bandwidth times ``per_node``, capped by the in-node link that
+    feeds them (docs/fidelity-sources.md, "Collectives across nodes use every NIC")."""
+    cdef Fabric g = f[0]
+    cdef double w
+    if per_node > 1:
+        w = <double>per_node * f.net_bw
+        g.net_bw = w if w < f.link_bw else f.link_bw
+    return g
+
+
+cdef inline double split_all_to_all(double nbytes, int64_t n, int64_t nodes,
+                                    const Fabric* f) noexcept nogil:
+    """An all-to-all of n ranks on ``nodes`` nodes (n/nodes ranks in each), ``nbytes``
+    dispatched by each rank (nbytes/n to every peer): the part for peers in its node over
+    the in-node link, the rest through its own NIC, concurrently; the latency of one ring
+    pass. In one node the ring pass itself ((n − 1)/n · nbytes over the link)."""
+    cdef int64_t g, x
+    cdef double alpha, intra, inter
+    if n <= 1:
+        return 0.0
+    if nodes <= 1:
+        return ring(nbytes, n, 1, 1, f)
+    g = n // nodes
+    if g < 1:
+        g = 1
+    x = nodes - 1
+    alpha = f.coll_latency_s + <double>(n - 1 - x) * f.link_step_s + <double>x * f.net_step_s
+    intra = <double>(g - 1) / <double>n * nbytes / f.link_bw
+    inter = <double>(n - g) / <double>n * nbytes / f.net_bw
+    return alpha + (intra if intra > inter else inter)
+
+
 cdef inline double placed(int64_t kind, double nbytes, int64_t n, int64_t nodes,
                           const Fabric* f) noexcept nogil:
     """A collective of ``kind`` over n ranks on ``nodes`` nodes (0 for none)."""

@@ -464,9 +464,12 @@ def naive_tile_cycles(batch, m, k, n, w, d, cores, tile_m_mult, tile_n_mult, til
     return max(busy) * step_cycles
 
 
-def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff):
+def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff, per_node=1):
     """A ring all-reduce step by step: 2(n−1) steps, the first 2(nodes−1) of them crossing
-    a node boundary (NCCL's count), each paying its tier's latency; then the bytes."""
+    a node boundary (NCCL's count), each paying its tier's latency; then the bytes.
+    ``per_node``: NICs the ring's ranks in one node drive between nodes (the step model's
+    placed rings: one NIC per device, at most the in-node link's bandwidth in all; the
+    cost model's contiguous operator collectives keep 1)."""
     if group <= 1 or comm_bytes == 0:
         return 0.0
     nodes = 1 if group <= node_size else -(-group // node_size)
@@ -477,6 +480,8 @@ def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff):
         bw = link_bw * float(eff["link_efficiency"])
     else:
         bw = net_bw * float(eff["net_efficiency"])
+        if per_node > 1:
+            bw = min(per_node * bw, link_bw * float(eff["link_efficiency"]))
     return latency + 2 * (group - 1) / group * comm_bytes / bw
 
 
@@ -677,14 +682,17 @@ def naive_interleaved_in_flight(p, v, r, m):
     return peak
 
 
-def naive_ring_gather_seconds(n, nbytes_total, nodes, link_bw, net_bw, eff):
+def naive_ring_gather_seconds(n, nbytes_total, nodes, link_bw, net_bw, eff, per_node=1):
     """Ring all-gather / reduce-scatter of a ``nbytes_total`` tensor on n ranks spread
     over ``nodes`` nodes, step by step: n − 1 steps each moving nbytes_total/n over the
-    slowest tier, α per step by tier (``nodes − 1`` steps cross a node)."""
+    slowest tier, α per step by tier (``nodes − 1`` steps cross a node); between nodes over
+    the ``per_node`` NICs of the ranks in each node (capped by the in-node link)."""
     if n <= 1:
         return 0.0
     x = nodes - 1
     bw = (eff.net_efficiency * net_bw if nodes > 1 else eff.link_efficiency * link_bw) * 1e9
+    if nodes > 1 and per_node > 1:
+        bw = min(per_node * bw, eff.link_efficiency * link_bw * 1e9)
     total = eff.coll_latency_s
     for step in range(n - 1):
         total += (eff.net_step_s if step < x else eff.link_step_s) + nbytes_total / n / bw

@@ -56,6 +56,34 @@ def all_gather_seconds(nbytes, n, nodes, fabric):
     return _ring(nbytes, n, nodes, 1, fabric)
 
 
+def spread(fabric, per_node):
+    """The fabric a group with ``per_node`` ranks in each node sees between nodes: one NIC
+    per device, every one of them used (per_node × the per-device network bandwidth,
+    at most the in-node link's); a copy, as a dict."""
+    out = {k: float(fabric[k]) for k in ("coll_latency_s", "link_step_s", "net_step_s",
+                                         "link_bw", "net_bw")}
+    if per_node > 1:
+        out["net_bw"] = min(per_node * out["net_bw"], out["link_bw"])
+    return out
+
+
+def split_all_to_all_seconds(nbytes, n, nodes, fabric):
+    """An all-to-all of n ranks on ``nodes`` nodes (n/nodes in each): each rank sends
+    nbytes/n to every peer, over the link to the peers of its node and through its own NIC
+    to the others, both at once; α of one ring pass. One node: the ring pass."""
+    if n <= 1:
+        return 0.0
+    if nodes <= 1:
+        return _ring(nbytes, n, 1, 1, fabric)
+    g = max(n // nodes, 1)
+    x = nodes - 1
+    alpha = fabric["coll_latency_s"] + (n - 1 - x) * fabric["link_step_s"] \
+        + x * fabric["net_step_s"]
+    intra = (g - 1) / n * float(nbytes) / fabric["link_bw"]
+    inter = (n - g) / n * float(nbytes) / fabric["net_bw"]
+    return alpha + max(intra, inter)
+
+
 def all_to_all_seconds(nbytes, n, nodes, fabric):
     """All-to-all of the ``nbytes`` a rank holds over n ranks, priced as one ring pass."""
     return _ring(nbytes, n, nodes, 1, fabric)

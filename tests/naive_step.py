@@ -157,7 +157,7 @@ def layer_times(cp, ep, stage, lt, sz, rp):
             bb += xb
             mb += xb
     if ep > 1:
-        a = coll.all_to_all_seconds(sz["a2a_bytes"], ep, stage["ep_nodes"], rp)
+        a = coll.split_all_to_all_seconds(sz["a2a_bytes"], ep, stage["ep_nodes"], rp)
         mf += sz["a2a_f_n"] * a
         mb += sz["a2a_b_n"] * a
     return bf, bb, mf, mb
@@ -197,6 +197,80 @@ def stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode):
     elif rec_mode == REC_SELECTIVE:
         rec = nd * lt["blk_core"] + nm * lt["moe_core"]
     return f, bw, rec
+
+
+def hidden(nd, nm, cd, cm, wd, wm):
+    """Exposed seconds of nd dense and nm MoE layers' communication (cd, cm per layer) run
+    one layer ahead beside the previous layer's compute (wd, wm per layer): every layer's
+    excess over the compute, plus the whole of the first one (its hidden part too)."""
+    if nd + nm <= 0:
+        return 0.0
+    ed = max(0.0, cd - wd)
+    em = max(0.0, cm - wm)
+    out = nd * ed + nm * em
+    if nd > 0 and (nm == 0 or cd - ed >= cm - em):
+        out += cd - ed
+    else:
+        out += cm - em
+    return out
+
+
+def bucket_fraction(params, D):
+    """The last bucket's share of a stage's gradients: Megatron-Core's default bucket of
+    max(40e6, 1e6·dp) parameters, at most 1."""
+    bucket = max(40000000.0, 1000000.0 * D)
+    return 1.0 if params <= 0 or bucket >= params else bucket / params
+
+
+def sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr, opg, reshard,
+                 gb, D, edp, dpn, edpn, rp):
+    """Exposed seconds per microbatch of stage r's ZeRO-2/3 (FSDP) traffic: per layer an
+    all-gather ending with its whole 16-bit parameters (ZeRO-3; before the forward and,
+    resharded, before the backward) and a reduce-scatter of its whole gradient after the
+    backward, over every NIC of the group's nodes; overlapped ones (``opg`` gathers,
+    ``ogr`` reduce-scatters) run one layer ahead beside the previous layer's compute."""
+    e = sz["elem_bytes"]
+    Fd = coll.spread(rp, D // dpn)
+    Fe = coll.spread(rp, edp // edpn)
+    z3 = zero >= 3
+    rd = coll.reduce_scatter_seconds(gb * (sz["blk_pb"] // e), D, dpn, Fd)
+    rm = 0.0
+    gd = gm = 0.0
+    if nm > 0:
+        rm = coll.reduce_scatter_seconds(gb * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e), D,
+                                         dpn, Fd) \
+            + coll.reduce_scatter_seconds(gb * (sz["moe_exp_pb"] // e), edp, edpn, Fe)
+    out = 0.0
+    if z3:
+        gd = coll.all_gather_seconds(WEIGHT_BYTES * (sz["blk_pb"] // e), D, dpn, Fd)
+        if nm > 0:
+            gm = coll.all_gather_seconds(
+                WEIGHT_BYTES * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e), D, dpn, Fd) \
+                + coll.all_gather_seconds(WEIGHT_BYTES * (sz["moe_exp_pb"] // e), edp, edpn,
+                                          Fe)
+        out += hidden(nd, nm, gd, gm, bf, mf) if opg else nd * gd + nm * gm
+    wd, wm = bb, mb
+    if rec_mode == REC_FULL:
+        wd += bf
+        wm += mf
+    elif rec_mode == REC_SELECTIVE:
+        wd += lt["blk_core"]
+        wm += lt["moe_core"]
+    cd = gd if (z3 and reshard) else 0.0
+    cm = gm if (z3 and reshard) else 0.0
+    od = (cd if opg else 0.0) + (rd if ogr else 0.0)
+    om = (cm if opg else 0.0) + (rm if ogr else 0.0)
+    out += nd * ((0.0 if opg else cd) + (0.0 if ogr else rd)) \
+        + nm * ((0.0 if opg else cm) + (0.0 if ogr else rm))
+    out += hidden(nd, nm, od, om, wd, wm)
+    pe = 2 if reshard else 1
+    for here, pb in ((r == 0, sz["emb_pb"]), (r == p - 1, sz["head_pb"])):
+        if here:
+            eh = float(pb // e)
+            out += coll.reduce_scatter_seconds(gb * eh, D, dpn, Fd)
+            if z3:
+                out += pe * coll.all_gather_seconds(WEIGHT_BYTES * eh, D, dpn, Fd)
+    return out
 
 
 def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
@@ -247,35 +321,11 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
         bf, bb, mf, mb = layer_times(cp, ep, stages[r], lt, sz, rp)
         f, bw, rec = stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode)
         comm = stage_comm(r, p, v, slots[:, 5])
-        # ZeRO-3: each layer's parameters all-gathered before its forward, its backward
-        # and (full recomputation) its recomputed forward; the embedding and head twice.
         extra = 0.0
-        if zero >= 3 and D > 1:
-            passes = 3 if full else 2
-            blk = coll.all_gather_seconds(WEIGHT_BYTES * (sz["blk_pb"] // e) * D, D, dpn, rp)
-            extra = passes * nd * blk
-            if nm > 0:
-                moe = coll.all_gather_seconds(
-                    WEIGHT_BYTES * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e) * D, D, dpn, rp) \
-                    + coll.all_gather_seconds(WEIGHT_BYTES * (sz["moe_exp_pb"] // e) * edp, edp,
-                                              edpn, rp)
-                extra += passes * nm * moe
-            if r == 0:
-                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz["emb_pb"] // e) * D, D,
-                                                     dpn, rp)
-            if r == p - 1:
-                extra += 2 * coll.all_gather_seconds(WEIGHT_BYTES * (sz["head_pb"] // e) * D, D,
-                                                     dpn, rp)
         if zero >= 2 and D > 1:
-            # per-microbatch reduce-scatter of the gradients as the backward ends
-            dn, en = stage_params(r, p, nd, nm, sz)
-            rs = coll.reduce_scatter_seconds(gb * dn, D, dpn, rp)
-            if en > 0:
-                rs += coll.reduce_scatter_seconds(gb * en, edp, edpn, rp)
-            if ogr:
-                extra += max(0.0, rs - bw - rec)
-            else:
-                extra += rs
+            extra = sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr,
+                                 bool(plan["opg"]), bool(plan["reshard"]), gb, D, edp, dpn,
+                                 edpn, rp)
         slot = f + bw + rec + comm + extra
         slots[r, 0] = slot
         slots[r, 1] = f
@@ -297,22 +347,29 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
         edpn = stages[r]["edp_nodes"]
         nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
         dn, en = stage_params(r, p, nd, nm, sz)
+        Fd = coll.spread(rp, D // dpn)
+        Fe = coll.spread(rp, edp // edpn)
         if zero == 0:
-            red = coll.all_reduce_seconds(gb * dn, D, dpn, rp)
+            red = coll.all_reduce_seconds(gb * dn, D, dpn, Fd)
             if en > 0:
-                red += coll.all_reduce_seconds(gb * en, edp, edpn, rp)
+                red += coll.all_reduce_seconds(gb * en, edp, edpn, Fe)
         elif zero == 1 and D > 1:
-            red = coll.reduce_scatter_seconds(gb * dn, D, dpn, rp)
+            red = coll.reduce_scatter_seconds(gb * dn, D, dpn, Fd)
             if en > 0:
-                red += coll.reduce_scatter_seconds(gb * en, edp, edpn, rp)
+                red += coll.reduce_scatter_seconds(gb * en, edp, edpn, Fe)
         else:
             red = 0.0
-        if ogr:
-            red = max(0.0, red - slots[r, 2] - slots[r, 3])
+        if ogr and zero <= 1:
+            frac = bucket_fraction(dn + en, D)
+            red = max(red - slots[r, 2] - slots[r, 3], frac * red)
         if (zero == 1 or zero == 2) and D > 1:
-            red += coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, rp)
+            ag = coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, Fd)
             if en > 0:
-                red += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, rp)
+                ag += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, Fe)
+            if plan["opg"]:
+                frac = bucket_fraction(dn + en, D)
+                ag = max(ag - slots[r, 1], frac * ag)
+            red += ag
         if red > dp_s:
             dp_s = red
         x = (dn / shard + en / shard_e) * plan["opt_bytes"] / rp["hbm_bw"]
@@ -391,7 +448,7 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     if r == p - 1:
         other += ends_in_flight * sz["head_stash"]
     workspace = sz["workspace"]
-    if zero >= 3 and D > 1:
+    if zero >= 3 and D > 1 and plan["reshard"]:
         # the gathered parameters of the layer running and of the one prefetched
         biggest = 0
         if nd > 0:
@@ -399,6 +456,8 @@ def stage_memory(r, plan, sz, moe_prefix, out):
         if nm > 0 and sz["moe_pb"] // e > biggest:
             biggest = sz["moe_pb"] // e
         workspace += 2 * WEIGHT_BYTES * biggest
+    if zero >= 3 and D > 1 and not plan["reshard"]:
+        workspace += WEIGHT_BYTES * (dn + en)
     # fp8 training: Transformer Engine's FP8 copies of the blocks' GEMM weights (both
     # layouts, the ``*_fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
     out["weights"] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) \
@@ -437,13 +496,14 @@ def _plan_vs(p, m, n_layers, vs, vs_all, out):
 
 
 def enumerate_plans(var_g, nv, grp_t, grp_cp, grp_ep, ps, ds, devices, global_batch,
-                    microbatch, n_layers, vs, vs_all, zeros, ogrs, launchable):
+                    microbatch, n_layers, vs, vs_all, zeros, ogrs, launchable,
+                    z3_anywhere=True):
     """Every plan in the documented loop order: variant (t, SP, flash, cp, ep; ``var_g``
     its (t, cp, ep) group index into ``grp_*``), p, d, v, ZeRO stage (only the first at
     cp·d = 1, where all stages are one plan), overlap. Rules: t·cp·p·d ≤ devices, ep
-    divides cp·d; with ``launchable`` no ZeRO stage 2–3 over more than one rank with
-    pipeline or context parallelism (no trainer launches it: Megatron-LM has ZeRO 0–1
-    only, DeepSpeed refuses stages 2–3 with a pipeline and has no ring attention).
+    divides cp·d; with ``launchable`` no ZeRO stage 2 over more than one rank with
+    pipeline or context parallelism (no trainer launches it), nor stage 3 there unless
+    ``z3_anywhere`` (torchtitan's FSDP2 beside pipelines and ring attention).
     Returns the plans' columns (variant, p, d, v, zero, overlap, m, geometry cell) and the
     geometry cells' (t, cp, ep, p, d) — one cell per group × p × d."""
     ng = grp_t.shape[0]
@@ -484,7 +544,8 @@ def enumerate_plans(var_g, nv, grp_t, grp_cp, grp_ep, ps, ds, devices, global_ba
                     for vi in range(nvs):
                         for zi in range(zeros.shape[0] if cp * d > 1 else 1):
                             if launchable and (p > 1 or cp > 1) and cp * d > 1 \
-                                    and zeros[zi] >= 2:
+                                    and (zeros[zi] == 2
+                                         or (zeros[zi] >= 3 and not z3_anywhere)):
                                 continue
                             for oi in range(ogrs.shape[0]):
                                 if fill:

@@ -89,9 +89,10 @@ def test_legend_and_summary_name_every_knob_column():
         assert f"  {knob.short:<12}{first}" in legend, name
     row = {"recompute": "full", "sequence_parallel": True, "virtual_stages": 2,
            "zero_stage": 1, "flash_attention": False, "overlap_grad_reduce": True,
-           "expert_parallel": 4, "context_parallel": 2}
-    assert search.knob_text(row).split() == ["full", "on", "2", "1", "off", "on", "4", "2"]
-    assert plan.summary_cells({}) [1:] == ["off", "1", "0", "off", "off", "1", "1"]
+           "expert_parallel": 4, "context_parallel": 2, "overlap_param_gather": True}
+    assert search.knob_text(row).split() == ["full", "on", "2", "1", "off", "on", "4", "2",
+                                             "on"]
+    assert plan.summary_cells({}) [1:] == ["off", "1", "0", "off", "off", "1", "1", "off"]
 
 
 def test_cost_model_line_reads_the_grids():
@@ -207,6 +208,8 @@ def _naive_trainers(p, v, zero, cp):
         deepspeed_ok = False
     if deepspeed_ok:
         out.append("deepspeed")
+    if zero in (0, 3):                               # torchtitan: DDP or FSDP2, any p, v, cp
+        out.append("torchtitan")
     return tuple(out)
 
 
@@ -217,13 +220,14 @@ def test_trainers_equal_the_naive_rules():
 
 
 def test_launchable_is_the_search_kernels_filter():
-    """best_plans' launchable filter (step._kernels: drop ZeRO 2-3 over more than one rank
-    with pipeline or context parallelism) is "some trainer launches it", ZeRO over a single
-    rank being stage 0; interleaving needs p >= 2, so v only matters with pipelines."""
+    """best_plans' launchable filter (step._kernels: drop ZeRO 2 over more than one rank
+    with pipeline or context parallelism; ZeRO 3 there is torchtitan's FSDP2) is "some
+    trainer launches it", ZeRO over a single rank being stage 0; interleaving needs
+    p >= 2, so v only matters with pipelines."""
     for p, v, zero, cp, d in itertools.product((1, 2, 4), (1, 2), (0, 1, 2, 3), (1, 2), (1, 2)):
         if p == 1 and v > 1:
             continue   # infeasible: interleaving needs pipeline parallelism
-        kernel_keeps = not ((p > 1 or cp > 1) and cp * d > 1 and zero >= 2)
+        kernel_keeps = not ((p > 1 or cp > 1) and cp * d > 1 and zero == 2)
         assert plan.launchable(pipeline_parallel=p, virtual_stages=v, zero_stage=zero,
                                context_parallel=cp, data_parallel=d) == kernel_keeps
 

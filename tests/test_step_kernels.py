@@ -71,8 +71,12 @@ def _plan_sample(table, devices, gb, mb, recompute, k, seed):
     vcp = np.array([x[3] for x in variants])[plan_var]
     vep = np.array([x[4] for x in variants])[plan_var]
     vsp = np.array([x[1] for x in variants])[plan_var]
+    # the sharding settings drawn per plan too (overlapped gathers, ZeRO-3 resharding)
+    rng = np.random.default_rng(seed + 1)
+    opg = rng.integers(0, 2, plan_var.shape[0]).astype(bool)
+    reshard = rng.integers(0, 2, plan_var.shape[0]).astype(bool)
     plans = _layers.plan_records(p, vt, d, vcp, vep, v, mm, L, zero, ogr, recompute, vsp,
-                                table.precision)
+                                table.precision, "fp32", opg, reshard)
     return plans[pick], plan_var[pick], cols
 
 

@@ -43,11 +43,14 @@ def _plans(model, devices, global_batch, microbatch):
                         for flash in (False, True):
                             for zero in range(4):
                                 for ogr in (False, True):
-                                    yield dict(tensor_parallel=t, pipeline_parallel=p,
-                                               data_parallel=d, virtual_stages=v,
-                                               sequence_parallel=sp, flash_attention=flash,
-                                               zero_stage=zero, overlap_grad_reduce=ogr,
-                                               microbatch=microbatch, global_batch=global_batch)
+                                    for opg in (False, True):
+                                        yield dict(tensor_parallel=t, pipeline_parallel=p,
+                                                   data_parallel=d, virtual_stages=v,
+                                                   sequence_parallel=sp, flash_attention=flash,
+                                                   zero_stage=zero, overlap_grad_reduce=ogr,
+                                                   overlap_param_gather=opg,
+                                                   microbatch=microbatch,
+                                                   global_batch=global_batch)
 
 
 def _launchable(plan):
@@ -55,7 +58,7 @@ def _launchable(plan):
     (the cp·d data and context ranks; ZeRO at one rank is no ZeRO) together with pipeline
     or context parallelism."""
     cp = plan.get("context_parallel", 1)
-    return not (plan["zero_stage"] >= 2 and cp * plan["data_parallel"] > 1
+    return not (plan["zero_stage"] == 2 and cp * plan["data_parallel"] > 1
                 and (plan["pipeline_parallel"] > 1 or cp > 1))
 
 
@@ -81,7 +84,8 @@ def _check_row_is_its_plan(model, row, rec, recompute, microbatch, global_batch)
         microbatch=microbatch, global_batch=global_batch, recompute=recompute,
         virtual_stages=int(rec["virtual_stages"]), sequence_parallel=bool(rec["sequence_parallel"]),
         flash_attention=bool(rec["flash_attention"]), zero_stage=int(rec["zero_stage"]),
-        overlap_grad_reduce=bool(rec["overlap_grad_reduce"]))
+        overlap_grad_reduce=bool(rec["overlap_grad_reduce"]),
+        overlap_param_gather=bool(rec["overlap_param_gather"]))
     assert r.ok, r.reason
     assert rec["time_s"] == pytest.approx(r.time_s, rel=1e-12)
     for ours, theirs in FIELDS_OF_BREAKDOWN:
@@ -260,17 +264,17 @@ def test_a_row_gets_the_same_answer_alone_and_among_others():
 
 
 def test_launchable_drops_only_zero_2_3_under_pipelines():
-    """launchable=False also prices ZeRO 2–3 with p > 1 (never slower: a superset of
-    plans); the default never returns such a plan, and both equal their brute force."""
+    """launchable=False also prices ZeRO 2 with p > 1 (never slower: a superset of plans;
+    ZeRO 3 there is torchtitan's FSDP2, launchable); the default never returns such a
+    plan, and both equal their brute force."""
     row = presets.get("a100-80g")
     cap = 3_500_000   # bytes: ZeRO 2 under a pipeline fits and beats every launchable plan
     kw = dict(devices=8, global_batch=16, microbatch=1, recompute="full", hbm_bytes=cap,
               tensor_parallel=WIDTHS)
     on = step.best_plans(TINY6, row, **kw)
     off = step.best_plans(TINY6, row, launchable=False, **kw)
-    assert off["time_s"][0] < on["time_s"][0]
-    assert off["pipeline_parallel"][0] > 1 and off["zero_stage"][0] >= 2
-    assert on["pipeline_parallel"][0] == 1 or on["zero_stage"][0] <= 1
+    assert off["time_s"][0] <= on["time_s"][0]
+    assert on["pipeline_parallel"][0] == 1 or on["zero_stage"][0] != 2
     for rec, launchable in ((on[0], True), (off[0], False)):
         ref = _brute(TINY6, row, cap, _plans(TINY6, 8, 16, 1), "full", launchable)
         assert rec["time_s"] == ref

@@ -301,6 +301,44 @@ KNOBS = (
          megatron="--overlap-grad-reduce",
          deepspeed="ds_config zero_optimization.overlap_comm (ZeRO >= 1)",
          torchtitan="(FSDP2 overlaps its reduce-scatters by default)"),
+    # Sources (docs/fidelity-sources.md, "Sharded data parallelism and overlap (issue
+    # 25)"): Megatron-Core megatron/core/distributed/distributed_data_parallel_config.py
+    # (overlap_param_gather: the distributed optimizer's parameter all-gathers overlapped
+    # with the next forward, bucket by bucket); PyTorch FSDP2 fully_shard (implicit forward
+    # prefetch of the next module's all-gather, explicit backward prefetch;
+    # reshard_after_forward) and DeepSpeed ZeRO-3 (stage3_prefetch_bucket_size).
+    Knob("overlap_param_gather", bool, False, "True or False",
+         flags=("--overlap-param-gather",), study=False, calibrated_only=True,
+         file_key="overlap_param_gather", file_rank=13, file_optional=True,
+         help="overlap the parameter all-gathers with compute: ZeRO-1/2 (Megatron's "
+              "distributed optimizer) the gather after the optimizer with the next forward; "
+              "ZeRO-3/FSDP each layer's gather prefetched during the previous layer's "
+              "forward or backward (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="overlap the parameter all-gathers with compute: off, on or off,on "
+                     "(default both; overlap never costs time, so on wins where allowed)",
+         column=True, column_rank=8, short="opg", width=3,
+         legend="overlap-param-gather: parameter all-gathers overlap compute (ZeRO-1/2: "
+                "with the next\nforward; ZeRO-3/FSDP: prefetched one layer ahead) (on / off)",
+         grid_rank=11, title="overlap param gather",
+         megatron="--overlap-param-gather (with --use-distributed-optimizer "
+                  "--overlap-grad-reduce)",
+         deepspeed="ds_config zero_optimization.overlap_comm (ZeRO-3: prefetch of "
+                   "stage3_prefetch_bucket_size)",
+         torchtitan="(FSDP2 prefetches the next module's all-gather by default)"),
+    Knob("reshard_after_forward", bool, True, "True or False",
+         flags=("--reshard-after-forward",), study=True, calibrated_only=True,
+         file_key="reshard_after_forward", file_rank=14, file_optional=True,
+         help="ZeRO-3/FSDP: free each layer's gathered parameters after its forward and "
+              "gather them again for its backward (default on, FSDP's FULL_SHARD; off: "
+              "SHARD_GRAD_OP, the stage's parameters stay gathered from forward to backward; "
+              "calibrated model only)",
+         search="one", search_metavar="on|off",
+         search_help="ZeRO-3/FSDP: reshard the parameters after the forward (default on)",
+         grid_rank=12, title="reshard after forward",
+         megatron="(Megatron-FSDP: --data-parallel-sharding-strategy optim_grads_params)",
+         deepspeed="(ZeRO-3 always reshards: stage3_max_reuse_distance)",
+         torchtitan="--parallelism.fsdp_reshard_after_forward always|never"),
     # Sources (docs/fidelity-sources.md, "Gradient-reduction datatype"): Megatron-LM
     # d98e8a6 megatron/core/distributed/param_and_grad_buffer.py (grad_dtype = torch.float
     # if grad_reduce_in_fp32 else param.dtype), megatron/training/arguments.py
@@ -464,12 +502,12 @@ class Trainer:
     knob: str
 
 
-#: The trainers, in the order ``trainers`` lists them. torchtitan's argument names are
-#: recorded in the table; phaze neither writes its arguments nor judges its plans yet.
+#: The trainers, in the order ``trainers`` lists them (torchtitan judged by its "trainer"
+#: rules: FSDP2 = ZeRO 3 with any pipeline, tensor and context parallelism).
 TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron"),
             Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed"),
             Trainer("torchtitan", "torchtitan", "", "torchtitan"))
-_JUDGED = ("megatron-lm", "deepspeed")
+_JUDGED = ("megatron-lm", "deepspeed", "torchtitan")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -548,6 +586,20 @@ RULES = (
          lambda v: v["zero_stage"] >= 2 and v["pipeline_parallel"] > 1,
          lambda v: f"DeepSpeed refuses ZeRO stage {v['zero_stage']} with pipeline "
                    f"parallelism (p = {v['pipeline_parallel']}); use ZeRO 0-1 or p = 1"),
+    # torchtitan (pytorch/torchtitan, torchtitan/config/job_config.py Parallelism and
+    # Training; torchtitan/distributed/parallel_dims.py): data parallelism is FSDP2
+    # (data_parallel_shard_degree, ZeRO 3) or DDP replicas (ZeRO 0), under any pipeline,
+    # tensor and context parallelism; parameters bf16 or fp32; reduce in float32.
+    Rule("torchtitan", "trainer", ("zero_stage",), lambda v: v["zero_stage"] in (1, 2),
+         lambda v: f"torchtitan shards with FSDP2 (ZeRO 3) or replicates with DDP (ZeRO 0); "
+                   f"it has no ZeRO stage {v['zero_stage']}"),
+    Rule("torchtitan", "trainer", ("precision",), lambda v: v["precision"] == "fp16",
+         lambda v: "torchtitan trains in bf16 (fp8 through torchao's float8 converters), "
+                   "not fp16"),
+    Rule("torchtitan", "trainer", ("grad_reduce_dtype",),
+         lambda v: v["grad_reduce_dtype"] != "fp32",
+         lambda v: f"torchtitan reduces gradients in float32 (mixed_precision_reduce), not "
+                   f"{v['grad_reduce_dtype']}"),
 )
 
 

@@ -63,7 +63,9 @@ def grid_words(grids: dict) -> list:
     out = []
     for k in sorted((k for k in KNOBS if k.grid_rank is not None and k.search == "grid"),
                     key=lambda k: k.grid_rank):
-        values = grids.get(k.name)
+        if k.name not in grids:
+            continue   # a result written before the knob existed
+        values = grids[k.name]
         if values is None:
             out.append(f"{k.title} all valid")
             continue
@@ -118,11 +120,22 @@ def add_search_options(parser, names) -> None:
         kw = dict(dest=k.dest, help=k.search_help, default=k.search_default)
         if k.search == "one" and k.type is str:
             kw["choices"] = k.choices
+        elif k.search == "one" and k.type is bool:
+            kw["type"] = _switch
         elif k.search == "one":
             kw["type"] = k.type
         if k.search_metavar:
             kw["metavar"] = k.search_metavar
         parser.add_argument(*k.flags, **kw)
+
+
+def _switch(text) -> bool:
+    """A one-value switch of ``phaze search``: on or off."""
+    word = str(text).strip().lower()
+    if word not in ("on", "off"):
+        import argparse
+        raise argparse.ArgumentTypeError(f"takes on or off, got {text!r}")
+    return word == "on"
 
 
 def int_tuple(text):

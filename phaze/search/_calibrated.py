@@ -112,7 +112,10 @@ def plans_over_hbm(cfg, table, recompute, rows) -> list:
         hbm_bytes=np.concatenate(caps),
         virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
         zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
-        grad_reduce_dtype=cfg.grad_reduce_dtype, rows=np.concatenate([rows] * len(caps)))
+        grad_reduce_dtype=cfg.grad_reduce_dtype,
+        overlap_param_gather=tuple(cfg.overlap_param_gather),
+        reshard_after_forward=cfg.reshard_after_forward,
+        rows=np.concatenate([rows] * len(caps)))
     return [plans[k * n:(k + 1) * n] for k in range(len(caps))]
 
 
@@ -329,7 +332,10 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                 for fa in cfg.flash_attention:
                     for v in v_grid:
                         for zero in cfg.zero_stage:
-                            if zero >= 2 and p > 1 and d > 1:
+                            if p > 1 and d > 1 and not _plan.launchable(
+                                    pipeline_parallel=p, data_parallel=d, zero_stage=zero,
+                                    precision=cfg.precision,
+                                    grad_reduce_dtype=cfg.grad_reduce_dtype):
                                 continue   # no trainer launches it (best_plans' launchable)
                             for ogr in cfg.overlap_grad_reduce:
                                 res = step.training_step(
@@ -339,7 +345,9 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     virtual_stages=v, sequence_parallel=sp, flash_attention=fa,
                                     zero_stage=zero, overlap_grad_reduce=ogr,
                                     precision=cfg.precision,
-                                    grad_reduce_dtype=cfg.grad_reduce_dtype)
+                                    grad_reduce_dtype=cfg.grad_reduce_dtype,
+                                    overlap_param_gather=True in cfg.overlap_param_gather,
+                                    reshard_after_forward=cfg.reshard_after_forward)
                                 if not res.ok:
                                     reason = reason or res.reason
                                     continue
@@ -363,6 +371,8 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                         "sequence_parallel": bool(sp), "virtual_stages": v,
                                         "zero_stage": zero, "flash_attention": bool(fa),
                                         "overlap_grad_reduce": bool(ogr),
+                                        "overlap_param_gather":
+                                            True in cfg.overlap_param_gather,
                                         "expert_parallel": 1, "context_parallel": 1,
                                         "memory_bytes": float(peak.total),
                                         "stage_layers": _stage_text(n_layers, p)}

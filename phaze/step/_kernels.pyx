@@ -35,7 +35,8 @@ structs that read them; the import checks that each dtype is its struct's layout
   ZeRO stage, overlap (0/1), recomputation code, sequence parallelism (0/1), the
   optimizer's bytes per parameter, kernels and tiny all-reduces, and the bytes per
   parameter of the gradient buffer and its data-parallel reduction (``grad_bytes``: 4 for
-  fp32, 2 for a 16-bit ``grad_reduce_dtype``).
+  fp32, 2 for a 16-bit ``grad_reduce_dtype``), overlap of the parameter all-gathers
+  (``opg``, 0/1) and ZeRO-3's resharding after the forward (``reshard``, 0/1).
 - :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
   Megatron's rank layout on the row's nodes (``geometry``, ``group_geometry``):
   per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
@@ -98,7 +99,7 @@ SIZES = np.dtype(_fields("i8", (
 PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8"),
                  ("v", "i8"), ("m", "i8"), ("n_layers", "i8"), ("zero", "i8"), ("ogr", "u1"),
                  ("rec_mode", "i8"), ("sp", "u1"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
-                 ("n_tiny", "i8"), ("grad_bytes", "i8")])
+                 ("n_tiny", "i8"), ("grad_bytes", "i8"), ("opg", "u1"), ("reshard", "u1")])
 #: Megatron's rank layout per stage (see the module docstring).
 STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
                                       "edp_nodes")))
@@ -180,6 +181,8 @@ cdef packed struct Plan:
     double opt_kernels
     int64_t n_tiny
     int64_t grad_bytes
+    unsigned char opg
+    unsigned char reshard
 
 cdef packed struct StageNodes:
     int64_t mask
@@ -395,7 +398,8 @@ cdef inline void layer_times(int64_t cp, int64_t ep, const StageNodes* stage,
     group ``stage.ep_nodes``: the priced operators (``lt``), plus the K/V exchange's excess
     over the flash attention it runs concurrently with (max(0, exchange − attention),
     forward and backward; the exchange ``_ring.p2p``), plus the all-to-alls
-    (``_ring.all_to_all`` over the ep ranks)."""
+    (``_ring.split_all_to_all`` over the ep ranks: the peers in the node over the link, the
+    others through each rank's own NIC)."""
     cdef double xf, xb, a
     bf[0] = lt.blk_f
     bb[0] = lt.blk_b
@@ -411,7 +415,7 @@ cdef inline void layer_times(int64_t cp, int64_t ep, const StageNodes* stage,
             bb[0] += xb
             mb[0] += xb
     if ep > 1:
-        a = _ring.all_to_all(<double>sz.a2a_bytes, ep, stage.ep_nodes, fab(rp))
+        a = _ring.split_all_to_all(<double>sz.a2a_bytes, ep, stage.ep_nodes, fab(rp))
         mf[0] += <double>sz.a2a_f_n * a
         mb[0] += <double>sz.a2a_b_n * a
 
@@ -454,6 +458,115 @@ cdef inline void stage_sums(int64_t r, int64_t p, int64_t nd, int64_t nm, double
         rec[0] = <double>nd * lt.blk_core + <double>nm * lt.moe_core
 
 
+cdef inline double hidden(int64_t nd, int64_t nm, double cd, double cm, double wd,
+                          double wm) noexcept nogil:
+    """Exposed seconds of the communication of nd dense and nm MoE layers (cd, cm seconds
+    per layer) that runs one layer ahead, beside the compute of the layer before it (wd,
+    wm seconds per layer): the excess max(0, c − w) of every layer, plus the hidden part
+    min(c, w) of the first one (nothing runs before it). With c = 0 it is 0."""
+    cdef double ed, em, out
+    if nd + nm <= 0:
+        return 0.0
+    ed = fmax0(cd - wd)
+    em = fmax0(cm - wm)
+    out = <double>nd * ed + <double>nm * em
+    if nd > 0 and (nm == 0 or cd - ed >= cm - em):
+        out += cd - ed
+    else:
+        out += cm - em
+    return out
+
+
+cdef inline double bucket_fraction(int64_t params, int64_t D) noexcept nogil:
+    """The part of a stage's gradients in its last bucket: Megatron-Core's default bucket
+    of max(40,000,000, 1,000,000 · dp) parameters (``DistributedDataParallelConfig``
+    .bucket_size) over the stage's ``params``, at most 1."""
+    cdef double bucket = 40000000.0
+    if 1000000.0 * <double>D > bucket:
+        bucket = 1000000.0 * <double>D
+    if params <= 0 or bucket >= <double>params:
+        return 1.0
+    return bucket / <double>params
+
+
+cdef double sharded_comm(int64_t r, int64_t p, int64_t nd, int64_t nm, double bf, double bb,
+                         double mf, double mb, const LayerTimes* lt, const Sizes* sz,
+                         int64_t rec_mode, int64_t zero, bint ogr, bint opg, bint reshard,
+                         int64_t gb, int64_t D, int64_t edp, int64_t dpn, int64_t edpn,
+                         const Fabric* F) noexcept nogil:
+    """Exposed seconds per microbatch of stage r's sharded data parallelism (ZeRO-2, ZeRO-3
+    / FSDP; D > 1), the stage holding nd dense and nm MoE layers of forward (bf, mf) and
+    backward (bb, mb) seconds. Every collective moves the bytes NCCL moves: an all-gather
+    ends with each layer's whole 16-bit parameters (of the rank's tensor-parallel slice)
+    on every rank, a reduce-scatter starts from the whole gradient
+    (``_ring.all_gather``/``reduce_scatter``: α + (n − 1)/n · bytes / η·BW), over the
+    stage's cp·d data-parallel ranks (the routed experts' over the expert-data-parallel
+    ones) with every NIC of their nodes (``_ring.spread``).
+
+    ZeRO-3: each layer's parameters are gathered before its forward and, resharded after
+    it (``reshard``, FSDP's default), again before its backward (the recomputed forward of
+    full recomputation runs inside the backward on the same gathered parameters). ZeRO-2
+    and 3: each layer's gradients are reduce-scattered after its backward. With ``opg``
+    the gathers run one layer ahead (FSDP's prefetch, forward and backward), with ``ogr``
+    the reduce-scatters beside the next layer's backward: what stays exposed is
+    :func:`hidden` of them against each layer's forward, or its backward with its
+    recomputation; otherwise they are charged in full. The embedding's and the head's
+    gathers and reductions are charged in full."""
+    cdef double gd = 0.0, gm = 0.0, rd, rm, wd, wm, cd, cm, od, om, out = 0.0, eh
+    cdef int64_t pe, ph
+    cdef Fabric Fd = _ring.spread(F, D // dpn)
+    cdef Fabric Fe = _ring.spread(F, edp // edpn)
+    cdef bint z3 = zero >= 3
+    rd = _ring.reduce_scatter(<double>(gb * (sz.blk_pb // sz.elem_bytes)), D, dpn, &Fd)
+    rm = 0.0
+    if nm > 0:
+        rm = _ring.reduce_scatter(
+            <double>(gb * ((sz.moe_pb - sz.moe_exp_pb) // sz.elem_bytes)), D, dpn, &Fd) \
+            + _ring.reduce_scatter(<double>(gb * (sz.moe_exp_pb // sz.elem_bytes)), edp,
+                                   edpn, &Fe)
+    if z3:
+        gd = _ring.all_gather(<double>(W_BYTES * (sz.blk_pb // sz.elem_bytes)), D, dpn, &Fd)
+        if nm > 0:
+            gm = _ring.all_gather(
+                <double>(W_BYTES * ((sz.moe_pb - sz.moe_exp_pb) // sz.elem_bytes)), D, dpn,
+                &Fd) + _ring.all_gather(<double>(W_BYTES * (sz.moe_exp_pb // sz.elem_bytes)),
+                                        edp, edpn, &Fe)
+        # forward: one gather per layer
+        if opg:
+            out += hidden(nd, nm, gd, gm, bf, mf)
+        else:
+            out += <double>nd * gd + <double>nm * gm
+    # backward: the re-gathers (resharded) and the reduce-scatters, per layer
+    wd = bb
+    wm = mb
+    if rec_mode == C_REC_FULL:
+        wd += bf
+        wm += mf
+    elif rec_mode == C_REC_SELECTIVE:
+        wd += lt.blk_core
+        wm += lt.moe_core
+    cd = gd if (z3 and reshard) else 0.0
+    cm = gm if (z3 and reshard) else 0.0
+    od = (cd if opg else 0.0) + (rd if ogr else 0.0)
+    om = (cm if opg else 0.0) + (rm if ogr else 0.0)
+    out += <double>nd * ((0.0 if opg else cd) + (0.0 if ogr else rd)) \
+        + <double>nm * ((0.0 if opg else cm) + (0.0 if ogr else rm))
+    out += hidden(nd, nm, od, om, wd, wm)
+    # the embedding (stage 0) and the head (stage p − 1), whole
+    pe = 2 if reshard else 1
+    if r == 0:
+        eh = <double>(sz.emb_pb // sz.elem_bytes)
+        out += _ring.reduce_scatter(<double>gb * eh, D, dpn, &Fd)
+        if z3:
+            out += <double>pe * _ring.all_gather(<double>W_BYTES * eh, D, dpn, &Fd)
+    if r == p - 1:
+        eh = <double>(sz.head_pb // sz.elem_bytes)
+        out += _ring.reduce_scatter(<double>gb * eh, D, dpn, &Fd)
+        if z3:
+            out += <double>pe * _ring.all_gather(<double>W_BYTES * eh, D, dpn, &Fd)
+    return out
+
+
 cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNodes* stages,
                         const LayerTimes* lt, const RowParams* rp, const Sizes* sz,
                         const int64_t* moe_prefix, double* slots, Breakdown* bd) noexcept nogil:
@@ -468,15 +581,16 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
     cdef int64_t p = plan.p, t = plan.t, cp = plan.cp, ep = plan.ep, v = plan.v, m = plan.m
     cdef int64_t n_layers = plan.n_layers, zero = plan.zero, rec_mode = plan.rec_mode
     cdef bint ogr = plan.ogr != 0
+    cdef bint opg = plan.opg != 0
     cdef int64_t gb = plan.grad_bytes   # bytes per parameter of the gradient reductions
     cdef int64_t D = cp * plan.d
     cdef int64_t edp = D // ep
     cdef int64_t e = sz.elem_bytes
     cdef double g1 = 0.0, g2 = 0.0, worst, x
-    cdef int64_t a, mk, bit, r, dpn, edpn, nd, nm, dn, en, passes, crit, shard, shard_e
-    cdef double bf, bb, mf, mb, f, bw, rec, comm, extra, blk, moe, rs, slot, steady, bubble
-    cdef double dp_s, upd, red, emb_s, tiny, opt_s, total
-    cdef bint full
+    cdef int64_t a, mk, bit, r, dpn, edpn, nd, nm, dn, en, crit, shard, shard_e
+    cdef double bf, bb, mf, mb, f, bw, rec, comm, extra, slot, steady, bubble
+    cdef double dp_s, upd, red, ag, emb_s, tiny, opt_s, total, frac
+    cdef Fabric Fd, Fe
     # -- one crossing per stage boundary (worst data-parallel index) ------------------
     if not plan.sp:  # with SP the boundary tensor stays split over the t ranks: no gather
         g1 = _ring.all_gather(<double>sz.act_bytes, t, 1, F)
@@ -490,7 +604,6 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
                 if x > worst:
                     worst = x
         slots[6 * a + 5] = worst
-    full = rec_mode == C_REC_FULL
     crit = 0
     for r in range(p):
         dpn = stages[r].dp_nodes
@@ -499,35 +612,10 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
         layer_times(cp, ep, &stages[r], lt, sz, rp, &bf, &bb, &mf, &mb)
         stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode, &f, &bw, &rec)
         comm = stage_comm(r, p, v, slots)
-        # ZeRO-3: each layer's parameters all-gathered before its forward, its backward
-        # and (full recomputation) its recomputed forward; the embedding and head twice.
         extra = 0.0
-        if zero >= 3 and D > 1:
-            passes = 3 if full else 2
-            blk = _ring.all_gather(<double>(W_BYTES * (sz.blk_pb // e) * D), D, dpn, F)
-            extra = <double>(passes * nd) * blk
-            if nm > 0:
-                moe = _ring.all_gather(
-                    <double>(W_BYTES * ((sz.moe_pb - sz.moe_exp_pb) // e) * D), D, dpn, F) \
-                    + _ring.all_gather(<double>(W_BYTES * (sz.moe_exp_pb // e) * edp), edp,
-                                       edpn, F)
-                extra += <double>(passes * nm) * moe
-            if r == 0:
-                extra += 2.0 * _ring.all_gather(<double>(W_BYTES * (sz.emb_pb // e) * D), D,
-                                                dpn, F)
-            if r == p - 1:
-                extra += 2.0 * _ring.all_gather(<double>(W_BYTES * (sz.head_pb // e) * D), D,
-                                                dpn, F)
         if zero >= 2 and D > 1:
-            # per-microbatch reduce-scatter of the gradients as the backward ends
-            stage_params(r, p, nd, nm, sz, &dn, &en)
-            rs = _ring.reduce_scatter(<double>(gb * dn), D, dpn, F)
-            if en > 0:
-                rs += _ring.reduce_scatter(<double>(gb * en), edp, edpn, F)
-            if ogr:
-                extra += fmax0(rs - bw - rec)
-            else:
-                extra += rs
+            extra = sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr,
+                                 plan.opg != 0, plan.reshard != 0, gb, D, edp, dpn, edpn, F)
         slot = f + bw + rec + comm + extra
         slots[6 * r] = slot
         slots[6 * r + 1] = f
@@ -549,22 +637,34 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
         edpn = stages[r].edp_nodes
         stage_kinds(r, p, v, n_layers, moe_prefix, &nd, &nm)
         stage_params(r, p, nd, nm, sz, &dn, &en)
+        Fd = _ring.spread(F, D // dpn)
+        Fe = _ring.spread(F, edp // edpn)
         if zero == 0:
-            red = _ring.all_reduce(<double>(gb * dn), D, dpn, F)
+            red = _ring.all_reduce(<double>(gb * dn), D, dpn, &Fd)
             if en > 0:
-                red += _ring.all_reduce(<double>(gb * en), edp, edpn, F)
+                red += _ring.all_reduce(<double>(gb * en), edp, edpn, &Fe)
         elif zero == 1 and D > 1:
-            red = _ring.reduce_scatter(<double>(gb * dn), D, dpn, F)
+            red = _ring.reduce_scatter(<double>(gb * dn), D, dpn, &Fd)
             if en > 0:
-                red += _ring.reduce_scatter(<double>(gb * en), edp, edpn, F)
+                red += _ring.reduce_scatter(<double>(gb * en), edp, edpn, &Fe)
         else:
             red = 0.0
-        if ogr:
-            red = fmax0(red - slots[6 * r + 2] - slots[6 * r + 3])
+        if ogr and zero <= 1:
+            # bucketed during the last microbatch's backward: the last bucket's share
+            # stays exposed however long the backward (Megatron-Core's buckets)
+            frac = bucket_fraction(dn + en, D)
+            x = red - slots[6 * r + 2] - slots[6 * r + 3]
+            red = x if x > frac * red else frac * red
         if (zero == 1 or zero == 2) and D > 1:
-            red += _ring.all_gather(<double>(W_BYTES * dn), D, dpn, F)
+            ag = _ring.all_gather(<double>(W_BYTES * dn), D, dpn, &Fd)
             if en > 0:
-                red += _ring.all_gather(<double>(W_BYTES * en), edp, edpn, F)
+                ag += _ring.all_gather(<double>(W_BYTES * en), edp, edpn, &Fe)
+            if opg:
+                # bucket by bucket beside the next iteration's first forward
+                frac = bucket_fraction(dn + en, D)
+                x = ag - slots[6 * r + 1]
+                ag = x if x > frac * ag else frac * ag
+            red += ag
         if red > dp_s:
             dp_s = red
         x = (<double>dn / <double>shard + <double>en / <double>shard_e) * plan.opt_bytes \
@@ -647,7 +747,7 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     if r == p - 1:
         other += ends_in_flight * sz.head_stash
     workspace = sz.workspace
-    if zero >= 3 and D > 1:
+    if zero >= 3 and D > 1 and plan.reshard:
         # the gathered parameters of the layer running and of the one prefetched
         biggest = 0
         if nd > 0:
@@ -662,6 +762,10 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
         + <int64_t>(<double>(nd * sz.blk_fp8_w) / <double>w_div) \
         + <int64_t>(<double>(nm * sz.moe_fp8_w) / <double>w_div) \
         + <int64_t>(<double>(nm * sz.moe_exp_fp8_w) / <double>w_div_e)
+    if zero >= 3 and D > 1 and not plan.reshard:
+        # not resharded after the forward: the stage's gathered 16-bit parameters are held
+        # from its forward to its backward, beside their shards
+        workspace += W_BYTES * (dn + en)
     out.gradients = <int64_t>(<double>(gb * dn) / <double>g_div) \
         + <int64_t>(<double>(gb * en) / <double>g_div_e)
     out.optimizer_state = <int64_t>(<double>(O_BYTES * dn) / <double>o_div) \
@@ -819,13 +923,16 @@ def enumerate_plans(const int64_t[::1] var_g, int64_t nv, const int64_t[::1] grp
                     const int64_t[::1] ps, const int64_t[::1] ds, int64_t devices,
                     int64_t global_batch, int64_t microbatch, int64_t n_layers,
                     const int64_t[::1] vs, bint vs_all, const int64_t[::1] zeros,
-                    const unsigned char[::1] ogrs, bint launchable):
+                    const unsigned char[::1] ogrs, bint launchable, bint z3_anywhere=True):
     """Every plan in the documented loop order: variant (t, SP, flash, cp, ep; ``var_g``
     its (t, cp, ep) group index into ``grp_*``), p, d, v, ZeRO stage (only the first at
     cp·d = 1, where all stages are one plan), overlap. Rules: t·cp·p·d ≤ devices, ep
-    divides cp·d; with ``launchable`` no ZeRO stage 2–3 over more than one rank with
+    divides cp·d; with ``launchable`` no ZeRO stage 2 over more than one rank with
     pipeline or context parallelism (no trainer launches it: Megatron-LM has ZeRO 0–1
-    only, DeepSpeed refuses stages 2–3 with a pipeline and has no ring attention).
+    only, DeepSpeed refuses stages 2–3 with a pipeline and has no ring attention,
+    torchtitan has no stage 2), nor stage 3 there unless ``z3_anywhere`` (torchtitan's
+    FSDP2 runs beside any pipeline and context parallelism where it accepts the plan's
+    datatypes).
     Returns the plans' columns (variant, p, d, v, zero, overlap, m, geometry cell) and the
     geometry cells' (t, cp, ep, p, d) — one cell per group × p × d."""
     cdef Py_ssize_t ng = grp_t.shape[0], n_ps = ps.shape[0], n_ds = ds.shape[0]
@@ -869,7 +976,8 @@ def enumerate_plans(const int64_t[::1] var_g, int64_t nv, const int64_t[::1] grp
                     for vi in range(nvs):
                         for zi in range(nz):
                             if launchable and (p > 1 or cp > 1) and cp * d > 1 \
-                                    and zeros[zi] >= 2:
+                                    and (zeros[zi] == 2
+                                         or (zeros[zi] >= 3 and not z3_anywhere)):
                                 continue
                             for oi in range(ogrs.shape[0]):
                                 if fill:

@@ -331,18 +331,27 @@ def _ring_seconds(nbytes, ranks, row, eff, passes) -> float:
     x = passes·(nodes − 1) steps cross a node boundary; β = passes·(n−1)/n · bytes / (η·BW)
     on the between-node tier when the ring spans nodes, else the in-node link
     (``phaze.collectives``: ``all_reduce_seconds`` for two passes, ``all_gather_seconds``
-    for one).
+    for one). Between nodes the ring runs over the NICs of the g ranks it has in each node
+    (one NIC per device, rail-optimised; g the fewest of any node): η·BW = min(η_link·link,
+    g·η_net·net), the kernels' ``_ring.spread``.
     """
     ranks = list(ranks)
     n = len(ranks)
     if n <= 1:
         return 0.0
     node_size = int(_knob(row, "node_size"))
-    nodes = len({r // node_size for r in ranks})
+    per = {}
+    for r in ranks:
+        per[r // node_size] = per.get(r // node_size, 0) + 1
+    nodes = len(per)
+    link_bw = eff.link_efficiency * _knob(row, "link_gb_per_s") * 1e9
+    net_bw = eff.net_efficiency * _knob(row, "net_gb_per_s") * 1e9
+    g = min(per.values())
+    if g > 1:
+        net_bw = min(g * net_bw, link_bw)
     fabric = collectives.fabric(
         coll_latency_s=eff.coll_latency_s, link_step_s=eff.link_step_s,
-        net_step_s=eff.net_step_s, link_bw=eff.link_efficiency * _knob(row, "link_gb_per_s") * 1e9,
-        net_bw=eff.net_efficiency * _knob(row, "net_gb_per_s") * 1e9)
+        net_step_s=eff.net_step_s, link_bw=link_bw, net_bw=net_bw)
     price = collectives.all_reduce_seconds if passes == 2 else collectives.all_gather_seconds
     return price(float(nbytes), n, nodes, fabric)
 
@@ -505,7 +514,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     prefix = _layers.moe_prefix(m_spec)
     plan_rec = _layers.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,
-                                    pl.grad_reduce_dtype).reshape(1)
+                                    pl.grad_reduce_dtype, bool(pl.overlap_param_gather),
+                                    bool(pl.reshard_after_forward)).reshape(1)
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)
     cell = np.zeros(1, dtype=_kern.CELL_NODES)
     _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell)

@@ -10,6 +10,8 @@ the step is the compiled arithmetic of :mod:`phaze.step._kernels`, shared with
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import _kernels as kern
@@ -37,7 +39,7 @@ PLAN_DTYPE = np.dtype([
     ("time_s", "f8"), ("feasible", "?"), ("reason", "i8"),
     ("tensor_parallel", "i8"), ("pipeline_parallel", "i8"), ("data_parallel", "i8"),
     ("expert_parallel", "i8"), ("context_parallel", "i8"), ("virtual_stages", "i8"), ("zero_stage", "i8"), ("sequence_parallel", "?"),
-    ("flash_attention", "?"), ("overlap_grad_reduce", "?"),
+    ("flash_attention", "?"), ("overlap_grad_reduce", "?"), ("overlap_param_gather", "?"),
     ("devices_used", "i8"), ("microbatches", "i8"),
     ("memory_bytes", "i8"), ("weights_bytes", "i8"), ("gradients_bytes", "i8"),
     ("optimizer_bytes", "i8"), ("activations_bytes", "i8"), ("workspace_bytes", "i8"),
@@ -191,16 +193,32 @@ def _bound_args(devices, global_batch, recompute):
 
 
 def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
-               overlap_grad_reduce, grad_reduce_dtype):
+               overlap_grad_reduce, grad_reduce_dtype, overlap_param_gather=(False, True),
+               reshard_after_forward=True):
     """The checked plan-level settings of a plan search, in :func:`_search_plans`' order
-    (devices, global batch, recomputation, v grid, ZeRO grid, overlap grid, gradient dtype)."""
+    (devices, global batch, recomputation, v grid, ZeRO grid, overlap grid, the
+    :class:`_Sharding` settings)."""
     n_dev, B, recompute = _bound_args(devices, global_batch, recompute)
     grad_reduce_dtype = _plan.check("grad_reduce_dtype", grad_reduce_dtype)
     zeros = _int_grid("zero_stage", zero_stage, 0, 3)
     ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
+    opgs = _bool_grid("overlap_param_gather", overlap_param_gather)
+    reshard = _plan.check("reshard_after_forward", reshard_after_forward)
     vs_grid = None if virtual_stages is None else sorted(
         _int_grid("virtual_stages", virtual_stages, 1))
-    return n_dev, B, recompute, vs_grid, zeros, ogrs, grad_reduce_dtype
+    return n_dev, B, recompute, vs_grid, zeros, ogrs, _Sharding(
+        grad_reduce_dtype, True in opgs, reshard)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sharding:
+    """The one-value data-parallel settings of a plan search: the gradient-reduction
+    datatype, whether the parameter all-gathers overlap compute (on when the grid allows
+    it: overlap never costs time or memory) and ZeRO-3's resharding after the forward."""
+
+    grad_reduce_dtype: str
+    overlap_param_gather: bool
+    reshard_after_forward: bool
 
 
 #: The context-parallel widths ``context_parallel=None`` tries (then kept where the
@@ -320,10 +338,10 @@ class LayerTable:
         return hit
 
     def plan_set(self, n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
-                 grad_reduce_dtype) -> _PlanSet:
+                 sharding) -> _PlanSet:
         """The table's plans under checked plan-level settings (memoised per settings)."""
         key = (n_dev, B, recompute, None if vs_grid is None else tuple(vs_grid), tuple(zeros),
-               tuple(ogrs), launchable, grad_reduce_dtype)
+               tuple(ogrs), launchable, sharding)
         hit = self._plan_sets.get(key)
         if hit is None:
             shared = None if self.key is None else (
@@ -331,7 +349,7 @@ class LayerTable:
             hit = None if shared is None else _PLAN_SETS.get(shared)
             if hit is None:
                 hit = _PlanSet(self, n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
-                               grad_reduce_dtype)
+                               sharding)
                 if shared is not None:
                     _PLAN_SETS.put(shared, hit)
             self._plan_sets[key] = hit
@@ -351,15 +369,16 @@ class LayerTable:
     def best_plans(self, *, devices, global_batch, recompute="full", hbm_bytes=None,
                    virtual_stages=None, zero_stage=(0, 1, 2, 3),
                    overlap_grad_reduce=(False, True), launchable=True,
-                   grad_reduce_dtype="fp32", rows=None) -> np.ndarray:
+                   grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
+                   reshard_after_forward=True, rows=None) -> np.ndarray:
         """:func:`best_plans` on the table's rows (or the row indices ``rows``, repeats
         allowed; ``hbm_bytes`` then one per index), with the table's variants."""
-        n_dev, B, recompute, vs_grid, zeros, ogrs, grad_reduce_dtype = _plan_args(
+        n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
             devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
-            grad_reduce_dtype)
+            grad_reduce_dtype, overlap_param_gather, reshard_after_forward)
         archs, rp, ns, times = self._take(rows)
         return _search_plans(self, archs, rp, ns, times, n_dev, B, recompute, hbm_bytes,
-                             vs_grid, zeros, ogrs, bool(launchable), grad_reduce_dtype)
+                             vs_grid, zeros, ogrs, bool(launchable), sharding)
 
     def lower_bounds(self, *, devices, global_batch, recompute, rows=None) -> np.ndarray:
         """:func:`step_lower_bounds` on the table's rows (or the row indices ``rows``)."""
@@ -417,7 +436,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                flash_attention=(False, True), virtual_stages=None, zero_stage=(0, 1, 2, 3),
                overlap_grad_reduce=(False, True), precision="bf16", efficiency=None,
                fp8_rate=None, launchable=True, expert_parallel=None, context_parallel=None,
-               capacity_factor=None, grad_reduce_dtype="fp32"):
+               capacity_factor=None, grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
+               reshard_after_forward=True):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -438,9 +458,10 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     buffer's and the data-parallel reductions' datatype, ``phaze.plan``); ``efficiency``:
     None (``efficiency.for_rows(archs)``), a set's name, an Efficiency or an
     EFFICIENCY_DTYPE array with one set per row. ``launchable`` (default): only plans a
-    trainer can launch — no ZeRO stage 2–3 with pipeline or context parallelism
+    trainer can launch — no ZeRO stage 2 with pipeline or context parallelism
     (Megatron-LM has ZeRO 0–1; DeepSpeed refuses 2–3 with a pipeline and has no ring
-    attention), and with a gradient datatype Megatron-LM refuses (fp16 under bf16 or
+    attention; torchtitan has ZeRO 0 and 3), ZeRO 3 there only where torchtitan's FSDP2
+    takes the datatypes (bf16 or fp8 training, fp32 reduction), and with a gradient datatype Megatron-LM refuses (fp16 under bf16 or
     fp8 training, bf16 under fp16: ``phaze.plan``'s rule) DeepSpeed's plans only
     (v = 1, cp = 1); False also prices those what-if plans.
 
@@ -468,15 +489,15 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     exceed the best time found; the plan of least bound is priced first.
     """
     m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
-    n_dev, B, recompute, vs_grid, zeros, ogrs, grad_reduce_dtype = _plan_args(
+    n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
         devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
-        grad_reduce_dtype)
+        grad_reduce_dtype, overlap_param_gather, reshard_after_forward)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
                          context_parallel, capacity_factor)
     return _search_plans(table, table.rows, table.rp, table.node_size, table.times, n_dev, B,
                          recompute, hbm_bytes, vs_grid, zeros, ogrs, bool(launchable),
-                         grad_reduce_dtype)
+                         sharding)
 
 
 _PLAN_SETS = Memo(lambda: _config.STEP_PLAN_SET_CACHE_SIZE, "step.plan_sets")
@@ -490,7 +511,8 @@ class _PlanSet:
     settings, shared by every subset of rows a search prices)."""
 
     def __init__(self, table, n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
-                 grad_reduce_dtype):
+                 sharding):
+        grad_reduce_dtype = sharding.grad_reduce_dtype
         m_spec = table.model
         b = table.microbatch
         precision = table.precision
@@ -537,14 +559,19 @@ class _PlanSet:
             np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
             np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64), n_dev, B, b, L,
             np.array(vs_grid or [0], dtype=np.int64), vs_grid is None,
-            np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.uint8), bool(launchable))
+            np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.uint8), bool(launchable),
+            _plan.refusal("torchtitan", {"precision": precision, "zero_stage": 3,
+                                         "grad_reduce_dtype": grad_reduce_dtype},
+                          ("trainer",)) is None)
         self.plan_var, self.plan_geo = plan_var, plan_geo
         self.ns_values = np.unique(table.node_size).astype(np.int64)
         self.geo_off, self.geo_stages, self.geo_cells = kern.build_geometry(
             geo_t, geo_cp, geo_ep, geo_p, geo_d, self.ns_values, n_dev)
         self.plans = plan_records(plan_p, var_t[plan_var], plan_d, var_cp[plan_var],
                                   var_ep[plan_var], plan_v, plan_m, L, plan_zero, plan_ogr,
-                                  recompute, var_sp[plan_var], precision, grad_reduce_dtype)
+                                  recompute, var_sp[plan_var], precision, grad_reduce_dtype,
+                                  sharding.overlap_param_gather,
+                                  sharding.reshard_after_forward)
         self.plan_peak = kern.plan_memory(self.plans, plan_var, self.sizes, prefix)
         # the (variant, p, v) classes sharing one slot bound (search_rows)
         _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v]), axis=1,
@@ -558,6 +585,7 @@ class _PlanSet:
             "context_parallel": var_cp[plan_var], "virtual_stages": plan_v,
             "zero_stage": plan_zero, "sequence_parallel": var_sp[plan_var],
             "flash_attention": var_flash[plan_var], "overlap_grad_reduce": plan_ogr,
+            "overlap_param_gather": np.full(plan_var.shape[0], sharding.overlap_param_gather),
             "devices_used": var_t[plan_var] * var_cp[plan_var] * plan_p * plan_d,
             "microbatches": plan_m}
         self.variants_planned = np.unique(plan_var) if plan_var.shape[0] else plan_var
@@ -576,7 +604,7 @@ class _PlanSet:
 
 
 def _search_plans(table, archs, rp, ns, LT_all, n_dev, B, recompute, hbm_bytes, vs_grid,
-                  zeros, ogrs, launchable, grad_reduce_dtype) -> np.ndarray:
+                  zeros, ogrs, launchable, sharding) -> np.ndarray:
     """The plan search of :func:`best_plans` on checked inputs: the rows ``archs`` with
     their ``rp``, node sizes ``ns`` and the table's layer times ``LT_all`` of those rows."""
     n = archs.shape[0]
@@ -588,8 +616,7 @@ def _search_plans(table, archs, rp, ns, LT_all, n_dev, B, recompute, hbm_bytes, 
             raise ValueError(f"hbm_bytes must be None, or capacities in bytes > 0: one, or one "
                              f"per row ({n}); got {hbm_bytes!r}")
         cap = np.ascontiguousarray(np.broadcast_to(cap, (n,)))
-    ps = table.plan_set(n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
-                        grad_reduce_dtype)
+    ps = table.plan_set(n_dev, B, recompute, vs_grid, zeros, ogrs, launchable, sharding)
     LT = LT_all if ps.keep is None else np.ascontiguousarray(
         LT_all[ps.keep] if ps.keep else np.zeros((1, n), dtype=kern.LAYER_TIMES))
     var_ok = np.ascontiguousarray(ps.var_t[:, None] <= ns[None, :])
