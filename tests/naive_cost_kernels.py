@@ -196,7 +196,7 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                   split_w, split_d, split_cores, split_of_arch,
                   num_vc, vc_width, clock_hz, link_bytes_per_s, net_bytes_per_s,
                   node_size, tile_rule, tiles, tile_of_arch, params,
-                  gemm_rate, hbm_bw, attention_bw, launch,
+                  gemm_rate, fp8_gemm_rate, hbm_bw, attention_bw, launch,
                   attention_op, in_bytes, fp8_op, fp8_rate, single, intra):
     """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds: the one operator loop of both
     cost models.
@@ -205,7 +205,8 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
     per distinct (w, d, num_tc) — "splits" — then broadcast to the architectures.
     ``params`` (``_records.PARAMS_DTYPE``, one row per architecture): the efficiency
     fractions and latencies, and per row the rates derived from them (memoised with the
-    rows): ``gemm_rate`` array steps per second (clock × tile_efficiency), ``hbm_bw`` and
+    rows): ``gemm_rate`` array steps per second (clock × tile_efficiency; ``fp8_gemm_rate``
+    clock × fp8_tile_efficiency for FP8 GEMMs), ``hbm_bw`` and
     ``attention_bw`` HBM bytes per second (× hbm_efficiency, × attention_hbm_efficiency),
     ``launch`` seconds (launch_s); ``tile_rule``: whether the tile and wave rule bounds GEMM
     cycles, on the "tiles" ``tiles`` (``_records.TILE_DTYPE``; ``tile_of_arch[a]``: the
@@ -214,8 +215,8 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
     tile rule: multiplying by 1 and adding 0 are exact, so it gives the study's numbers
     bit for bit. Per operator: ``attention_op`` (its HBM traffic runs at
     ``attention_hbm_efficiency`` instead of ``hbm_efficiency``), ``in_bytes`` (its GEMM
-    operands' element size) and ``fp8_op`` (its GEMM runs at ``fp8_rate[a]`` × the array
-    rate of architecture a).
+    operands' element size) and ``fp8_op`` (its GEMM runs at ``fp8_rate[a]`` × the FP8
+    array rate of architecture a).
     """
     n_ops = kind.shape[0]
     n_archs = clock_hz.shape[0]
@@ -279,7 +280,7 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                 x = tile_of_arch[a]
                 c1 = max(c1, tile1[x])
                 cp = max(cp, tilep[x])
-            rate = gemm_rate[a] * fp8_rate[a] if fp8 else gemm_rate[a]  # array steps per second
+            rate = fp8_gemm_rate[a] * fp8_rate[a] if fp8 else gemm_rate[a]  # array steps per second
             t1 = max(c1 / rate, bytes1[u] / bw[a])
             tp = max(cp / rate, bytes_all[u] / bw[a])
             if fused:
@@ -317,7 +318,8 @@ def _counted(ops, rows, params, shapes, splits, tiles, tile_rule, fp8_rate, elem
         rows["num_vc"].copy(), rows["vc_width"].copy(), rows["clock_hz"].copy(),
         rows["link_bytes_per_s"].copy(), rows["net_bytes_per_s"].copy(),
         rows["node_size"].copy(), tile_rule, tiles, rows["tile"].copy(), params,
-        rows["gemm_rate"].copy(), rows["hbm_bw"].copy(), rows["attention_bw"].copy(),
+        rows["gemm_rate"].copy(), rows["fp8_gemm_rate"].copy(), rows["hbm_bw"].copy(),
+        rows["attention_bw"].copy(),
         rows["launch_s"].copy(), ops["attention"] != 0, ops["in_bytes"].copy(),
         ops["fp8"] != 0, np.asarray(fp8_rate), single, intra)
 

@@ -27,8 +27,12 @@ _TODAY_KNOBS = {
                      buffer_mib=50.0, hbm_gib=80.0, hbm_gb_per_s=3350.0, clock_ghz=1.83,
                      link_gb_per_s=450.0, net_gb_per_s=50.0, node_size=8),
 }
+# GEMM efficiencies (issue 25, docs/fidelity-sources.md §1.4): the largest measured fraction
+# of the model's peak, 271.2 TFLOP/s on the A100; 808.7 (bf16) and 1,402.6 (fp8) on the H100.
+_A100_TILE = 271.2e12 / (432 * 256 * 2 * 1.41e9)
+_H100_PEAK = 528 * 512 * 2 * 1.83e9
 _A100_FRACTIONS = dict(
-    tile_efficiency=0.869 / ((320 / 324) * (160 / 162)), hbm_efficiency=0.88,
+    tile_efficiency=_A100_TILE, fp8_tile_efficiency=_A100_TILE, hbm_efficiency=0.88,
     attention_hbm_efficiency=0.65, launch_s=1e-6,
     coll_latency_s=8.4e-6, link_step_s=4.457e-6, net_step_s=28e-6,
     link_efficiency=0.7257, net_efficiency=24.0 / 25.0,
@@ -40,7 +44,8 @@ _TODAY_EFFICIENCY = {
     "tpuv4": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
     "a100-80g": dict(_GPU_TILE, **_A100_FRACTIONS),
     "h100-sxm": dict(_GPU_TILE, **dict(
-        _A100_FRACTIONS, tile_efficiency=0.803 / ((128 / 132) * (208 / 210)),
+        _A100_FRACTIONS, tile_efficiency=808699906572796 / _H100_PEAK,
+        fp8_tile_efficiency=1402.6e12 / (2 * _H100_PEAK),
         hbm_efficiency=0.90, link_step_s=3.4e-6, net_step_s=14e-6,
         link_efficiency=367.61 / 450.0,
         net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0)),

@@ -145,7 +145,11 @@ def test_h100_fp8_rate_is_twice_bf16_from_its_datasheet():
         x = cost.op_latencies(g16, h100.row, model=model, **eff)[1][:, 0]
         y = cost.op_latencies(g8, h100.row, model=model, fp8_rate=h100.tensor_rate("fp8"), **eff)[1][:, 0]
         launch = h100.efficiency.launch_s if model == "calibrated" else 0.0
-        assert (y[0] - launch) == pytest.approx((x[0] - launch) / 2, rel=1e-12)
+        # (calibrated: at the FP8 fraction of the FP8 peak, fp8_tile_efficiency, not the
+        # 16-bit one: 1,402.6 of 1,978.9 against 808.7 of 989.4 TFLOP/s measured)
+        slower = (h100.efficiency.tile_efficiency / h100.efficiency.fp8_tile_efficiency
+                  if model == "calibrated" else 1.0)
+        assert (y[0] - launch) == pytest.approx((x[0] - launch) / 2 * slower, rel=1e-12)
         if model == "study":  # (the calibrated tile rule makes the M = 1 GEMM compute-bound)
             assert y[1] == pytest.approx((8192 + 8192 ** 2 + 2 * 8192) / 3350e9, rel=1e-12)
             assert x[1] == pytest.approx(2 * (8192 + 8192 ** 2 + 8192) / 3350e9, rel=1e-12)

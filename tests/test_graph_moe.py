@@ -258,7 +258,8 @@ def test_ring_kv_exchange_overlaps_attention():
     # neither waits for the other; out_proj waits for both
     assert j not in f.preds(i) and i not in f.preds(j)
     assert {i, j} <= set(f.preds(f.names.index("out_proj")).tolist())
-    assert tuple(f.dims[j]) == (b * m.heads, 4096 // cp, m.head_dim, 2 * 4096)
+    # causal: 1/cp of the key tiles up to the diagonal, (4096 + 128)/2 keys per query
+    assert tuple(f.dims[j]) == (b * m.heads, 4096 // cp, m.head_dim, 2 * (4096 + 128) // 2)
     k = g.names.index("ring_kv_exchange.bwd")
     assert g.bytes_in[k] == 2 * f.bytes_in[i] and g.group_size[k] == cp
     for name in ("rotary.bwd", "v_proj.dX"):               # K (through rotary) and V wait

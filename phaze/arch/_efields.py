@@ -16,6 +16,7 @@ EFFICIENCY_DTYPE = np.dtype([
     ("cores_per_tile", np.int64),
     ("k_stages", np.int64),
     ("tile_efficiency", np.float64),
+    ("fp8_tile_efficiency", np.float64),
     ("hbm_efficiency", np.float64),
     ("attention_hbm_efficiency", np.float64),
     ("launch_s", np.float64),

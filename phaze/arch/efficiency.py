@@ -19,7 +19,11 @@ GEMM tile rule (``phaze.cost`` module docstring, "calibrated model"):
 - ``k_stages``: depth of the K-loop software pipeline; each tile pays ``k_stages − 1``
   extra K-steps to fill and drain it. 1 = no per-tile fill (a weight-stationary array
   whose fill is already in the template's array model).
-- ``tile_efficiency``: sustained fraction of the arrays' peak inside a tile's K loop.
+- ``tile_efficiency``: sustained fraction of the arrays' peak inside a tile's K loop
+  (16-bit GEMMs).
+- ``fp8_tile_efficiency``: the same for FP8 GEMMs, as a fraction of the FP8 peak
+  (``fp8_rate`` × the 16-bit peak); a chip without its own FP8 measurement takes its
+  ``tile_efficiency`` (the default when an :class:`Efficiency` is made without it).
 
 Memory and launches:
 
@@ -81,8 +85,11 @@ class Efficiency:
     link_p2p_efficiency: float
     net_p2p_latency_s: float
     net_p2p_efficiency: float
+    fp8_tile_efficiency: float = None
 
     def __post_init__(self):
+        if self.fp8_tile_efficiency is None:  # no FP8 measurement: the 16-bit fraction
+            object.__setattr__(self, "fp8_tile_efficiency", self.tile_efficiency)
         _check_row({f: getattr(self, f) for f in EFFICIENCY_DTYPE.names})
 
     def row(self) -> np.ndarray:
@@ -129,12 +136,15 @@ def rows(efficiency, n_archs: int) -> np.ndarray:
     if isinstance(efficiency, Efficiency):
         base = efficiency.row()
     elif isinstance(efficiency, np.ndarray) and efficiency.dtype.names is not None:
-        missing = [f for f in EFFICIENCY_DTYPE.names if f not in efficiency.dtype.names]
+        # an array without fp8_tile_efficiency takes each row's tile_efficiency (as Efficiency)
+        missing = [f for f in EFFICIENCY_DTYPE.names if f not in efficiency.dtype.names
+                   and f != "fp8_tile_efficiency"]
         if missing:
             raise ValueError(f"efficiency array lacks field(s) {', '.join(missing)}")
-        base = np.empty(efficiency.reshape(-1).shape[0], dtype=EFFICIENCY_DTYPE)
+        flat = efficiency.reshape(-1)
+        base = np.empty(flat.shape[0], dtype=EFFICIENCY_DTYPE)
         for f in EFFICIENCY_DTYPE.names:
-            base[f] = efficiency.reshape(-1)[f]
+            base[f] = flat[f] if f in flat.dtype.names else flat["tile_efficiency"]
         _check_row({f: base[f] for f in EFFICIENCY_DTYPE.names})
     else:
         raise ValueError("efficiency must be None, a parameter-set name "

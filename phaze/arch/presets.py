@@ -51,13 +51,15 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
   wave example ("108 SMs … a wave size of 108 tiles"). In the template's units:
   tile_m_mult = 256/16 = 16, tile_n_mult = 128/16 = 8, tile_k_mult = 32/16 = 2,
   cores_per_tile = 4 (tensor cores per SM), k_stages = 3.
-- tile_efficiency = 0.8909 [D]: the best measured large bf16 GEMM on A100 SXM,
-  1024×10240×5120 at 271.2e12 FLOP/s = 0.869 of 312e12 (stas00/ml-engineering,
-  "Maximum Achievable Matmul FLOPS" table [P], sheet §1.3), divided by the tile rule's
-  own losses on that shape (4·80 = 320 tiles on 108 SMs = 3 waves: 320/324; 160 K-steps
-  + 2 fill: 160/162): 0.869 / 0.97546 = 0.8909. Cross-check, not used to set it: the
-  CUTLASS profiler's 3456×4096×8192 (0.754 of peak, device not printed) comes out at
-  0.706 (−6 %); see bench/RESULTS.md.
+- tile_efficiency = fp8_tile_efficiency = 0.8696 [D] (sheet §1.4): the largest measured
+  fraction of the model's peak, which the tile rule's losses (partial tiles, last wave,
+  K fill) let the model approach only at large shapes: 271.2e12 FLOP/s, the best shape
+  (1024×10240×5120) of a brute-force bf16 search on an A100 SXM (stas00/ml-engineering,
+  "Maximum Achievable Matmul FLOPS" table, torch 2.6.0+cu126, 2025 [P], sheet §1.3) over
+  311.87e12 = 0.8696; an 8192³ GEMM is then priced at 268.5e12 (no A100 FP8: the field
+  equals tile_efficiency). Cross-check, not used to set it: the CUTLASS profiler's
+  3456×4096×8192 (235.1e12, device not printed) comes out at 215.1e12 (−8.5 %). No
+  shape-resolved A100 cuBLAS sweep at transformer shapes was found (sheet §1.4).
 - hbm_efficiency = 0.88: event-timed read kernel at 1.80e12 of 2.039e12 B/s, Nsight
   Compute agreeing (NVIDIA developer forum, "Trouble to Reach Peak Bandwidth of A100" [S],
   sheet §2).
@@ -101,9 +103,15 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
   which on the 16×32 arrays give 256×128 tiles with K-step 64 — the shape the sheet
   lists for CUTLASS 3 on Hopper, unverified there, so the A100 kernel's verified
   multiples are what is used.
-- tile_efficiency = 0.8361 [D]: best measured bf16 GEMM on H100 SXM, 2048×2048×13312 at
-  794.5e12 = 0.803 of 989e12 (same MAMF table [P]), over the rule's losses on that shape
-  (128 tiles on 132 SMs: 128/132; 208 K-steps + 2: 208/210): 0.803 / 0.96046 = 0.8361.
+- tile_efficiency = 0.8173 [D] (sheet §1.4): the largest fraction of peak in XLA's cuBLAS
+  sweep on sm_90 (openxla ``xla/service/gpu/model/matmul_interpolator_data.h``, 2025 [P]:
+  b ∈ {1, 2, 4} × M, N, K of 256–4096, bf16), 808.70e12 at b = 4, 4096×2048×4096, over
+  989.43e12 (an SXM-class part: above the PCIe H100's 756e12 peak). The sweep's shapes with
+  every dimension ≥ 2048 come out within −11 … +7 % (tests/test_gemm_efficiency.py); 8192³ at
+  771.6e12 (MAMF's best shape, torch 2.7, 794.5e12).
+- fp8_tile_efficiency = 0.7088 [D]: the best FP8 shape of the MAMF table on H100 SXM,
+  1024×9216×14336 at 1402.6e12, over the FP8 peak 1978.86e12 (FP8 reaches 0.867 of the bf16
+  fraction; sheet §1.4).
 - hbm_efficiency = 0.90: event-timed copy at 3.02e12 of 3.35e12 B/s (sheet §2 [S, weak];
   the H100 NVL BabelStream run, 0.78–0.85, is another SKU).
 - attention_hbm_efficiency = 0.650: the A100's (no Hopper measurement of the unfused
@@ -119,7 +127,7 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
 
 ``tpuv4`` and ``template`` (every row that is no preset, e.g. the study's space): no
 component-level TPU v4 measurement of GEMM, HBM or ICI efficiency was found (sheet §8.4).
-They take the a100-80g fractions and latencies (tile_efficiency 0.8909, hbm_efficiency
+They take the a100-80g fractions and latencies (tile_efficiency 0.8696, hbm_efficiency
 0.88, attention_hbm_efficiency 0.650, launch_s 1e-6, the α/β values) — the only chip
 with a source for each — and the template's own tile rule: one weight-stationary array
 per tile (cores_per_tile 1; tile_m_mult = tile_n_mult = tile_k_mult = 1) and no per-tile

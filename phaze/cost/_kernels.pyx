@@ -99,6 +99,7 @@ cdef packed struct Row:
     double net_bytes_per_s
     double node_size
     double gemm_rate
+    double fp8_gemm_rate
     double hbm_bw
     double attention_bw
     double launch_s
@@ -393,7 +394,8 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
     cost models, on records (``_records``): ``ops`` one ``OP_DTYPE`` record per operator;
     ``rows`` one ``ROW_DTYPE`` record per architecture (its shape, split and tile indices,
     vector cores, clock, bandwidths, node size, and the rates its parameters give: GEMM
-    array steps per second = clock × tile_efficiency, HBM and attention-core bytes per
+    array steps per second = clock × tile_efficiency (FP8 GEMMs: clock ×
+    fp8_tile_efficiency, times ``fp8_rate``), HBM and attention-core bytes per
     second, launch gap) with ``params`` (``PARAMS_DTYPE``, its efficiency fractions and
     latencies, which the collectives read); GEMM quantities are computed once per distinct
     (w, d, buffer) — ``shapes`` — and per distinct (w, d, num_tc) — ``splits`` — then
@@ -511,7 +513,7 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
                         c1 = fmax_py(c1, tile1[x])
                         cp = fmax_py(cp, tilep[x])
                     # array steps per second
-                    rate = r.gemm_rate * fp8_rate[a] if fp8 else r.gemm_rate
+                    rate = r.fp8_gemm_rate * fp8_rate[a] if fp8 else r.gemm_rate
                     bwa = r.attention_bw if attn else r.hbm_bw
                     t1 = fmax_py(c1 / rate, bytes1[u] / bwa)
                     tp = fmax_py(cp / rate, bytes_all[u] / bwa)

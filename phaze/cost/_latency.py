@@ -101,8 +101,8 @@ tile's K loop runs ⌈K / tile_k⌉ steps of tile_k = tile_k_mult·tc_depth, plu
 ``k_stages − 1`` steps to fill and drain the load pipeline; a step costs
 tile_m·tile_n·tile_k / (c·w·d) cycles. Compute time = max(the study's array cycles,
 the tile rule's cycles) / (clock · ``tile_efficiency``), the sustained fraction of
-peak inside a tile; the array model's quantisation and the tile rule's are both
-real limits, so the larger holds.
+peak inside a tile (an FP8 GEMM: / (clock · ``fp8_tile_efficiency`` · fp8 rate)); the
+array model's quantisation and the tile rule's are both real limits, so the larger holds.
 
 *HBM*: every traffic time divides by ``hbm_efficiency`` × the HBM bandwidth, except
 that of the unfused attention core's operators (``OpGraph.attention_core``: the batched
@@ -259,7 +259,7 @@ class CostModel:
 #: which the study's model does not read (it has no tile rule).
 IDENTITY = _efficiency.Efficiency(**{
     **{f: getattr(_efficiency.TEMPLATE, f) for f in _TILE_FIELDS},
-    **{f: 1.0 for f in ("tile_efficiency", "hbm_efficiency", "attention_hbm_efficiency",
+    **{f: 1.0 for f in ("tile_efficiency", "fp8_tile_efficiency", "hbm_efficiency", "attention_hbm_efficiency",
                         "link_efficiency", "net_efficiency", "link_p2p_efficiency",
                         "net_p2p_efficiency")},
     **{f: 0.0 for f in ("launch_s", "coll_latency_s", "link_step_s", "net_step_s",
@@ -335,6 +335,9 @@ def _model_inputs(prep, efficiency):
         rows[name] = prep[name]
     # the per-row rates the operator loop divides by (the same products it would form)
     rows["gemm_rate"] = prep["clock_hz"] * params["tile_efficiency"]
+    rows["fp8_gemm_rate"] = prep["clock_hz"] * (
+        float(one.fp8_tile_efficiency) if key[0] == "set"
+        else np.asarray(eff["fp8_tile_efficiency"], dtype=np.float64))
     rows["hbm_bw"] = prep["hbm_bytes_per_s"] * params["hbm_efficiency"]
     rows["attention_bw"] = prep["hbm_bytes_per_s"] * params["attention_hbm_efficiency"]
     rows["launch_s"] = params["launch_s"]

@@ -34,11 +34,12 @@ OP_DTYPE = np.dtype([("kind", np.int64)] + [(name, np.float64) for name in (
 #: One row of :data:`ROW_DTYPE` per architecture: its shape, split and tile (indices into
 #: the shape, split and tile records), vector cores and lanes, clock (Hz), link and network
 #: bandwidth (bytes/s), node size, and the rates its parameters give: GEMM array steps per
-#: second (clock × tile_efficiency), HBM and attention-core bytes per second, launch gap (s).
+#: second (clock × tile_efficiency; an FP8 GEMM's clock × fp8_tile_efficiency, before the
+#: fp8 rate multiplies it), HBM and attention-core bytes per second, launch gap (s).
 ROW_DTYPE = np.dtype([(name, np.int64) for name in ("shape", "split", "tile")] + [
     (name, np.float64) for name in (
         "num_vc", "vc_width", "clock_hz", "link_bytes_per_s", "net_bytes_per_s", "node_size",
-        "gemm_rate", "hbm_bw", "attention_bw", "launch_s")])
+        "gemm_rate", "fp8_gemm_rate", "hbm_bw", "attention_bw", "launch_s")])
 
 #: A distinct (array width, depth, buffer bytes) of the rows — a "shape" — and a distinct
 #: (width, depth, tensor cores) — a "split".

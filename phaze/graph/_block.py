@@ -15,8 +15,11 @@ count uses them; its queries attend to all ``s`` keys, which arrive in ``cp − 
 point-to-point steps of the previous rank's K and V chunk (``2·b·(s/cp)·kv_dim``
 elements each). Causal models are load-balanced as Megatron-Core does: the sequence is
 cut into ``2·cp`` chunks and rank ``r`` holds chunks ``r`` and ``2cp − 1 − r``, so every
-rank does the same attention work, 1/cp of the full ``s × s`` core (phaze counts the
-full square, causal or not, as the Megatron closed form does). The exchanges are one
+rank does the same attention work, 1/cp of the causal core: the flash kernel computes only
+the key tiles up to the diagonal (``_ops.flash_keys``: (s + 128)/2 keys per query on
+average, about half the square; docs/fidelity-sources.md §1.5), with or without context
+parallelism; an encoder computes the full square. The unfused core computes the full
+square and masks it. The exchanges are one
 collective operator ``ring_kv_exchange`` (group ``cp``; ``comm_bytes`` = b·s·kv_dim·e,
 so the ring price 2(cp−1)/cp·comm_bytes/BW is the cp − 1 transfers' bytes over BW)
 with no edge to ``flash_attn``: the scheduler runs it concurrently with the attention
@@ -75,14 +78,16 @@ def attention_forward(f: Ops, sh: Shape) -> str:
     if flash:
         # One fused kernel (Dao et al. 2022): QKᵀ and P·V tile by tile with an online
         # softmax; the b·a·s² scores never reach HBM. Dims carry the FLOPs of both BMMs
-        # (batch b·a/t, M = s/cp, K = head_dim, N = 2s); it reads Q and every K, V chunk
-        # and writes the context and the log-sum-exp.
+        # over the key tiles it computes (batch b·a/t, M = s/cp, K = head_dim, N = 2·s_flash:
+        # 2s, or about s + 128 under a causal mask); it reads Q and every K, V chunk and
+        # writes the context and the log-sum-exp.
+        computed = b * sh.a_t * sq * sh.s_flash          # score elements the kernel computes
         f.ops.append(dict(
             name="flash_attn", kind=KIND_FUSED,
             preds=uniq([q_src or q_out, k_src or k_out, v_out]),
-            dims=(b * sh.a_t, sq, sh.hd, 2 * s),
+            dims=(b * sh.a_t, sq, sh.hd, 2 * sh.s_flash),
             cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]) / 2.0,
-            elements=2 * scores,
+            elements=2 * computed,
             bytes_in=(T * sh.q_dim + 2 * b * s * sh.kv_dim) * B, bytes_out=T * sh.q_dim * B + lse))
         ctx = "flash_attn"
         # Ring attention: cp − 1 K/V chunks from the neighbour, concurrent with flash_attn.
@@ -194,14 +199,15 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
     if flash:
         # The fused backward recomputes the scores from Q, K and the log-sum-exp, then
         # dV = Pᵀ·dO, dP = dO·Vᵀ, dS = softmax backward, dQ = dS·K, dK = dSᵀ·Q: five BMMs of
-        # (s/cp)·s·head_dim per head (N = 5s). Reads Q, O, dO, lse and every K, V chunk;
-        # writes dQ and the dK, dV of every chunk.
+        # (s/cp)·s_flash·head_dim per head (N = 5·s_flash; causal: the key tiles up to the
+        # diagonal). Reads Q, O, dO, lse and every K, V chunk; writes dQ and the dK, dV of
+        # every chunk.
         g.ops.append(dict(
             name="flash_attn.bwd", kind=KIND_FUSED, preds=["out_proj.dX"],
-            dims=(b * sh.a_t, sq, sh.hd, 5 * s),
+            dims=(b * sh.a_t, sq, sh.hd, 5 * sh.s_flash),
             cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]
                                 + _C["softmax_bwd"] + _C["dropout_bwd"]) / 5.0,
-            elements=5 * scores,
+            elements=5 * b * sh.a_t * sq * sh.s_flash,
             bytes_in=(3 * T * sh.q_dim + 2 * b * s * sh.kv_dim) * B + lse,
             bytes_out=(T * sh.q_dim + 2 * b * s * sh.kv_dim) * B))
         q_grad = k_grad = v_grad = "flash_attn.bwd"

@@ -64,12 +64,13 @@ def mla_forward(f: Ops, sh: Shape) -> str:
     f.vector("rotary", [q, "kv_a_proj"], rot, _C["rotary"], rot * B, rot * B)
     exchange = None
     if sh.flash:
-        # Both BMMs in one kernel: QKᵀ over qk and P·V over vd (dims carry their FLOPs).
+        # Both BMMs in one kernel: QKᵀ over qk and P·V over vd (dims carry their FLOPs)
+        # over the key tiles it computes (causal: up to the diagonal, ``_ops.flash_keys``).
         f.ops.append(dict(
             name="flash_attn", kind=KIND_FUSED, preds=["rotary", "kv_b_proj"],
-            dims=(b * a, sq, qk + vd, s),
+            dims=(b * a, sq, qk + vd, sh.s_flash),
             cycles_per_element=_C["scale_mask"] + _C["softmax"] + _C["dropout"],
-            elements=scores,
+            elements=b * a * sq * sh.s_flash,
             bytes_in=(T * a * qk + b * s * a * (qk + vd)) * B, bytes_out=T * a * vd * B + lse))
         ctx = "flash_attn"
         if sh.cp > 1:
@@ -102,10 +103,10 @@ def mla_backward(g: Ops, sh: Shape, src: str) -> str:
         # Recompute S (qk), dV = Pᵀ·dO and dP = dO·Vᵀ (vd each), dQ = dS·K and dK = dSᵀ·Q (qk each).
         g.ops.append(dict(
             name="flash_attn.bwd", kind=KIND_FUSED, preds=["out_proj.dX"],
-            dims=(b * a, sq, 3 * qk + 2 * vd, s),
+            dims=(b * a, sq, 3 * qk + 2 * vd, sh.s_flash),
             cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]
                                 + _C["softmax_bwd"] + _C["dropout_bwd"]),
-            elements=scores,
+            elements=b * a * sq * sh.s_flash,
             bytes_in=(T * a * (qk + 2 * vd) + b * s * a * (qk + vd)) * B + lse,
             bytes_out=(T * a * qk + b * s * a * (qk + vd)) * B))
         grads = ["flash_attn.bwd"]

@@ -100,6 +100,26 @@ TOKEN_ID_BYTES = 8
 MASK_BYTES_PER_ELEMENT = 1
 #: Bytes of one routed expert's index kept per token and choice (int64, as torch.topk).
 EXPERT_INDEX_BYTES = 8
+#: Query rows of one tile of a causal flash-attention kernel (FlashAttention-2 and -3 at head
+#: dim 64-128, kBlockM = 128): each tile computes the key tiles up to and including the one on
+#: the diagonal, in full, and skips the rest (docs/fidelity-sources.md §1.5).
+FLASH_CAUSAL_BLOCK = 128
+
+
+def flash_keys(s: int, causal: bool) -> int:
+    """Keys per query a flash-attention kernel computes, on average, over a sequence of ``s``
+    tokens: ``s`` without a causal mask; with one, the s × s square cut into query tiles of
+    B = :data:`FLASH_CAUSAL_BLOCK` rows, tile i computing keys 0 … min((i+1)·B, s) − 1 (the
+    diagonal tile in full, masked inside): Σ_i rows_i · min((i+1)·B, s) / s, rounded up —
+    (s + B)/2 when B divides s, so (n + 1)/(2n) of the square for n = s/B tiles. The same
+    count for a context-parallel rank's 1/cp share (load-balanced chunks: every rank does
+    1/cp of the causal work). s ≤ B: the full square (one tile, all of it computed)."""
+    if not causal or s <= FLASH_CAUSAL_BLOCK:
+        return int(s)
+    b = FLASH_CAUSAL_BLOCK
+    full, last = divmod(int(s), b)
+    computed = b * b * full * (full + 1) // 2 + last * s  # score elements of one head
+    return -(-computed // int(s))
 
 
 _C = VECTOR_CYCLES_PER_ELEMENT
@@ -242,6 +262,8 @@ class Shape:
         # Element size of the stashed FP8 GEMM inputs (precision module docstring).
         self.B8 = precision.FP8_BYTES if dtype == "fp8" else B
         self.s = m.seq_len                           # keys each query attends to
+        # keys per query a flash kernel computes (causal: the tiles up to the diagonal)
+        self.s_flash = flash_keys(m.seq_len, m.causal)
         self.s_q = m.seq_len // cp                   # tokens of a sample on this rank
         self.T = b * self.s_q                        # tokens per microbatch on this rank
         # Tokens of this slice for the norms, dropouts and residuals: all of them, or
