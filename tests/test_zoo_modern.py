@@ -122,9 +122,10 @@ def test_count_within_the_nominal_size(name):
 
 
 def test_nemotron4_embedding_and_non_embedding_split_as_published():
-    # The reports' architecture sections split the counts: 15B (arXiv:2402.16819) 3.2 B
-    # embedding and 12.5 B non-embedding; 340B (arXiv:2406.11704) 9.4 B and 331.6 B. The 15B's
-    # two 256,000 × 6,144 tables are 3.146 B, printed as 3.2 (1.7 % over).
+    # The split the Nemotron-4 reports give (arXiv:2402.16819: 3.2 B embedding, 12.5 B
+    # non-embedding; arXiv:2406.11704: 9.4 B and 331.6 B; marked [U] in
+    # docs/fidelity-sources.md, not re-read there). The 15B's two 256,000 × 6,144 tables are
+    # 3.146 B, 1.7 % under 3.2.
     for name, emb, rest in (("nemotron4-15b", 3.2e9, 12.5e9), ("nemotron4-340b", 9.4e9, 331.6e9)):
         m = models.get(name)
         tables = 2 * m.vocab * m.hidden              # input table and untied output layer
