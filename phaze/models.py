@@ -47,6 +47,9 @@ Mixtral-8x7B; DeepSeek's "2.4B activated" for V2-Lite leaves the input table out
 Not modelled (documented differences from the published totals): BERT's
 token-type embeddings (2·hidden), pooler and masked-LM transform
 (≈ hidden² each), and output-layer biases — together < 1 % of BERT-large.
+Nemotron's squared ReLU is built as ReLU (same weights and GEMMs) and its rotary
+embedding on half of each head (rotary_percent 0.5) as rotary positions on the whole
+head (no weight either way).
 """
 from __future__ import annotations
 
@@ -462,6 +465,20 @@ def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, **extra):
                      tied_embeddings=False, **extra)
 
 
+def _nemotron(name, layers, hidden, heads, kv_heads, ffn):
+    # NVIDIA Nemotron-3 / Nemotron-4 as NeMo trains them (NemotronConfig): a non-gated MLP
+    # with squared ReLU, LayerNorm ("layernorm1p", zero-centred gamma: a weight and a bias
+    # each), rotary positions on half of each head (rotary_percent 0.5, no weight), no
+    # biases, untied output layer, the 256,000-token vocabulary, 4,096-token sequences.
+    # Squared ReLU is built as "relu": the same weights and GEMMs; relu(x)**2 is one more
+    # multiply per element in a memory-bound elementwise kernel (phaze.graph has no
+    # squared-ReLU operator).
+    return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                     ffn_hidden=ffn, vocab=256000, seq_len=4096, activation="relu",
+                     norm="layernorm", position="rotary", bias=False, causal=True,
+                     tied_embeddings=False)
+
+
 def _build_zoo() -> dict:
     zoo = [
         # bert-large-uncased: 24 × 1024, 16 heads, FFN 4096, vocab 30522, 512 positions.
@@ -535,6 +552,33 @@ def _build_zoo() -> dict:
         _megatron("megatron-310.1b", 96, 16384, 128),
         _megatron("megatron-529.6b", 105, 20480, 128),
         _megatron("megatron-1t", 128, 25600, 160),
+        # -- the dense models of the published NeMo runs (issue 25; sources in
+        # docs/fidelity-sources.md, "Zoo models for the modern runs") --
+        # GPT-3 5B and 20B as NeMo trains them (NeMo GPTConfig5B / GPTConfig20B;
+        # NeMo-Framework-Launcher conf/training/gpt3/5b.yaml, 20b.yaml): FFN 4h, GELU,
+        # LayerNorm, learned positions (2,048), biases, tied embeddings, the GPT-2 BPE
+        # vocabulary of 50,257 (GPT2BPETokenizer; Megatron pads it to 128·t).
+        # 5,047,365,632 and 20,256,221,184 parameters.
+        _megatron("gpt3-5b", 24, 4096, 32, vocab=50257),
+        _megatron("gpt3-20b", 44, 6144, 48, vocab=50257),
+        # meta-llama/Llama-2-13b-hf and Llama-2-70b-hf config.json (Llama 2 paper,
+        # arXiv:2307.09288, Table 1: 4k context, GQA for 70B): 13,015,864,320 and
+        # 68,976,648,192 parameters (transformers' num_parameters()).
+        _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+        _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+        # Nemotron-4 15B (arXiv:2402.16819, Table 1: 32 × 6144, 48 heads, 8 K/V heads; "3.2
+        # billion embedding and 12.5 billion non-embedding parameters") and 340B
+        # (arXiv:2406.11704: 96 × 18432, 96 heads, 8 K/V heads, FFN 73,728; "9.4 billion
+        # embedding and 331.6 billion non-embedding parameters"); NeMo Nemotron4Config15B /
+        # Nemotron4Config340B. 15,628,775,424 and 341,029,195,776 parameters.
+        _nemotron("nemotron4-15b", 32, 6144, 48, 8, 24576),
+        _nemotron("nemotron4-340b", 96, 18432, 96, 8, 73728),
+        # Nemotron-3 8B and 22B (NeMo Nemotron3Config8B / Nemotron3Config22B; launcher
+        # conf/training/nemotron/nemotron_8b.yaml, nemotron_22b.yaml): multi-head attention,
+        # 32 × 4096 (FFN 16,384) and 40 × 6144 (FFN 24,576). 8,540,135,424 and
+        # 21,266,116,608 parameters (the "8B" label is 6.3 % under the count).
+        _nemotron("nemotron-8b", 32, 4096, 32, 32, 16384),
+        _nemotron("nemotron-22b", 40, 6144, 48, 48, 24576),
     ]
     return {m.name: m for m in zoo}
 

@@ -84,12 +84,13 @@ def test_area_mm2_matches_field_and_ignores_stale_area():
 # --- presets ---------------------------------------------------------------------
 
 def test_preset_names_and_unknown():
-    assert presets.names() == ["tpuv4", "a100-80g", "h100-sxm"]
+    assert presets.names() == ["tpuv4", "a100-80g", "h100-sxm", "h100-96g"]
     with pytest.raises(KeyError, match="tpuv4"):
         presets.get("tpu-v9")
 
 
-@pytest.mark.parametrize("name,peak", [("tpuv4", 275e12), ("a100-80g", 312e12), ("h100-sxm", 989e12)])
+@pytest.mark.parametrize("name,peak", [("tpuv4", 275e12), ("a100-80g", 312e12), ("h100-sxm", 989e12),
+                                       ("h100-96g", 989e12)])
 def test_preset_peak_within_half_percent(name, peak):
     row = presets.get(name)
     assert row.dtype == ARCH_DTYPE and row.shape == (1,)
@@ -107,6 +108,10 @@ def test_preset_key_numbers():
     h100 = presets.get("h100-sxm")[0]
     assert (h100["num_tc"], h100["tc_width"], h100["tc_depth"], h100["buffer_mib"],
             h100["hbm_gb_per_s"], h100["link_gb_per_s"], h100["net_gb_per_s"]) == (528, 16, 32, 50, 3350, 450, 50)
+    # the torchtitan benchmarks' H100: h100-sxm's compute and fabric, 96 GiB HBM2e at 2.4 TB/s
+    h96 = presets.get("h100-96g")[0]
+    assert (h96["hbm_gib"], h96["hbm_gb_per_s"]) == (96, 2400)
+    assert all(h96[k] == h100[k] for k in h96.dtype.names if k not in ("hbm_gib", "hbm_gb_per_s"))
     for name in presets.names():
         row = presets.get(name)
         assert row["area_mm2"][0] == pytest.approx(area_mm2(row)[0])

@@ -27,7 +27,7 @@ from phaze.arch import _fields
 from phaze.arch._rows import KNOBS
 
 ARCH_DIR = pathlib.Path(arch.__file__).parent
-NAMES = ("tpuv4", "a100-80g", "h100-sxm")
+NAMES = ("tpuv4", "a100-80g", "h100-sxm", "h100-96g")
 
 
 def _file(name):

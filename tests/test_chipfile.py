@@ -26,6 +26,10 @@ _TODAY_KNOBS = {
     "h100-sxm": dict(num_tc=528, tc_width=16, tc_depth=32, num_vc=528, vc_width=32,
                      buffer_mib=50.0, hbm_gib=80.0, hbm_gb_per_s=3350.0, clock_ghz=1.83,
                      link_gb_per_s=450.0, net_gb_per_s=50.0, node_size=8),
+    # Added in issue 25 (torchtitan's Grand Teton H100): h100-sxm with 96 GiB HBM2e at 2.4 TB/s.
+    "h100-96g": dict(num_tc=528, tc_width=16, tc_depth=32, num_vc=528, vc_width=32,
+                     buffer_mib=50.0, hbm_gib=96.0, hbm_gb_per_s=2400.0, clock_ghz=1.83,
+                     link_gb_per_s=450.0, net_gb_per_s=50.0, node_size=8),
 }
 # GEMM efficiencies (issue 25, docs/fidelity-sources.md §1.4): the largest measured fraction
 # of the model's peak, 271.2 TFLOP/s on the A100; 808.7 (bf16) and 1,402.6 (fp8) on the H100.
@@ -51,6 +55,7 @@ _TODAY_EFFICIENCY = {
         net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0)),
     "template": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
 }
+_TODAY_EFFICIENCY["h100-96g"] = _TODAY_EFFICIENCY["h100-sxm"]   # copied from h100-sxm
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
@@ -78,10 +83,10 @@ def test_presets_equal_todays_values_exactly(name):
 
 
 def test_template_set_unchanged_and_names_in_order():
-    assert presets.names() == ["tpuv4", "a100-80g", "h100-sxm"]
+    assert presets.names() == ["tpuv4", "a100-80g", "h100-sxm", "h100-96g"]
     assert presets.EFFICIENCY["template"] == _TODAY_EFFICIENCY["template"]
     assert efficiency.TEMPLATE == efficiency.Efficiency(**_TODAY_EFFICIENCY["template"])
-    assert efficiency.names() == ["tpuv4", "a100-80g", "h100-sxm", "template"]
+    assert efficiency.names() == ["tpuv4", "a100-80g", "h100-sxm", "h100-96g", "template"]
 
 
 @pytest.mark.parametrize("name", presets.names())

@@ -288,7 +288,9 @@ def test_default_model_unchanged():
     gpt3-175b layers at (mb 1, t 8) and (mb 2, t 1), every 367th row of the default space
     and the presets: the default must reproduce them exactly."""
     ref = np.load(REPO / "tests" / "data" / "cost_default_outputs.npz")
-    archs = np.concatenate([ArchSpace.default().configs[::367]] + [presets.get(n) for n in presets.names()])
+    # the presets the reference was recorded with (h100-96g, issue 25, came later)
+    recorded = ("tpuv4", "a100-80g", "h100-sxm")
+    archs = np.concatenate([ArchSpace.default().configs[::367]] + [presets.get(n) for n in recorded])
     for model, mb, t in (("gpt3-175b", 1, 8), ("gpt3-175b", 2, 1)):
         for layer in build_layers(model, mb, t).layers:
             for d, g in (("fwd", layer.forward), ("bwd", layer.backward)):

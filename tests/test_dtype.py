@@ -176,7 +176,7 @@ def test_template_rule_and_per_row_rates():
     space = ArchSpace.default().configs[::5000]
     assert np.all(dtype_rates.for_rows(space[space["num_tc"] != 8]) == 2.0)
     rows = np.concatenate([presets.get(n) for n in presets.names()])
-    assert dtype_rates.for_rows(rows).tolist() == [0.0, 0.0, 2.0]   # tpuv4, a100, h100
+    assert dtype_rates.for_rows(rows).tolist() == [0.0, 0.0, 2.0, 2.0]   # tpuv4, a100, h100 x2
     g8 = build_layers("gpt2-xl", 1, 1, dtype="fp8").layers[1].forward
     default = cost.op_latencies(g8, space)
     np.testing.assert_array_equal(default[1], cost.op_latencies(g8, space, fp8_rate=2.0)[1])
@@ -216,7 +216,8 @@ def _file(tmp_path, **change):
     return path
 
 
-@pytest.mark.parametrize("name,rate", [("h100-sxm", 2), ("a100-80g", 0), ("tpuv4", 0)])
+@pytest.mark.parametrize("name,rate", [("h100-sxm", 2), ("h100-96g", 2), ("a100-80g", 0),
+                                       ("tpuv4", 0)])
 def test_archs_show_prints_fp8_rate(name, rate, capsys):
     assert cli.main(["archs", "--show", name]) == 0
     shown = json.loads(capsys.readouterr().out)

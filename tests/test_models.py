@@ -33,7 +33,10 @@ EXPECTED_NAMES = [
     "megatron-bert", "megatron-gpt2-54",
     "megatron-gpt2-72", "gpt3-175b", "megatron-1.7b", "megatron-3.6b", "megatron-7.5b",
     "megatron-18.4b", "megatron-39.1b", "megatron-76.1b", "megatron-145.6b", "megatron-310.1b",
-    "megatron-529.6b", "megatron-1t", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v2-lite"]
+    "megatron-529.6b", "megatron-1t", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v2-lite",
+    # issue 25: the dense models of the published NeMo runs (tests/test_zoo_modern.py)
+    "gpt3-5b", "gpt3-20b", "llama2-13b", "llama2-70b", "nemotron4-15b", "nemotron4-340b",
+    "nemotron-8b", "nemotron-22b"]
 #: Zoo entries phaze cannot search end to end yet: none since issue 15 (mixture of experts
 #: with expert parallelism, multi-head latent attention).
 PENDING_NAMES = []

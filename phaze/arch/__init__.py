@@ -8,8 +8,8 @@ devices and ``net_gb_per_s`` between nodes, and the derived ``area_mm2``.
 
 - :func:`make_archs` builds validated rows (area filled in), :func:`validate` checks
   rows someone else built, :func:`area_mm2` and :func:`peak_flops` evaluate them;
-- :mod:`phaze.arch.presets` holds ``tpuv4``, ``a100-80g`` and ``h100-sxm`` with sources,
-  each read from its chip file ``phaze/arch/chips/NAME.json``;
+- :mod:`phaze.arch.presets` holds ``tpuv4``, ``a100-80g``, ``h100-sxm`` and ``h100-96g`` with
+  sources, each read from its chip file ``phaze/arch/chips/NAME.json``;
 - :class:`Chip` is the one record of a chip: the knob row, the efficiency set, the tensor
   rate at each datatype, power and process (``tdp_w``, ``process_nm``; None when unknown)
   and the fabric as network tiers (:class:`Tier`); its fields are declared once

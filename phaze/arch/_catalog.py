@@ -20,7 +20,7 @@ from ._efields import EFFICIENCY_DTYPE, INT_FIELDS
 from ._rows import KNOBS, build_rows
 
 #: Preset names, in their fixed order; preset ``NAME`` is the package file ``chips/NAME.json``.
-NAMES = ("tpuv4", "a100-80g", "h100-sxm")
+NAMES = ("tpuv4", "a100-80g", "h100-sxm", "h100-96g")
 
 
 def path(name: str):

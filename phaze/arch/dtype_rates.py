@@ -10,6 +10,7 @@ dense rate. A chip's rate at another datatype is that peak times a multiplier:
 
   * ``h100-sxm``: 2 — NVIDIA H100 datasheet / Hopper whitepaper (2022), H100 SXM dense
     FP8 1,978.9 TFLOP/s against dense BF16 989.4 TFLOP/s (3,958 and 1,979 "with sparsity");
+  * ``h100-96g``: 2 — the same GH100 tensor cores as ``h100-sxm`` (only its HBM differs);
   * ``a100-80g``: 0 — the A100 (Ampere whitepaper, 2020) has TF32, FP16/BF16, INT8 and INT4
     tensor cores, no FP8 (FP8 tensor cores arrived with Hopper);
   * ``tpuv4``: 0 — TPU v4's MXUs multiply bf16 (and int8); no FP8 (Jouppi et al. 2023).

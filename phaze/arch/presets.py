@@ -8,7 +8,7 @@ prints a file to copy and edit); ``chip(name)`` gives the whole ``Chip``. Each f
 Its area comes from the same area model as every other row.
 Peak FLOP/s = num_tc·tc_width·tc_depth·2·clock (the dense 16-bit rate; each file's
 ``fp8_rate`` gives the FP8 rate as a multiple of it, sources in ``phaze.arch.dtype_rates``:
-h100-sxm 2, a100-80g and tpuv4 0 — no FP8 tensor cores). Bandwidths are per direction, decimal GB/s; memory sizes are binary (GiB, MiB).
+h100-sxm and h100-96g 2, a100-80g and tpuv4 0 — no FP8 tensor cores). Bandwidths are per direction, decimal GB/s; memory sizes are binary (GiB, MiB).
 
 ``tpuv4`` — Google TPU v4 (Jouppi et al., "TPU v4: An Optically Reconfigurable
 Supercomputer for Machine Learning", ISCA 2023, Table 1; Google Cloud TPU v4 docs):
@@ -35,6 +35,19 @@ whitepaper, 2022; H100 datasheet): 132 SMs × 4 tensor cores = 528, each modelle
 boost clock); 528 vector cores of 32 lanes; 50 MiB L2; 80 GiB HBM3 at 3,350 GB/s;
 NVLink 4 at 900 GB/s bidirectional = 450 GB/s per direction within an 8-GPU node;
 one 400 Gb/s NDR InfiniBand NIC per GPU = 50 GB/s between nodes.
+
+``h100-96g`` — the H100 of pytorch/torchtitan's H100 benchmarks (Meta Grand Teton;
+torchtitan benchmarks/llama3_h100_202412_torchtitan.md and
+benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, "Hardware"): "8 NVIDIA H100 GPUs fully
+connected with NVLink", "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "RDMA network
+with 400 Gb/s per GPU", "the default 500W power limit". The same GH100 compute as
+``h100-sxm`` (528 tensor cores of 16×32 at 1,830 MHz = 989 TFLOP/s dense bf16, 528 × 32
+vector lanes, 50 MiB L2, NVLink 4 at 450 GB/s per direction, 50 GB/s per GPU between hosts);
+96 GiB of HBM2e (6 stacks × 16 GiB) at 2,400 GB/s as torchtitan states it (6 × 1024 bits at
+3.2 Gb/s would be 2,458 GB/s; the H100 HBM2e of the Helma cluster is listed at 94 GiB and
+2.41 TB/s, Ujeniya et al., arXiv 2604.11391). The 500 W limit is not modelled (power is issue
+28's): no component measurement of this part's sustained bf16 tensor-core clock at 500 W was
+found, so the boost clock is kept and its GEMMs are an upper bound on the real speed.
 
 Efficiency parameters (``EFFICIENCY``; the calibrated cost model, ``phaze.arch.efficiency``)
 -------------------------------------------------------------------------------------------
@@ -125,6 +138,9 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
 - Point-to-point: no H100 source; the A100 values (16.5e-6 s, 0.6503 in-node;
   2.0e-5 s between nodes) with net_p2p_efficiency = 0.94 (the NDR figure above).
 
+``h100-96g``: ``h100-sxm``'s set, copied unchanged (one GH100 chip; its HBM fraction,
+0.90, was measured on the HBM3 part, and no HBM2e H100 copy measurement was found).
+
 ``tpuv4`` and ``template`` (every row that is no preset, e.g. the study's space): no
 component-level TPU v4 measurement of GEMM, HBM or ICI efficiency was found (sheet §8.4).
 They take the a100-80g fractions and latencies (tile_efficiency 0.8696, hbm_efficiency
@@ -154,7 +170,8 @@ SOURCES = _catalog.SOURCES
 FP8_RATE = _catalog.FP8_RATE
 
 #: Vendor peak dense bf16 FLOP/s each preset is meant to reproduce (checked by the tests).
-VENDOR_PEAK_FLOPS = {"tpuv4": 275e12, "a100-80g": 312e12, "h100-sxm": 989e12}
+VENDOR_PEAK_FLOPS = {"tpuv4": 275e12, "a100-80g": 312e12, "h100-sxm": 989e12,
+                     "h100-96g": 989e12}
 
 #: Efficiency parameters per preset (each file's ``efficiency``), plus ``"template"`` for
 #: rows that are no preset: the template's tile rule with a100-80g's fractions and

@@ -1,0 +1,81 @@
+"""The preset h100-96g (issue 25): the H100 of pytorch/torchtitan's H100 benchmarks (Meta
+Grand Teton, 96 GB HBM2e at 2.4 TB/s, 8 per host on NVLink, 400 Gb/s RDMA per GPU).
+
+Its knobs are the torchtitan benchmarks' figures and h100-sxm's compute; its efficiency set
+is h100-sxm's, copied. Magnitudes: an HBM-bound operator is priced at its bytes over
+0.90 × 2,400 GB/s plus the launch gap, by hand, and a GEMM as on h100-sxm.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from phaze import arch, cli, cost
+from phaze.arch import efficiency, presets
+from phaze.graph import build_layers
+
+_DIFFERENT = ("hbm_gib", "hbm_gb_per_s", "area_mm2")
+
+
+def test_knobs_are_the_benchmarks_figures():
+    row = presets.get("h100-96g")[0]
+    assert row["hbm_gib"] == 96.0 and row["hbm_gb_per_s"] == 2400.0   # "96GB HBM2e", "2.4 TB/sec"
+    assert row["node_size"] == 8 and row["link_gb_per_s"] == 450.0    # 8 per host, NVLink 4
+    assert row["net_gb_per_s"] == 400e9 / 8 / 1e9                     # "400 Gb/s per GPU"
+    sxm = presets.get("h100-sxm")[0]
+    for knob in row.dtype.names:
+        if knob not in _DIFFERENT:
+            assert row[knob] == sxm[knob], knob
+    # 528 tensor cores of 16×32 at the 1,830 MHz boost clock: 989.4 TFLOP/s dense bf16
+    peak = 528 * 16 * 32 * 2 * 1.83e9
+    assert arch.peak_flops(presets.get("h100-96g"))[0] == pytest.approx(peak, rel=1e-12)
+    assert presets.VENDOR_PEAK_FLOPS["h100-96g"] == pytest.approx(peak, rel=5e-3)
+
+
+def test_efficiency_and_fp8_rate_are_h100_sxm_s():
+    assert presets.EFFICIENCY["h100-96g"] == presets.EFFICIENCY["h100-sxm"]
+    assert efficiency.get("h100-96g") == efficiency.get("h100-sxm")
+    chip = presets.chip("h100-96g")
+    assert chip.fp8_rate == 2 and chip.tensor_rate("fp8") == 2.0
+    assert chip.tdp_w is None          # the 500 W limit is not modelled (issue 28: power)
+    source = presets.SOURCES["h100-96g"]
+    for needle in ("torchtitan", "96GB HBM2e", "2.4 TB/s", "500 W", "h100-sxm's block",
+                   "presets.py"):
+        assert needle in source, needle
+
+
+def test_rows_are_told_apart_from_h100_sxm():
+    rows = np.concatenate([presets.get("h100-sxm"), presets.get("h100-96g"),
+                           arch.make_archs(base="h100-sxm", hbm_gb_per_s=2400.0)])
+    names = [arch.resolve(rows[i:i + 1]).name for i in range(3)]
+    assert names == ["h100-sxm", "h100-96g", "custom"]        # the third row is no preset
+    eff = efficiency.for_rows(rows)
+    assert eff[1].tobytes() == efficiency.get("h100-96g").row()[0].tobytes()
+    assert eff[2].tobytes() == efficiency.TEMPLATE.row()[0].tobytes()
+
+
+def test_hbm_bound_operator_priced_by_hand():
+    g = build_layers("llama2-7b", 1, 1).layers[1].forward
+    rows = np.concatenate([presets.get("h100-sxm"), presets.get("h100-96g")])
+    _, intra = cost.op_latencies(g, rows, model="calibrated", efficiency=efficiency.for_rows(rows))
+    eff = efficiency.get("h100-96g")
+    k = g.names.index("ln1")            # RMSNorm over 4096 × 4096 bf16: read and write
+    nbytes = int(g.bytes_in[k] + g.bytes_out[k])
+    assert nbytes == 2 * 2 * 4096 * 4096 + 2 * 4096
+    assert intra[k, 1] == pytest.approx(nbytes / (eff.hbm_efficiency * 2400e9) + eff.launch_s,
+                                        rel=1e-12)
+    assert intra[k, 0] == pytest.approx(nbytes / (eff.hbm_efficiency * 3350e9) + eff.launch_s,
+                                        rel=1e-12)
+    # a large GEMM is compute-bound on both: the same time
+    q = g.names.index("q_proj")
+    assert intra[q, 1] == intra[q, 0]
+
+
+def test_cli_lists_and_shows_it(capsys):
+    assert cli.main(["archs"]) == 0
+    out = capsys.readouterr().out
+    line = next(row for row in out.splitlines() if row.startswith("h100-96g "))
+    assert "96" in line.split() and "2400" in line.split() and "989.4" in line.split()
+    assert cli.main(["archs", "--show", "h100-96g"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["name"] == "h100-96g" and shown["hbm_gb_per_s"] == 2400.0
