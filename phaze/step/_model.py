@@ -125,24 +125,44 @@ Strategy knobs (issue 14; fixed plans here, searched over by ``best_plans``)
   layers' worth); ``MemoryBreakdown.in_flight`` counts chunk-microbatches when v > 1.
   Megatron needs p ≥ 2, L divisible by p·v and m divisible by p; other plans are
   "infeasible" with that reason.
-- ``zero_stage`` (over the d data-parallel ranks; Megatron's distributed optimizer = 1):
-  memory — optimizer state /d from stage 1, fp32 gradients /d from 2, 16-bit weights
-  /d at 3 (plus two layers' gathered weights as workspace); time — stage 0 all-reduces
-  the fp32 gradients after the last backward; stage 1 reduce-scatters them there and
-  all-gathers the updated 16-bit parameters after the optimizer, which updates N/d
-  parameters; stage 2 reduce-scatters each microbatch's gradients at the end of its
-  backward (DeepSpeed's per-micro-step reduction; in the slot) and all-gathers the
-  parameters after the optimizer; stage 3 as 2, without the final all-gather but with
-  an all-gather of each layer's parameters before its forward, its backward and (full
-  recomputation) its recomputed forward, every microbatch. ZeRO at d = 1 is evaluated
-  as what it is: no sharding, no traffic (= stage 0). ``plan["trainers"]`` says which
-  trainer can launch the plan: Megatron-LM for stages 0–1, DeepSpeed for v = 1 and
-  stages 0–1, or 2–3 without pipeline parallelism.
-- ``overlap_grad_reduce`` (bucketed gradient reduction during the backward): the
-  gradient reduction of stage r (all-reduce for ZeRO 0, reduce-scatter for 1; per
-  microbatch for 2–3) counts only for what exceeds the backward (with recomputation)
-  of one microbatch on that stage: exposed = max(0, reduction − backward_r). The
-  parameter all-gather after the optimizer stays exposed.
+- ``zero_stage`` (over the cp·d data-parallel ranks; Megatron's distributed optimizer =
+  1, PyTorch FSDP/FSDP2 = 3): memory — optimizer state /d from stage 1, fp32 gradients /d
+  from 2, 16-bit weights /d at 3 (plus two layers' gathered weights as workspace, or the
+  whole stage's with ``reshard_after_forward`` off); time — stage 0 all-reduces the
+  gradients after the last backward; stage 1 reduce-scatters them there and all-gathers
+  the updated 16-bit parameters after the optimizer, which updates N/d parameters; stage 2
+  reduce-scatters each layer's gradients after its backward, every microbatch (DeepSpeed's
+  and FSDP's per-micro-step reduction; in the slot), and all-gathers the parameters after
+  the optimizer; stage 3 as 2, without the final all-gather but with an all-gather of each
+  layer's parameters before its forward and (``reshard_after_forward``, FSDP's default)
+  again before its backward, every microbatch; the recomputed forward of full
+  recomputation runs on the parameters gathered for the backward. Every collective moves
+  the bytes NCCL moves: an all-gather ends with the layer's whole 16-bit parameters on
+  each rank (the ring's (n − 1)/n of them through each), a reduce-scatter starts from the
+  layer's whole gradient (``_kernels.pyx`` ``sharded_comm``; issue 25 fixed a d-times
+  overcount). ZeRO at d = 1 is evaluated as what it is: no sharding, no traffic (=
+  stage 0). ``plan["trainers"]`` says which trainer can launch the plan: Megatron-LM for
+  stages 0–1; DeepSpeed for v = 1, cp = 1 and stages 0–1, or 2–3 without pipeline
+  parallelism; torchtitan for stages 0 (DDP) and 3 (FSDP2) with any p, v and cp, bf16 or
+  fp8 training and fp32 reduction.
+- ``overlap_grad_reduce`` (bucketed gradient reduction during the backward): ZeRO 0–1 —
+  the reduction of stage r counts only for what exceeds the backward (with
+  recomputation) of its last microbatch, but never less than its last bucket's share
+  (Megatron-Core's default bucket of max(4·10⁷, 10⁶·dp) parameters): exposed =
+  max(share·reduction, reduction − backward_r); ZeRO 2–3 — each layer's reduce-scatter
+  runs beside the next layer's backward and counts for its excess, plus the first
+  layer's whole (``sharded_comm``'s ``hidden``).
+- ``overlap_param_gather``: ZeRO 1–2 — the parameter all-gather after the optimizer runs
+  bucket by bucket beside the next iteration's first forward (Megatron-Core's
+  ``--overlap-param-gather``): exposed = max(share·gather, gather − forward_r); ZeRO 3 —
+  each layer's all-gathers are prefetched one layer ahead (FSDP's forward and backward
+  prefetch): each counts for its excess over the previous layer's compute, the first
+  layer's whole. The search turns it on wherever its grid allows (it never costs time or
+  memory).
+- Collectives between nodes run over every NIC of the group's ranks in a node (one NIC
+  per device, rail-optimised: g ranks per node drive g NICs, at most the in-node link's
+  bandwidth in all; ``_ring.spread``); an expert all-to-all sends its in-node share over
+  the link and the rest through each rank's own NIC (``_ring.split_all_to_all``).
 
 Expert and context parallelism (issue 15; ``expert_parallel`` ep, ``context_parallel`` cp)
 -----------------------------------------------------------------------------------------
