@@ -182,7 +182,7 @@ def stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode):
     and nm MoE blocks whose forward/backward are (bf, bb) and (mf, mb): the blocks, the
     embedding on stage 0 and the head on stage p − 1; full recomputation re-runs the
     blocks' forward, selective their attention cores (one definition for
-    :func:`step_time` and :func:`slot_lower_bound`)."""
+    :func:`step_time` and :func:`slot_lower_bounds`)."""
     f = nd * bf + nm * mf
     bw = nd * bb + nm * mb
     if r == 0:
@@ -263,12 +263,21 @@ def sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr, opg,
     out += nd * ((0.0 if opg else cd) + (0.0 if ogr else rd)) \
         + nm * ((0.0 if opg else cm) + (0.0 if ogr else rm))
     out += hidden(nd, nm, od, om, wd, wm)
-    pe = 2 if reshard else 1
+    return out + sharded_fixed(r, p, sz, zero, reshard, gb, D, dpn, rp)
+
+
+def sharded_fixed(r, p, sz, zero, reshard, gb, D, dpn, rp):
+    """What no overlap hides of :func:`sharded_comm`: the embedding's (stage 0) and the
+    head's (stage p − 1) reduce-scatter and, ZeRO-3, their gathers (twice resharded)."""
+    e = sz["elem_bytes"]
+    Fd = coll.spread(rp, D // dpn)
+    pe = 2.0 if reshard else 1.0
+    out = 0.0
     for here, pb in ((r == 0, sz["emb_pb"]), (r == p - 1, sz["head_pb"])):
         if here:
             eh = float(pb // e)
             out += coll.reduce_scatter_seconds(gb * eh, D, dpn, Fd)
-            if z3:
+            if zero >= 3:
                 out += pe * coll.all_gather_seconds(WEIGHT_BYTES * eh, D, dpn, Fd)
     return out
 
@@ -667,31 +676,87 @@ def plan_memory(plans, plan_var, var_sizes, moe_prefix):
     return out
 
 
-def slot_lower_bound(plan, lt, moe_prefix):
-    """max over stages 0, p − 1 and 1 of forward + backward + recomputation per microbatch
-    with the operators' times alone, formed as :func:`step_time` forms them: its slot adds
-    the exchanges' excess, the all-to-alls, transfers and ZeRO traffic (≥ 0) to the same
-    sums, and the slot is the max over all stages, so (m + (p − 1)/v) times this never
-    exceeds its pipeline time."""
+def slot_lower_bounds(plan, lt, moe_prefix):
+    """Forward + backward + recomputation per microbatch with the operators' times alone,
+    formed as :func:`step_time` forms them, of stages 0, p − 1 and 1 (0 unless p ≥ 3)."""
     p = plan["p"]
-    best = 0.0
-    for r in (0, p - 1, 1):
-        if r >= p or (r == 1 and p < 3):
+    out = []
+    for q, r in enumerate((0, p - 1, 1)):
+        if r >= p or (q == 2 and p < 3):
+            out.append(0.0)
             continue
         nd, nm = stage_kinds(r, p, plan["v"], plan["n_layers"], moe_prefix)
         f, bw, rec = stage_sums(r, p, nd, nm, lt["blk_f"], lt["blk_b"], lt["moe_f"], lt["moe_b"], lt,
                                 plan["rec_mode"])
-        x = f + bw + rec
-        if x > best:
-            best = x
-    return best
+        out.append(f + bw + rec)
+    return out
+
+
+def stage_slot_bound(r, pl, stage, lt, sz, rp, moe_prefix):
+    """Stage r's slot of a ZeRO 2–3 plan without its pipeline transfers, formed as
+    :func:`step_time` forms it."""
+    D = pl["cp"] * pl["d"]
+    nd, nm = stage_kinds(r, pl["p"], pl["v"], pl["n_layers"], moe_prefix)
+    bf, bb, mf, mb = layer_times(pl["cp"], pl["ep"], stage, lt, sz, rp)
+    f, bw, rec = stage_sums(r, pl["p"], nd, nm, bf, bb, mf, mb, lt, pl["rec_mode"])
+    return f + bw + rec + sharded_comm(r, pl["p"], nd, nm, bf, bb, mf, mb, lt, sz,
+                                       pl["rec_mode"], pl["zero"], pl["ogr"], bool(pl["opg"]),
+                                       bool(pl["reshard"]), pl["grad_bytes"], D, D // pl["ep"],
+                                       stage["dp_nodes"], stage["edp_nodes"], rp)
+
+
+def plan_slot_bound(pl, s3, sz, stages, lt, rp, moe_prefix):
+    """The slot bound of plan ``pl``: the largest stage bound, under ZeRO 2–3 stages 0 and
+    p − 1 with their sharded traffic (:func:`stage_slot_bound`)."""
+    D = pl["cp"] * pl["d"]
+    a, b, c = s3
+    if pl["zero"] >= 2 and D > 1:
+        a = stage_slot_bound(0, pl, stages[0], lt, sz, rp, moe_prefix)
+        b = a if pl["p"] == 1 else stage_slot_bound(pl["p"] - 1, pl, stages[pl["p"] - 1], lt,
+                                                    sz, rp, moe_prefix)
+    return max(a, b, c)
+
+
+def dp_tail_bound(pl, sz, stages, rp, moe_prefix):
+    """Stage 0's data-parallel reduction and parameter gather after the pipeline, an
+    overlapped one at its last bucket's share: a lower bound of the step's."""
+    D = pl["cp"] * pl["d"]
+    if D <= 1:
+        return 0.0
+    edp = D // pl["ep"]
+    dpn, edpn = stages[0]["dp_nodes"], stages[0]["edp_nodes"]
+    nd, nm = stage_kinds(0, pl["p"], pl["v"], pl["n_layers"], moe_prefix)
+    dn, en = stage_params(0, pl["p"], nd, nm, sz)
+    Fd = coll.spread(rp, D // dpn)
+    Fe = coll.spread(rp, edp // edpn)
+    frac = bucket_fraction(dn + en, D)
+    gb = pl["grad_bytes"]
+    red = 0.0
+    if pl["zero"] == 0:
+        red = coll.all_reduce_seconds(gb * dn, D, dpn, Fd)
+        if en > 0:
+            red += coll.all_reduce_seconds(gb * en, edp, edpn, Fe)
+    elif pl["zero"] == 1:
+        red = coll.reduce_scatter_seconds(gb * dn, D, dpn, Fd)
+        if en > 0:
+            red += coll.reduce_scatter_seconds(gb * en, edp, edpn, Fe)
+    if pl["ogr"] and pl["zero"] <= 1:
+        red = frac * red
+    if pl["zero"] in (1, 2):
+        ag = coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, Fd)
+        if en > 0:
+            ag += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, Fe)
+        if pl["opg"]:
+            ag = frac * ag
+        red += ag
+    return red
 
 
 def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows, rp, cap,
                 row_nsi, geo_off, geo_stages, geo_cells, moe_prefix, best_idx, best_bd):
     """Per row, the feasible plan of least time (index into ``plans``, :data:`PLAN`
     records, or −1) and its breakdown (``best_bd``, :data:`BREAKDOWN` records). Exact
-    branch and bound: every plan whose lower bound (m + (p−1)/v)·:func:`slot_lower_bound`
+    branch and bound: every plan whose lower bound (m + (p−1)/v)·:func:`plan_slot_bound`
     does not exceed the best time found is priced with :func:`step_time`; the plan of
     least bound is priced first. Ties go to the lower index."""
     n_plans = plans.shape[0]
@@ -709,7 +774,7 @@ def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows
                 continue
             pl = plans[k]
             p = pl["p"]
-            s = slot_lower_bound(pl, lt_rows[vi, row], moe_prefix)
+            s = max(slot_lower_bounds(pl, lt_rows[vi, row], moe_prefix))
             lb = pl["m"] * s + (p - 1) * s / pl["v"]
             lbs[k] = lb
             if lb < seed_lb:
@@ -729,6 +794,15 @@ def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows
             p = pl["p"]
             c = plan_geo[k]
             o = geo_off[c, nsi]
+            if step > 0:
+                s = plan_slot_bound(pl, slot_lower_bounds(pl, lt_rows[vi, row], moe_prefix),
+                                    var_sizes[vi], geo_stages[o:o + p], lt_rows[vi, row],
+                                    rp[row], moe_prefix)
+                lb = pl["m"] * s + (p - 1) * s / pl["v"]
+                lb = lb + dp_tail_bound(pl, var_sizes[vi], geo_stages[o:o + p], rp[row],
+                                        moe_prefix)
+                if not lb <= best:
+                    continue
             total = step_time(pl, geo_cells[c, nsi], geo_stages[o:o + p], lt_rows[vi, row],
                               rp[row], var_sizes[vi], moe_prefix, slots, bd[0])
             if total < best or (total == best and k < bi):

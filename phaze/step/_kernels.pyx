@@ -442,7 +442,7 @@ cdef inline void stage_sums(int64_t r, int64_t p, int64_t nd, int64_t nm, double
     and nm MoE blocks whose forward/backward are (bf, bb) and (mf, mb): the blocks, the
     embedding on stage 0 and the head on stage p − 1; full recomputation re-runs the
     blocks' forward, selective their attention cores (one definition for
-    ``step_time_c`` and ``slot_lower_bound``)."""
+    ``step_time_c`` and ``slot_lower_bounds``)."""
     f[0] = <double>nd * bf + <double>nm * mf
     bw[0] = <double>nd * bb + <double>nm * mb
     if r == 0:
@@ -512,8 +512,7 @@ cdef double sharded_comm(int64_t r, int64_t p, int64_t nd, int64_t nm, double bf
     :func:`hidden` of them against each layer's forward, or its backward with its
     recomputation; otherwise they are charged in full. The embedding's and the head's
     gathers and reductions are charged in full."""
-    cdef double gd = 0.0, gm = 0.0, rd, rm, wd, wm, cd, cm, od, om, out = 0.0, eh
-    cdef int64_t pe, ph
+    cdef double gd = 0.0, gm = 0.0, rd, rm, wd, wm, cd, cm, od, om, out = 0.0
     cdef Fabric Fd = _ring.spread(F, D // dpn)
     cdef Fabric Fe = _ring.spread(F, edp // edpn)
     cdef bint z3 = zero >= 3
@@ -552,18 +551,27 @@ cdef double sharded_comm(int64_t r, int64_t p, int64_t nd, int64_t nm, double bf
     out += <double>nd * ((0.0 if opg else cd) + (0.0 if ogr else rd)) \
         + <double>nm * ((0.0 if opg else cm) + (0.0 if ogr else rm))
     out += hidden(nd, nm, od, om, wd, wm)
-    # the embedding (stage 0) and the head (stage p − 1), whole
-    pe = 2 if reshard else 1
+    return out + sharded_fixed(r, p, sz, zero, reshard, gb, D, dpn, F)
+
+
+cdef double sharded_fixed(int64_t r, int64_t p, const Sizes* sz, int64_t zero, bint reshard,
+                          int64_t gb, int64_t D, int64_t dpn, const Fabric* F) noexcept nogil:
+    """The part of :func:`sharded_comm` no overlap hides, seconds per microbatch: the
+    embedding's (stage 0) and the head's (stage p − 1) reduce-scatter and, ZeRO-3, their
+    all-gathers (twice when resharded). The plan search adds it to its slot bound."""
+    cdef Fabric Fd = _ring.spread(F, D // dpn)
+    cdef double out = 0.0, eh
+    cdef double pe = 2.0 if reshard else 1.0
     if r == 0:
         eh = <double>(sz.emb_pb // sz.elem_bytes)
         out += _ring.reduce_scatter(<double>gb * eh, D, dpn, &Fd)
-        if z3:
-            out += <double>pe * _ring.all_gather(<double>W_BYTES * eh, D, dpn, &Fd)
+        if zero >= 3:
+            out += pe * _ring.all_gather(<double>W_BYTES * eh, D, dpn, &Fd)
     if r == p - 1:
         eh = <double>(sz.head_pb // sz.elem_bytes)
         out += _ring.reduce_scatter(<double>gb * eh, D, dpn, &Fd)
-        if z3:
-            out += <double>pe * _ring.all_gather(<double>W_BYTES * eh, D, dpn, &Fd)
+        if zero >= 3:
+            out += pe * _ring.all_gather(<double>W_BYTES * eh, D, dpn, &Fd)
     return out
 
 
@@ -809,15 +817,15 @@ cdef int64_t peak_stage_memory_c(const Plan* plan, const Sizes* sz, const int64_
     return peak
 
 
-cdef double slot_lower_bound(const Plan* plan, const LayerTimes* lt,
-                             const int64_t* moe_prefix) noexcept nogil:
-    """max over stages 0, p − 1 and 1 of forward + backward + recomputation per microbatch
-    with the operators' times alone, formed as ``step_time_c`` forms them: its slot adds
-    the exchanges' excess, the all-to-alls, transfers and ZeRO traffic (≥ 0) to the same
-    sums, and the slot is the max over all stages, so (m + (p − 1)/v) times this never
-    exceeds its pipeline time."""
+cdef void slot_lower_bounds(const Plan* plan, const LayerTimes* lt, const int64_t* moe_prefix,
+                            double* out) noexcept nogil:
+    """Forward + backward + recomputation per microbatch with the operators' times alone,
+    formed as ``step_time_c`` forms them, of stage 0 (``out[0]``), stage p − 1 (``out[1]``)
+    and stage 1 (``out[2]``; 0 unless p ≥ 3): ``step_time_c``'s slot adds the exchanges'
+    excess, the all-to-alls, transfers and ZeRO traffic (≥ 0) to the same sums, and is the
+    max over all stages."""
     cdef int64_t p = plan.p
-    cdef double best = 0.0, f, bw, rec, x
+    cdef double f, bw, rec
     cdef int64_t q, r, nd, nm
     cdef int64_t rs[3]
     rs[0] = 0
@@ -825,15 +833,89 @@ cdef double slot_lower_bound(const Plan* plan, const LayerTimes* lt,
     rs[2] = 1
     for q in range(3):
         r = rs[q]
-        if r >= p or (r == 1 and p < 3):
+        out[q] = 0.0
+        if r >= p or (q == 2 and p < 3):
             continue
         stage_kinds(r, p, plan.v, plan.n_layers, moe_prefix, &nd, &nm)
         stage_sums(r, p, nd, nm, lt.blk_f, lt.blk_b, lt.moe_f, lt.moe_b, lt, plan.rec_mode,
                    &f, &bw, &rec)
-        x = f + bw + rec
-        if x > best:
-            best = x
+        out[q] = f + bw + rec
+
+
+cdef double stage_slot_bound(int64_t r, const Plan* pl, const StageNodes* stage,
+                             const LayerTimes* lt, const Sizes* sz, const RowParams* rp,
+                             const int64_t* moe_prefix) noexcept nogil:
+    """Stage r's slot of a ZeRO 2–3 plan without its pipeline transfers: its forward,
+    backward and recomputation and its sharded data-parallel traffic, each formed exactly
+    as ``step_time_c`` forms it (which adds the transfers, ≥ 0, before the traffic)."""
+    cdef int64_t D = pl.cp * pl.d
+    cdef int64_t nd, nm
+    cdef double bf, bb, mf, mb, f, bw, rec
+    stage_kinds(r, pl.p, pl.v, pl.n_layers, moe_prefix, &nd, &nm)
+    layer_times(pl.cp, pl.ep, stage, lt, sz, rp, &bf, &bb, &mf, &mb)
+    stage_sums(r, pl.p, nd, nm, bf, bb, mf, mb, lt, pl.rec_mode, &f, &bw, &rec)
+    return f + bw + rec + sharded_comm(r, pl.p, nd, nm, bf, bb, mf, mb, lt, sz, pl.rec_mode,
+                                       pl.zero, pl.ogr != 0, pl.opg != 0, pl.reshard != 0,
+                                       pl.grad_bytes, D, D // pl.ep, stage.dp_nodes,
+                                       stage.edp_nodes, fab(rp))
+
+
+cdef double plan_slot_bound(const Plan* pl, const double* s3, const Sizes* sz,
+                            const StageNodes* stages, const LayerTimes* lt, const RowParams* rp,
+                            const int64_t* moe_prefix) noexcept nogil:
+    """A lower bound of ``step_time_c``'s slot for plan ``pl`` on one row: the largest of
+    the stage bounds ``s3`` (:func:`slot_lower_bounds`) and, under ZeRO 2–3, of stages 0
+    and p − 1 with their sharded traffic (:func:`stage_slot_bound`)."""
+    cdef int64_t D = pl.cp * pl.d
+    cdef double a = s3[0], b = s3[1], c = s3[2], best
+    if pl.zero >= 2 and D > 1:
+        a = stage_slot_bound(0, pl, &stages[0], lt, sz, rp, moe_prefix)
+        b = a if pl.p == 1 else stage_slot_bound(pl.p - 1, pl, &stages[pl.p - 1], lt, sz, rp,
+                                                 moe_prefix)
+    best = a
+    if b > best:
+        best = b
+    if c > best:
+        best = c
     return best
+
+
+cdef double dp_tail_bound(const Plan* pl, const Sizes* sz, const StageNodes* stages,
+                          const RowParams* rp, const int64_t* moe_prefix) noexcept nogil:
+    """A lower bound of ``step_time_c``'s data-parallel time after the pipeline: stage 0's
+    reduction and parameter gather as it forms them, an overlapped one at its last
+    bucket's share (what the overlap never hides)."""
+    cdef const Fabric* F = fab(rp)
+    cdef int64_t D = pl.cp * pl.d
+    cdef int64_t edp = D // pl.ep
+    cdef int64_t nd, nm, dn, en, dpn = stages[0].dp_nodes, edpn = stages[0].edp_nodes
+    cdef double red = 0.0, ag, frac
+    cdef Fabric Fd, Fe
+    if D <= 1:
+        return 0.0
+    stage_kinds(0, pl.p, pl.v, pl.n_layers, moe_prefix, &nd, &nm)
+    stage_params(0, pl.p, nd, nm, sz, &dn, &en)
+    Fd = _ring.spread(F, D // dpn)
+    Fe = _ring.spread(F, edp // edpn)
+    frac = bucket_fraction(dn + en, D)
+    if pl.zero == 0:
+        red = _ring.all_reduce(<double>(pl.grad_bytes * dn), D, dpn, &Fd)
+        if en > 0:
+            red += _ring.all_reduce(<double>(pl.grad_bytes * en), edp, edpn, &Fe)
+    elif pl.zero == 1:
+        red = _ring.reduce_scatter(<double>(pl.grad_bytes * dn), D, dpn, &Fd)
+        if en > 0:
+            red += _ring.reduce_scatter(<double>(pl.grad_bytes * en), edp, edpn, &Fe)
+    if pl.ogr and pl.zero <= 1:
+        red = frac * red
+    if pl.zero == 1 or pl.zero == 2:
+        ag = _ring.all_gather(<double>(W_BYTES * dn), D, dpn, &Fd)
+        if en > 0:
+            ag += _ring.all_gather(<double>(W_BYTES * en), edp, edpn, &Fe)
+        if pl.opg:
+            ag = frac * ag
+        red += ag
+    return red
 
 
 # ---------------------------------------------------------------------------
@@ -1050,13 +1132,15 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                 int64_t[::1] best_idx, Breakdown[::1] best_bd):
     """Per row, the feasible plan of least time (index into ``plans``, :data:`PLAN`
     records, or −1) and its breakdown (``best_bd``, :data:`BREAKDOWN` records). Exact
-    branch and bound: every plan whose lower bound (m + (p−1)/v)·``slot_lower_bound``
-    does not exceed the best time found is priced with ``step_time_c``; the plan of
-    least bound is priced first. Ties go to the lower index. ``var_ok`` (variants, rows):
+    branch and bound: every plan whose class bound (m + (p−1)/v)·max ``slot_lower_bounds``
+    and then its own bound (m + (p−1)/v)·``plan_slot_bound`` + ``dp_tail_bound`` do not
+    exceed the best time found is priced with ``step_time_c``; the plan of least class
+    bound is priced first. Ties go to the lower index. ``var_ok`` (variants, rows):
     whether the variant may run on the row (0/1). ``plan_slot``: per plan the index of its
-    (variant, p, v) class, whose plans share one ``slot_lower_bound`` (it reads nothing
+    (variant, p, v) class, whose plans share one ``slot_lower_bounds`` (it reads nothing
     else of the plan: the recomputation mode and the layers are the same for all plans),
-    and ``slot_plan`` one plan of each class: the bound is formed once per class and row. Returns (plans bounded, plans priced)
+    and ``slot_plan`` one plan of each class: those stage bounds are formed once per class
+    and row; a ZeRO 2–3 plan's end stages and every plan's data-parallel tail per plan. Returns (plans bounded, plans priced)
     over all rows: the plans whose bound was formed (the variant runs on the row and the
     plan fits in its memory) and those of them priced in full."""
     cdef Py_ssize_t n_plans = plans.shape[0], n_rows = rp.shape[0]
@@ -1075,12 +1159,19 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
         assert 0 <= slot_plan[q] < n_plans
     cdef double* lbs = <double*>malloc((n_plans + 1) * sizeof(double))
     cdef double* slots = <double*>malloc(moe_prefix.shape[0] * 6 * sizeof(double))
-    cdef double* sval = <double*>malloc((n_slots + 1) * sizeof(double))
-    if lbs == NULL or slots == NULL or sval == NULL:
+    cdef double* sval = <double*>malloc(4 * (n_slots + 1) * sizeof(double))
+    # per plan, the class bound's factors as doubles (m, p − 1, v), read without the record
+    cdef double* pmv = <double*>malloc(3 * (n_plans + 1) * sizeof(double))
+    if lbs == NULL or slots == NULL or sval == NULL or pmv == NULL:
         free(lbs)
         free(slots)
         free(sval)
+        free(pmv)
         raise MemoryError("phaze.step: no memory for the plan search's bounds")
+    for k in range(n_plans):
+        pmv[3 * k] = <double>plans[k].m
+        pmv[3 * k + 1] = <double>(plans[k].p - 1)
+        pmv[3 * k + 2] = <double>plans[k].v
     try:
         with nogil:
             for row in range(n_rows):
@@ -1091,16 +1182,21 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                     k = slot_plan[q]
                     vi = plan_var[k]
                     if var_ok[vi, row]:
-                        sval[q] = slot_lower_bound(&plans[k], &lt_rows[vi, row], &moe_prefix[0])
+                        slot_lower_bounds(&plans[k], &lt_rows[vi, row], &moe_prefix[0],
+                                          &sval[4 * q])
+                        s = sval[4 * q]
+                        if sval[4 * q + 1] > s:
+                            s = sval[4 * q + 1]
+                        if sval[4 * q + 2] > s:
+                            s = sval[4 * q + 2]
+                        sval[4 * q + 3] = s
                 for k in range(n_plans):
                     vi = plan_var[k]
                     if not var_ok[vi, row] or plan_peak[k] > cap[row]:
                         lbs[k] = INFINITY
                         continue
-                    pl = &plans[k]
-                    p = pl.p
-                    s = sval[plan_slot[k]]
-                    lb = <double>pl.m * s + <double>(p - 1) * s / <double>pl.v
+                    s = sval[4 * plan_slot[k] + 3]
+                    lb = pmv[3 * k] * s + pmv[3 * k + 1] * s / pmv[3 * k + 2]
                     lbs[k] = lb
                     n_bounded += 1
                     if lb < seed_lb:
@@ -1120,6 +1216,18 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                     p = pl.p
                     c = plan_geo[k]
                     o = geo_off[c, nsi]
+                    if step > 0:
+                        # the plan's own bound, formed only for the plans the class bound
+                        # lets through: its end stages' ZeRO 2–3 traffic and its
+                        # data-parallel tail
+                        s = plan_slot_bound(pl, &sval[4 * plan_slot[k]], &var_sizes[vi],
+                                            &geo_stages[o], &lt_rows[vi, row], &rp[row],
+                                            &moe_prefix[0])
+                        lb = <double>pl.m * s + <double>(p - 1) * s / <double>pl.v
+                        lb = lb + dp_tail_bound(pl, &var_sizes[vi], &geo_stages[o], &rp[row],
+                                                &moe_prefix[0])
+                        if not lb <= best:
+                            continue
                     total = step_time_c(pl, &geo_cells[c, nsi], &geo_stages[o],
                                         &lt_rows[vi, row], &rp[row], &var_sizes[vi],
                                         &moe_prefix[0], slots, &bd)
@@ -1133,6 +1241,7 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
         free(lbs)
         free(slots)
         free(sval)
+        free(pmv)
     return n_bounded, n_priced
 
 
