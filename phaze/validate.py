@@ -95,10 +95,10 @@ _GIB = float(2 ** 30)
 _FILE_KNOBS = tuple(sorted((k for k in _plan.KNOBS if k.file_key), key=lambda k: k.file_rank))
 #: Knobs the plan table gives no file key, read by these keys (optional, the knob's
 #: default): context and expert parallelism, the gradient-reduction datatype.
-_EXTRA_KNOBS = tuple((key, _plan.KNOB[name]) for key, name in
-                     (("cp", "context_parallel"), ("ep", "expert_parallel"),
-                      ("grad_reduce_dtype", "grad_reduce_dtype"))
-                     if name in _plan.KNOB and not _plan.KNOB[name].file_key)
+_BY_FLAG = {k.flag: k for k in _plan.KNOBS if k.flags}
+_EXTRA_KNOBS = tuple((key, _BY_FLAG[flag]) for key, flag in
+                     (("cp", "--cp"), ("ep", "--ep"), ("grad_reduce_dtype", "--grad-reduce-dtype"))
+                     if flag in _BY_FLAG and not _BY_FLAG[flag].file_key)
 _CONFIG_KEYS = ("model", "arch", "gpus") + tuple(k.file_key for k in _FILE_KNOBS
                                                  if not k.file_optional)
 #: Optional strategy fields of a row and their defaults (the runs of 2021–22 used none).
