@@ -19,9 +19,18 @@ def _table():
         return json.load(fh)
 
 
+def _classic(rows):
+    """The rows of the runs of 2021–22 (validation.json); the modern runs are checked in
+    tests/test_validate_modern.py."""
+    names = {r["name"] for r in _table()["rows"]}
+    return [r for r in rows if r["name"] in names]
+
+
 def test_every_row_of_the_builtin_table_is_reported(builtin):
     table = _table()
-    assert [r["name"] for r in builtin.rows] == [r["name"] for r in table["rows"]]
+    assert [r["name"] for r in _classic(builtin.rows)] == [r["name"] for r in table["rows"]]
+    assert [r["name"] for r in builtin.rows][:len(table["rows"])] == \
+        [r["name"] for r in table["rows"]]
     names = {r["name"] for r in builtin.rows}
     for model in ("megatron-22b", "gpt3-175b", "turing-530b", "megatron-1t"):
         for mode in ("full", "seqsel"):
@@ -37,7 +46,7 @@ def test_every_builtin_row_is_modelled(builtin):
     """With the strategy knobs (interleaving, sequence parallelism, selective
     recomputation) every row of the built-in table is modelled with its own configuration."""
     by = {r["name"]: r for r in builtin.rows}
-    for r in builtin.rows:
+    for r in _classic(builtin.rows):
         pred = r["predicted_s"] if r["kind"] == "time" else r["predicted_gib"]
         assert pred is not None and pred > 0 and r["reason"] == "" and r["error"] is not None
     for model in ("megatron-22b", "gpt3-175b", "turing-530b", "megatron-1t"):
@@ -51,8 +60,11 @@ def test_every_builtin_row_is_modelled(builtin):
 def test_builtin_table_within_the_fidelity_targets(builtin):
     """Issue 13's targets on every modelled row of the built-in table (held-out rows
     included): time MAPE <= 10 %, max <= 20 %; memory MAPE <= 5 %; and issue 14's on the
-    four Table 5 "seqsel" rows. A regression guard: no parameter is set from these rows."""
-    assert builtin.time_mape <= 10.0 and builtin.time_max_error <= 20.0
+    four Table 5 "seqsel" rows. A regression guard: no parameter is set from these rows.
+    Over the runs of 2021–22 (validation.json); the modern runs' errors are reported, not
+    bounded (tests/test_validate_modern.py)."""
+    classic = [abs(r["error"]) for r in _classic(builtin.rows) if r["kind"] == "time"]
+    assert sum(classic) / len(classic) <= 10.0 and max(classic) <= 20.0
     assert builtin.memory_mape <= 5.0
     seqsel = [abs(r["error"]) for r in builtin.rows if r["name"].endswith("/seqsel")
               and "table5" in r["name"]]
@@ -166,7 +178,9 @@ def test_cli_json(capsys, tmp_path):
     for r in out["rows"]:
         assert {"name", "error", "reason"} <= set(r)
         assert ("predicted_s" in r and "published_s" in r) or ("predicted_gib" in r and "published_gib" in r)
-    assert all(r["reason"] == "" for r in out["rows"])
+    assert all(r["reason"] == "" for r in _classic(out["rows"]))
+    assert all(r["reason"] or r["error"] is not None for r in out["rows"])
+    assert {"by_table", "by_chip", "by_trainer_chip", "h100_dense"} <= set(out["groups"])
     assert main(["validate", str(_small_file(tmp_path)), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert len(rows) == 4
@@ -178,7 +192,11 @@ def test_cli_table(capsys, tmp_path):
     assert main(["validate"]) == 0
     out = capsys.readouterr().out
     assert "korthikanti2022/table5/gpt3-175b/full" in out and "MAPE" in out
-    assert "not modelled yet" not in out and "over 14 of 14 rows modelled" in out
+    rep = validate.run()
+    n_time = sum(1 for r in rep.rows if r["kind"] == "time")
+    m_time = sum(1 for r in rep.rows if r["kind"] == "time" and r["error"] is not None)
+    assert f"over {m_time} of {n_time} rows modelled" in out and m_time < n_time
+    assert "per table:" in out and "per chip:" in out and "H100 rows of dense" in out
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     assert main(["validate", str(bad)]) == 2
