@@ -1,5 +1,6 @@
-"""Launch arguments of a plan for a real trainer: Megatron-LM, or Megatron-DeepSpeed with
-its ds_config (issue 16 item 3; ``phaze evaluate --emit megatron|deepspeed``).
+"""Launch arguments of a plan for a real trainer: Megatron-LM, Megatron-DeepSpeed with
+its ds_config (issue 16 item 3), or torchtitan's TOML job config (issue 25 item 8;
+``phaze evaluate --emit megatron|deepspeed|torchtitan``).
 
 A plan is the strategy of ``phaze evaluate``/``phaze.step.training_step``: tensor parallel
 t, pipeline parallel p, data parallel d, microbatch b and global batch B (samples),
@@ -8,7 +9,8 @@ sequence parallelism, flash attention, ZeRO stage, overlapped gradient reduction
 precision "bf16" | "fp16" | "fp8" and the gradient-reduction datatype "fp32" | "bf16" |
 "fp16". :func:`megatron_arguments` and
 :func:`deepspeed_arguments` turn it into the trainer's command-line arguments (and the
-ds_config dict); :func:`emit` formats either as text. They print only what the plan
+ds_config dict), :func:`torchtitan_config` into torchtitan's job config (a dict of TOML
+sections); :func:`emit` formats each as text. They print only what the plan
 decides (parallelism, batch, model shape, the strategy flags); data, tokenizer,
 optimizer hyper-parameters and the schedule are the user's.
 
@@ -30,6 +32,13 @@ one sentence saying why:
   by p·v and the microbatches per pipeline B/(b·d) divisible by p; ZeRO 2–3 (Megatron-LM's
   distributed optimizer is ZeRO-1; use DeepSpeed); a gradient-reduction datatype other
   than fp32 and the parameters' (Megatron-Core's gradient buffer is one of them).
+- torchtitan (v0.2.0, commit 29624e37fa6d, 2025-10-17: ``phaze.plan._torchtitan`` says
+  which code each key was checked against): ZeRO 1–2, fp16 and gradient reduction other
+  than fp32 (the trainer's own rules); a model without a torchtitan flavor (llama3 8B,
+  70B and 405B are the zoo's shapes it has); DDP (ZeRO 0) beside tensor, pipeline or
+  context parallelism; stages of unequal layer counts; interleaving without a pipeline;
+  expert parallelism outside ZeRO 3 or not divisible by cp. Multi-head latent attention
+  is refused as having no flavor.
 - DeepSpeed: fp8 (the ds_config has bf16 and fp16 sections only); expert and context
   parallelism (not written for Megatron-DeepSpeed here: emit megatron); ZeRO 2–3 with
   pipeline parallelism (the DeepSpeed pipeline engine refuses
@@ -87,8 +96,10 @@ import inspect
 
 from . import models
 from . import plan as _knobs
+from .plan import _torchtitan as _titan
 
-__all__ = ["NotLaunchable", "TRAINERS", "megatron_arguments", "deepspeed_arguments", "emit"]
+__all__ = ["NotLaunchable", "TRAINERS", "megatron_arguments", "deepspeed_arguments",
+           "torchtitan_config", "emit"]
 
 #: Trainers :func:`emit` knows (``phaze.plan.TRAINERS`` whose arguments are written here).
 TRAINERS = tuple(t.emit for t in _knobs.TRAINERS if t.emit)
@@ -102,10 +113,11 @@ class NotLaunchable(ValueError):
     sentence."""
 
 
-def _checked(function, model, knobs):
+def _checked(function, model, knobs, megatron=True):
     """The model and the validated plan of ``function``'s keywords (bad input: ValueError
     naming the field; ``recompute`` may be a bool: True = "full"), after the rules both
-    trainers share (module docstring)."""
+    trainers share (module docstring; ``megatron``: the Megatron arguments' own refusal of
+    latent attention)."""
     _knobs.check_keywords(function, knobs, _knobs.NAMES, _REQUIRED)
     spec = models.resolve(model)
     knobs = dict(knobs)
@@ -114,7 +126,7 @@ def _checked(function, model, knobs):
         knobs["recompute"] = "full" if recompute else "none"
     pl = _knobs.Plan(**knobs)
     t, d, b, B = pl.tensor_parallel, pl.data_parallel, pl.microbatch, pl.global_batch
-    if getattr(spec, "kv_lora_rank", 0):
+    if megatron and getattr(spec, "kv_lora_rank", 0):
         raise NotLaunchable(f"{spec.name} uses multi-head latent attention, whose Megatron "
                             f"arguments phaze does not write yet")
     _refuse("any", spec, pl, ("shared",))
@@ -195,11 +207,32 @@ def deepspeed_arguments(model, *, config_path="ds_config.json", **knobs) -> tupl
             _knobs.ds_config(values))
 
 
+def torchtitan_config(model, **knobs) -> dict:
+    """torchtitan's job config of one plan: ``{section: {key: value}}``, the TOML of
+    ``torchrun -m torchtitan.train --job.config_file FILE`` (torchtitan v0.2.0; keys as
+    ``phaze.plan._torchtitan`` writes them, the ``torchtitan`` fields of
+    ``phaze.plan.KNOBS`` naming them).
+
+    Arguments as :func:`megatron_arguments`. d is FSDP2's shard degree under ZeRO 3 and
+    DDP's replicate degree under ZeRO 0; with a pipeline the local batch is B/d split into
+    pipeline microbatches of b, without one it is b and ``global_batch_size`` B
+    accumulates B/(b·d) steps. Raises :class:`NotLaunchable` for a plan torchtitan cannot
+    run or phaze does not write for it (module docstring), ``ValueError`` for bad input.
+    """
+    spec, pl = _checked("torchtitan_config", model, knobs, megatron=False)
+    values = _values(spec, pl)
+    _refuse("torchtitan", spec, pl, ("emit",))
+    _refuse("torchtitan", spec, pl, ("layout", "trainer"))
+    return _titan.config(_knobs.trainer_arguments("torchtitan", values,
+                                                  _titan.model_keys(spec)))
+
+
 def _values(spec, pl) -> dict:
     """What the argument writers read: the plan's values, the model's layers and whether
-    it has routed experts."""
+    it has routed experts, its name and its torchtitan flavor (None: none)."""
     n_experts = getattr(spec, "n_experts", 0) or 0
-    return dict(pl.as_dict(), n_layers=spec.n_layers, n_experts=n_experts, moe=bool(n_experts))
+    return dict(pl.as_dict(), n_layers=spec.n_layers, n_experts=n_experts, moe=bool(n_experts),
+                model=spec.name, torchtitan_flavor=_titan.flavor(spec))
 
 
 def _moe_arguments(spec) -> list:
@@ -235,16 +268,40 @@ def _lines(arguments) -> list:
     return lines
 
 
+def _torchtitan_text(spec, plan, gpus) -> str:
+    """torchtitan's text of a plan: comment lines (the trainer, the GPUs, the torchrun
+    line, what runs differently from the plan as priced), then the TOML job config; the
+    whole text parses as TOML."""
+    cfg = torchtitan_config(spec, **plan)
+    values = _values(spec, _knobs.Plan(**{k: v for k, v in plan.items()
+                                          if k in _knobs.NAMES}))
+    per_node = min(gpus, 8)
+    nodes = -(-gpus // per_node)
+    head = [f"# torchtitan v0.2.0 job config for {spec.name} on {gpus} GPUs (add [job], "
+            f"[optimizer], [lr_scheduler], dataset, steps and hf_assets_path)",
+            f"# torchrun --nnodes {nodes} --nproc_per_node {per_node} -m torchtitan.train "
+            f"--job.config_file {_titan.CONFIG_FILE}"]
+    head += [f"# note: {n}" for n in _titan.notes(values)]
+    return "\n".join(head) + "\n\n" + _titan.toml(cfg)
+
+
 def emit(trainer, model, **plan) -> str:
-    """Text of a plan's launch arguments for ``trainer`` "megatron" or "deepspeed":
-    a comment naming the trainer and the GPUs (t·p·d), the arguments one flag per line
-    with shell continuations, and for deepspeed the ds_config JSON after a comment line.
+    """Text of a plan's launch arguments for ``trainer`` "megatron", "deepspeed" or
+    "torchtitan": a comment naming the trainer and the GPUs (t·cp·p·d), the arguments one
+    flag per line with shell continuations, and for deepspeed the ds_config JSON after a
+    comment line; for torchtitan comment lines (the torchrun line on 8-GPU nodes, notes
+    on what torchtitan runs differently) and the TOML job config.
     ``plan``: the keywords of :func:`megatron_arguments`. Raises :class:`NotLaunchable`
     or ``ValueError`` as those functions do."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
     spec = models.resolve(model)
     gpus = _knobs.devices_of(plan)
+    if trainer == "torchtitan":
+        recompute = plan.get("recompute", "none")
+        if recompute is True or recompute is False:
+            plan = dict(plan, recompute="full" if recompute else "none")
+        return _torchtitan_text(spec, plan, gpus)
     script = "pretrain_gpt.py" if getattr(spec, "causal", True) else "pretrain_bert.py"
     if trainer == "megatron":
         args = megatron_arguments(spec, **plan)
@@ -265,3 +322,4 @@ def emit(trainer, model, **plan) -> str:
 _REQUIRED_SIG = {name: inspect.Parameter.empty for name in _REQUIRED}
 _knobs.keyword_signature(megatron_arguments, _knobs.NAMES, _REQUIRED_SIG)
 _knobs.keyword_signature(deepspeed_arguments, _knobs.NAMES, _REQUIRED_SIG)
+_knobs.keyword_signature(torchtitan_config, _knobs.NAMES, _REQUIRED_SIG)

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from .._validate import positive_float, positive_int, show
+from . import _torchtitan
 
 
 
@@ -140,18 +141,23 @@ KNOBS = (
          help="tensor-parallel width t", search="grid", search_default="1,2,4,8",
          search_help="tensor-parallel widths (default 1,2,4,8)",
          megatron="--tensor-model-parallel-size", deepspeed="--tensor-model-parallel-size",
-         torchtitan="--parallelism.tensor_parallel_degree"),
+         torchtitan="--parallelism.tensor_parallel_degree (--parallelism."
+                    "enable_async_tensor_parallel with --compile.enable: async TP)"),
     Knob("pipeline_parallel", int, 1, "a positive integer", minimum=1, flags=("--pp",),
          required=True, devices_factor=True, file_key="p", file_rank=1, metavar="PP",
          help="pipeline stages p", megatron="--pipeline-model-parallel-size",
          deepspeed="--pipeline-model-parallel-size (p = 1: --no-pipeline-parallel)",
-         torchtitan="--parallelism.pipeline_parallel_degree"),
+         torchtitan="--parallelism.pipeline_parallel_degree (p > 1: --parallelism."
+                    "pipeline_parallel_layers_per_stage L/(p·v), --parallelism."
+                    "pipeline_parallel_first_stage_less_layers 0, --parallelism."
+                    "pipeline_parallel_last_stage_less_layers 0)"),
     Knob("data_parallel", int, 1, "a positive integer", minimum=1, flags=("--dp",),
          required=True, devices_factor=True, file_key="d", file_rank=2, metavar="DP",
          help="data-parallel degree d",
          megatron="(the world size / (t·cp·p); --global-batch-size / --micro-batch-size)",
          deepspeed="(the world size / (t·p); ds_config train_batch_size)",
-         torchtitan="--parallelism.data_parallel_shard_degree"),
+         torchtitan="--parallelism.data_parallel_shard_degree (ZeRO 3, FSDP2) | "
+                    "--parallelism.data_parallel_replicate_degree (ZeRO 0, DDP)"),
     Knob("expert_parallel", int, 1, "a positive integer", minimum=1, flags=("--ep",),
          metavar="N", study=1, calibrated_only=True, trace_values=(1,),
          help="expert-parallel width (a mixture of experts: divides its routed experts and "
@@ -164,7 +170,8 @@ KNOBS = (
                 "experts, tokens travel by all-to-all over the ep ranks (ep divides cp*d)",
          grid_rank=6, title="expert parallel",
          megatron="--expert-model-parallel-size",
-         torchtitan="--parallelism.expert_parallel_degree"),
+         torchtitan="--parallelism.expert_parallel_degree (with --parallelism."
+                    "expert_tensor_parallel_degree t)"),
     Knob("context_parallel", int, 1, "a positive integer", minimum=1, flags=("--cp",),
          metavar="N", study=1, calibrated_only=True, trace_values=(1,), devices_factor=True,
          help="context-parallel width (ring attention over N ranks: needs --flash-attention "
@@ -193,7 +200,8 @@ KNOBS = (
          search_default="1,2,4,8",
          search_help="microbatch sizes (default 1,2,4,8)",
          megatron="--micro-batch-size", deepspeed="--micro-batch-size (ds_config "
-         "train_micro_batch_size_per_gpu)", torchtitan="--training.local_batch_size"),
+         "train_micro_batch_size_per_gpu)", torchtitan="--training.local_batch_size (p > 1: "
+         "--parallelism.pipeline_parallel_microbatch_size, the local batch B/d)"),
     Knob("global_batch", int, 4096, "a positive integer", minimum=1,
          flags=("--global-batch",), help=None, search="one", search_default=4096,
          evaluate_default=4096, file_key="global_batch", file_rank=4,
@@ -219,7 +227,8 @@ KNOBS = (
                   "--recompute-num-layers 1)",
          deepspeed="--checkpoint-activations --deepspeed-activation-checkpointing (full); "
                    "--recompute-granularity selective",
-         torchtitan="--activation_checkpoint.mode none|selective|full"),
+         torchtitan="--activation_checkpoint.mode none|selective|full (selective: "
+                    "--activation_checkpoint.selective_ac_option op)"),
     Knob("virtual_stages", int, 1, "a positive integer", minimum=1,
          flags=("--virtual-stages",), metavar="V", study=1, calibrated_only=True,
          file_key="virtual_stages", file_rank=5, trace_values=(1,),
@@ -261,7 +270,7 @@ KNOBS = (
          megatron="--bf16 | --fp16 | --bf16 --fp8-format hybrid",
          deepspeed="--bf16 | --fp16 (ds_config bf16.enabled / fp16.enabled)",
          torchtitan="--training.mixed_precision_param bfloat16 (fp8: --model.converters "
-                    "float8)"),
+                    "quantize.linear.float8)"),
     Knob("flash_attention", bool, False, "True or False", flags=("--flash-attention",),
          study=False, calibrated_only=True, file_key="flash_attention", file_rank=9,
          file_optional=True,
@@ -506,7 +515,7 @@ class Trainer:
 #: rules: FSDP2 = ZeRO 3 with any pipeline, tensor and context parallelism).
 TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron"),
             Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed"),
-            Trainer("torchtitan", "torchtitan", "", "torchtitan"))
+            Trainer("torchtitan", "torchtitan", "torchtitan", "torchtitan"))
 _JUDGED = ("megatron-lm", "deepspeed", "torchtitan")
 
 
@@ -600,6 +609,44 @@ RULES = (
          lambda v: v["grad_reduce_dtype"] != "fp32",
          lambda v: f"torchtitan reduces gradients in float32 (mixed_precision_reduce), not "
                    f"{v['grad_reduce_dtype']}"),
+    # What phaze's torchtitan writer (phaze.plan._torchtitan, torchtitan v0.2.0) does not
+    # write: models without a torchtitan flavor (the values name the ``model`` and its
+    # ``torchtitan_flavor``), DDP beside other parallelism (models/llama3/infra/
+    # parallelize.py: "DDP has not supported > 1D parallelism"; with cp > 1 FSDP2 shards
+    # over the cp ranks whatever the ZeRO stage), pipeline stages of unequal layers,
+    # interleaving without a pipeline, and expert parallelism outside FSDP2's ranks
+    # (distributed/parallel_dims.py: with etp = tp, ep % cp == 0 and dp_shard·cp % ep == 0).
+    Rule("torchtitan", "emit", (),
+         lambda v: "model" in v and v.get("torchtitan_flavor") is None,
+         lambda v: f"torchtitan has no model flavor for {v['model']}; emit megatron"),
+    Rule("torchtitan", "emit", ("zero_stage", "context_parallel"),
+         lambda v: v["zero_stage"] == 0 and v["context_parallel"] > 1,
+         lambda v: "torchtitan shards the parameters over the context-parallel ranks (FSDP2 "
+                   "on dp_shard × cp) whatever the ZeRO stage; use ZeRO 3 with context "
+                   "parallelism"),
+    Rule("torchtitan", "emit", ("zero_stage", "data_parallel", "tensor_parallel",
+                                "pipeline_parallel"),
+         lambda v: v["zero_stage"] == 0 and v["data_parallel"] > 1
+         and v["tensor_parallel"] * v["pipeline_parallel"] > 1,
+         lambda v: "torchtitan's DDP (ZeRO 0) runs on a one-dimensional mesh only (\"DDP has "
+                   "not supported > 1D parallelism\"); use ZeRO 3 (FSDP2) with tensor or "
+                   "pipeline parallelism"),
+    Rule("torchtitan", "emit", ("virtual_stages", "pipeline_parallel"),
+         lambda v: v["virtual_stages"] > 1 and v["pipeline_parallel"] < 2,
+         lambda v: "torchtitan's interleaved schedule (virtual stages > 1) needs pipeline "
+                   "parallelism (p >= 2)"),
+    Rule("torchtitan", "emit", ("pipeline_parallel", "virtual_stages"),
+         lambda v: v["pipeline_parallel"] > 1
+         and v["n_layers"] % (v["pipeline_parallel"] * v["virtual_stages"]),
+         lambda v: f"the torchtitan stages written here hold {v['n_layers']} / (p × v) "
+                   f"transformer layers each, and {v['n_layers']} is not divisible by p × v = "
+                   f"{v['pipeline_parallel'] * v['virtual_stages']}"),
+    Rule("torchtitan", "emit", ("expert_parallel", "zero_stage", "context_parallel"),
+         lambda v: v["expert_parallel"] > 1 and (v["zero_stage"] != 3
+                                                 or v["expert_parallel"] % v["context_parallel"]),
+         lambda v: f"torchtitan's expert parallelism takes its ranks from FSDP2's shard and "
+                   f"context-parallel ranks: it needs ZeRO 3 and ep = {v['expert_parallel']} "
+                   f"divisible by cp = {v['context_parallel']}"),
 )
 
 
@@ -741,6 +788,8 @@ ARGUMENTS = {
         ("zero_stage", lambda v: ["--deepspeed", "--deepspeed_config", str(v["config_path"]),
                                   "--zero-stage", str(v["zero_stage"])]),
     ),
+    # torchtitan's job-config keys: ("section.key", value) pairs (phaze.plan._torchtitan).
+    "torchtitan": _torchtitan.ARGUMENTS,
 }
 
 

@@ -1,0 +1,208 @@
+"""torchtitan's job config of a plan (issue 25 item 8; ``phaze evaluate --emit torchtitan``):
+the model flavours torchtitan names and the writers of its TOML keys, read by
+``phaze.plan._knobs`` (``ARGUMENTS["torchtitan"]``, the torchtitan "emit" rules) and
+written as text by ``phaze.launch``.
+
+Pinned version: torchtitan v0.2.0 (pytorch/torchtitan tag v0.2.0, commit
+29624e37fa6dd319fd671b009338651b5c665da2, 2025-10-17), the TOML job config read by
+``torchrun -m torchtitan.train --job.config_file FILE`` (its ``run_train.sh``). Every key
+below was checked against that commit's code:
+
+- ``torchtitan/config/job_config.py``: ``[model] name, flavor, converters``;
+  ``[training] local_batch_size, global_batch_size`` (-1: local × data-parallel degree;
+  gradient accumulation = global / (local × dp_replicate × dp_shard), ``train.py``),
+  ``seq_len, mixed_precision_param`` ("bfloat16" | "float32"), ``mixed_precision_reduce``
+  ("float32" only); ``[parallelism] data_parallel_replicate_degree,
+  data_parallel_shard_degree`` (-1: the ranks left over; written explicitly here),
+  ``fsdp_reshard_after_forward`` ("default" | "always" | "never"),
+  ``tensor_parallel_degree, enable_async_tensor_parallel`` (needs ``[compile] enable``:
+  ``distributed/tensor_parallel.py`` raises "Async TP requires --training.compile"),
+  ``pipeline_parallel_degree, pipeline_parallel_schedule`` ("1F1B", "Interleaved1F1B"),
+  ``pipeline_parallel_layers_per_stage, pipeline_parallel_first_stage_less_layers,
+  pipeline_parallel_last_stage_less_layers`` (default 1 each: the embedding and the head
+  count as one layer; written 0 here, so that each of the p·v stages holds L/(p·v)
+  transformer layers as phaze prices them, ``distributed/pipeline_parallel.py``
+  ``generate_llm_fqn_per_model_part``), ``pipeline_parallel_microbatch_size`` (the
+  local batch is split into local / microbatch pipeline microbatches),
+  ``context_parallel_degree, expert_parallel_degree, expert_tensor_parallel_degree``;
+  ``[activation_checkpoint] mode`` ("selective" | "full" | "memory_budget" | "none";
+  default "selective") and ``selective_ac_option`` ("op" or a layer period);
+  ``[compile] enable``.
+- float8 (``components/quantization/float8.py``): the converter is registered as
+  ``"quantize.linear.float8"`` (v0.1's ``"float8"`` was renamed with the ``[quantize]``
+  section), tensorwise scaling by default.
+- ``models/llama3/__init__.py``: the flavours "8B" (dim 4096, 32 layers, 32 heads, 8
+  key/value heads, ffn_dim_multiplier 1.3, multiple_of 1024 → 14,336), "70B" (8192, 80,
+  64, 8; 1.3, 4096 → 28,672) and "405B" (16384, 126, 128, 8; 1.2, 4096 → 53,248), the
+  Llama 3 tokenizer's 128,256 tokens. torchtitan's llama4, deepseek_v3 and qwen3 flavours
+  have no model of phaze's zoo; a model is matched by its shape, not its name.
+
+How a plan becomes keys: d is FSDP2's shard degree under ZeRO 3 (torchtitan's FSDP mesh
+is ``dp_shard_cp``: the context-parallel ranks shard too, as phaze's ZeRO group is cp·d)
+and DDP's replicate degree under ZeRO 0; pipeline parallelism runs all B/(b·d)
+microbatches of a rank in one schedule (local batch B/d, pipeline microbatch b, no
+accumulation), without it the local batch is b and the global batch B accumulates
+B/(b·d) steps. Sequence parallelism is not a key: torchtitan's tensor parallelism always
+shards the norms over the sequence (``SequenceParallel`` in ``parallelize.py``), so a
+plan at t > 1 without it is emitted with a note (same bytes, less activation memory than
+priced); flash attention is not a key either (``scaled_dot_product_attention`` always:
+a plan priced with materialised scores is emitted with a note). phaze's selective
+recomputation (Megatron's core-attention recompute) is written as torchtitan's per-op
+selective checkpointing (``selective_ac_option = "op"``), its nearest policy.
+"""
+from __future__ import annotations
+
+#: torchtitan v0.2.0's model flavours of phaze's zoo shapes: (layers, hidden, heads,
+#: key/value heads, FFN width, vocabulary) → (model name, flavor).
+FLAVORS = {
+    (32, 4096, 32, 8, 14336, 128256): ("llama3", "8B"),
+    (80, 8192, 64, 8, 28672, 128256): ("llama3", "70B"),
+    (126, 16384, 128, 8, 53248, 128256): ("llama3", "405B"),
+}
+
+#: The job-config file the torchrun line points at.
+CONFIG_FILE = "phaze_torchtitan.toml"
+
+
+def flavor(spec):
+    """torchtitan's (model name, flavor) of the ModelSpec ``spec``, or None when it has
+    none (matched by shape; a mixture of experts or latent attention never matches)."""
+    if getattr(spec, "n_experts", 0) or getattr(spec, "kv_lora_rank", 0):
+        return None
+    key = (spec.n_layers, spec.hidden, spec.heads, spec.kv_heads, spec.ffn_hidden,
+           getattr(spec, "vocab", None))
+    return FLAVORS.get(key)
+
+
+def _data_parallel(v) -> list:
+    # ZeRO 3: FSDP2 shards over d (and the cp ranks); ZeRO 0: DDP replicas.
+    sharded = v["zero_stage"] == 3
+    return [("parallelism.data_parallel_replicate_degree", 1 if sharded else v["data_parallel"]),
+            ("parallelism.data_parallel_shard_degree", v["data_parallel"] if sharded else 1)]
+
+
+def _microbatch(v) -> list:
+    if v["pipeline_parallel"] > 1:
+        return [("training.local_batch_size", v["global_batch"] // v["data_parallel"]),
+                ("parallelism.pipeline_parallel_microbatch_size", v["microbatch"])]
+    return [("training.local_batch_size", v["microbatch"])]
+
+
+def _pipeline(v) -> list:
+    p, stages = v["pipeline_parallel"], v["pipeline_parallel"] * v["virtual_stages"]
+    if p == 1:
+        return [("parallelism.pipeline_parallel_degree", 1)]
+    return [("parallelism.pipeline_parallel_degree", p),
+            ("parallelism.pipeline_parallel_layers_per_stage", v["n_layers"] // stages),
+            ("parallelism.pipeline_parallel_first_stage_less_layers", 0),
+            ("parallelism.pipeline_parallel_last_stage_less_layers", 0)]
+
+
+def _async_tp(v) -> bool:
+    # Megatron-Core's --tp-comm-overlap knob, when the plan has one, is torchtitan's async TP.
+    return bool(v.get("tp_comm_overlap", False)) and v["tensor_parallel"] > 1
+
+
+def _tensor_parallel(v) -> list:
+    return [("parallelism.tensor_parallel_degree", v["tensor_parallel"]),
+            ("parallelism.enable_async_tensor_parallel", _async_tp(v)),
+            ("compile.enable", _async_tp(v))]
+
+
+def _recompute(v) -> list:
+    out = [("activation_checkpoint.mode", v["recompute"])]
+    if v["recompute"] == "selective":
+        out.append(("activation_checkpoint.selective_ac_option", "op"))
+    return out
+
+
+def _precision(v) -> list:
+    out = [("training.mixed_precision_param", "bfloat16")]
+    return out + ([("model.converters", ["quantize.linear.float8"])]
+                  if v["precision"] == "fp8" else [])
+
+
+def _expert(v) -> list:
+    if v["expert_parallel"] == 1:
+        return []
+    # phaze's expert-tensor parallel width is t (Megatron-Core's), torchtitan's etp = tp.
+    return [("parallelism.expert_parallel_degree", v["expert_parallel"]),
+            ("parallelism.expert_tensor_parallel_degree", v["tensor_parallel"])]
+
+
+#: The marker of the model's keys in :data:`ARGUMENTS` (``phaze.plan.MODEL_ARGUMENTS``).
+MODEL = "<model>"
+
+#: torchtitan's job-config keys of a plan, in order: (knob name, writer) pairs, each
+#: writer mapping the plan's values ``v`` (plus ``n_layers``) to ("section.key", value)
+#: pairs, the keys the knob's ``torchtitan`` field names; :data:`MODEL` marks where the
+#: model's name, flavor and sequence length go.
+ARGUMENTS = (
+    (MODEL, None),
+    ("precision", _precision),
+    ("microbatch", _microbatch),
+    ("global_batch", lambda v: [("training.global_batch_size", v["global_batch"])]),
+    ("grad_reduce_dtype", lambda v: [("training.mixed_precision_reduce", "float32")]),
+    ("data_parallel", _data_parallel),
+    ("reshard_after_forward", lambda v: [("parallelism.fsdp_reshard_after_forward",
+                                          "always" if v["reshard_after_forward"] else "never")]
+     if v["zero_stage"] == 3 else []),
+    ("tensor_parallel", _tensor_parallel),
+    ("pipeline_parallel", _pipeline),
+    ("virtual_stages", lambda v: [("parallelism.pipeline_parallel_schedule",
+                                   "Interleaved1F1B" if v["virtual_stages"] > 1 else "1F1B")]
+     if v["pipeline_parallel"] > 1 else []),
+    ("context_parallel", lambda v: [("parallelism.context_parallel_degree",
+                                     v["context_parallel"])]),
+    ("expert_parallel", _expert),
+    ("recompute", _recompute),
+)
+
+
+def model_keys(spec) -> list:
+    """The ``[model]`` and sequence-length keys of ``spec`` (one with a flavor)."""
+    name, flav = flavor(spec)
+    return [("model.name", name), ("model.flavor", flav), ("training.seq_len", spec.seq_len)]
+
+
+def notes(v) -> list:
+    """What torchtitan runs differently from the plan as priced, one sentence each."""
+    out = []
+    if v["tensor_parallel"] > 1 and not v["sequence_parallel"]:
+        out.append("torchtitan's tensor parallelism always shards the norms over the "
+                   "sequence (SequenceParallel): the plan was priced without it")
+    if not v["flash_attention"]:
+        out.append("torchtitan always runs fused attention (scaled_dot_product_attention): "
+                   "the plan was priced with materialised scores")
+    if v["recompute"] == "selective":
+        out.append("phaze's selective recomputation (Megatron's core attention) is written "
+                   "as torchtitan's per-op selective checkpointing, its nearest policy")
+    return out
+
+
+def config(pairs) -> dict:
+    """The job config {section: {key: value}} of ("section.key", value) pairs, in order."""
+    out = {}
+    for dotted, value in pairs:
+        section, key = dotted.split(".", 1)
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "[" + ", ".join(_toml_value(x) for x in value) + "]"
+
+
+def toml(cfg: dict) -> str:
+    """TOML text of a job config ``cfg`` (sections of scalars and lists of strings)."""
+    blocks = []
+    for section, keys in cfg.items():
+        lines = [f"[{section}]"] + [f"{k} = {_toml_value(x)}" for k, x in keys.items()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
