@@ -32,7 +32,7 @@ one sentence saying why:
   by p·v and the microbatches per pipeline B/(b·d) divisible by p; ZeRO 2–3 (Megatron-LM's
   distributed optimizer is ZeRO-1; use DeepSpeed); a gradient-reduction datatype other
   than fp32 and the parameters' (Megatron-Core's gradient buffer is one of them).
-- torchtitan (v0.2.0, commit 29624e37fa6d, 2025-10-17: ``phaze.plan._torchtitan`` says
+- torchtitan (v0.2.0, commit 29624e37fa6d, 2025-10-17: ``phaze.plan.torchtitan`` says
   which code each key was checked against): ZeRO 1–2, fp16 and gradient reduction other
   than fp32 (the trainer's own rules); a model without a torchtitan flavor (llama3 8B,
   70B and 405B are the zoo's shapes it has); DDP (ZeRO 0) beside tensor, pipeline or
@@ -96,7 +96,6 @@ import inspect
 
 from . import models
 from . import plan as _knobs
-from .plan import _torchtitan as _titan
 
 __all__ = ["NotLaunchable", "TRAINERS", "megatron_arguments", "deepspeed_arguments",
            "torchtitan_config", "emit"]
@@ -210,7 +209,7 @@ def deepspeed_arguments(model, *, config_path="ds_config.json", **knobs) -> tupl
 def torchtitan_config(model, **knobs) -> dict:
     """torchtitan's job config of one plan: ``{section: {key: value}}``, the TOML of
     ``torchrun -m torchtitan.train --job.config_file FILE`` (torchtitan v0.2.0; keys as
-    ``phaze.plan._torchtitan`` writes them, the ``torchtitan`` fields of
+    ``phaze.plan.torchtitan`` writes them, the ``torchtitan`` fields of
     ``phaze.plan.KNOBS`` naming them).
 
     Arguments as :func:`megatron_arguments`. d is FSDP2's shard degree under ZeRO 3 and
@@ -223,8 +222,8 @@ def torchtitan_config(model, **knobs) -> dict:
     values = _values(spec, pl)
     _refuse("torchtitan", spec, pl, ("emit",))
     _refuse("torchtitan", spec, pl, ("layout", "trainer"))
-    return _titan.config(_knobs.trainer_arguments("torchtitan", values,
-                                                  _titan.model_keys(spec)))
+    return _knobs.torchtitan.config(_knobs.trainer_arguments("torchtitan", values,
+                                                  _knobs.torchtitan.model_keys(spec)))
 
 
 def _values(spec, pl) -> dict:
@@ -232,7 +231,7 @@ def _values(spec, pl) -> dict:
     it has routed experts, its name and its torchtitan flavor (None: none)."""
     n_experts = getattr(spec, "n_experts", 0) or 0
     return dict(pl.as_dict(), n_layers=spec.n_layers, n_experts=n_experts, moe=bool(n_experts),
-                model=spec.name, torchtitan_flavor=_titan.flavor(spec))
+                model=spec.name, torchtitan_flavor=_knobs.torchtitan.flavor(spec))
 
 
 def _moe_arguments(spec) -> list:
@@ -280,9 +279,9 @@ def _torchtitan_text(spec, plan, gpus) -> str:
     head = [f"# torchtitan v0.2.0 job config for {spec.name} on {gpus} GPUs (add [job], "
             f"[optimizer], [lr_scheduler], dataset, steps and hf_assets_path)",
             f"# torchrun --nnodes {nodes} --nproc_per_node {per_node} -m torchtitan.train "
-            f"--job.config_file {_titan.CONFIG_FILE}"]
-    head += [f"# note: {n}" for n in _titan.notes(values)]
-    return "\n".join(head) + "\n\n" + _titan.toml(cfg)
+            f"--job.config_file {_knobs.torchtitan.CONFIG_FILE}"]
+    head += [f"# note: {n}" for n in _knobs.torchtitan_notes(values)]
+    return "\n".join(head) + "\n\n" + _knobs.torchtitan.toml(cfg)
 
 
 def emit(trainer, model, **plan) -> str:

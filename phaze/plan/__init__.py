@@ -40,13 +40,15 @@ search handing its setting to ``best_plans`` (``search/_calibrated.py``).
 
 The package: ``_knobs`` holds the table and everything that names a knob (the record,
 the rules, the argument writers); ``_use`` the generic readers (grids, command line,
-legend and summaries, keyword signatures).
+legend and summaries, keyword signatures); ``torchtitan`` (``_torchtitan``) torchtitan's
+model flavours and job-config writers.
 """
 from ._knobs import (ARGUMENTS, COLUMNS, DS_CONFIG, GRIDS, KNOB, KNOBS, MODEL_ARGUMENTS, NAMES,
                      PLAN_RECORD_DTYPE, RULES, STRATEGY, STRATEGY_COLUMNS, TRAINERS, Knob, Plan,
                      Rule, Trainer, check, check_expert_grid, check_keywords, devices_of,
                      differs_from_study, ds_config, launchable, model_expert_grid, refusal,
-                     study_value, trainer_arguments, trainers)
+                     study_value, torchtitan_notes, trainer_arguments, trainers)
+from . import _torchtitan as torchtitan
 from ._use import (RECOMPUTE_WORDS, SWITCH_WORDS, add_evaluate_options, add_search_options,
                    grid, grid_words, int_tuple, keyword_signature, legend_lines, search_values,
                    summary_cells, summary_header, summary_phrases, summary_row, words)
@@ -59,4 +61,4 @@ __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS",
            "check_expert_grid", "add_evaluate_options", "add_search_options", "search_values",
            "int_tuple", "words", "legend_lines", "summary_header", "summary_row",
            "summary_cells", "summary_phrases", "grid_words", "keyword_signature",
-           "SWITCH_WORDS", "RECOMPUTE_WORDS"]
+           "SWITCH_WORDS", "RECOMPUTE_WORDS", "torchtitan", "torchtitan_notes"]

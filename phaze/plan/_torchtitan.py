@@ -1,7 +1,7 @@
 """torchtitan's job config of a plan (issue 25 item 8; ``phaze evaluate --emit torchtitan``):
-the model flavours torchtitan names and the writers of its TOML keys, read by
-``phaze.plan._knobs`` (``ARGUMENTS["torchtitan"]``, the torchtitan "emit" rules) and
-written as text by ``phaze.launch``.
+the model flavours torchtitan names, the job config of the ("section.key", value) pairs
+that ``phaze.plan._knobs`` writes (``TORCHTITAN_ARGUMENTS``; its torchtitan "emit" rules)
+and its TOML text, written by ``phaze.launch``.
 
 Pinned version: torchtitan v0.2.0 (pytorch/torchtitan tag v0.2.0, commit
 29624e37fa6dd319fd671b009338651b5c665da2, 2025-10-17), the TOML job config read by
@@ -24,7 +24,8 @@ below was checked against that commit's code:
   transformer layers as phaze prices them, ``distributed/pipeline_parallel.py``
   ``generate_llm_fqn_per_model_part``), ``pipeline_parallel_microbatch_size`` (the
   local batch is split into local / microbatch pipeline microbatches),
-  ``context_parallel_degree, expert_parallel_degree, expert_tensor_parallel_degree``;
+  the context, expert and expert-tensor parallel degrees (their key names are in the
+  ``torchtitan`` fields of ``phaze.plan.KNOBS``);
   ``[activation_checkpoint] mode`` ("selective" | "full" | "memory_budget" | "none";
   default "selective") and ``selective_ac_option`` ("op" or a layer period);
   ``[compile] enable``.
@@ -74,110 +75,10 @@ def flavor(spec):
     return FLAVORS.get(key)
 
 
-def _data_parallel(v) -> list:
-    # ZeRO 3: FSDP2 shards over d (and the cp ranks); ZeRO 0: DDP replicas.
-    sharded = v["zero_stage"] == 3
-    return [("parallelism.data_parallel_replicate_degree", 1 if sharded else v["data_parallel"]),
-            ("parallelism.data_parallel_shard_degree", v["data_parallel"] if sharded else 1)]
-
-
-def _microbatch(v) -> list:
-    if v["pipeline_parallel"] > 1:
-        return [("training.local_batch_size", v["global_batch"] // v["data_parallel"]),
-                ("parallelism.pipeline_parallel_microbatch_size", v["microbatch"])]
-    return [("training.local_batch_size", v["microbatch"])]
-
-
-def _pipeline(v) -> list:
-    p, stages = v["pipeline_parallel"], v["pipeline_parallel"] * v["virtual_stages"]
-    if p == 1:
-        return [("parallelism.pipeline_parallel_degree", 1)]
-    return [("parallelism.pipeline_parallel_degree", p),
-            ("parallelism.pipeline_parallel_layers_per_stage", v["n_layers"] // stages),
-            ("parallelism.pipeline_parallel_first_stage_less_layers", 0),
-            ("parallelism.pipeline_parallel_last_stage_less_layers", 0)]
-
-
-def _async_tp(v) -> bool:
-    # Megatron-Core's --tp-comm-overlap knob, when the plan has one, is torchtitan's async TP.
-    return bool(v.get("tp_comm_overlap", False)) and v["tensor_parallel"] > 1
-
-
-def _tensor_parallel(v) -> list:
-    return [("parallelism.tensor_parallel_degree", v["tensor_parallel"]),
-            ("parallelism.enable_async_tensor_parallel", _async_tp(v)),
-            ("compile.enable", _async_tp(v))]
-
-
-def _recompute(v) -> list:
-    out = [("activation_checkpoint.mode", v["recompute"])]
-    if v["recompute"] == "selective":
-        out.append(("activation_checkpoint.selective_ac_option", "op"))
-    return out
-
-
-def _precision(v) -> list:
-    out = [("training.mixed_precision_param", "bfloat16")]
-    return out + ([("model.converters", ["quantize.linear.float8"])]
-                  if v["precision"] == "fp8" else [])
-
-
-def _expert(v) -> list:
-    if v["expert_parallel"] == 1:
-        return []
-    # phaze's expert-tensor parallel width is t (Megatron-Core's), torchtitan's etp = tp.
-    return [("parallelism.expert_parallel_degree", v["expert_parallel"]),
-            ("parallelism.expert_tensor_parallel_degree", v["tensor_parallel"])]
-
-
-#: The marker of the model's keys in :data:`ARGUMENTS` (``phaze.plan.MODEL_ARGUMENTS``).
-MODEL = "<model>"
-
-#: torchtitan's job-config keys of a plan, in order: (knob name, writer) pairs, each
-#: writer mapping the plan's values ``v`` (plus ``n_layers``) to ("section.key", value)
-#: pairs, the keys the knob's ``torchtitan`` field names; :data:`MODEL` marks where the
-#: model's name, flavor and sequence length go.
-ARGUMENTS = (
-    (MODEL, None),
-    ("precision", _precision),
-    ("microbatch", _microbatch),
-    ("global_batch", lambda v: [("training.global_batch_size", v["global_batch"])]),
-    ("grad_reduce_dtype", lambda v: [("training.mixed_precision_reduce", "float32")]),
-    ("data_parallel", _data_parallel),
-    ("reshard_after_forward", lambda v: [("parallelism.fsdp_reshard_after_forward",
-                                          "always" if v["reshard_after_forward"] else "never")]
-     if v["zero_stage"] == 3 else []),
-    ("tensor_parallel", _tensor_parallel),
-    ("pipeline_parallel", _pipeline),
-    ("virtual_stages", lambda v: [("parallelism.pipeline_parallel_schedule",
-                                   "Interleaved1F1B" if v["virtual_stages"] > 1 else "1F1B")]
-     if v["pipeline_parallel"] > 1 else []),
-    ("context_parallel", lambda v: [("parallelism.context_parallel_degree",
-                                     v["context_parallel"])]),
-    ("expert_parallel", _expert),
-    ("recompute", _recompute),
-)
-
-
 def model_keys(spec) -> list:
     """The ``[model]`` and sequence-length keys of ``spec`` (one with a flavor)."""
     name, flav = flavor(spec)
     return [("model.name", name), ("model.flavor", flav), ("training.seq_len", spec.seq_len)]
-
-
-def notes(v) -> list:
-    """What torchtitan runs differently from the plan as priced, one sentence each."""
-    out = []
-    if v["tensor_parallel"] > 1 and not v["sequence_parallel"]:
-        out.append("torchtitan's tensor parallelism always shards the norms over the "
-                   "sequence (SequenceParallel): the plan was priced without it")
-    if not v["flash_attention"]:
-        out.append("torchtitan always runs fused attention (scaled_dot_product_attention): "
-                   "the plan was priced with materialised scores")
-    if v["recompute"] == "selective":
-        out.append("phaze's selective recomputation (Megatron's core attention) is written "
-                   "as torchtitan's per-op selective checkpointing, its nearest policy")
-    return out
 
 
 def config(pairs) -> dict:
