@@ -235,6 +235,31 @@ KNOBS = (
          grid_rank=3, title="virtual stages",
          megatron="--num-layers-per-virtual-pipeline-stage (L / (p·v))",
          torchtitan="--parallelism.pipeline_parallel_schedule Interleaved1F1B"),
+    # Source: Megatron-Core megatron/training/arguments.py (--account-for-embedding-in-
+    # pipeline-split, --account-for-loss-in-pipeline-split: the embedding and the loss
+    # each count as one layer when the layers are split over the (virtual) stages;
+    # megatron/core/transformer/transformer_block.py get_num_layers_to_build).
+    Knob("account_for_embedding", bool, False, "True or False",
+         flags=("--account-for-embedding",), study=False, calibrated_only=True,
+         file_key="account_for_embedding", file_rank=20, file_optional=True,
+         trace_values=(False,),
+         trace_note="phaze trace draws even pipeline splits only",
+         help="split the layers over the pipeline stages counting the embedding and the "
+              "loss as one layer each (Megatron-Core's --account-for-embedding-in-pipeline-"
+              "split --account-for-loss-in-pipeline-split): (L + 2)/(p·v) per chunk, the "
+              "first and last one fewer, e.g. Llama 3 405B's 126 layers over 16 stages "
+              "(calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="pipeline splits counting the embedding and loss as layers: off, on or "
+                     "off,on (default both; on adds the p that divide L + 2, not L)",
+         column=True, column_rank=12, short="ae", width=3,
+         legend="embedding and loss counted as pipeline layers ((L + 2)/(p·v) per chunk, the\n"
+                "first and last one fewer): on / off",
+         grid_rank=20, title="embedding in pipeline split",
+         megatron="--account-for-embedding-in-pipeline-split "
+                  "--account-for-loss-in-pipeline-split",
+         deepspeed="",
+         torchtitan="--parallelism.pipeline_parallel_split_points (per-stage layer names)"),
     Knob("sequence_parallel", bool, False, "True or False", flags=("--sequence-parallel",),
          study=False, calibrated_only=True, noop_note="no-op at t = 1",
          file_key="sequence_parallel", file_rank=7,
@@ -541,17 +566,27 @@ RULES = (
          lambda v: v["context_parallel"] > 1 and not v["flash_attention"],
          lambda v: "context parallelism runs on the fused attention kernel: turn flash "
                    "attention on"),
-    Rule("megatron-lm", "layout", ("pipeline_parallel",),
-         lambda v: v["n_layers"] % v["pipeline_parallel"],
+    Rule("megatron-lm", "layout", ("pipeline_parallel", "account_for_embedding"),
+         lambda v: not v["account_for_embedding"] and v["n_layers"] % v["pipeline_parallel"],
          lambda v: f"Megatron-LM splits the {v['n_layers']} transformer layers evenly over the "
                    f"pipeline stages, and {v['n_layers']} is not divisible by p = "
-                   f"{v['pipeline_parallel']}"),
+                   f"{v['pipeline_parallel']} (account_for_embedding splits L + 2)"),
+    Rule("megatron-lm", "layout", ("pipeline_parallel", "virtual_stages",
+                                   "account_for_embedding"),
+         lambda v: v["account_for_embedding"] and (
+             v["pipeline_parallel"] < 2
+             or (v["n_layers"] + 2) % (v["pipeline_parallel"] * v["virtual_stages"])
+             or (v["n_layers"] + 2) // (v["pipeline_parallel"] * v["virtual_stages"]) < 2),
+         lambda v: f"counting the embedding and loss as layers needs p >= 2 and the "
+                   f"{v['n_layers']} + 2 layers divisible by p·v = "
+                   f"{v['pipeline_parallel'] * v['virtual_stages']} into chunks of 2 or more"),
     Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel"),
          lambda v: v["virtual_stages"] > 1 and v["pipeline_parallel"] < 2,
          lambda v: "Megatron-LM's interleaved schedule (virtual stages > 1) needs pipeline "
                    "parallelism (p >= 2)"),
-    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel"),
-         lambda v: v["virtual_stages"] > 1
+    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel",
+                                   "account_for_embedding"),
+         lambda v: v["virtual_stages"] > 1 and not v["account_for_embedding"]
          and v["n_layers"] % (v["pipeline_parallel"] * v["virtual_stages"]),
          lambda v: f"Megatron-LM's interleaved schedule needs the {v['n_layers']} transformer "
                    f"layers divisible by p × v = "
@@ -577,6 +612,10 @@ RULES = (
                    f"({PARAMETER_DTYPE[v['precision']]} under {v['precision']} training), not "
                    f"in {v['grad_reduce_dtype']}; emit deepspeed (ds_config "
                    f"communication_data_type)"),
+    Rule("deepspeed", "emit", ("account_for_embedding", "pipeline_parallel"),
+         lambda v: v["account_for_embedding"] and v["pipeline_parallel"] > 1,
+         lambda v: "the Megatron-DeepSpeed arguments written here split the layers evenly "
+                   "over the pipeline; emit megatron for a split counting the embedding"),
     Rule("deepspeed", "trainer", ("virtual_stages",), lambda v: v["virtual_stages"] > 1,
          lambda v: "DeepSpeed's pipeline engine has no interleaved schedule (virtual stages "
                    "> 1); emit megatron instead"),
@@ -706,8 +745,12 @@ ARGUMENTS = {
          if v["expert_parallel"] > 1 else []),
         ("virtual_stages", lambda v: _given(
             "--num-layers-per-virtual-pipeline-stage",
-            v["n_layers"] // (v["pipeline_parallel"] * v["virtual_stages"]))
+            (v["n_layers"] + 2 * bool(v["account_for_embedding"]))
+            // (v["pipeline_parallel"] * v["virtual_stages"]))
          if v["virtual_stages"] > 1 else []),
+        ("account_for_embedding", lambda v: ["--account-for-embedding-in-pipeline-split",
+                                             "--account-for-loss-in-pipeline-split"]
+         if v["account_for_embedding"] and v["pipeline_parallel"] > 1 else []),
         ("microbatch", lambda v: _given("--micro-batch-size", v["microbatch"])),
         ("global_batch", lambda v: _given("--global-batch-size", v["global_batch"])),
         ("sequence_parallel", lambda v: ["--sequence-parallel"]

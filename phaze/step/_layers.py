@@ -198,17 +198,20 @@ def moe_prefix(m_spec) -> np.ndarray:
 
 
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
-                 precision, grad_reduce_dtype="fp32", opg=False, reshard=True) -> np.ndarray:
+                 precision, grad_reduce_dtype="fp32", opg=False, reshard=True,
+                 acct=False) -> np.ndarray:
     """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
     (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
     parameter, its kernels and its tiny all-reduces follow from them;
     ``grad_reduce_dtype`` the gradient buffer's and reduction's bytes per parameter, and
     the optimizer's copy of a 16-bit buffer to fp32 main gradients; ``opg`` the overlap of
-    the parameter all-gathers, ``reshard`` ZeRO-3's resharding after the forward)."""
-    cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp, opg, reshard)
+    the parameter all-gathers, ``reshard`` ZeRO-3's resharding after the forward, ``acct``
+    the pipeline split counting the embedding and loss as layers)."""
+    cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp, opg, reshard,
+                               acct)
     out = np.zeros(cols[0].shape, dtype=kern.PLAN)
     for name, col in zip(("p", "t", "d", "cp", "ep", "v", "m", "n_layers", "zero", "ogr",
-                          "sp", "opg", "reshard"), cols):
+                          "sp", "opg", "reshard", "acct"), cols):
         out[name] = col
     out["rec_mode"] = RECOMPUTE_CODES[recompute]
     out["opt_bytes"] = float(OPTIMIZER_BYTES_PER_PARAM[precision]

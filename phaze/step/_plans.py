@@ -40,6 +40,7 @@ PLAN_DTYPE = np.dtype([
     ("tensor_parallel", "i8"), ("pipeline_parallel", "i8"), ("data_parallel", "i8"),
     ("expert_parallel", "i8"), ("context_parallel", "i8"), ("virtual_stages", "i8"), ("zero_stage", "i8"), ("sequence_parallel", "?"),
     ("flash_attention", "?"), ("overlap_grad_reduce", "?"), ("overlap_param_gather", "?"),
+    ("account_for_embedding", "?"),
     ("devices_used", "i8"), ("microbatches", "i8"),
     ("memory_bytes", "i8"), ("weights_bytes", "i8"), ("gradients_bytes", "i8"),
     ("optimizer_bytes", "i8"), ("activations_bytes", "i8"), ("workspace_bytes", "i8"),
@@ -194,7 +195,7 @@ def _bound_args(devices, global_batch, recompute):
 
 def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
                overlap_grad_reduce, grad_reduce_dtype, overlap_param_gather=(False, True),
-               reshard_after_forward=True):
+               reshard_after_forward=True, account_for_embedding=(False, True)):
     """The checked plan-level settings of a plan search, in :func:`_search_plans`' order
     (devices, global batch, recomputation, v grid, ZeRO grid, overlap grid, the
     :class:`_Sharding` settings)."""
@@ -204,21 +205,26 @@ def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
     ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
     opgs = _bool_grid("overlap_param_gather", overlap_param_gather)
     reshard = _plan.check("reshard_after_forward", reshard_after_forward)
+    accts = _bool_grid("account_for_embedding", account_for_embedding)
     vs_grid = None if virtual_stages is None else sorted(
         _int_grid("virtual_stages", virtual_stages, 1))
     return n_dev, B, recompute, vs_grid, zeros, ogrs, _Sharding(
-        grad_reduce_dtype, True in opgs, reshard)
+        grad_reduce_dtype, True in opgs, reshard, tuple(accts))
 
 
 @dataclasses.dataclass(frozen=True)
 class _Sharding:
-    """The one-value data-parallel settings of a plan search: the gradient-reduction
-    datatype, whether the parameter all-gathers overlap compute (on when the grid allows
-    it: overlap never costs time or memory) and ZeRO-3's resharding after the forward."""
+    """The plan-level settings of a plan search beside the grids enumerate_plans takes: the
+    gradient-reduction datatype, whether the parameter all-gathers overlap compute (on when
+    the grid allows it: overlap never costs time or memory), ZeRO-3's resharding after the
+    forward, and the pipeline splits searched (``account_for_embedding`` values: False the
+    even splits, True the splits counting the embedding and loss as layers, for the p that
+    divide L + 2 and not L)."""
 
     grad_reduce_dtype: str
     overlap_param_gather: bool
     reshard_after_forward: bool
+    account_for_embedding: tuple = (False,)
 
 
 #: The context-parallel widths ``context_parallel=None`` tries (then kept where the
@@ -370,12 +376,14 @@ class LayerTable:
                    virtual_stages=None, zero_stage=(0, 1, 2, 3),
                    overlap_grad_reduce=(False, True), launchable=True,
                    grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
-                   reshard_after_forward=True, rows=None) -> np.ndarray:
+                   reshard_after_forward=True, account_for_embedding=(False, True),
+                   rows=None) -> np.ndarray:
         """:func:`best_plans` on the table's rows (or the row indices ``rows``, repeats
         allowed; ``hbm_bytes`` then one per index), with the table's variants."""
         n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
             devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
-            grad_reduce_dtype, overlap_param_gather, reshard_after_forward)
+            grad_reduce_dtype, overlap_param_gather, reshard_after_forward,
+            account_for_embedding)
         archs, rp, ns, times = self._take(rows)
         return _search_plans(self, archs, rp, ns, times, n_dev, B, recompute, hbm_bytes,
                              vs_grid, zeros, ogrs, bool(launchable), sharding)
@@ -437,7 +445,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                overlap_grad_reduce=(False, True), precision="bf16", efficiency=None,
                fp8_rate=None, launchable=True, expert_parallel=None, context_parallel=None,
                capacity_factor=None, grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
-               reshard_after_forward=True):
+               reshard_after_forward=True, account_for_embedding=(False, True)):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -491,7 +499,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
     n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
         devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
-        grad_reduce_dtype, overlap_param_gather, reshard_after_forward)
+        grad_reduce_dtype, overlap_param_gather, reshard_after_forward, account_for_embedding)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
                          context_parallel, capacity_factor)
@@ -551,18 +559,48 @@ class _PlanSet:
         grp = np.array(groups or [(1, 1, 1)], dtype=np.int64).reshape(-1, 3)
         L = m_spec.n_layers
         self.prefix = prefix = moe_prefix(m_spec)
-        ps = [p for p in range(1, L + 1) if L % p == 0]
         ds = [d for d in range(1, n_dev + 1) if B % (b * d) == 0]
-        (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo,
-         geo_t, geo_cp, geo_ep, geo_p, geo_d) = kern.enumerate_plans(
-            var_g, np.int64(nv), np.ascontiguousarray(grp[:, 0]),
-            np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
-            np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64), n_dev, B, b, L,
-            np.array(vs_grid or [0], dtype=np.int64), vs_grid is None,
-            np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.uint8), bool(launchable),
-            _plan.refusal("torchtitan", {"precision": precision, "zero_stage": 3,
-                                         "grad_reduce_dtype": grad_reduce_dtype},
-                          ("trainer",)) is None)
+        z3_anywhere = _plan.refusal("torchtitan", {"precision": precision, "zero_stage": 3,
+                                                   "grad_reduce_dtype": grad_reduce_dtype},
+                                    ("trainer",)) is None
+        parts = []
+        # even splits (p dividing L), then the splits counting the embedding and the loss
+        # as layers for the p that divide L + 2 and not L (enumerated as L + 2 layers:
+        # Megatron's interleaving rule then reads (L + 2) % (p·v); chunks of 2 or more)
+        for acct in sorted(set(sharding.account_for_embedding)):
+            if acct:
+                ps = [p for p in range(2, (L + 2) // 2 + 1) if (L + 2) % p == 0 and L % p]
+            else:
+                ps = [p for p in range(1, L + 1) if L % p == 0]
+            if not ps:
+                continue
+            cols = kern.enumerate_plans(
+                var_g, np.int64(nv), np.ascontiguousarray(grp[:, 0]),
+                np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
+                np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64), n_dev, B, b,
+                L + 2 if acct else L, np.array(vs_grid or [0], dtype=np.int64),
+                vs_grid is None, np.array(zeros, dtype=np.int64),
+                np.array(ogrs, dtype=np.uint8), bool(launchable), z3_anywhere)
+            cols = list(cols)
+            if acct:
+                keep = (L + 2) // (cols[1] * cols[3]) >= 2
+                cols[:8] = [c[keep] for c in cols[:8]]
+            parts.append((acct, cols))
+        offset = 0
+        merged = [[] for _ in range(14)]
+        for acct, cols in parts:
+            for i in range(8):
+                merged[i].append(cols[i] + (offset if i == 7 else 0))
+            merged[8].append(np.full(cols[0].shape[0], acct, dtype=bool))
+            for i in range(8, 13):
+                merged[i + 1].append(cols[i])
+            offset += cols[8].shape[0]
+        (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo, plan_acct,
+         geo_t, geo_cp, geo_ep, geo_p, geo_d) = [
+            np.ascontiguousarray(np.concatenate(c)) if c else np.zeros(0, dtype=np.int64)
+            for c in merged]
+        plan_acct = plan_acct.astype(bool)
+        plan_ogr = plan_ogr.astype(bool)
         self.plan_var, self.plan_geo = plan_var, plan_geo
         self.ns_values = np.unique(table.node_size).astype(np.int64)
         self.geo_off, self.geo_stages, self.geo_cells = kern.build_geometry(
@@ -571,10 +609,11 @@ class _PlanSet:
                                   var_ep[plan_var], plan_v, plan_m, L, plan_zero, plan_ogr,
                                   recompute, var_sp[plan_var], precision, grad_reduce_dtype,
                                   sharding.overlap_param_gather,
-                                  sharding.reshard_after_forward)
+                                  sharding.reshard_after_forward, plan_acct)
         self.plan_peak = kern.plan_memory(self.plans, plan_var, self.sizes, prefix)
         # the (variant, p, v) classes sharing one slot bound (search_rows)
-        _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v]), axis=1,
+        _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v,
+                                                plan_acct.astype(np.int64)]), axis=1,
                                       return_index=True, return_inverse=True)
         self.plan_slot = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
         self.slot_plan = np.ascontiguousarray(first, dtype=np.int64)
@@ -586,6 +625,7 @@ class _PlanSet:
             "zero_stage": plan_zero, "sequence_parallel": var_sp[plan_var],
             "flash_attention": var_flash[plan_var], "overlap_grad_reduce": plan_ogr,
             "overlap_param_gather": np.full(plan_var.shape[0], sharding.overlap_param_gather),
+            "account_for_embedding": plan_acct,
             "devices_used": var_t[plan_var] * var_cp[plan_var] * plan_p * plan_d,
             "microbatches": plan_m}
         self.variants_planned = np.unique(plan_var) if plan_var.shape[0] else plan_var
