@@ -364,6 +364,30 @@ KNOBS = (
          megatron="(Megatron-FSDP: --data-parallel-sharding-strategy optim_grads_params)",
          deepspeed="(ZeRO-3 always reshards: stage3_max_reuse_distance)",
          torchtitan="--parallelism.fsdp_reshard_after_forward always|never"),
+    # Sources (docs/fidelity-sources.md, "Tensor-parallel communication overlap (issue 25)"):
+    # Megatron-LM megatron/training/arguments.py (--tp-comm-overlap: asserts
+    # --sequence-parallel), Transformer Engine transformer_engine/pytorch/module/base.py
+    # (initialize_ub: ring_exchange qkv/fc1 fprop and proj/fc2 dgrad, pipeline proj/fc2
+    # fprop in num_splits = 4, bulk qkv/fc1 dgrad and wgrad); torchtitan
+    # --parallelism.enable_async_tensor_parallel (torch micro-pipeline TP,
+    # torch/distributed/_symmetric_memory: _fused_all_gather_matmul /
+    # _fused_matmul_reduce_scatter, one chunk per rank).
+    Knob("tp_comm_overlap", bool, False, "True or False",
+         flags=("--tp-comm-overlap",), study=False, calibrated_only=True,
+         noop_note="no-op at t = 1", file_key="tp_comm_overlap", file_rank=15,
+         file_optional=True,
+         help="overlap sequence parallelism's all-gathers and reduce-scatters with the GEMMs "
+              "beside them, split into chunks (Megatron-Core --tp-comm-overlap, Transformer "
+              "Engine userbuffers; torchtitan's async TP); needs sequence parallelism at "
+              "t > 1 (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="tensor-parallel communication overlap: off, on or off,on (default "
+                     "both; overlap never costs time, so on wins where sequence parallelism "
+                     "runs)",
+         grid_rank=13, title="tensor-parallel comm overlap",
+         megatron="--tp-comm-overlap (with --sequence-parallel; Transformer Engine "
+                  "userbuffers)",
+         torchtitan="--parallelism.enable_async_tensor_parallel (with --compile)"),
     # Sources (docs/fidelity-sources.md, "Gradient-reduction datatype"): Megatron-LM
     # d98e8a6 megatron/core/distributed/param_and_grad_buffer.py (grad_dtype = torch.float
     # if grad_reduce_in_fp32 else param.dtype), megatron/training/arguments.py
@@ -760,6 +784,9 @@ ARGUMENTS = {
         ("flash_attention", lambda v: ["--use-flash-attn"] if v["flash_attention"] else []),
         ("overlap_grad_reduce", lambda v: ["--overlap-grad-reduce"]
          if v["overlap_grad_reduce"] else []),
+        ("tp_comm_overlap", lambda v: ["--tp-comm-overlap"]
+         if v["tp_comm_overlap"] and v["sequence_parallel"] and v["tensor_parallel"] > 1
+         else []),
         (MODEL_ARGUMENTS, None),
         ("capacity_factor", lambda v: ["--moe-expert-capacity-factor",
                                        f"{float(v['capacity_factor']):g}"]

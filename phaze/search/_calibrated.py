@@ -97,7 +97,8 @@ def _parallel_grids(cfg, model_index) -> dict:
     ``phaze.step.best_plans`` takes them (a dense model: ep = 1 only)."""
     return dict(expert_parallel=model_expert_grid(cfg.models[model_index], cfg.expert_parallel),
                 context_parallel=cfg.context_parallel,
-                capacity_factor=cfg.capacity_factor if cfg.models[model_index].is_moe else None)
+                capacity_factor=cfg.capacity_factor if cfg.models[model_index].is_moe else None,
+                tp_comm_overlap=tuple(cfg.tp_comm_overlap))
 
 
 def plans_over_hbm(cfg, table, recompute, rows) -> list:
@@ -354,7 +355,8 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     precision=cfg.precision,
                                     grad_reduce_dtype=cfg.grad_reduce_dtype,
                                     overlap_param_gather=True in cfg.overlap_param_gather,
-                                    reshard_after_forward=cfg.reshard_after_forward)
+                                    reshard_after_forward=cfg.reshard_after_forward,
+                                    tp_comm_overlap=True in cfg.tp_comm_overlap)
                                 if not res.ok:
                                     reason = reason or res.reason
                                     continue

@@ -491,8 +491,15 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # (Megatron-LM switches it off there), and the plan records what ran.
     sp = pl.sequence_parallel and t > 1
     flash = pl.flash_attention
+    # Tensor-parallel communication overlap acts on sequence parallelism's collectives: a
+    # no-op at t = 1, refused without sequence parallelism at t > 1 (Megatron-LM's
+    # arguments.py asserts --sequence-parallel with --tp-comm-overlap).
+    tpo = bool(pl.tp_comm_overlap) and t > 1
     plan = dict(model=m_spec.name, **pl.as_dict(), sequence_parallel_effective=sp,
-                trainers=_plan.trainers(**pl.as_dict()))
+                tp_comm_overlap_effective=tpo, trainers=_plan.trainers(**pl.as_dict()))
+    if tpo and not sp:
+        raise ValueError(f"tp_comm_overlap needs sequence_parallel at tensor parallel {t} > 1 "
+                         f"(Megatron-LM's --tp-comm-overlap requires --sequence-parallel)")
 
     if B % (b * d):
         return _not("infeasible", f"global batch {B} is not a multiple of microbatch × data "
@@ -549,7 +556,7 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
     pricer = cost.prepare(row, model="calibrated", efficiency=eff)
-    lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate)
+    lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate, tpo)
     prefix = _layers.moe_prefix(m_spec)
     plan_rec = _layers.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,

@@ -40,7 +40,7 @@ PLAN_DTYPE = np.dtype([
     ("tensor_parallel", "i8"), ("pipeline_parallel", "i8"), ("data_parallel", "i8"),
     ("expert_parallel", "i8"), ("context_parallel", "i8"), ("virtual_stages", "i8"), ("zero_stage", "i8"), ("sequence_parallel", "?"),
     ("flash_attention", "?"), ("overlap_grad_reduce", "?"), ("overlap_param_gather", "?"),
-    ("account_for_embedding", "?"),
+    ("account_for_embedding", "?"), ("tp_comm_overlap", "?"),
     ("devices_used", "i8"), ("microbatches", "i8"),
     ("memory_bytes", "i8"), ("weights_bytes", "i8"), ("gradients_bytes", "i8"),
     ("optimizer_bytes", "i8"), ("activations_bytes", "i8"), ("workspace_bytes", "i8"),
@@ -53,14 +53,17 @@ PLAN_DTYPE = np.dtype([
 # one variant's layer times and sizes
 # ---------------------------------------------------------------------------
 
-def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None) -> np.ndarray:
+def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
+                  tp_overlap=False) -> np.ndarray:
     """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) of one (t, sequence
     parallel, flash, cp, ep) graph variant ``mg`` on every row of ``pricer`` (the rows under
     the calibrated model, ``cost.prepare``; ``rp`` and ``node_size`` theirs; ``fp8_rate``:
     the rows' fp8 multiplier for an fp8 graph, as ``cost.op_latencies`` takes it;
     ``priced``: {graph: intra-op latencies} of its graphs already priced, or None). They do not depend on
     the recomputation mode (:func:`variant_sizes` does). ``mg.layers`` may hold any runs of
-    'block' and 'moe_block'; a kind the model lacks has zero times."""
+    'block' and 'moe_block'; a kind the model lacks has zero times. ``tp_overlap``:
+    tensor-parallel communication overlap (``tp_comm_overlap``; ``_layers.op_seconds_rows``,
+    a no-op without sequence parallelism's collectives)."""
     t = mg.tensor_parallel
     cp = mg.context_parallel
     kinds = mg.kinds()
@@ -76,7 +79,7 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None)
         if L is None:
             continue
         f, b, core, flash_f, flash_b = layer_times_rows(L, pricer, rp, node_size, t, fp8_rate,
-                                                        priced)
+                                                        priced, tp_overlap)
         lt[slots[0]] = f
         lt[slots[1]] = b
         if slots[2] is None:
@@ -134,9 +137,10 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
     return sizes
 
 
-def variant_inputs(mg, m_spec, pricer, rp, node_size, recompute, fp8_rate=None):
+def variant_inputs(mg, m_spec, pricer, rp, node_size, recompute, fp8_rate=None,
+                   tp_overlap=False):
     """(:func:`variant_times`, :func:`variant_sizes`) of one graph variant."""
-    return (variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate),
+    return (variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate, tp_overlap=tp_overlap),
             variant_sizes(mg, m_spec, recompute))
 
 
@@ -312,8 +316,12 @@ class LayerTable:
     (``step_time``), the search's work in plans.
     """
 
-    def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times, key=None):
+    def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times, key=None,
+                 tp_overlap=False):
         self.model = m_spec
+        # tensor-parallel communication overlap in the layer times (on the variants with
+        # sequence parallelism)
+        self.tp_overlap = bool(tp_overlap)
         # what the variants (and so the plans and their sizes) follow from, hashable: tables
         # with equal keys share their plan sets (:data:`_PLAN_SETS`)
         self.key = key
@@ -398,24 +406,29 @@ class LayerTable:
 def layer_table(model, archs, *, microbatch, tensor_parallel=(1, 2, 4, 8),
                 sequence_parallel=(False, True), flash_attention=(False, True),
                 precision="bf16", efficiency=None, fp8_rate=None, expert_parallel=None,
-                context_parallel=None, capacity_factor=None) -> LayerTable:
+                context_parallel=None, capacity_factor=None,
+                tp_comm_overlap=(False,)) -> LayerTable:
     """The :class:`LayerTable` of ``model`` at ``microbatch`` on ``archs``: every variant
     of the grids (as :func:`best_plans` takes them) priced once on every row."""
     m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
     return _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                         flash_attention, precision, fp8_rate, expert_parallel,
-                        context_parallel, capacity_factor)
+                        context_parallel, capacity_factor, tp_comm_overlap)
 
 
 def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                  flash_attention, precision, fp8_rate, expert_parallel, context_parallel,
-                 capacity_factor) -> LayerTable:
+                 capacity_factor, tp_comm_overlap=(False,)) -> LayerTable:
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
         raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
                          f"got {precision!r}")
     widths = _int_grid("tensor_parallel", tensor_parallel, 1)
     sps = _bool_grid("sequence_parallel", sequence_parallel)
     flashes = _bool_grid("flash_attention", flash_attention)
+    # Tensor-parallel communication overlap never costs time (each exposed collective is
+    # ≤ the collective, _layers.tp_overlap_exposed): with both in the grid only on is
+    # priced, and it acts on the variants with sequence parallelism at t > 1 only.
+    tpo = True in _bool_grid("tp_comm_overlap", tp_comm_overlap)
     eps = expert_parallel_grid(m_spec, expert_parallel)
     cps = context_parallel_grid(m_spec, context_parallel)
     rp = row_params(archs, eff_rows)
@@ -429,14 +442,14 @@ def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
     priced = {g: intra for g, (_single, intra) in
               zip(graphs, pricer.op_latencies_many(graphs, fp8_rate=fp8_rate))}
     for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(variants):
-        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced)
+        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced, tpo)
     key = (m_spec, b, precision, tuple(widths), tuple(sps), tuple(flashes), tuple(cps),
-           tuple(eps), capacity_factor)
+           tuple(eps), capacity_factor, tpo)
     try:
         hash(key)
     except TypeError:   # an unhashable model (a spec with list fields): no sharing
         key = None
-    return LayerTable(m_spec, b, precision, archs, rp, variants, times, key)
+    return LayerTable(m_spec, b, precision, archs, rp, variants, times, key, tpo)
 
 
 def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="full",
@@ -445,7 +458,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                overlap_grad_reduce=(False, True), precision="bf16", efficiency=None,
                fp8_rate=None, launchable=True, expert_parallel=None, context_parallel=None,
                capacity_factor=None, grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
-               reshard_after_forward=True, account_for_embedding=(False, True)):
+               reshard_after_forward=True, account_for_embedding=(False, True),
+               tp_comm_overlap=(False,)):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -483,7 +497,10 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     every stage is the same plan: only the grid's first is evaluated). Feasible: every
     stage's memory ≤ the capacity. When both overlap_grad_reduce values are in the grid
     only True is evaluated: it is never slower (each exposed reduction is max(0, x −
-    backward) ≤ x in floating point too) and holds the same memory.
+    backward) ≤ x in floating point too) and holds the same memory. ``tp_comm_overlap``
+    (booleans) likewise: with True in the grid the variants with sequence parallelism at
+    t > 1 are priced with tensor-parallel communication overlap (never slower, the same
+    memory), the others as they are.
 
     Returns a PLAN_DTYPE array (n,): per row the feasible plan of least ``time_s`` (inf,
     ``feasible`` False and a ``reason`` index into PLAN_REASONS when there is none). Ties
@@ -502,7 +519,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
         grad_reduce_dtype, overlap_param_gather, reshard_after_forward, account_for_embedding)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
-                         context_parallel, capacity_factor)
+                         context_parallel, capacity_factor, tp_comm_overlap)
     return _search_plans(table, table.rows, table.rp, table.node_size, table.times, n_dev, B,
                          recompute, hbm_bytes, vs_grid, zeros, ogrs, bool(launchable),
                          sharding)
@@ -626,6 +643,7 @@ class _PlanSet:
             "flash_attention": var_flash[plan_var], "overlap_grad_reduce": plan_ogr,
             "overlap_param_gather": np.full(plan_var.shape[0], sharding.overlap_param_gather),
             "account_for_embedding": plan_acct,
+            "tp_comm_overlap": var_sp[plan_var] & table.tp_overlap,
             "devices_used": var_t[plan_var] * var_cp[plan_var] * plan_p * plan_d,
             "microbatches": plan_m}
         self.variants_planned = np.unique(plan_var) if plan_var.shape[0] else plan_var
@@ -717,7 +735,7 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
                       tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
                       flash_attention=(False, True), efficiency=None, precision="bf16",
                       fp8_rate=None, expert_parallel=None, context_parallel=None,
-                      capacity_factor=None):
+                      capacity_factor=None, tp_comm_overlap=(False,)):
     """A lower bound (seconds, (n,)) of :func:`best_plans`' ``time_s`` per row, for any
     pipeline/data split, virtual stages, ZeRO stage and overlap in those grids (inf where
     no tensor-parallel width of the grid is allowed on the row); the ``expert_parallel``,
@@ -735,7 +753,7 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
     n_dev, B, recompute = _bound_args(devices, global_batch, recompute)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
-                         context_parallel, capacity_factor)
+                         context_parallel, capacity_factor, tp_comm_overlap)
     return _lower_bounds(table, table.node_size, table.times, n_dev, B, recompute)
 
 
