@@ -356,7 +356,10 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     grad_reduce_dtype=cfg.grad_reduce_dtype,
                                     overlap_param_gather=True in cfg.overlap_param_gather,
                                     reshard_after_forward=cfg.reshard_after_forward,
-                                    tp_comm_overlap=True in cfg.tp_comm_overlap)
+                                    # Megatron's overlap runs on sequence parallelism:
+                                    # on where the plan has it, as best_plans records it
+                                    tp_comm_overlap=bool(sp) and t > 1
+                                    and True in cfg.tp_comm_overlap)
                                 if not res.ok:
                                     reason = reason or res.reason
                                     continue
