@@ -65,7 +65,13 @@ _TODAY_EFFICIENCY = {
 # 1.879 ms, the fp8 row-wise kernel in 0.977 ms, through the tile rule)
 _TODAY_EFFICIENCY["h100-96g"] = dict(_TODAY_EFFICIENCY["h100-sxm"],
                                      tile_efficiency=0.6197501120247677,
-                                     fp8_tile_efficiency=0.5962554868762878)
+                                     fp8_tile_efficiency=0.5962554868762878,
+                                     # FlashAttention-2 (SDPA) at 335 / 322 TFLOP/s of
+                                     # 989.43, times the 500 W GEMM ratio
+                                     flash_fwd_efficiency=335e12 / 989.43e12
+                                     * (0.6197501120247677 / 0.8173393799806425),
+                                     flash_bwd_efficiency=322e12 / 989.43e12
+                                     * (0.6197501120247677 / 0.8173393799806425))
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)

@@ -149,10 +149,10 @@ def test_defaults_and_ranges():
     for name in ("tpuv4", "template"):
         s = efficiency.get(name)
         assert s.flash_fwd_efficiency == s.flash_bwd_efficiency == s.tile_efficiency
+    # the torchtitan hosts' part: FlashAttention-2's fractions, slower than h100-sxm's cuDNN
     h = efficiency.get("h100-96g")
-    assert (h.flash_fwd_efficiency, h.flash_bwd_efficiency) == (
-        efficiency.get("h100-sxm").flash_fwd_efficiency,
-        efficiency.get("h100-sxm").flash_bwd_efficiency)
+    assert h.flash_fwd_efficiency < efficiency.get("h100-sxm").flash_fwd_efficiency
+    assert h.flash_bwd_efficiency < efficiency.get("h100-sxm").flash_bwd_efficiency
     with pytest.raises(ValueError, match="flash_bwd_efficiency"):
         efficiency.Efficiency(**dict(fields, flash_bwd_efficiency=1.5))
     # an array without the flash fields takes each row's tile_efficiency
