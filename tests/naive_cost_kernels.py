@@ -197,7 +197,8 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                   num_vc, vc_width, clock_hz, link_bytes_per_s, net_bytes_per_s,
                   node_size, tile_rule, tiles, tile_of_arch, params,
                   gemm_rate, fp8_gemm_rate, hbm_bw, attention_bw, launch,
-                  attention_op, in_bytes, fp8_op, fp8_rate, single, intra):
+                  attention_op, in_bytes, fp8_op, fp8_rate, single, intra,
+                  flash_op=None, flash_fwd_rate=None, flash_bwd_rate=None):
     """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds: the one operator loop of both
     cost models.
 
@@ -216,7 +217,10 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
     bit for bit. Per operator: ``attention_op`` (its HBM traffic runs at
     ``attention_hbm_efficiency`` instead of ``hbm_efficiency``), ``in_bytes`` (its GEMM
     operands' element size) and ``fp8_op`` (its GEMM runs at ``fp8_rate[a]`` × the FP8
-    array rate of architecture a).
+    array rate of architecture a); ``flash_op`` (1: the fused attention forward, 2: its
+    backward, 0: neither; ``phaze.cost._records.FLASH_OPS``): its array cycles, without the
+    tile rule, run at ``flash_fwd_rate[a]`` / ``flash_bwd_rate[a]`` array steps per second
+    (clock × flash_fwd_efficiency / flash_bwd_efficiency).
     """
     n_ops = kind.shape[0]
     n_archs = clock_hz.shape[0]
@@ -256,9 +260,15 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
             b, m, k, n, moved, elem_bytes, acc_bytes, shape_w, shape_d, shape_cap,
             single_buffer_fraction, split_w, split_d, split_cores, in_bytes[i])
         # the array model's quantisation and the tile rule's are both real limits: the larger holds
+        # the calibrated model's fused attention kernel (tile_rule: the calibrated model):
+        # its HBM traffic is the bytes it moves, not the GEMM tiling's (which writes M×N)
+        flash = 0 if flash_op is None or not tile_rule else int(flash_op[i])
+        if flash:
+            bytes1 = np.full_like(bytes1, moved)
+            bytes_all = np.full_like(bytes_all, moved)
         tile1 = np.empty(n_tiles)
         tilep = np.empty(n_tiles)
-        for x in range(n_tiles):
+        for x in range(n_tiles if flash == 0 else 0):
             tl = tiles[x]
             v = tl["split"]
             w = float(split_w[v])
@@ -276,11 +286,16 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
             v = split_of_arch[a]
             c1 = cyc1[u]
             cp = cycp[v]
-            if tile_rule:
+            if tile_rule and flash == 0:  # the fused attention kernel: its measured fraction
                 x = tile_of_arch[a]
                 c1 = max(c1, tile1[x])
                 cp = max(cp, tilep[x])
-            rate = fp8_gemm_rate[a] * fp8_rate[a] if fp8 else gemm_rate[a]  # array steps per second
+            if flash == 1:
+                rate = flash_fwd_rate[a]
+            elif flash == 2:
+                rate = flash_bwd_rate[a]
+            else:
+                rate = fp8_gemm_rate[a] * fp8_rate[a] if fp8 else gemm_rate[a]  # steps per second
             t1 = max(c1 / rate, bytes1[u] / bw[a])
             tp = max(cp / rate, bytes_all[u] / bw[a])
             if fused:
@@ -321,7 +336,8 @@ def _counted(ops, rows, params, shapes, splits, tiles, tile_rule, fp8_rate, elem
         rows["gemm_rate"].copy(), rows["fp8_gemm_rate"].copy(), rows["hbm_bw"].copy(),
         rows["attention_bw"].copy(),
         rows["launch_s"].copy(), ops["attention"] != 0, ops["in_bytes"].copy(),
-        ops["fp8"] != 0, np.asarray(fp8_rate), single, intra)
+        ops["fp8"] != 0, np.asarray(fp8_rate), single, intra, ops["flash"].astype(np.int64),
+        rows["flash_fwd_rate"].copy(), rows["flash_bwd_rate"].copy())
 
 
 def op_latencies(*args, **kwargs):

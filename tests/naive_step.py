@@ -113,15 +113,22 @@ def group_geometry(p, t, d, cp, ep, node_size, cpn, epn, edpn):
     worst_span(p, S, ep, t, t, t * ep, D // ep, node_size, edpn)
 
 
-def stage_kinds(r, p, v, n_layers, moe_prefix):
-    """(dense, MoE) transformer layers device r holds: its chunks c·p + r (c < v) of
-    L/(p·v) consecutive layers each; ``moe_prefix[i]``: MoE layers among layers 0..i−1."""
-    lc = n_layers // (p * v)
-    nm = 0
+def chunk_range(k, p, v, n_layers, acct):
+    """Layers [lo, hi) of virtual stage k: L/(p·v) each, or with ``acct`` (the embedding
+    and the loss counted as one layer each) (L + 2)/(p·v), the first and last one fewer."""
+    lc = (n_layers + 2 * acct) // (p * v)
+    return max(0, k * lc - acct), min(n_layers, (k + 1) * lc - acct)
+
+
+def stage_kinds(r, p, v, n_layers, moe_prefix, acct=0):
+    """(dense, MoE) transformer layers device r holds: its chunks c·p + r (c < v)
+    (:func:`chunk_range`); ``moe_prefix[i]``: MoE layers among layers 0..i−1."""
+    nm = total = 0
     for c in range(v):
-        k = c * p + r
-        nm += moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
-    return n_layers // p - nm, nm
+        lo, hi = chunk_range(c * p + r, p, v, n_layers, acct)
+        nm += moe_prefix[hi] - moe_prefix[lo]
+        total += hi - lo
+    return total - nm, nm
 
 
 def stage_params(r, p, nd, nm, sz):
@@ -326,7 +333,7 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
     for r in range(p):
         dpn = stages[r]["dp_nodes"]
         edpn = stages[r]["edp_nodes"]
-        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
+        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix, plan["acct"])
         bf, bb, mf, mb = layer_times(cp, ep, stages[r], lt, sz, rp)
         f, bw, rec = stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode)
         comm = stage_comm(r, p, v, slots[:, 5])
@@ -354,7 +361,7 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
     for r in range(p):
         dpn = stages[r]["dp_nodes"]
         edpn = stages[r]["edp_nodes"]
-        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
+        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix, plan["acct"])
         dn, en = stage_params(r, p, nd, nm, sz)
         Fd = coll.spread(rp, D // dpn)
         Fe = coll.spread(rp, edp // edpn)
@@ -422,7 +429,7 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     D = plan["cp"] * plan["d"]
     edp = D // ep
     e = sz["elem_bytes"]
-    nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix)
+    nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix, plan["acct"])
     # ZeRO shards: optimizer state from stage 1, gradients from 2, weights at 3.
     w_div = D if zero >= 3 else 1
     g_div = D if zero >= 2 else 1
@@ -441,12 +448,11 @@ def stage_memory(r, plan, sz, moe_prefix, out):
         # Megatron's interleaved warm-up: 2(p − r − 1) + (v − 1)·p + 1 chunk-microbatches,
         # each counted at the device's heaviest chunk (exact when its chunks are alike)
         in_flight = min(2 * (p - r - 1) + (v - 1) * p + 1, m * v)
-        lc = n_layers // (p * v)
         chunk = 0
         for c in range(v):
-            k = c * p + r
-            cm = moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
-            x = (lc - cm) * sz["blk_stash"] + cm * sz["moe_stash"]
+            lo, hi = chunk_range(c * p + r, p, v, n_layers, plan["acct"])
+            cm = moe_prefix[hi] - moe_prefix[lo]
+            x = (hi - lo - cm) * sz["blk_stash"] + cm * sz["moe_stash"]
             if x > chunk:
                 chunk = x
         act = in_flight * chunk
@@ -644,7 +650,7 @@ def peak_stage_memory(plan, sz, moe_prefix, out):
     tmp = np.empty(1, dtype=MEMORY)
     peak = stage_memory(0, plan, sz, moe_prefix, out)
     n_moe = moe_prefix[n_layers]
-    mixed = 0 < n_moe < n_layers
+    mixed = 0 < n_moe < n_layers or bool(plan["acct"])
     for r in range(1, p):
         if not mixed and r < p - 1:
             continue
@@ -685,7 +691,7 @@ def slot_lower_bounds(plan, lt, moe_prefix):
         if r >= p or (q == 2 and p < 3):
             out.append(0.0)
             continue
-        nd, nm = stage_kinds(r, p, plan["v"], plan["n_layers"], moe_prefix)
+        nd, nm = stage_kinds(r, p, plan["v"], plan["n_layers"], moe_prefix, plan["acct"])
         f, bw, rec = stage_sums(r, p, nd, nm, lt["blk_f"], lt["blk_b"], lt["moe_f"], lt["moe_b"], lt,
                                 plan["rec_mode"])
         out.append(f + bw + rec)
@@ -696,7 +702,7 @@ def stage_slot_bound(r, pl, stage, lt, sz, rp, moe_prefix):
     """Stage r's slot of a ZeRO 2–3 plan without its pipeline transfers, formed as
     :func:`step_time` forms it."""
     D = pl["cp"] * pl["d"]
-    nd, nm = stage_kinds(r, pl["p"], pl["v"], pl["n_layers"], moe_prefix)
+    nd, nm = stage_kinds(r, pl["p"], pl["v"], pl["n_layers"], moe_prefix, pl["acct"])
     bf, bb, mf, mb = layer_times(pl["cp"], pl["ep"], stage, lt, sz, rp)
     f, bw, rec = stage_sums(r, pl["p"], nd, nm, bf, bb, mf, mb, lt, pl["rec_mode"])
     return f + bw + rec + sharded_comm(r, pl["p"], nd, nm, bf, bb, mf, mb, lt, sz,
@@ -725,7 +731,7 @@ def dp_tail_bound(pl, sz, stages, rp, moe_prefix):
         return 0.0
     edp = D // pl["ep"]
     dpn, edpn = stages[0]["dp_nodes"], stages[0]["edp_nodes"]
-    nd, nm = stage_kinds(0, pl["p"], pl["v"], pl["n_layers"], moe_prefix)
+    nd, nm = stage_kinds(0, pl["p"], pl["v"], pl["n_layers"], moe_prefix, pl["acct"])
     dn, en = stage_params(0, pl["p"], nd, nm, sz)
     Fd = coll.spread(rp, D // dpn)
     Fe = coll.spread(rp, edp // edpn)

@@ -41,25 +41,37 @@ _A100_FRACTIONS = dict(
     coll_latency_s=8.4e-6, link_step_s=4.457e-6, net_step_s=28e-6,
     link_efficiency=0.7257, net_efficiency=24.0 / 25.0,
     link_p2p_latency_s=16.5e-6, link_p2p_efficiency=195.1 / 300.0,
-    net_p2p_latency_s=2.0e-5, net_p2p_efficiency=24.0 / 25.0)
+    net_p2p_latency_s=2.0e-5, net_p2p_efficiency=24.0 / 25.0,
+    flash_fwd_efficiency=_A100_TILE, flash_bwd_efficiency=_A100_TILE)
+# The fused attention kernel (docs/fidelity-sources.md §1.6): FlashAttention-2 on the A100 (73 %
+# forward, 63 % backward of peak); cuDNN on the H100 SXM5 at 16K, head dim 128 (539 TFLOP/s
+# causal forward, 516 backward; the FlashAttention-3 paper's Figures 5-6).
 _GPU_TILE = dict(tile_m_mult=16, tile_n_mult=8, tile_k_mult=2, cores_per_tile=4, k_stages=3)
 _TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_tile=1, k_stages=1)
 _TODAY_EFFICIENCY = {
     "tpuv4": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
-    "a100-80g": dict(_GPU_TILE, **_A100_FRACTIONS),
+    "a100-80g": dict(_GPU_TILE, **dict(_A100_FRACTIONS, flash_fwd_efficiency=0.73,
+                                       flash_bwd_efficiency=0.63)),
     "h100-sxm": dict(_GPU_TILE, **dict(
         _A100_FRACTIONS, tile_efficiency=808699906572796 / _H100_PEAK,
         fp8_tile_efficiency=1402.6e12 / (2 * _H100_PEAK),
         hbm_efficiency=0.90, link_step_s=3.4e-6, net_step_s=14e-6,
         link_efficiency=367.61 / 450.0,
-        net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0)),
+        net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0,
+        flash_fwd_efficiency=539e12 / _H100_PEAK, flash_bwd_efficiency=516e12 / _H100_PEAK)),
     "template": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
 }
 # h100-sxm's but the GEMM fractions of a 500 W H100 (FBGEMM PR #2546: bf16 8192³ in
 # 1.879 ms, the fp8 row-wise kernel in 0.977 ms, through the tile rule)
 _TODAY_EFFICIENCY["h100-96g"] = dict(_TODAY_EFFICIENCY["h100-sxm"],
                                      tile_efficiency=0.6197501120247677,
-                                     fp8_tile_efficiency=0.5962554868762878)
+                                     fp8_tile_efficiency=0.5962554868762878,
+                                     # FlashAttention-2 (SDPA) at 335 / 322 TFLOP/s of
+                                     # 989.43, times the 500 W GEMM ratio
+                                     flash_fwd_efficiency=335e12 / 989.43e12
+                                     * (0.6197501120247677 / 0.8173393799806425),
+                                     flash_bwd_efficiency=322e12 / 989.43e12
+                                     * (0.6197501120247677 / 0.8173393799806425))
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)

@@ -34,11 +34,16 @@ def test_knobs_are_the_benchmarks_figures():
 
 def test_efficiency_and_fp8_rate_are_h100_sxm_s():
     # h100-sxm's set but the GEMM fractions, measured on a 500 W H100 (FBGEMM PR #2546)
-    gemm = ("tile_efficiency", "fp8_tile_efficiency")
+    gemm = ("tile_efficiency", "fp8_tile_efficiency", "flash_fwd_efficiency",
+            "flash_bwd_efficiency")
     ours, sxm = presets.EFFICIENCY["h100-96g"], presets.EFFICIENCY["h100-sxm"]
     assert {k: v for k, v in ours.items() if k not in gemm} == \
         {k: v for k, v in sxm.items() if k not in gemm}
     assert ours["tile_efficiency"] < sxm["tile_efficiency"]
+    # the flash fractions: FlashAttention-2's over the 700 W part's GEMM ratio (by hand)
+    ratio = ours["tile_efficiency"] / sxm["tile_efficiency"]
+    assert ours["flash_fwd_efficiency"] == pytest.approx(335e12 / 989.43e12 * ratio, rel=1e-12)
+    assert ours["flash_bwd_efficiency"] == pytest.approx(322e12 / 989.43e12 * ratio, rel=1e-12)
     chip = presets.chip("h100-96g")
     assert chip.fp8_rate == 2 and chip.tensor_rate("fp8") == 2.0
     assert chip.tdp_w is None          # the 500 W limit is not modelled (issue 28: power)

@@ -90,7 +90,7 @@ def test_plan_counts_are_the_kernels_work():
     table = step.layer_table("gpt3-175b", rows, microbatch=1, tensor_parallel=(4, 8))
     out = table.best_plans(devices=1024, global_batch=1536, recompute="selective")
     ps = table.plan_set(1024, 1536, "selective", None, [0, 1, 2, 3], [False, True], True,
-                        _plans._Sharding("fp32", True, True))
+                        _plans._Sharding("fp32", True, True, (False, True)))
     cap = np.floor(rows["hbm_gib"].astype(np.float64) * 2 ** 30)
     ok = (ps.var_t[ps.plan_var][:, None] <= table.node_size[None, :]) \
         & (ps.plan_peak[:, None] <= cap[None, :])

@@ -77,6 +77,10 @@ def _plan_sample(table, devices, gb, mb, recompute, k, seed):
     reshard = rng.integers(0, 2, plan_var.shape[0]).astype(bool)
     plans = _layers.plan_records(p, vt, d, vcp, vep, v, mm, L, zero, ogr, recompute, vsp,
                                 table.precision, "fp32", opg, reshard)
+    # and plans splitting L + 2 layers (embedding and loss counted) where p·v divides it
+    acct = ((L + 2) % (p * v) == 0) & ((L + 2) // (p * v) >= 2) & (p >= 2) \
+        & rng.integers(0, 2, plan_var.shape[0]).astype(bool)
+    plans["acct"] = acct
     return plans[pick], plan_var[pick], cols
 
 

@@ -63,8 +63,12 @@ _TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_til
 #: Efficiency parameters per preset (each file's ``efficiency``), plus ``"template"`` for rows
 #: that are no preset: the template's tile rule with a100-80g's fractions and latencies.
 EFFICIENCY = {name: dict(values["efficiency"]) for name, values in FILES.items()}
+# The fused attention kernel's fractions were measured on one chip each: the template takes
+# its own tile_efficiency for them (as ``Efficiency`` does without them), not the A100's.
 EFFICIENCY["template"] = dict(_TEMPLATE_TILE, **{f: v for f, v in EFFICIENCY["a100-80g"].items()
                                                  if f not in INT_FIELDS})
+EFFICIENCY["template"].update({f: EFFICIENCY["template"]["tile_efficiency"]
+                               for f in ("flash_fwd_efficiency", "flash_bwd_efficiency")})
 
 #: Each preset's one-row ``ARCH_DTYPE`` array (read-only; ``presets.get`` hands out copies).
 ROWS = {name: build_rows(**knobs) for name, knobs in KNOB_VALUES.items()}

@@ -17,6 +17,8 @@ EFFICIENCY_DTYPE = np.dtype([
     ("k_stages", np.int64),
     ("tile_efficiency", np.float64),
     ("fp8_tile_efficiency", np.float64),
+    ("flash_fwd_efficiency", np.float64),
+    ("flash_bwd_efficiency", np.float64),
     ("hbm_efficiency", np.float64),
     ("attention_hbm_efficiency", np.float64),
     ("launch_s", np.float64),

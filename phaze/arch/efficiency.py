@@ -24,6 +24,15 @@ GEMM tile rule (``phaze.cost`` module docstring, "calibrated model"):
 - ``fp8_tile_efficiency``: the same for FP8 GEMMs, as a fraction of the FP8 peak
   (``fp8_rate`` × the 16-bit peak); a chip without its own FP8 measurement takes its
   ``tile_efficiency`` (the default when an :class:`Efficiency` is made without it).
+- ``flash_fwd_efficiency``, ``flash_bwd_efficiency``: the sustained fraction of the 16-bit
+  tensor peak of the fused (flash) attention kernel, forward (``flash_attn``) and backward
+  (``flash_attn.bwd``), at long sequences and head dim 128, its FLOPs counted as the kernel
+  papers count them (a causal mask: the computed half). The cost model prices those two
+  operators at this fraction of the arrays' peak instead of as a GEMM (no tile rule, no
+  ``tile_efficiency``): the measurement is of the whole kernel, whose inner loop runs over
+  key blocks, not over the head dimension the operator's K carries. A chip without a
+  measurement takes its ``tile_efficiency`` (the default when an :class:`Efficiency` is
+  made without them).
 
 Memory and launches:
 
@@ -63,6 +72,10 @@ from ._efields import EFFICIENCY_DTYPE, check_row as _check_row
 from ._rows import validate
 
 
+#: Fields that a set made without them takes from its ``tile_efficiency``.
+_DEFAULT_TILE = ("fp8_tile_efficiency", "flash_fwd_efficiency", "flash_bwd_efficiency")
+
+
 @dataclasses.dataclass(frozen=True)
 class Efficiency:
     """One chip's efficiency parameters (see the module docstring for each field; SI units)."""
@@ -86,10 +99,14 @@ class Efficiency:
     net_p2p_latency_s: float
     net_p2p_efficiency: float
     fp8_tile_efficiency: float = None
+    flash_fwd_efficiency: float = None
+    flash_bwd_efficiency: float = None
 
     def __post_init__(self):
-        if self.fp8_tile_efficiency is None:  # no FP8 measurement: the 16-bit fraction
-            object.__setattr__(self, "fp8_tile_efficiency", self.tile_efficiency)
+        # no FP8 or fused-attention measurement: the 16-bit GEMM fraction
+        for f in _DEFAULT_TILE:
+            if getattr(self, f) is None:
+                object.__setattr__(self, f, self.tile_efficiency)
         _check_row({f: getattr(self, f) for f in EFFICIENCY_DTYPE.names})
 
     def row(self) -> np.ndarray:
@@ -136,9 +153,10 @@ def rows(efficiency, n_archs: int) -> np.ndarray:
     if isinstance(efficiency, Efficiency):
         base = efficiency.row()
     elif isinstance(efficiency, np.ndarray) and efficiency.dtype.names is not None:
-        # an array without fp8_tile_efficiency takes each row's tile_efficiency (as Efficiency)
+        # an array without fp8_tile_efficiency or the flash fractions takes each row's
+        # tile_efficiency for them (as Efficiency)
         missing = [f for f in EFFICIENCY_DTYPE.names if f not in efficiency.dtype.names
-                   and f != "fp8_tile_efficiency"]
+                   and f not in _DEFAULT_TILE]
         if missing:
             raise ValueError(f"efficiency array lacks field(s) {', '.join(missing)}")
         flat = efficiency.reshape(-1)

@@ -73,6 +73,9 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
   equals tile_efficiency). Cross-check, not used to set it: the CUTLASS profiler's
   3456×4096×8192 (235.1e12, device not printed) comes out at 215.1e12 (−8.5 %). No
   shape-resolved A100 cuBLAS sweep at transformer shapes was found (sheet §1.4).
+- flash_fwd_efficiency = 0.73, flash_bwd_efficiency = 0.63 [P] (sheet §1.6): FlashAttention-2
+  on an A100 80GB SXM4 at head dim 128, "up to 73 %" of peak forward, "up to 63 %" backward
+  (Dao 2023).
 - hbm_efficiency = 0.88: event-timed read kernel at 1.80e12 of 2.039e12 B/s, Nsight
   Compute agreeing (NVIDIA developer forum, "Trouble to Reach Peak Bandwidth of A100" [S],
   sheet §2).
@@ -125,6 +128,10 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
 - fp8_tile_efficiency = 0.7088 [D]: the best FP8 shape of the MAMF table on H100 SXM,
   1024×9216×14336 at 1402.6e12, over the FP8 peak 1978.86e12 (FP8 reaches 0.867 of the bf16
   fraction; sheet §1.4).
+- flash_fwd_efficiency = 0.5448, flash_bwd_efficiency = 0.5215 [D] (sheet §1.6): cuDNN's
+  fused attention (what Transformer Engine runs on Hopper) in the FlashAttention-3 paper's
+  Figures 5-6, H100 SXM5, head dim 128, 16K: 539 TFLOP/s causal forward, 516 backward, over
+  989.43e12 (torchtitan's SDPA flash backend, FlashAttention-2: 335 and 322).
 - hbm_efficiency = 0.90: event-timed copy at 3.02e12 of 3.35e12 B/s (sheet §2 [S, weak];
   the H100 NVL BabelStream run, 0.78–0.85, is another SKU).
 - attention_hbm_efficiency = 0.650: the A100's (no Hopper measurement of the unfused
@@ -139,12 +146,14 @@ by the arithmetic shown). None is fitted to an end-to-end training run.
   2.0e-5 s between nodes) with net_p2p_efficiency = 0.94 (the NDR figure above).
 
 ``h100-96g``: ``h100-sxm``'s set, copied unchanged (one GH100 chip; its HBM fraction,
-0.90, was measured on the HBM3 part, and no HBM2e H100 copy measurement was found).
+0.90, was measured on the HBM3 part, and no HBM2e H100 copy measurement was found; its flash
+fractions are the SXM's too: no 500 W flash-attention measurement was found).
 
 ``tpuv4`` and ``template`` (every row that is no preset, e.g. the study's space): no
 component-level TPU v4 measurement of GEMM, HBM or ICI efficiency was found (sheet §8.4).
 They take the a100-80g fractions and latencies (tile_efficiency 0.8696, hbm_efficiency
-0.88, attention_hbm_efficiency 0.650, launch_s 1e-6, the α/β values) — the only chip
+0.88, attention_hbm_efficiency 0.650, launch_s 1e-6, the α/β values; the flash fractions
+equal their tile_efficiency, no flash kernel measured) — the only chip
 with a source for each — and the template's own tile rule: one weight-stationary array
 per tile (cores_per_tile 1; tile_m_mult = tile_n_mult = tile_k_mult = 1) and no per-tile
 K fill (k_stages 1), because an array's fill and drain is already in the template's

@@ -86,6 +86,7 @@ cdef packed struct Op:
     double in_bytes
     uint8_t attention
     uint8_t fp8
+    uint8_t flash
 
 
 cdef packed struct Row:
@@ -103,6 +104,8 @@ cdef packed struct Row:
     double hbm_bw
     double attention_bw
     double launch_s
+    double flash_fwd_rate
+    double flash_bwd_rate
 
 
 cdef packed struct Shape:
@@ -396,8 +399,11 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
     vector cores, clock, bandwidths, node size, and the rates its parameters give: GEMM
     array steps per second = clock × tile_efficiency (FP8 GEMMs: clock ×
     fp8_tile_efficiency, times ``fp8_rate``), HBM and attention-core bytes per
-    second, launch gap) with ``params`` (``PARAMS_DTYPE``, its efficiency fractions and
-    latencies, which the collectives read); GEMM quantities are computed once per distinct
+    second, launch gap, and the fused attention kernel's array steps per second, forward and
+    backward = clock × flash_fwd_efficiency, clock × flash_bwd_efficiency, which an operator
+    flagged ``flash`` 1 or 2 runs at on its array cycles, without the tile rule) with
+    ``params`` (``PARAMS_DTYPE``, its efficiency fractions and latencies, which the
+    collectives read); GEMM quantities are computed once per distinct
     (w, d, buffer) — ``shapes`` — and per distinct (w, d, num_tc) — ``splits`` — then
     broadcast to the architectures; ``tile_rule``: whether the tile and wave rule bounds
     GEMM cycles, on the ``tiles`` (``TILE_DTYPE``); ``fp8_rate[a]``: the multiple of the
@@ -417,6 +423,7 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
     cdef double g, cb, t, moved, el, traffic_s, lanes, t1, tp, b, m, k, n, w, d, c1, cp
     cdef double rate, hz, bwa, cpe
     cdef bint fused, fp8, attn
+    cdef uint8_t flash
     cdef const Op* op
     cdef const Row* r
     cdef const Params* p
@@ -487,9 +494,19 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
                 gemm_array_terms(b, m, k, n, moved, elem_bytes, acc_bytes, n_shapes,
                                  &shapes[0], single_buffer_fraction, n_splits, &splits[0],
                                  op.in_bytes, cyc1, bytes1, bytes_all, cycp)
+                # the calibrated model's fused attention kernel (the study's model prices it
+                # as a GEMM): its HBM traffic is the bytes it moves (Q, K, V, the output and
+                # the log-sum-exp; the GEMM tiling would write the M×N scores, which never
+                # reach HBM)
+                flash = op.flash if tile_rule else 0
+                if flash != 0:
+                    for u in range(n_shapes):
+                        bytes1[u] = moved
+                        bytes_all[u] = moved
                 # the array model's quantisation and the tile rule's are both real limits:
-                # the larger holds
-                for x in range(n_tiles):
+                # the larger holds (not for the fused attention kernel: its measured fraction
+                # of peak is of the whole kernel, priced on the array cycles alone)
+                for x in range(n_tiles if flash == 0 else 0):
                     tl = &tiles[x]
                     v = tl.split
                     w = splits[v].w
@@ -508,12 +525,17 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
                     v = r.split
                     c1 = cyc1[u]
                     cp = cycp[v]
-                    if tile_rule:
+                    if tile_rule and flash == 0:
                         x = r.tile
                         c1 = fmax_py(c1, tile1[x])
                         cp = fmax_py(cp, tilep[x])
                     # array steps per second
-                    rate = r.fp8_gemm_rate * fp8_rate[a] if fp8 else r.gemm_rate
+                    if flash == 1:
+                        rate = r.flash_fwd_rate
+                    elif flash == 2:
+                        rate = r.flash_bwd_rate
+                    else:
+                        rate = r.fp8_gemm_rate * fp8_rate[a] if fp8 else r.gemm_rate
                     bwa = r.attention_bw if attn else r.hbm_bw
                     t1 = fmax_py(c1 / rate, bytes1[u] / bwa)
                     tp = fmax_py(cp / rate, bytes_all[u] / bwa)

@@ -104,6 +104,18 @@ the tile rule's cycles) / (clock · ``tile_efficiency``), the sustained fraction
 peak inside a tile (an FP8 GEMM: / (clock · ``fp8_tile_efficiency`` · fp8 rate)); the
 array model's quantisation and the tile rule's are both real limits, so the larger holds.
 
+*The fused attention kernel* (the operators ``flash_attn`` and ``flash_attn.bwd``, found by
+name: ``_records.FLASH_OPS``): its GEMM part runs at the measured fraction of the arrays'
+peak of the whole kernel, ``flash_fwd_efficiency`` forward and ``flash_bwd_efficiency``
+backward — compute time = the study's array cycles / (clock · that fraction), without the
+tile rule, whose K loop would run over the head dimension the operator's K carries (the
+kernel's own loop runs over key blocks; at head dim 128 the rule's K fill alone doubles an
+H100's cycles). Its HBM traffic is the bytes the operator moves (Q, K, V, the output and
+the log-sum-exp; the GEMM tiling rule would write the M × N scores, which a flash kernel
+keeps on chip); its vector epilogue is priced as for any fused operator. A chip without a
+measurement has the fractions equal to its ``tile_efficiency``. (The study's model keeps
+pricing it as a GEMM.)
+
 *HBM*: every traffic time divides by ``hbm_efficiency`` × the HBM bandwidth, except
 that of the unfused attention core's operators (``OpGraph.attention_core``: the batched
 score and context GEMMs, the scale-mask-softmax and the attention dropout, forward and
@@ -137,7 +149,8 @@ from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
 from . import _kernels
-from ._records import OP_DTYPE, PARAMS_DTYPE, ROW_DTYPE, SHAPE_DTYPE, SPLIT_DTYPE, TILE_DTYPE
+from ._records import (FLASH_OPS, OP_DTYPE, PARAMS_DTYPE, ROW_DTYPE, SHAPE_DTYPE, SPLIT_DTYPE,
+                       TILE_DTYPE)
 
 __all__ = ["MODELS", "op_latencies", "p2p_seconds", "roofline_bounds"]
 
@@ -259,7 +272,8 @@ class CostModel:
 #: which the study's model does not read (it has no tile rule).
 IDENTITY = _efficiency.Efficiency(**{
     **{f: getattr(_efficiency.TEMPLATE, f) for f in _TILE_FIELDS},
-    **{f: 1.0 for f in ("tile_efficiency", "fp8_tile_efficiency", "hbm_efficiency", "attention_hbm_efficiency",
+    **{f: 1.0 for f in ("tile_efficiency", "fp8_tile_efficiency", "flash_fwd_efficiency",
+                        "flash_bwd_efficiency", "hbm_efficiency", "attention_hbm_efficiency",
                         "link_efficiency", "net_efficiency", "link_p2p_efficiency",
                         "net_p2p_efficiency")},
     **{f: 0.0 for f in ("launch_s", "coll_latency_s", "link_step_s", "net_step_s",
@@ -341,6 +355,10 @@ def _model_inputs(prep, efficiency):
     rows["hbm_bw"] = prep["hbm_bytes_per_s"] * params["hbm_efficiency"]
     rows["attention_bw"] = prep["hbm_bytes_per_s"] * params["attention_hbm_efficiency"]
     rows["launch_s"] = params["launch_s"]
+    for f in ("flash_fwd", "flash_bwd"):
+        rows[f"{f}_rate"] = prep["clock_hz"] * (
+            float(getattr(one, f"{f}_efficiency")) if key[0] == "set"
+            else np.asarray(eff[f"{f}_efficiency"], dtype=np.float64))
     shapes = np.zeros(prep["shape_w"].shape[0], dtype=SHAPE_DTYPE)
     shapes["w"], shapes["d"], shapes["cap"] = prep["shape_w"], prep["shape_d"], prep["shape_cap"]
     splits = np.zeros(prep["split_w"].shape[0], dtype=SPLIT_DTYPE)
@@ -373,6 +391,8 @@ def _graph_inputs(op_graph):
         ops["in_bytes"] = np.where(g.fp8, float(precision.FP8_BYTES), float(g.bytes_per_element))
         ops["attention"] = g.attention_core
         ops["fp8"] = g.fp8
+        # the fused attention kernel, found by its operator name (phaze.graph names it so)
+        ops["flash"] = [FLASH_OPS.get(name, 0) for name in g.names]
         ops.setflags(write=False)
         hit = _GRAPH_INPUTS.put(op_graph, (ops, bool(np.any(g.fp8))))
     return hit
@@ -564,7 +584,8 @@ def roofline_bounds(op_graph: OpGraph, archs, *, fp8_rate=None):
     ``fp8_rate`` for an FP8 GEMM, as in :func:`op_latencies`) and/or
     elements·cycles_per_element lane-cycles on vector cores, and compulsory bytes are
     the larger of ``bytes_in + bytes_out`` and batch·(e_in·(MK + KN) + e·MN) (e_in = 1 for
-    an FP8 GEMM's operands, else e). Collectives: the ring all-reduce time itself. Cheap
+    an FP8 GEMM's operands, else e; the fused attention kernel's, which writes no M × N
+    scores: ``bytes_in + bytes_out`` alone). Collectives: the ring all-reduce time itself. Cheap
     (numpy only).
     """
     op_graph = _check_graph(op_graph)
@@ -581,7 +602,10 @@ def roofline_bounds(op_graph: OpGraph, archs, *, fp8_rate=None):
                                 + e * d[:, 1] * d[:, 3])
     else:
         gemm_bytes = e * d[:, 0] * (d[:, 1] * d[:, 2] + d[:, 2] * d[:, 3] + d[:, 1] * d[:, 3])
-    moved = np.maximum((op_graph.bytes_in + op_graph.bytes_out).astype(np.float64), gemm_bytes)
+    # the fused attention kernel writes no M×N scores: its compulsory bytes are its own
+    flash = ops["flash"] != 0
+    moved = np.maximum((op_graph.bytes_in + op_graph.bytes_out).astype(np.float64),
+                       np.where(flash, 0.0, gemm_bytes))
     traffic = moved[:, None] / col["hbm_bytes_per_s"][None, :]
     hz = col["clock_hz"][None, :]
     core_peak = (col["tc_width"] * col["tc_depth"] * 2.0)[None, :] * hz

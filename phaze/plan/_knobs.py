@@ -126,6 +126,31 @@ KNOBS = (
          grid_rank=3, title="virtual stages",
          megatron="--num-layers-per-virtual-pipeline-stage (L / (p·v))",
          torchtitan="--parallelism.pipeline_parallel_schedule Interleaved1F1B"),
+    # Source: Megatron-Core megatron/training/arguments.py (--account-for-embedding-in-
+    # pipeline-split, --account-for-loss-in-pipeline-split: the embedding and the loss
+    # each count as one layer when the layers are split over the (virtual) stages;
+    # megatron/core/transformer/transformer_block.py get_num_layers_to_build).
+    Knob("account_for_embedding", bool, False, "True or False",
+         flags=("--account-for-embedding",), study=False, calibrated_only=True,
+         file_key="account_for_embedding", file_rank=20, file_optional=True,
+         trace_values=(False,),
+         trace_note="phaze trace draws even pipeline splits only",
+         help="split the layers over the pipeline stages counting the embedding and the "
+              "loss as one layer each (Megatron-Core's --account-for-embedding-in-pipeline-"
+              "split --account-for-loss-in-pipeline-split): (L + 2)/(p·v) per chunk, the "
+              "first and last one fewer, e.g. Llama 3 405B's 126 layers over 16 stages "
+              "(calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="pipeline splits counting the embedding and loss as layers: off, on or "
+                     "off,on (default both; on adds the p that divide L + 2, not L)",
+         column=True, column_rank=12, short="ae", width=3,
+         legend="embedding and loss counted as pipeline layers ((L + 2)/(p·v) per chunk, the\n"
+                "first and last one fewer): on / off",
+         grid_rank=20, title="embedding in pipeline split",
+         megatron="--account-for-embedding-in-pipeline-split "
+                  "--account-for-loss-in-pipeline-split",
+         deepspeed="",
+         torchtitan="--parallelism.pipeline_parallel_split_points (per-stage layer names)"),
     Knob("sequence_parallel", bool, False, "True or False", flags=("--sequence-parallel",),
          study=False, calibrated_only=True, noop_note="no-op at t = 1",
          file_key="sequence_parallel", file_rank=7,
@@ -230,6 +255,30 @@ KNOBS = (
          megatron="(Megatron-FSDP: --data-parallel-sharding-strategy optim_grads_params)",
          deepspeed="(ZeRO-3 always reshards: stage3_max_reuse_distance)",
          torchtitan="--parallelism.fsdp_reshard_after_forward always|never"),
+    # Sources (docs/fidelity-sources.md, "Tensor-parallel communication overlap (issue 25)"):
+    # Megatron-LM megatron/training/arguments.py (--tp-comm-overlap: asserts
+    # --sequence-parallel), Transformer Engine transformer_engine/pytorch/module/base.py
+    # (initialize_ub: ring_exchange qkv/fc1 fprop and proj/fc2 dgrad, pipeline proj/fc2
+    # fprop in num_splits = 4, bulk qkv/fc1 dgrad and wgrad); torchtitan
+    # --parallelism.enable_async_tensor_parallel (torch micro-pipeline TP,
+    # torch/distributed/_symmetric_memory: _fused_all_gather_matmul /
+    # _fused_matmul_reduce_scatter, one chunk per rank).
+    Knob("tp_comm_overlap", bool, False, "True or False",
+         flags=("--tp-comm-overlap",), study=False, calibrated_only=True,
+         noop_note="no-op at t = 1", file_key="tp_comm_overlap", file_rank=15,
+         file_optional=True,
+         help="overlap sequence parallelism's all-gathers and reduce-scatters with the GEMMs "
+              "beside them, split into chunks (Megatron-Core --tp-comm-overlap, Transformer "
+              "Engine userbuffers; torchtitan's async TP); needs sequence parallelism at "
+              "t > 1 (calibrated model only)",
+         search="grid", search_metavar="off,on", grid_none="both",
+         search_help="tensor-parallel communication overlap: off, on or off,on (default "
+                     "both; overlap never costs time, so on wins where sequence parallelism "
+                     "runs)",
+         grid_rank=13, title="tensor-parallel comm overlap",
+         megatron="--tp-comm-overlap (with --sequence-parallel; Transformer Engine "
+                  "userbuffers)",
+         torchtitan="--parallelism.enable_async_tensor_parallel (with --compile)"),
     # Sources (docs/fidelity-sources.md, "Gradient-reduction datatype"): Megatron-LM
     # d98e8a6 megatron/core/distributed/param_and_grad_buffer.py (grad_dtype = torch.float
     # if grad_reduce_in_fp32 else param.dtype), megatron/training/arguments.py
@@ -432,17 +481,27 @@ RULES = (
          lambda v: v["context_parallel"] > 1 and not v["flash_attention"],
          lambda v: "context parallelism runs on the fused attention kernel: turn flash "
                    "attention on"),
-    Rule("megatron-lm", "layout", ("pipeline_parallel",),
-         lambda v: v["n_layers"] % v["pipeline_parallel"],
+    Rule("megatron-lm", "layout", ("pipeline_parallel", "account_for_embedding"),
+         lambda v: not v["account_for_embedding"] and v["n_layers"] % v["pipeline_parallel"],
          lambda v: f"Megatron-LM splits the {v['n_layers']} transformer layers evenly over the "
                    f"pipeline stages, and {v['n_layers']} is not divisible by p = "
-                   f"{v['pipeline_parallel']}"),
+                   f"{v['pipeline_parallel']} (account_for_embedding splits L + 2)"),
+    Rule("megatron-lm", "layout", ("pipeline_parallel", "virtual_stages",
+                                   "account_for_embedding"),
+         lambda v: v["account_for_embedding"] and (
+             v["pipeline_parallel"] < 2
+             or (v["n_layers"] + 2) % (v["pipeline_parallel"] * v["virtual_stages"])
+             or (v["n_layers"] + 2) // (v["pipeline_parallel"] * v["virtual_stages"]) < 2),
+         lambda v: f"counting the embedding and loss as layers needs p >= 2 and the "
+                   f"{v['n_layers']} + 2 layers divisible by p·v = "
+                   f"{v['pipeline_parallel'] * v['virtual_stages']} into chunks of 2 or more"),
     Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel"),
          lambda v: v["virtual_stages"] > 1 and v["pipeline_parallel"] < 2,
          lambda v: "Megatron-LM's interleaved schedule (virtual stages > 1) needs pipeline "
                    "parallelism (p >= 2)"),
-    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel"),
-         lambda v: v["virtual_stages"] > 1
+    Rule("megatron-lm", "layout", ("virtual_stages", "pipeline_parallel",
+                                   "account_for_embedding"),
+         lambda v: v["virtual_stages"] > 1 and not v["account_for_embedding"]
          and v["n_layers"] % (v["pipeline_parallel"] * v["virtual_stages"]),
          lambda v: f"Megatron-LM's interleaved schedule needs the {v['n_layers']} transformer "
                    f"layers divisible by p × v = "
@@ -468,6 +527,10 @@ RULES = (
                    f"({PARAMETER_DTYPE[v['precision']]} under {v['precision']} training), not "
                    f"in {v['grad_reduce_dtype']}; emit deepspeed (ds_config "
                    f"communication_data_type)"),
+    Rule("deepspeed", "emit", ("account_for_embedding", "pipeline_parallel"),
+         lambda v: v["account_for_embedding"] and v["pipeline_parallel"] > 1,
+         lambda v: "the Megatron-DeepSpeed arguments written here split the layers evenly "
+                   "over the pipeline; emit megatron for a split counting the embedding"),
     Rule("deepspeed", "trainer", ("virtual_stages",), lambda v: v["virtual_stages"] > 1,
          lambda v: "DeepSpeed's pipeline engine has no interleaved schedule (virtual stages "
                    "> 1); emit megatron instead"),
@@ -635,8 +698,12 @@ ARGUMENTS = {
          if v["expert_parallel"] > 1 else []),
         ("virtual_stages", lambda v: _given(
             "--num-layers-per-virtual-pipeline-stage",
-            v["n_layers"] // (v["pipeline_parallel"] * v["virtual_stages"]))
+            (v["n_layers"] + 2 * bool(v["account_for_embedding"]))
+            // (v["pipeline_parallel"] * v["virtual_stages"]))
          if v["virtual_stages"] > 1 else []),
+        ("account_for_embedding", lambda v: ["--account-for-embedding-in-pipeline-split",
+                                             "--account-for-loss-in-pipeline-split"]
+         if v["account_for_embedding"] and v["pipeline_parallel"] > 1 else []),
         ("microbatch", lambda v: _given("--micro-batch-size", v["microbatch"])),
         ("global_batch", lambda v: _given("--global-batch-size", v["global_batch"])),
         ("sequence_parallel", lambda v: ["--sequence-parallel"]
@@ -646,6 +713,9 @@ ARGUMENTS = {
         ("flash_attention", lambda v: ["--use-flash-attn"] if v["flash_attention"] else []),
         ("overlap_grad_reduce", lambda v: ["--overlap-grad-reduce"]
          if v["overlap_grad_reduce"] else []),
+        ("tp_comm_overlap", lambda v: ["--tp-comm-overlap"]
+         if v["tp_comm_overlap"] and v["sequence_parallel"] and v["tensor_parallel"] > 1
+         else []),
         (MODEL_ARGUMENTS, None),
         ("capacity_factor", lambda v: ["--moe-expert-capacity-factor",
                                        f"{float(v['capacity_factor']):g}"]

@@ -43,18 +43,22 @@ from ._pricing import PointGroup, Pricing
 CALIBRATED_PRUNE_BATCH = 64
 
 
-def _stage_text(n_layers: int, p: int) -> str:
-    """Layers per stage of the even split Megatron-LM builds, as 'a,b,c' chain positions:
-    L/p transformer layers each, the embedding joining the first stage and the head the
+def _stage_text(n_layers: int, p: int, v: int = 1, acct: bool = False) -> str:
+    """Layers per stage of the split Megatron-LM builds, as 'a,b,c' chain positions:
+    L/p transformer layers each (or, counting the embedding and loss as layers,
+    ``step.stage_layers``' split), the embedding joining the first stage and the head the
     last (the study's rows count the same way)."""
-    return _even_split(int(n_layers), int(p))
+    return _split_text(int(n_layers), int(p), int(v), bool(acct))
 
 
 @functools.lru_cache(maxsize=4096)
-def _even_split(n_layers: int, p: int) -> str:
-    if p < 1 or n_layers % p:
+def _split_text(n_layers: int, p: int, v: int, acct: bool) -> str:
+    try:
+        sizes = step.stage_layers(n_layers, p, v, acct) if p >= 1 else None
+    except ValueError:
+        sizes = None
+    if not sizes:
         return ""
-    sizes = [n_layers // p] * p
     sizes[0] += 1
     sizes[-1] += 1
     return ",".join(str(s) for s in sizes)
@@ -93,7 +97,8 @@ def _parallel_grids(cfg, model_index) -> dict:
     ``phaze.step.best_plans`` takes them (a dense model: ep = 1 only)."""
     return dict(expert_parallel=model_expert_grid(cfg.models[model_index], cfg.expert_parallel),
                 context_parallel=cfg.context_parallel,
-                capacity_factor=cfg.capacity_factor if cfg.models[model_index].is_moe else None)
+                capacity_factor=cfg.capacity_factor if cfg.models[model_index].is_moe else None,
+                tp_comm_overlap=tuple(cfg.tp_comm_overlap))
 
 
 def plans_over_hbm(cfg, table, recompute, rows) -> list:
@@ -115,6 +120,7 @@ def plans_over_hbm(cfg, table, recompute, rows) -> list:
         grad_reduce_dtype=cfg.grad_reduce_dtype,
         overlap_param_gather=tuple(cfg.overlap_param_gather),
         reshard_after_forward=cfg.reshard_after_forward,
+        account_for_embedding=tuple(cfg.account_for_embedding),
         rows=np.concatenate([rows] * len(caps)))
     return [plans[k * n:(k + 1) * n] for k in range(len(caps))]
 
@@ -183,8 +189,10 @@ def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arc
     cols["data_parallel"].extend(knob("data_parallel", np.int64, 0).tolist())
     cols["pipeline_parallel"].extend(knob("pipeline_parallel", np.int64, 0).tolist())
     cols["devices_used"].extend(knob("devices_used", np.int64, 0).tolist())
-    cols["stage_layers"].extend([_stage_text(n_layers, p[i]) if feasible[i] else ""
-                                 for i in range(n)])
+    v_col = knob("virtual_stages", np.int64, 1)
+    acct_col = knob("account_for_embedding", bool, False)
+    cols["stage_layers"].extend([_stage_text(n_layers, p[i], v_col[i], acct_col[i])
+                                 if feasible[i] else "" for i in range(n)])
     cols["reason"].extend(["" if feasible[i] else plan_reason(plans["reason"][i])
                            for i in range(n)])
     for name in _plan.STRATEGY_COLUMNS:      # the plan's strategy columns (``phaze.plan``)
@@ -347,7 +355,11 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     precision=cfg.precision,
                                     grad_reduce_dtype=cfg.grad_reduce_dtype,
                                     overlap_param_gather=True in cfg.overlap_param_gather,
-                                    reshard_after_forward=cfg.reshard_after_forward)
+                                    reshard_after_forward=cfg.reshard_after_forward,
+                                    # Megatron's overlap runs on sequence parallelism:
+                                    # on where the plan has it, as best_plans records it
+                                    tp_comm_overlap=bool(sp) and t > 1
+                                    and True in cfg.tp_comm_overlap)
                                 if not res.ok:
                                     reason = reason or res.reason
                                     continue

@@ -36,7 +36,9 @@ structs that read them; the import checks that each dtype is its struct's layout
   optimizer's bytes per parameter, kernels and tiny all-reduces, and the bytes per
   parameter of the gradient buffer and its data-parallel reduction (``grad_bytes``: 4 for
   fp32, 2 for a 16-bit ``grad_reduce_dtype``), overlap of the parameter all-gathers
-  (``opg``, 0/1) and ZeRO-3's resharding after the forward (``reshard``, 0/1).
+  (``opg``, 0/1), ZeRO-3's resharding after the forward (``reshard``, 0/1) and the
+  pipeline split (``acct``: 1 when the embedding and the loss count as one layer each,
+  :func:`chunk_range`).
 - :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
   Megatron's rank layout on the row's nodes (``geometry``, ``group_geometry``):
   per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
@@ -99,7 +101,8 @@ SIZES = np.dtype(_fields("i8", (
 PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8"),
                  ("v", "i8"), ("m", "i8"), ("n_layers", "i8"), ("zero", "i8"), ("ogr", "u1"),
                  ("rec_mode", "i8"), ("sp", "u1"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
-                 ("n_tiny", "i8"), ("grad_bytes", "i8"), ("opg", "u1"), ("reshard", "u1")])
+                 ("n_tiny", "i8"), ("grad_bytes", "i8"), ("opg", "u1"), ("reshard", "u1"),
+                 ("acct", "i8")])
 #: Megatron's rank layout per stage (see the module docstring).
 STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
                                       "edp_nodes")))
@@ -183,6 +186,7 @@ cdef packed struct Plan:
     int64_t grad_bytes
     unsigned char opg
     unsigned char reshard
+    int64_t acct
 
 cdef packed struct StageNodes:
     int64_t mask
@@ -364,16 +368,32 @@ cdef void stage_geometry_c(int64_t p, int64_t t, int64_t d, int64_t cp, int64_t 
 # the step
 # ---------------------------------------------------------------------------
 
-cdef inline void stage_kinds(int64_t r, int64_t p, int64_t v, int64_t n_layers,
+cdef inline void chunk_range(int64_t k, int64_t p, int64_t v, int64_t n_layers, int64_t acct,
+                             int64_t* lo, int64_t* hi) noexcept nogil:
+    """Layers [lo, hi) of virtual stage k (k < p·v): L/(p·v) consecutive layers each, or
+    with ``acct`` (Megatron-Core's --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split: the embedding and the loss count as one layer
+    each) (L + 2)/(p·v) each, the first and the last chunk one layer fewer."""
+    cdef int64_t lc = (n_layers + 2 * acct) // (p * v)
+    lo[0] = k * lc - acct
+    hi[0] = (k + 1) * lc - acct
+    if lo[0] < 0:
+        lo[0] = 0
+    if hi[0] > n_layers:
+        hi[0] = n_layers
+
+
+cdef inline void stage_kinds(int64_t r, int64_t p, int64_t v, int64_t n_layers, int64_t acct,
                              const int64_t* moe_prefix, int64_t* nd, int64_t* nm) noexcept nogil:
-    """(dense, MoE) transformer layers device r holds: its chunks c·p + r (c < v) of
-    L/(p·v) consecutive layers each; ``moe_prefix[i]``: MoE layers among layers 0..i−1."""
-    cdef int64_t lc = n_layers // (p * v)
-    cdef int64_t c, k, n = 0
+    """(dense, MoE) transformer layers device r holds: its chunks c·p + r (c < v)
+    (:func:`chunk_range`); ``moe_prefix[i]``: MoE layers among layers 0..i−1."""
+    cdef int64_t c, k, lo, hi, n = 0, total = 0
     for c in range(v):
         k = c * p + r
-        n += moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
-    nd[0] = n_layers // p - n
+        chunk_range(k, p, v, n_layers, acct, &lo, &hi)
+        n += moe_prefix[hi] - moe_prefix[lo]
+        total += hi - lo
+    nd[0] = total - n
     nm[0] = n
 
 
@@ -616,7 +636,7 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
     for r in range(p):
         dpn = stages[r].dp_nodes
         edpn = stages[r].edp_nodes
-        stage_kinds(r, p, v, n_layers, moe_prefix, &nd, &nm)
+        stage_kinds(r, p, v, n_layers, plan.acct, moe_prefix, &nd, &nm)
         layer_times(cp, ep, &stages[r], lt, sz, rp, &bf, &bb, &mf, &mb)
         stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode, &f, &bw, &rec)
         comm = stage_comm(r, p, v, slots)
@@ -643,7 +663,7 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
     for r in range(p):
         dpn = stages[r].dp_nodes
         edpn = stages[r].edp_nodes
-        stage_kinds(r, p, v, n_layers, moe_prefix, &nd, &nm)
+        stage_kinds(r, p, v, n_layers, plan.acct, moe_prefix, &nd, &nm)
         stage_params(r, p, nd, nm, sz, &dn, &en)
         Fd = _ring.spread(F, D // dpn)
         Fe = _ring.spread(F, edp // edpn)
@@ -714,9 +734,9 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     cdef int64_t D = plan.cp * plan.d
     cdef int64_t edp = D // ep
     cdef int64_t e = sz.elem_bytes
-    cdef int64_t nd, nm, dn, en, in_flight, act, ends_in_flight, lc, chunk, c, k, cm, x
+    cdef int64_t nd, nm, dn, en, in_flight, act, ends_in_flight, lo, hi, chunk, c, k, cm, x
     cdef int64_t other, workspace, biggest
-    stage_kinds(r, p, v, n_layers, moe_prefix, &nd, &nm)
+    stage_kinds(r, p, v, n_layers, plan.acct, moe_prefix, &nd, &nm)
     # ZeRO shards: optimizer state from stage 1, gradients from 2, weights at 3.
     cdef int64_t w_div = D if zero >= 3 else 1
     cdef int64_t g_div = D if zero >= 2 else 1
@@ -739,12 +759,12 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
         in_flight = 2 * (p - r - 1) + (v - 1) * p + 1
         if m * v < in_flight:
             in_flight = m * v
-        lc = n_layers // (p * v)
         chunk = 0
         for c in range(v):
             k = c * p + r
-            cm = moe_prefix[(k + 1) * lc] - moe_prefix[k * lc]
-            x = (lc - cm) * sz.blk_stash + cm * sz.moe_stash
+            chunk_range(k, p, v, n_layers, plan.acct, &lo, &hi)
+            cm = moe_prefix[hi] - moe_prefix[lo]
+            x = (hi - lo - cm) * sz.blk_stash + cm * sz.moe_stash
             if x > chunk:
                 chunk = x
         act = in_flight * chunk
@@ -799,13 +819,15 @@ cdef int64_t peak_stage_memory_c(const Plan* plan, const Sizes* sz, const int64_
     of one kind (dense, or all MoE) only stages 0 and p − 1 are priced: a middle stage
     holds fewer parameters (no embedding), no more microbatches in flight (in flight never
     grows with r), no embedding/head stash and the same workspace as stage 0, so it never
-    exceeds stage 0. A model mixing dense and MoE layers has every stage priced."""
+    exceeds stage 0. A model mixing dense and MoE layers, or a split counting the embedding and loss as
+    layers (``acct``: the middle stages hold more layers), has every stage priced."""
     cdef int64_t p = plan.p
     cdef int64_t n_layers = plan.n_layers
     cdef Memory tmp
     cdef int64_t peak = stage_memory_c(0, plan, sz, moe_prefix, out)
     cdef int64_t n_moe = moe_prefix[n_layers]
-    cdef bint mixed = 0 < n_moe < n_layers
+    # a stage-1 chunk outweighs stage 0's when the embedding counts as a layer (acct)
+    cdef bint mixed = (0 < n_moe < n_layers) or plan.acct != 0
     cdef int64_t r, x
     for r in range(1, p):
         if not mixed and r < p - 1:
@@ -836,7 +858,7 @@ cdef void slot_lower_bounds(const Plan* plan, const LayerTimes* lt, const int64_
         out[q] = 0.0
         if r >= p or (q == 2 and p < 3):
             continue
-        stage_kinds(r, p, plan.v, plan.n_layers, moe_prefix, &nd, &nm)
+        stage_kinds(r, p, plan.v, plan.n_layers, plan.acct, moe_prefix, &nd, &nm)
         stage_sums(r, p, nd, nm, lt.blk_f, lt.blk_b, lt.moe_f, lt.moe_b, lt, plan.rec_mode,
                    &f, &bw, &rec)
         out[q] = f + bw + rec
@@ -851,7 +873,7 @@ cdef double stage_slot_bound(int64_t r, const Plan* pl, const StageNodes* stage,
     cdef int64_t D = pl.cp * pl.d
     cdef int64_t nd, nm
     cdef double bf, bb, mf, mb, f, bw, rec
-    stage_kinds(r, pl.p, pl.v, pl.n_layers, moe_prefix, &nd, &nm)
+    stage_kinds(r, pl.p, pl.v, pl.n_layers, pl.acct, moe_prefix, &nd, &nm)
     layer_times(pl.cp, pl.ep, stage, lt, sz, rp, &bf, &bb, &mf, &mb)
     stage_sums(r, pl.p, nd, nm, bf, bb, mf, mb, lt, pl.rec_mode, &f, &bw, &rec)
     return f + bw + rec + sharded_comm(r, pl.p, nd, nm, bf, bb, mf, mb, lt, sz, pl.rec_mode,
@@ -893,7 +915,7 @@ cdef double dp_tail_bound(const Plan* pl, const Sizes* sz, const StageNodes* sta
     cdef Fabric Fd, Fe
     if D <= 1:
         return 0.0
-    stage_kinds(0, pl.p, pl.v, pl.n_layers, moe_prefix, &nd, &nm)
+    stage_kinds(0, pl.p, pl.v, pl.n_layers, pl.acct, moe_prefix, &nd, &nm)
     stage_params(0, pl.p, nd, nm, sz, &dn, &en)
     Fd = _ring.spread(F, D // dpn)
     Fe = _ring.spread(F, edp // edpn)

@@ -46,6 +46,30 @@ OVERLAPPED_GATHERS = {
     "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX", "qkv_proj.dX"),
     "allgather_ln2.bwd": ("fc1.dX", "gate_proj.dX", "up_proj.dX"),
 }
+#: Tensor-parallel communication overlap (the ``tp_comm_overlap`` knob: Megatron-Core's
+#: ``--tp-comm-overlap``, Transformer Engine's userbuffers; torchtitan's async TP): each
+#: sequence-parallel collective of a transformer block → (its partner GEMMs, how TE
+#: overlaps it: ``initialize_ub``'s default method of that userbuffer,
+#: transformer_engine/pytorch/module/base.py). "ring": the all-gather before a
+#: column-parallel GEMM (qkv/fc1 fprop) or a row-parallel input gradient (proj/fc2 dgrad),
+#: a ring exchange of t chunks whose first GEMM chunk runs on the local shard;
+#: "pipeline": the reduce-scatter after a row-parallel GEMM (proj/fc2 fprop), the GEMM in
+#: ``TP_PIPELINE_SPLITS`` chunks each reduce-scattered beside the next; "bulk": the
+#: reduce-scatter of a column-parallel input gradient beside the weight-gradient GEMM
+#: (qkv/fc1 wgrad; the norm all-gathers beside dgrad are ``OVERLAPPED_GATHERS``, always on).
+TP_OVERLAPPED = {
+    "allgather_attn": (("qkv_proj", "q_proj", "k_proj", "v_proj"), "ring"),
+    "allgather_mlp": (("fc1", "gate_proj", "up_proj"), "ring"),
+    "reduce_scatter_attn": (("out_proj",), "pipeline"),
+    "reduce_scatter_mlp": (("fc2",), "pipeline"),
+    "allgather_out_proj.dY": (("out_proj.dX",), "ring"),
+    "allgather_fc2.dY": (("fc2.dX",), "ring"),
+    "reduce_scatter_qkv.dX": (("qkv_proj.dW", "q_proj.dW", "k_proj.dW", "v_proj.dW"), "bulk"),
+    "reduce_scatter_fc1.dX": (("fc1.dW", "gate_proj.dW", "up_proj.dW"), "bulk"),
+}
+#: Chunks of TE's "pipeline" reduce-scatter overlap (``initialize_ub``'s ``num_splits``
+#: default, base.py ``add_ub``).
+TP_PIPELINE_SPLITS = 4
 #: The attention-core operators selective recomputation re-runs before the backward.
 ATTENTION_CORE = ("attn_scores", "softmax", "attn_dropout", "attn_context")
 
@@ -76,7 +100,26 @@ def row_params(archs, eff_rows) -> np.ndarray:
     return rp
 
 
-def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None, intra=None):
+def tp_overlap_exposed(method, comm, gemm, t):
+    """Seconds of a tensor-parallel collective of ``comm`` seconds left exposed beside its
+    partner GEMMs of ``gemm`` seconds under ``tp_comm_overlap`` (arrays or floats; method
+    of :data:`TP_OVERLAPPED`). "ring" (t chunks, the local one's GEMM first, each of the
+    t − 1 exchange steps beside the next chunk's GEMM): (t−1)·max(0, comm/(t−1) − gemm/t)
+    = max(0, comm − gemm·(t−1)/t). "pipeline" (n = ``TP_PIPELINE_SPLITS`` chunks, chunk
+    i's reduce-scatter beside GEMM chunk i+1, the last one alone): (n−1)/n·max(0, comm −
+    gemm) + comm/n. "bulk" (the whole collective beside the GEMM): max(0, comm − gemm)."""
+    if method == "ring":
+        return np.maximum(comm - gemm * ((t - 1) / t), 0.0)
+    if method == "pipeline":
+        n = TP_PIPELINE_SPLITS
+        return np.maximum(comm - gemm, 0.0) * ((n - 1) / n) + comm / n
+    if method == "bulk":
+        return np.maximum(comm - gemm, 0.0)
+    raise ValueError(f"method must be one of ring, pipeline, bulk, got {method!r}")
+
+
+def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None, intra=None,
+                    tp_overlap=False):
     """Seconds of each operator of ``g`` (one microbatch) on every row, (n_ops, n): the
     intra-op calibrated latencies, with sequence parallelism's reduce-scatters and
     all-gathers (``OpGraph.collective``) priced as rings over the in-node tensor-parallel
@@ -86,12 +129,16 @@ def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None, intra=None):
     exceeds the GEMMs they overlap. ``pricer``: the rows under the calibrated model
     (``cost.prepare``); ``fp8_rate`` (an fp8 graph's tensor-rate multiplier) goes to its
     ``op_latencies`` as given; ``intra``: those latencies already priced (its
-    ``op_latencies_many``), or None.
+    ``op_latencies_many``), or None; ``tp_overlap``: tensor-parallel communication
+    overlap (``tp_comm_overlap``, effective: sequence parallelism at t > 1): the
+    collectives of :data:`TP_OVERLAPPED` charged :func:`tp_overlap_exposed` beside their
+    partner GEMMs (no slowdown of the GEMMs beside the traffic: no component measurement
+    with shapes, docs/fidelity-sources.md).
     Returns (seconds, {operator name: index})."""
     if intra is None:
         _, intra = pricer.op_latencies(g, fp8_rate=fp8_rate)
     sec = np.ascontiguousarray(intra, dtype=np.float64).copy()
-    index, rings, overlapped, _group = _graph_static(g)
+    index, rings, overlapped, _group, tp_overlapped = _graph_static(g)
     for i, code, nbytes in rings:
         collectives.contiguous_seconds(code, nbytes, t, rp, node_size, sec[i])
     for i, partners in overlapped:
@@ -99,6 +146,12 @@ def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None, intra=None):
         for q in partners:
             busy = busy + sec[q]
         sec[i] = np.where(sec[i] - busy > 0.0, sec[i] - busy, 0.0)
+    if tp_overlap and t > 1:
+        for i, partners, method in tp_overlapped:
+            busy = 0
+            for q in partners:
+                busy = busy + sec[q]
+            sec[i] = tp_overlap_exposed(method, sec[i], busy, t)
     return sec, index
 
 
@@ -118,7 +171,10 @@ def _graph_static(g):
                       for name, partners in OVERLAPPED_GATHERS.items() if name in index]
         group = g.collectives(*GROUP_COLLECTIVES)
         group.setflags(write=False)
-        hit = _GRAPH_STATIC.put(g, (index, rings, overlapped, group))
+        tp_overlapped = [(index[name], [index[q] for q in partners if q in index], method)
+                         for name, (partners, method) in TP_OVERLAPPED.items()
+                         if name in index]
+        hit = _GRAPH_STATIC.put(g, (index, rings, overlapped, group, tp_overlapped))
     return hit
 
 
@@ -128,7 +184,8 @@ def _graph_static(g):
 GROUP_COLLECTIVES = ("all_to_all", "p2p")
 
 
-def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None):
+def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None,
+                     tp_overlap=False):
     """(forward, backward, attention-core forward, flash attention forward, flash attention
     backward) seconds of one layer kind, one microbatch, on every row: five (n,) arrays, the
     first two each a row's sum of its operators (numpy's sum over one contiguous row, the
@@ -136,12 +193,13 @@ def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None
     context-parallel K/V exchanges (``GROUP_COLLECTIVES``: the kernels price them over the
     plan's ranks). The third is what selective recomputation re-runs (0 with flash
     attention); the last two are the fused attention kernels the K/V exchange overlaps.
-    ``priced``: {graph: intra-op latencies} already priced, or None."""
+    ``priced``: {graph: intra-op latencies} already priced, or None; ``tp_overlap``:
+    :func:`op_seconds_rows`'."""
     priced = priced or {}
     fs, findex = op_seconds_rows(layer.forward, pricer, rp, node_size, t, fp8_rate,
-                                 priced.get(layer.forward))
+                                 priced.get(layer.forward), tp_overlap)
     bs, bindex = op_seconds_rows(layer.backward, pricer, rp, node_size, t, fp8_rate,
-                                 priced.get(layer.backward))
+                                 priced.get(layer.backward), tp_overlap)
     for sec, g in ((fs, layer.forward), (bs, layer.backward)):
         sec[_graph_static(g)[3]] = 0.0
     core = np.zeros(fs.shape[1])
@@ -198,17 +256,20 @@ def moe_prefix(m_spec) -> np.ndarray:
 
 
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
-                 precision, grad_reduce_dtype="fp32", opg=False, reshard=True) -> np.ndarray:
+                 precision, grad_reduce_dtype="fp32", opg=False, reshard=True,
+                 acct=False) -> np.ndarray:
     """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
     (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
     parameter, its kernels and its tiny all-reduces follow from them;
     ``grad_reduce_dtype`` the gradient buffer's and reduction's bytes per parameter, and
     the optimizer's copy of a 16-bit buffer to fp32 main gradients; ``opg`` the overlap of
-    the parameter all-gathers, ``reshard`` ZeRO-3's resharding after the forward)."""
-    cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp, opg, reshard)
+    the parameter all-gathers, ``reshard`` ZeRO-3's resharding after the forward, ``acct``
+    the pipeline split counting the embedding and loss as layers)."""
+    cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp, opg, reshard,
+                               acct)
     out = np.zeros(cols[0].shape, dtype=kern.PLAN)
     for name, col in zip(("p", "t", "d", "cp", "ep", "v", "m", "n_layers", "zero", "ogr",
-                          "sp", "opg", "reshard"), cols):
+                          "sp", "opg", "reshard", "acct"), cols):
         out[name] = col
     out["rec_mode"] = RECOMPUTE_CODES[recompute]
     out["opt_bytes"] = float(OPTIMIZER_BYTES_PER_PARAM[precision]

@@ -326,12 +326,30 @@ class StepResult:
         return max(self.memory, key=lambda mb: mb.total) if self.memory else None
 
 
-def stage_layers(n_layers: int, p: int) -> list:
-    """Transformer layers per stage as Megatron-LM builds them (L divisible by p): [L/p]·p."""
-    if n_layers % p:
-        raise ValueError(f"Megatron-LM needs the transformer layers ({n_layers}) divisible by "
-                         f"the pipeline stages ({p})")
-    return [n_layers // p] * p
+def stage_layers(n_layers: int, p: int, virtual_stages: int = 1,
+                 account_for_embedding: bool = False) -> list:
+    """Transformer layers per stage (device) as Megatron-LM builds them: [L/p]·p (L divisible
+    by p), or with ``account_for_embedding`` (Megatron-Core's
+    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split) the
+    L + 2 layers (embedding and loss one each) split into p·v chunks of (L + 2)/(p·v), the
+    first and last chunk one layer fewer (p ≥ 2, chunks of at least 2)."""
+    if not account_for_embedding:
+        if n_layers % p:
+            raise ValueError(f"Megatron-LM needs the transformer layers ({n_layers}) divisible "
+                             f"by the pipeline stages ({p}), or account_for_embedding with "
+                             f"{n_layers} + 2 divisible by p·v")
+        return [n_layers // p] * p
+    chunks = p * virtual_stages
+    if p < 2 or (n_layers + 2) % chunks or (n_layers + 2) // chunks < 2:
+        raise ValueError(f"account_for_embedding needs p >= 2 and the {n_layers} + 2 layers "
+                         f"(embedding and loss counted) divisible by p·v = {chunks} into "
+                         f"chunks of 2 or more")
+    lc = (n_layers + 2) // chunks
+    out = [0] * p
+    for k in range(chunks):
+        lo, hi = max(0, k * lc - 1), min(n_layers, (k + 1) * lc - 1)
+        out[k % p] += hi - lo
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -473,8 +491,15 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # (Megatron-LM switches it off there), and the plan records what ran.
     sp = pl.sequence_parallel and t > 1
     flash = pl.flash_attention
+    # Tensor-parallel communication overlap acts on sequence parallelism's collectives: a
+    # no-op at t = 1, refused without sequence parallelism at t > 1 (Megatron-LM's
+    # arguments.py asserts --sequence-parallel with --tp-comm-overlap).
+    tpo = bool(pl.tp_comm_overlap) and t > 1
     plan = dict(model=m_spec.name, **pl.as_dict(), sequence_parallel_effective=sp,
-                trainers=_plan.trainers(**pl.as_dict()))
+                tp_comm_overlap_effective=tpo, trainers=_plan.trainers(**pl.as_dict()))
+    if tpo and not sp:
+        raise ValueError(f"tp_comm_overlap needs sequence_parallel at tensor parallel {t} > 1 "
+                         f"(Megatron-LM's --tp-comm-overlap requires --sequence-parallel)")
 
     if B % (b * d):
         return _not("infeasible", f"global batch {B} is not a multiple of microbatch × data "
@@ -503,8 +528,9 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     if cp > 1 and m_spec.seq_len % chunks:
         return _not("infeasible", f"context parallel {cp} needs the sequence ({m_spec.seq_len}) "
                                   f"divisible by {chunks}", plan)
+    acct = bool(pl.account_for_embedding)
     try:
-        stage_layers(m_spec.n_layers, p)
+        stage_layers(m_spec.n_layers, p, v, acct)
     except ValueError as exc:
         return _not("infeasible", str(exc), plan)
     m = B // (b * d)
@@ -513,7 +539,7 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
         if p == 1:
             return _not("infeasible", "interleaved 1F1B (virtual_stages > 1) needs pipeline "
                                       "parallelism (p ≥ 2)", plan)
-        if m_spec.n_layers % (p * v):
+        if not acct and m_spec.n_layers % (p * v):
             return _not("infeasible", f"interleaved 1F1B needs the transformer layers "
                                       f"({m_spec.n_layers}) divisible by p·v = {p * v}", plan)
         if m % p:
@@ -530,12 +556,12 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
     pricer = cost.prepare(row, model="calibrated", efficiency=eff)
-    lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate)
+    lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate, tpo)
     prefix = _layers.moe_prefix(m_spec)
     plan_rec = _layers.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,
                                     pl.grad_reduce_dtype, bool(pl.overlap_param_gather),
-                                    bool(pl.reshard_after_forward)).reshape(1)
+                                    bool(pl.reshard_after_forward), acct).reshape(1)
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)
     cell = np.zeros(1, dtype=_kern.CELL_NODES)
     _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell)

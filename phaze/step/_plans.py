@@ -40,6 +40,7 @@ PLAN_DTYPE = np.dtype([
     ("tensor_parallel", "i8"), ("pipeline_parallel", "i8"), ("data_parallel", "i8"),
     ("expert_parallel", "i8"), ("context_parallel", "i8"), ("virtual_stages", "i8"), ("zero_stage", "i8"), ("sequence_parallel", "?"),
     ("flash_attention", "?"), ("overlap_grad_reduce", "?"), ("overlap_param_gather", "?"),
+    ("account_for_embedding", "?"), ("tp_comm_overlap", "?"),
     ("devices_used", "i8"), ("microbatches", "i8"),
     ("memory_bytes", "i8"), ("weights_bytes", "i8"), ("gradients_bytes", "i8"),
     ("optimizer_bytes", "i8"), ("activations_bytes", "i8"), ("workspace_bytes", "i8"),
@@ -52,14 +53,17 @@ PLAN_DTYPE = np.dtype([
 # one variant's layer times and sizes
 # ---------------------------------------------------------------------------
 
-def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None) -> np.ndarray:
+def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
+                  tp_overlap=False) -> np.ndarray:
     """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) of one (t, sequence
     parallel, flash, cp, ep) graph variant ``mg`` on every row of ``pricer`` (the rows under
     the calibrated model, ``cost.prepare``; ``rp`` and ``node_size`` theirs; ``fp8_rate``:
     the rows' fp8 multiplier for an fp8 graph, as ``cost.op_latencies`` takes it;
     ``priced``: {graph: intra-op latencies} of its graphs already priced, or None). They do not depend on
     the recomputation mode (:func:`variant_sizes` does). ``mg.layers`` may hold any runs of
-    'block' and 'moe_block'; a kind the model lacks has zero times."""
+    'block' and 'moe_block'; a kind the model lacks has zero times. ``tp_overlap``:
+    tensor-parallel communication overlap (``tp_comm_overlap``; ``_layers.op_seconds_rows``,
+    a no-op without sequence parallelism's collectives)."""
     t = mg.tensor_parallel
     cp = mg.context_parallel
     kinds = mg.kinds()
@@ -75,7 +79,7 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None)
         if L is None:
             continue
         f, b, core, flash_f, flash_b = layer_times_rows(L, pricer, rp, node_size, t, fp8_rate,
-                                                        priced)
+                                                        priced, tp_overlap)
         lt[slots[0]] = f
         lt[slots[1]] = b
         if slots[2] is None:
@@ -133,9 +137,10 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
     return sizes
 
 
-def variant_inputs(mg, m_spec, pricer, rp, node_size, recompute, fp8_rate=None):
+def variant_inputs(mg, m_spec, pricer, rp, node_size, recompute, fp8_rate=None,
+                   tp_overlap=False):
     """(:func:`variant_times`, :func:`variant_sizes`) of one graph variant."""
-    return (variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate),
+    return (variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate, tp_overlap=tp_overlap),
             variant_sizes(mg, m_spec, recompute))
 
 
@@ -194,7 +199,7 @@ def _bound_args(devices, global_batch, recompute):
 
 def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
                overlap_grad_reduce, grad_reduce_dtype, overlap_param_gather=(False, True),
-               reshard_after_forward=True):
+               reshard_after_forward=True, account_for_embedding=(False, True)):
     """The checked plan-level settings of a plan search, in :func:`_search_plans`' order
     (devices, global batch, recomputation, v grid, ZeRO grid, overlap grid, the
     :class:`_Sharding` settings)."""
@@ -204,21 +209,26 @@ def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
     ogrs = _bool_grid("overlap_grad_reduce", overlap_grad_reduce)
     opgs = _bool_grid("overlap_param_gather", overlap_param_gather)
     reshard = _plan.check("reshard_after_forward", reshard_after_forward)
+    accts = _bool_grid("account_for_embedding", account_for_embedding)
     vs_grid = None if virtual_stages is None else sorted(
         _int_grid("virtual_stages", virtual_stages, 1))
     return n_dev, B, recompute, vs_grid, zeros, ogrs, _Sharding(
-        grad_reduce_dtype, True in opgs, reshard)
+        grad_reduce_dtype, True in opgs, reshard, tuple(accts))
 
 
 @dataclasses.dataclass(frozen=True)
 class _Sharding:
-    """The one-value data-parallel settings of a plan search: the gradient-reduction
-    datatype, whether the parameter all-gathers overlap compute (on when the grid allows
-    it: overlap never costs time or memory) and ZeRO-3's resharding after the forward."""
+    """The plan-level settings of a plan search beside the grids enumerate_plans takes: the
+    gradient-reduction datatype, whether the parameter all-gathers overlap compute (on when
+    the grid allows it: overlap never costs time or memory), ZeRO-3's resharding after the
+    forward, and the pipeline splits searched (``account_for_embedding`` values: False the
+    even splits, True the splits counting the embedding and loss as layers, for the p that
+    divide L + 2 and not L)."""
 
     grad_reduce_dtype: str
     overlap_param_gather: bool
     reshard_after_forward: bool
+    account_for_embedding: tuple = (False,)
 
 
 #: The context-parallel widths ``context_parallel=None`` tries (then kept where the
@@ -306,8 +316,12 @@ class LayerTable:
     (``step_time``), the search's work in plans.
     """
 
-    def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times, key=None):
+    def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times, key=None,
+                 tp_overlap=False):
         self.model = m_spec
+        # tensor-parallel communication overlap in the layer times (on the variants with
+        # sequence parallelism)
+        self.tp_overlap = bool(tp_overlap)
         # what the variants (and so the plans and their sizes) follow from, hashable: tables
         # with equal keys share their plan sets (:data:`_PLAN_SETS`)
         self.key = key
@@ -370,12 +384,14 @@ class LayerTable:
                    virtual_stages=None, zero_stage=(0, 1, 2, 3),
                    overlap_grad_reduce=(False, True), launchable=True,
                    grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
-                   reshard_after_forward=True, rows=None) -> np.ndarray:
+                   reshard_after_forward=True, account_for_embedding=(False, True),
+                   rows=None) -> np.ndarray:
         """:func:`best_plans` on the table's rows (or the row indices ``rows``, repeats
         allowed; ``hbm_bytes`` then one per index), with the table's variants."""
         n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
             devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
-            grad_reduce_dtype, overlap_param_gather, reshard_after_forward)
+            grad_reduce_dtype, overlap_param_gather, reshard_after_forward,
+            account_for_embedding)
         archs, rp, ns, times = self._take(rows)
         return _search_plans(self, archs, rp, ns, times, n_dev, B, recompute, hbm_bytes,
                              vs_grid, zeros, ogrs, bool(launchable), sharding)
@@ -390,24 +406,29 @@ class LayerTable:
 def layer_table(model, archs, *, microbatch, tensor_parallel=(1, 2, 4, 8),
                 sequence_parallel=(False, True), flash_attention=(False, True),
                 precision="bf16", efficiency=None, fp8_rate=None, expert_parallel=None,
-                context_parallel=None, capacity_factor=None) -> LayerTable:
+                context_parallel=None, capacity_factor=None,
+                tp_comm_overlap=(False,)) -> LayerTable:
     """The :class:`LayerTable` of ``model`` at ``microbatch`` on ``archs``: every variant
     of the grids (as :func:`best_plans` takes them) priced once on every row."""
     m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
     return _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                         flash_attention, precision, fp8_rate, expert_parallel,
-                        context_parallel, capacity_factor)
+                        context_parallel, capacity_factor, tp_comm_overlap)
 
 
 def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                  flash_attention, precision, fp8_rate, expert_parallel, context_parallel,
-                 capacity_factor) -> LayerTable:
+                 capacity_factor, tp_comm_overlap=(False,)) -> LayerTable:
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
         raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
                          f"got {precision!r}")
     widths = _int_grid("tensor_parallel", tensor_parallel, 1)
     sps = _bool_grid("sequence_parallel", sequence_parallel)
     flashes = _bool_grid("flash_attention", flash_attention)
+    # Tensor-parallel communication overlap never costs time (each exposed collective is
+    # ≤ the collective, _layers.tp_overlap_exposed): with both in the grid only on is
+    # priced, and it acts on the variants with sequence parallelism at t > 1 only.
+    tpo = True in _bool_grid("tp_comm_overlap", tp_comm_overlap)
     eps = expert_parallel_grid(m_spec, expert_parallel)
     cps = context_parallel_grid(m_spec, context_parallel)
     rp = row_params(archs, eff_rows)
@@ -421,14 +442,14 @@ def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
     priced = {g: intra for g, (_single, intra) in
               zip(graphs, pricer.op_latencies_many(graphs, fp8_rate=fp8_rate))}
     for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(variants):
-        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced)
+        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced, tpo)
     key = (m_spec, b, precision, tuple(widths), tuple(sps), tuple(flashes), tuple(cps),
-           tuple(eps), capacity_factor)
+           tuple(eps), capacity_factor, tpo)
     try:
         hash(key)
     except TypeError:   # an unhashable model (a spec with list fields): no sharing
         key = None
-    return LayerTable(m_spec, b, precision, archs, rp, variants, times, key)
+    return LayerTable(m_spec, b, precision, archs, rp, variants, times, key, tpo)
 
 
 def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="full",
@@ -437,7 +458,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                overlap_grad_reduce=(False, True), precision="bf16", efficiency=None,
                fp8_rate=None, launchable=True, expert_parallel=None, context_parallel=None,
                capacity_factor=None, grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
-               reshard_after_forward=True):
+               reshard_after_forward=True, account_for_embedding=(False, True),
+               tp_comm_overlap=(False,)):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -475,7 +497,10 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     every stage is the same plan: only the grid's first is evaluated). Feasible: every
     stage's memory ≤ the capacity. When both overlap_grad_reduce values are in the grid
     only True is evaluated: it is never slower (each exposed reduction is max(0, x −
-    backward) ≤ x in floating point too) and holds the same memory.
+    backward) ≤ x in floating point too) and holds the same memory. ``tp_comm_overlap``
+    (booleans) likewise: with True in the grid the variants with sequence parallelism at
+    t > 1 are priced with tensor-parallel communication overlap (never slower, the same
+    memory), the others as they are.
 
     Returns a PLAN_DTYPE array (n,): per row the feasible plan of least ``time_s`` (inf,
     ``feasible`` False and a ``reason`` index into PLAN_REASONS when there is none). Ties
@@ -491,10 +516,10 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
     n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
         devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
-        grad_reduce_dtype, overlap_param_gather, reshard_after_forward)
+        grad_reduce_dtype, overlap_param_gather, reshard_after_forward, account_for_embedding)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
-                         context_parallel, capacity_factor)
+                         context_parallel, capacity_factor, tp_comm_overlap)
     return _search_plans(table, table.rows, table.rp, table.node_size, table.times, n_dev, B,
                          recompute, hbm_bytes, vs_grid, zeros, ogrs, bool(launchable),
                          sharding)
@@ -551,18 +576,48 @@ class _PlanSet:
         grp = np.array(groups or [(1, 1, 1)], dtype=np.int64).reshape(-1, 3)
         L = m_spec.n_layers
         self.prefix = prefix = moe_prefix(m_spec)
-        ps = [p for p in range(1, L + 1) if L % p == 0]
         ds = [d for d in range(1, n_dev + 1) if B % (b * d) == 0]
-        (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo,
-         geo_t, geo_cp, geo_ep, geo_p, geo_d) = kern.enumerate_plans(
-            var_g, np.int64(nv), np.ascontiguousarray(grp[:, 0]),
-            np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
-            np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64), n_dev, B, b, L,
-            np.array(vs_grid or [0], dtype=np.int64), vs_grid is None,
-            np.array(zeros, dtype=np.int64), np.array(ogrs, dtype=np.uint8), bool(launchable),
-            _plan.refusal("torchtitan", {"precision": precision, "zero_stage": 3,
-                                         "grad_reduce_dtype": grad_reduce_dtype},
-                          ("trainer",)) is None)
+        z3_anywhere = _plan.refusal("torchtitan", {"precision": precision, "zero_stage": 3,
+                                                   "grad_reduce_dtype": grad_reduce_dtype},
+                                    ("trainer",)) is None
+        parts = []
+        # even splits (p dividing L), then the splits counting the embedding and the loss
+        # as layers for the p that divide L + 2 and not L (enumerated as L + 2 layers:
+        # Megatron's interleaving rule then reads (L + 2) % (p·v); chunks of 2 or more)
+        for acct in sorted(set(sharding.account_for_embedding)):
+            if acct:
+                ps = [p for p in range(2, (L + 2) // 2 + 1) if (L + 2) % p == 0 and L % p]
+            else:
+                ps = [p for p in range(1, L + 1) if L % p == 0]
+            if not ps:
+                continue
+            cols = kern.enumerate_plans(
+                var_g, np.int64(nv), np.ascontiguousarray(grp[:, 0]),
+                np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
+                np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64), n_dev, B, b,
+                L + 2 if acct else L, np.array(vs_grid or [0], dtype=np.int64),
+                vs_grid is None, np.array(zeros, dtype=np.int64),
+                np.array(ogrs, dtype=np.uint8), bool(launchable), z3_anywhere)
+            cols = list(cols)
+            if acct:
+                keep = (L + 2) // (cols[1] * cols[3]) >= 2
+                cols[:8] = [c[keep] for c in cols[:8]]
+            parts.append((acct, cols))
+        offset = 0
+        merged = [[] for _ in range(14)]
+        for acct, cols in parts:
+            for i in range(8):
+                merged[i].append(cols[i] + (offset if i == 7 else 0))
+            merged[8].append(np.full(cols[0].shape[0], acct, dtype=bool))
+            for i in range(8, 13):
+                merged[i + 1].append(cols[i])
+            offset += cols[8].shape[0]
+        (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo, plan_acct,
+         geo_t, geo_cp, geo_ep, geo_p, geo_d) = [
+            np.ascontiguousarray(np.concatenate(c)) if c else np.zeros(0, dtype=np.int64)
+            for c in merged]
+        plan_acct = plan_acct.astype(bool)
+        plan_ogr = plan_ogr.astype(bool)
         self.plan_var, self.plan_geo = plan_var, plan_geo
         self.ns_values = np.unique(table.node_size).astype(np.int64)
         self.geo_off, self.geo_stages, self.geo_cells = kern.build_geometry(
@@ -571,10 +626,11 @@ class _PlanSet:
                                   var_ep[plan_var], plan_v, plan_m, L, plan_zero, plan_ogr,
                                   recompute, var_sp[plan_var], precision, grad_reduce_dtype,
                                   sharding.overlap_param_gather,
-                                  sharding.reshard_after_forward)
+                                  sharding.reshard_after_forward, plan_acct)
         self.plan_peak = kern.plan_memory(self.plans, plan_var, self.sizes, prefix)
         # the (variant, p, v) classes sharing one slot bound (search_rows)
-        _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v]), axis=1,
+        _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v,
+                                                plan_acct.astype(np.int64)]), axis=1,
                                       return_index=True, return_inverse=True)
         self.plan_slot = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
         self.slot_plan = np.ascontiguousarray(first, dtype=np.int64)
@@ -586,6 +642,8 @@ class _PlanSet:
             "zero_stage": plan_zero, "sequence_parallel": var_sp[plan_var],
             "flash_attention": var_flash[plan_var], "overlap_grad_reduce": plan_ogr,
             "overlap_param_gather": np.full(plan_var.shape[0], sharding.overlap_param_gather),
+            "account_for_embedding": plan_acct,
+            "tp_comm_overlap": var_sp[plan_var] & table.tp_overlap,
             "devices_used": var_t[plan_var] * var_cp[plan_var] * plan_p * plan_d,
             "microbatches": plan_m}
         self.variants_planned = np.unique(plan_var) if plan_var.shape[0] else plan_var
@@ -677,7 +735,7 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
                       tensor_parallel=(1, 2, 4, 8), sequence_parallel=(False, True),
                       flash_attention=(False, True), efficiency=None, precision="bf16",
                       fp8_rate=None, expert_parallel=None, context_parallel=None,
-                      capacity_factor=None):
+                      capacity_factor=None, tp_comm_overlap=(False,)):
     """A lower bound (seconds, (n,)) of :func:`best_plans`' ``time_s`` per row, for any
     pipeline/data split, virtual stages, ZeRO stage and overlap in those grids (inf where
     no tensor-parallel width of the grid is allowed on the row); the ``expert_parallel``,
@@ -695,7 +753,7 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
     n_dev, B, recompute = _bound_args(devices, global_batch, recompute)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
-                         context_parallel, capacity_factor)
+                         context_parallel, capacity_factor, tp_comm_overlap)
     return _lower_bounds(table, table.node_size, table.times, n_dev, B, recompute)
 
 
