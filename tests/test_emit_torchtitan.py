@@ -151,3 +151,14 @@ def test_cli_emit_torchtitan_refuses_in_one_sentence(capsys):
     err = capsys.readouterr().err.strip()
     assert err.endswith("--emit torchtitan: torchtitan cannot launch this plan: torchtitan has "
                         "no model flavor for llama2-7b; emit megatron")
+
+
+def test_tp_comm_overlap_is_async_tp_with_compile():
+    """Megatron-Core's --tp-comm-overlap knob is torchtitan's async TP, which needs
+    torch.compile (torchtitan v0.2.0 distributed/tensor_parallel.py)."""
+    cfg = launch.torchtitan_config("llama3-8b", tensor_parallel=8, pipeline_parallel=1,
+                                   data_parallel=2, microbatch=1, global_batch=16,
+                                   zero_stage=3, flash_attention=True, sequence_parallel=True,
+                                   tp_comm_overlap=True)
+    assert cfg["parallelism"]["enable_async_tensor_parallel"] is True
+    assert cfg["compile"] == {"enable": True}

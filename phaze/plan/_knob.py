@@ -1,5 +1,5 @@
-"""The :class:`Knob` record of a training plan's knob table (``phaze.plan._knobs`` holds
-the table itself)."""
+"""The records of a training plan's knob table: :class:`Knob`, :class:`Trainer` and
+:class:`Rule` (``phaze.plan._knobs`` holds the table, the trainers and the rules)."""
 
 from __future__ import annotations
 
@@ -125,3 +125,32 @@ class Knob:
         if isinstance(value, str) and value in self.choices:
             return value
         raise ValueError(f"{field} must be {self.rule}, got {show(value)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """A trainer phaze knows: ``id`` (as ``StepResult.plan["trainers"]`` lists it),
+    ``title`` (in sentences), ``emit`` (``phaze.launch``'s name, "" when it writes none)
+    and ``knob`` (the :class:`Knob` field holding its argument names)."""
+
+    id: str
+    title: str
+    emit: str
+    knob: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One launchability rule: ``trainer`` (a :class:`Trainer` id, or "any") refuses a plan
+    when ``refuses(values)`` holds, saying ``why(values)``. ``values``: the plan's knobs by
+    name, plus the model's ``n_layers``, ``n_experts`` and ``moe`` (it has routed
+    experts). ``kind``: "trainer" (the trainer cannot run it: these decide
+    :func:`trainers`), "layout" (the trainer's arguments cannot express the plan's shape),
+    "shared" (no trainer's can, ``trainer`` "any") or "emit" (phaze's argument writer does
+    not write it for that trainer). ``knobs``: the knobs it reads."""
+
+    trainer: str
+    kind: str
+    knobs: tuple
+    refuses: object
+    why: object

@@ -8,9 +8,7 @@ import math
 
 import numpy as np
 
-from ._knob import Knob
-
-
+from ._knob import Knob, Rule, Trainer
 
 
 _MEGATRON_CORE = "Megatron-Core"
@@ -430,41 +428,12 @@ PLAN_RECORD_DTYPE = np.dtype([(k.name, _NUMPY.get(k.type) or f"<U{max(map(len, k
 # trainers and the launchability rules
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class Trainer:
-    """A trainer phaze knows: ``id`` (as ``StepResult.plan["trainers"]`` lists it),
-    ``title`` (in sentences), ``emit`` (``phaze.launch``'s name, "" when it writes none)
-    and ``knob`` (the :class:`Knob` field holding its argument names)."""
-
-    id: str
-    title: str
-    emit: str
-    knob: str
-
-
 #: The trainers, in the order ``trainers`` lists them (torchtitan judged by its "trainer"
 #: rules: FSDP2 = ZeRO 3 with any pipeline, tensor and context parallelism).
 TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron"),
             Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed"),
             Trainer("torchtitan", "torchtitan", "torchtitan", "torchtitan"))
 _JUDGED = ("megatron-lm", "deepspeed", "torchtitan")
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """One launchability rule: ``trainer`` (a :class:`Trainer` id, or "any") refuses a plan
-    when ``refuses(values)`` holds, saying ``why(values)``. ``values``: the plan's knobs by
-    name, plus the model's ``n_layers``, ``n_experts`` and ``moe`` (it has routed
-    experts). ``kind``: "trainer" (the trainer cannot run it: these decide
-    :func:`trainers`), "layout" (the trainer's arguments cannot express the plan's shape),
-    "shared" (no trainer's can, ``trainer`` "any") or "emit" (phaze's argument writer does
-    not write it for that trainer). ``knobs``: the knobs it reads."""
-
-    trainer: str
-    kind: str
-    knobs: tuple
-    refuses: object
-    why: object
 
 
 #: The launchability rules, in the order ``phaze.launch`` checks them.
