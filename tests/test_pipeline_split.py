@@ -54,3 +54,20 @@ def test_search_finds_the_split_where_the_even_one_cannot_run():
     assert with_split["time_s"] <= even_only["time_s"]
     if with_split["account_for_embedding"]:
         assert 126 % with_split["pipeline_parallel"] != 0
+
+
+def test_torchtitan_writes_the_split_as_its_default():
+    """torchtitan's pipeline split counts the embedding and the output as one layer each
+    when its first/last_stage_less_layers are 1: (126 + 2)/8 = 16 layers per stage."""
+    import tomllib
+
+    kw = dict(tensor_parallel=8, pipeline_parallel=8, data_parallel=8, microbatch=1,
+              global_batch=64, recompute="full", flash_attention=True, sequence_parallel=True,
+              zero_stage=3, account_for_embedding=True)
+    text = launch.emit("torchtitan", "llama3.1-405b", **kw)
+    text = text if isinstance(text, str) else "\n".join(map(str, text))
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    par = tomllib.loads(body)["parallelism"]
+    assert par["pipeline_parallel_layers_per_stage"] == 16
+    assert par["pipeline_parallel_first_stage_less_layers"] == 1
+    assert par["pipeline_parallel_last_stage_less_layers"] == 1

@@ -148,7 +148,8 @@ KNOBS = (
          megatron="--account-for-embedding-in-pipeline-split "
                   "--account-for-loss-in-pipeline-split",
          deepspeed="",
-         torchtitan="--parallelism.pipeline_parallel_split_points (per-stage layer names)"),
+         torchtitan="--parallelism.pipeline_parallel_first_stage_less_layers 1 "
+                    "--parallelism.pipeline_parallel_last_stage_less_layers 1"),
     Knob("sequence_parallel", bool, False, "True or False", flags=("--sequence-parallel",),
          study=False, calibrated_only=True, noop_note="no-op at t = 1",
          file_key="sequence_parallel", file_rank=7,
@@ -550,7 +551,7 @@ RULES = (
          lambda v: "torchtitan's interleaved schedule (virtual stages > 1) needs pipeline "
                    "parallelism (p >= 2)"),
     Rule("torchtitan", "emit", ("pipeline_parallel", "virtual_stages"),
-         lambda v: v["pipeline_parallel"] > 1
+         lambda v: v["pipeline_parallel"] > 1 and not v["account_for_embedding"]
          and v["n_layers"] % (v["pipeline_parallel"] * v["virtual_stages"]),
          lambda v: f"the torchtitan stages written here hold {v['n_layers']} / (p × v) "
                    f"transformer layers each, and {v['n_layers']} is not divisible by p × v = "
@@ -612,6 +613,8 @@ def launchable(**values) -> bool:
 # ---------------------------------------------------------------------------
 # the trainers' arguments (phaze.launch writes them in this order)
 # ---------------------------------------------------------------------------
+
+from ._deepspeed import DS_CONFIG, ds_config  # noqa: E402,F401  (DeepSpeed's ds_config)
 
 #: Where the model-shape (and mixture-of-experts) arguments go in a trainer's list.
 MODEL_ARGUMENTS = "<model>"
@@ -730,13 +733,17 @@ def _tt_microbatch(v) -> list:
 
 
 def _tt_pipeline(v) -> list:
+    # the embedding counted as a layer (account_for_embedding) is torchtitan's default split:
+    # (L + 2)/(p·v) per stage, the first and the last one fewer
     p, stages = v["pipeline_parallel"], v["pipeline_parallel"] * v["virtual_stages"]
     if p == 1:
         return [("parallelism.pipeline_parallel_degree", 1)]
+    acct = int(bool(v.get("account_for_embedding")))
     return [("parallelism.pipeline_parallel_degree", p),
-            ("parallelism.pipeline_parallel_layers_per_stage", v["n_layers"] // stages),
-            ("parallelism.pipeline_parallel_first_stage_less_layers", 0),
-            ("parallelism.pipeline_parallel_last_stage_less_layers", 0)]
+            ("parallelism.pipeline_parallel_layers_per_stage",
+             (v["n_layers"] + 2 * acct) // stages),
+            ("parallelism.pipeline_parallel_first_stage_less_layers", acct),
+            ("parallelism.pipeline_parallel_last_stage_less_layers", acct)]
 
 
 def _tt_async_tp(v) -> bool:
@@ -813,48 +820,6 @@ def torchtitan_notes(v) -> list:
     return out
 
 
-def _ds_zero(v, c):
-    c["zero_optimization"] = {"stage": v["zero_stage"]}
-
-
-def _ds_overlap(v, c):
-    if v["overlap_grad_reduce"] and v["zero_stage"] >= 1:
-        c["zero_optimization"]["overlap_comm"] = True
-
-
-def _ds_precision(v, c):
-    if v["precision"] == "bf16":
-        c["bf16"] = {"enabled": True}
-    else:
-        c["fp16"] = {"enabled": True, "loss_scale": 0}
-
-
-def _ds_recompute(v, c):
-    if v["recompute"] == "full":
-        c["activation_checkpointing"] = {"partition_activations": False,
-                                         "contiguous_memory_optimization": False,
-                                         "cpu_checkpointing": False}
-
-
-def _ds_batch(v, c):
-    c["train_micro_batch_size_per_gpu"] = v["microbatch"]
-    c["gradient_accumulation_steps"] = v["global_batch"] // (v["microbatch"]
-                                                              * v["data_parallel"])
-
-
-#: DeepSpeed's ds_config of a plan, in key order: (knob name, writer(v, config)) pairs.
-DS_CONFIG = (
-    ("global_batch", lambda v, c: c.update(train_batch_size=v["global_batch"])),
-    ("microbatch", _ds_batch),
-    ("zero_stage", _ds_zero),
-    ("overlap_grad_reduce", _ds_overlap),
-    ("precision", _ds_precision),
-    ("recompute", _ds_recompute),
-    # DeepSpeed reduces in the training datatype unless told (engine.communication_data_type).
-    ("grad_reduce_dtype", lambda v, c: c.update(communication_data_type=v["grad_reduce_dtype"])),
-)
-
-
 def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list:
     """The command-line arguments of ``trainer`` for the plan ``values`` (module
     docstring of ``phaze.launch``), with ``model_arguments`` at :data:`MODEL_ARGUMENTS`."""
@@ -862,15 +827,6 @@ def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list
     for name, write in ARGUMENTS[trainer]:
         out += model_arguments if name == MODEL_ARGUMENTS else write(values)
     return out
-
-
-def ds_config(values: dict) -> dict:
-    """DeepSpeed's configuration dict of the plan ``values``."""
-    config = {}
-    for _, write in DS_CONFIG:
-        write(values, config)
-    return config
-
 
 
 _EXPERT = "expert_parallel"
