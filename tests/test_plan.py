@@ -194,7 +194,7 @@ def test_grids_check_by_the_table():
 
 # -- the launchability rules, against a slow naive restatement ------------------------------
 
-def _naive_trainers(p, v, zero, cp):
+def _naive_trainers(p, v, zero, cp, d=1, t=1):
     """The rules as docs/design.md and the launch module state them, written out."""
     out = []
     megatron_ok = zero in (0, 1)                     # its distributed optimizer is ZeRO-1
@@ -209,7 +209,8 @@ def _naive_trainers(p, v, zero, cp):
         deepspeed_ok = False
     if deepspeed_ok:
         out.append("deepspeed")
-    if zero in (0, 3):                               # torchtitan: DDP or FSDP2, any p, v, cp
+    # torchtitan: FSDP2 with any p, v, cp; DDP (ZeRO 0) on a one-dimensional mesh only
+    if zero == 3 or (zero == 0 and cp == 1 and (d == 1 or t * p == 1)):
         out.append("torchtitan")
     return tuple(out)
 
@@ -238,7 +239,7 @@ def test_training_step_records_the_rules():
         r = step.training_step("gpt2-xl", "a100-80g", tensor_parallel=1, pipeline_parallel=p,
                                data_parallel=2, microbatch=1, global_batch=8, zero_stage=zero,
                                virtual_stages=v)
-        assert r.plan["trainers"] == _naive_trainers(p, v, zero, 1)
+        assert r.plan["trainers"] == _naive_trainers(p, v, zero, 1, d=2)
 
 
 def test_launch_refuses_by_the_rules():

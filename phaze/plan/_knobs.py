@@ -512,8 +512,9 @@ RULES = (
                    f"parallelism (p = {v['pipeline_parallel']}); use ZeRO 0-1 or p = 1"),
     # torchtitan (pytorch/torchtitan, torchtitan/config/job_config.py Parallelism and
     # Training; torchtitan/distributed/parallel_dims.py): data parallelism is FSDP2
-    # (data_parallel_shard_degree, ZeRO 3) or DDP replicas (ZeRO 0), under any pipeline,
-    # tensor and context parallelism; parameters bf16 or fp32; reduce in float32.
+    # (data_parallel_shard_degree, ZeRO 3) under any pipeline, tensor and context
+    # parallelism, or DDP replicas (ZeRO 0) alone (the two DDP rules below); parameters
+    # bf16 or fp32; reduce in float32.
     Rule("torchtitan", "trainer", ("zero_stage",), lambda v: v["zero_stage"] in (1, 2),
          lambda v: f"torchtitan shards with FSDP2 (ZeRO 3) or replicates with DDP (ZeRO 0); "
                    f"it has no ZeRO stage {v['zero_stage']}"),
@@ -526,21 +527,22 @@ RULES = (
                    f"{v['grad_reduce_dtype']}"),
     # What phaze's torchtitan writer (phaze.plan._torchtitan, torchtitan v0.2.0) does not
     # write: models without a torchtitan flavor (the values name the ``model`` and its
-    # ``torchtitan_flavor``), DDP beside other parallelism (models/llama3/infra/
-    # parallelize.py: "DDP has not supported > 1D parallelism"; with cp > 1 FSDP2 shards
-    # over the cp ranks whatever the ZeRO stage), pipeline stages of unequal layers,
+    # ``torchtitan_flavor``), pipeline stages of unequal layers,
     # interleaving without a pipeline, and expert parallelism outside FSDP2's ranks
     # (distributed/parallel_dims.py: with etp = tp, ep % cp == 0 and dp_shard·cp % ep == 0).
     Rule("torchtitan", "emit", (),
          lambda v: "model" in v and v.get("torchtitan_flavor") is None,
          lambda v: f"torchtitan has no model flavor for {v['model']}; emit megatron"),
-    Rule("torchtitan", "emit", ("zero_stage", "context_parallel"),
+    # torchtitan's DDP beside other parallelism (models/llama3/infra/parallelize.py: "DDP
+    # has not supported > 1D parallelism"; with cp > 1 FSDP2 shards over the cp ranks
+    # whatever the ZeRO stage): the trainer cannot run them
+    Rule("torchtitan", "trainer", ("zero_stage", "context_parallel"),
          lambda v: v["zero_stage"] == 0 and v["context_parallel"] > 1,
          lambda v: "torchtitan shards the parameters over the context-parallel ranks (FSDP2 "
                    "on dp_shard × cp) whatever the ZeRO stage; use ZeRO 3 with context "
                    "parallelism"),
-    Rule("torchtitan", "emit", ("zero_stage", "data_parallel", "tensor_parallel",
-                                "pipeline_parallel"),
+    Rule("torchtitan", "trainer", ("zero_stage", "data_parallel", "tensor_parallel",
+                                   "pipeline_parallel"),
          lambda v: v["zero_stage"] == 0 and v["data_parallel"] > 1
          and v["tensor_parallel"] * v["pipeline_parallel"] > 1,
          lambda v: "torchtitan's DDP (ZeRO 0) runs on a one-dimensional mesh only (\"DDP has "
