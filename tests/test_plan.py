@@ -91,9 +91,9 @@ def test_legend_and_summary_name_every_knob_column():
            "zero_stage": 1, "flash_attention": False, "overlap_grad_reduce": True,
            "expert_parallel": 4, "context_parallel": 2, "overlap_param_gather": True}
     assert search.knob_text(row).split() == ["full", "on", "2", "1", "off", "on", "4", "2",
-                                             "on", "off"]
+                                             "on", "off", "off"]
     assert plan.summary_cells({}) [1:] == ["off", "1", "0", "off", "off", "1", "1", "off",
-                                           "off"]
+                                           "off", "off"]
 
 
 def test_cost_model_line_reads_the_grids():

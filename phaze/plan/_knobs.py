@@ -274,6 +274,9 @@ KNOBS = (
          search_help="tensor-parallel communication overlap: off, on or off,on (default "
                      "both; overlap never costs time, so on wins where sequence parallelism "
                      "runs)",
+         column=True, column_rank=11, short="tpo", width=3,
+         legend="tp-comm-overlap: sequence parallelism's collectives overlap their GEMMs "
+                "(on / off)",
          grid_rank=13, title="tensor-parallel comm overlap",
          megatron="--tp-comm-overlap (with --sequence-parallel; Transformer Engine "
                   "userbuffers)",
