@@ -87,12 +87,17 @@ RECOMPUTE_WORDS = {"none": ("none",), "selective": ("selective",), "full": ("ful
 
 def add_evaluate_options(parser, names) -> None:
     """Add ``phaze evaluate``'s option of each knob in ``names`` (one value each): a bool
-    is a bare switch (None when absent, so that the study's model can refuse it by name),
+    is a bare switch (None when absent, so that the study's model can refuse it by name;
+    one on by default also has its ``--no-`` form),
     an int with choices takes one of them, ``recompute`` a mode (bare: ``const``)."""
     for name in names:
         k = KNOB[name]
         kw = dict(dest=k.dest, help=k.help)
-        if k.type is bool:
+        if k.type is bool and k.default is True:
+            # on by default: --NAME / --no-NAME (None when absent)
+            import argparse
+            kw.update(action=argparse.BooleanOptionalAction, default=None)
+        elif k.type is bool:
             kw.update(action="store_true", default=None)
         elif k.const is not None:
             kw.update(nargs="?", const=k.const, default=None, choices=k.choices)
