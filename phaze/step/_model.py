@@ -37,7 +37,11 @@ The step (1F1B, Narayanan et al. 2021 §2.2.1; sheet §5.4)
 ----------------------------------------------------------
 - Stages as Megatron builds them: the L transformer layers split evenly over p
   (Megatron-LM asserts L divisible by p), the embedding on the first stage, the head
-  (final norm, logits, loss) on the last.
+  (final norm, logits, loss) on the last; with ``account_for_embedding``
+  (Megatron-Core's --account-for-embedding-in-pipeline-split
+  --account-for-loss-in-pipeline-split, torchtitan's default split) the embedding and
+  the loss count as one layer each: L + 2 layers in p·v chunks of (L + 2)/(p·v), the
+  first and last chunk one transformer layer fewer (:func:`stage_layers`).
 - Per microbatch per stage: forward f_r and backward b_r = sums of the stage's layer
   times; full recomputation re-runs each transformer layer's forward before its
   backward (the embedding and head are not checkpointed), so b_r grows by the
