@@ -34,7 +34,10 @@ def test_every_knob_option_comes_from_the_table(command):
     for name in names:
         knob = plan.KNOB[name]
         action = actions[name]
-        assert tuple(action.option_strings) == knob.flags, name
+        # evaluate: a switch on by default also takes its --no- form
+        negated = tuple("--no-" + f[2:] for f in knob.flags) if (
+            command == "evaluate" and knob.type is bool and knob.default is True) else ()
+        assert tuple(action.option_strings) == knob.flags + negated, name
         assert action.help == (knob.search_help if command == "search" else knob.help), name
 
 
