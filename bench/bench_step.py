@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-import _bench_env  # noqa: F401  (repository on sys.path)
+import _bench_env  # the repository on sys.path; plan_keywords
 
 from phaze import models, step  # noqa: E402
 from phaze.arch import ArchSpace, presets  # noqa: E402
@@ -42,17 +42,9 @@ def _check(model, archs, out, lb, kw, rows):
         if not rec["feasible"]:
             assert math.isinf(rec["time_s"]) and rec["reason"] > 0
             continue
-        r = step.training_step(
-            model, archs[i:i + 1], tensor_parallel=int(rec["tensor_parallel"]),
-            pipeline_parallel=int(rec["pipeline_parallel"]),
-            data_parallel=int(rec["data_parallel"]),
-            expert_parallel=int(rec["expert_parallel"]),
-            context_parallel=int(rec["context_parallel"]), microbatch=kw["microbatch"],
-            global_batch=kw["global_batch"], recompute=kw["recompute"],
-            virtual_stages=int(rec["virtual_stages"]),
-            sequence_parallel=bool(rec["sequence_parallel"]),
-            flash_attention=bool(rec["flash_attention"]), zero_stage=int(rec["zero_stage"]),
-            overlap_grad_reduce=bool(rec["overlap_grad_reduce"]))
+        r = step.training_step(model, archs[i:i + 1], microbatch=kw["microbatch"],
+                               global_batch=kw["global_batch"], recompute=kw["recompute"],
+                               **_bench_env.plan_keywords(rec))
         assert r.ok, r.reason
         assert abs(r.time_s - rec["time_s"]) <= 1e-12 * r.time_s, (r.time_s, rec["time_s"])
         for f in _BREAKDOWN:
