@@ -16,7 +16,7 @@ GRAD_BYTES = 4
 OPT_STATE_BYTES = 12
 
 #: Recomputation modes as the kernels code them.
-REC_NONE, REC_SELECTIVE, REC_FULL = 0, 1, 2
+REC_NONE, REC_SELECTIVE, REC_FULL, REC_OP = 0, 1, 2, 3
 
 
 def span_nodes(first, stride, count, node_size):
@@ -203,6 +203,8 @@ def stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode):
         rec = nd * bf + nm * mf
     elif rec_mode == REC_SELECTIVE:
         rec = nd * lt["blk_core"] + nm * lt["moe_core"]
+    elif rec_mode == REC_OP:
+        rec = nd * lt["blk_op"] + nm * lt["moe_op"]
     return f, bw, rec
 
 
@@ -263,6 +265,9 @@ def sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr, opg,
     elif rec_mode == REC_SELECTIVE:
         wd += lt["blk_core"]
         wm += lt["moe_core"]
+    elif rec_mode == REC_OP:
+        wd += lt["blk_op"]
+        wm += lt["moe_op"]
     cd = gd if (z3 and reshard) else 0.0
     cm = gm if (z3 and reshard) else 0.0
     od = (cd if opg else 0.0) + (rd if ogr else 0.0)

@@ -150,7 +150,9 @@ def test_bad_input_is_one_sentence_naming_the_field(name):
 
 def test_table_values_match_the_step_model():
     assert set(plan.KNOB["precision"].choices) == set(step.OPTIMIZER_BYTES_PER_PARAM)
-    assert set(plan.KNOB["recompute"].choices) == set(_table.RECOMPUTE_MODES)
+    # the search's modes: every mode but torchtitan's per-op policy (priced, not searched)
+    assert set(plan.KNOB["recompute"].choices) == set(_table.RECOMPUTE_MODES) | {"op"}
+    assert set(plan.KNOB["recompute"].choices) == set(step._layers.RECOMPUTE_CODES)
     for name in plan.GRIDS:
         if plan.KNOB[name].search == "grid":
             assert plan.grid(name, None) == getattr(_settings.SearchSettings, name)

@@ -84,7 +84,7 @@ def _plan_sample(table, devices, gb, mb, recompute, k, seed):
     return plans[pick], plan_var[pick], cols
 
 
-@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full", "op"])
 def test_step_time_and_memory_bit_for_bit(case, recompute):
     name, devices, gb, mb, table = case
     plans, plan_var, _ = _plan_sample(table, devices, gb, mb, recompute, 60, 7)

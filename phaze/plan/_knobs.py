@@ -88,11 +88,13 @@ KNOBS = (
          search_help="samples per batch (default 4096)",
          megatron="--global-batch-size", deepspeed="--global-batch-size (ds_config "
          "train_batch_size)", torchtitan="--training.global_batch_size"),
-    Knob("recompute", str, "none", "one of none, selective, full",
-         choices=("none", "selective", "full"), flags=("--recompute",), const="full",
+    Knob("recompute", str, "none", "one of none, selective, full, op",
+         choices=("none", "selective", "full", "op"), flags=("--recompute",), const="full",
          file_key="recompute", file_rank=6,
          help="activation recomputation: none (the default when absent), selective "
-              "(attention core only; calibrated model only) or full (bare --recompute)",
+              "(attention core only; calibrated model only), full (bare --recompute) or op "
+              "(torchtitan's per-op selective checkpointing: the elementwise operators and "
+              "every second matmul re-run; calibrated model only, not searched)",
          search="grid", search_metavar="MODES",
          search_help="activation recomputation modes, comma-separated: none, selective, full "
                      "(default all three; --study: none,full); off = none, on = full, both "
@@ -504,6 +506,12 @@ RULES = (
          lambda v: v["account_for_embedding"] and v["pipeline_parallel"] > 1,
          lambda v: "the Megatron-DeepSpeed arguments written here split the layers evenly "
                    "over the pipeline; emit megatron for a split counting the embedding"),
+    Rule("megatron-lm", "trainer", ("recompute",), lambda v: v["recompute"] == "op",
+         lambda v: "Megatron-LM has no per-op selective recomputation (torchtitan's \"op\" "
+                   "policy); use selective or full, or emit torchtitan"),
+    Rule("deepspeed", "trainer", ("recompute",), lambda v: v["recompute"] == "op",
+         lambda v: "DeepSpeed has no per-op selective recomputation (torchtitan's \"op\" "
+                   "policy); use full, or emit torchtitan"),
     Rule("deepspeed", "trainer", ("virtual_stages",), lambda v: v["virtual_stages"] > 1,
          lambda v: "DeepSpeed's pipeline engine has no interleaved schedule (virtual stages "
                    "> 1); emit megatron instead"),
@@ -763,6 +771,9 @@ def _tt_tensor_parallel(v) -> list:
 
 
 def _tt_recompute(v) -> list:
+    if v["recompute"] == "op":   # torchtitan's own per-op policy
+        return [("activation_checkpoint.mode", "selective"),
+                ("activation_checkpoint.selective_ac_option", "op")]
     out = [("activation_checkpoint.mode", v["recompute"])]
     if v["recompute"] == "selective":
         out.append(("activation_checkpoint.selective_ac_option", "op"))

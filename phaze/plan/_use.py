@@ -82,6 +82,7 @@ def grid_words(grids: dict) -> list:
 #: switches: off = none, on = full, both = none,full).
 SWITCH_WORDS = {"off": (False,), "on": (True,), "both": (False, True)}
 RECOMPUTE_WORDS = {"none": ("none",), "selective": ("selective",), "full": ("full",),
+                   "op": ("op",),
                    "off": ("none",), "on": ("full",), "both": ("none", "full")}
 
 

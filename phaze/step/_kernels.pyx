@@ -23,7 +23,8 @@ structs that read them; the import checks that each dtype is its struct's layout
   one row (seconds, one microbatch): embedding / block / head forward and backward, the
   block's attention core (what selective recomputation re-runs), one pipeline send of the
   boundary tensor inside a node / between nodes; the MoE block's forward, backward and
-  attention core; the flash-attention kernels the K/V exchange overlaps.
+  attention core; the flash-attention kernels the K/V exchange overlaps; what per-op
+  selective recomputation (torchtitan's "op") re-runs of a dense and of an MoE block.
 - :data:`SIZES` — one variant's sizes (bytes unless said): parameter bytes of the
   embedding, block and head slices, bytes per element, the boundary tensor, the tied word
   embedding (elements), the block's stash under the recomputation mode, the embedding's
@@ -71,8 +72,9 @@ WEIGHT_BYTES = 2
 GRAD_BYTES = 4
 OPT_STATE_BYTES = 12
 
-#: Recomputation modes as the kernels code them.
-REC_NONE, REC_SELECTIVE, REC_FULL = 0, 1, 2
+#: Recomputation modes as the kernels code them (op: torchtitan's per-op selective
+#: checkpointing, the forward's elementwise operators and every second matmul re-run).
+REC_NONE, REC_SELECTIVE, REC_FULL, REC_OP = 0, 1, 2, 3
 
 # The same constants for the C code (checked equal to the Python ones at import).
 cdef enum:
@@ -80,6 +82,7 @@ cdef enum:
     O_BYTES = 12
     C_REC_SELECTIVE = 1
     C_REC_FULL = 2
+    C_REC_OP = 3
 
 
 def _fields(kind, names):
@@ -91,7 +94,7 @@ ROW_PARAMS = np.dtype(FABRIC_DTYPE.descr + [("hbm_bw", "f8"), ("launch_s", "f8")
 #: Layer times of one variant on one row, seconds.
 LAYER_TIMES = np.dtype(_fields("f8", (
     "emb_f", "emb_b", "blk_f", "blk_b", "blk_core", "head_f", "head_b", "send_in", "send_net",
-    "moe_f", "moe_b", "moe_core", "flash_f", "flash_b")))
+    "moe_f", "moe_b", "moe_core", "flash_f", "flash_b", "blk_op", "moe_op")))
 #: Sizes of one variant (bytes; ``word_elements`` and the all-to-all counts are counts).
 SIZES = np.dtype(_fields("i8", (
     "emb_pb", "blk_pb", "head_pb", "elem_bytes", "act_bytes", "word_elements", "blk_stash",
@@ -143,6 +146,8 @@ cdef packed struct LayerTimes:
     double moe_core
     double flash_f
     double flash_b
+    double blk_op
+    double moe_op
 
 cdef packed struct Sizes:
     int64_t emb_pb
@@ -476,6 +481,8 @@ cdef inline void stage_sums(int64_t r, int64_t p, int64_t nd, int64_t nm, double
         rec[0] = <double>nd * bf + <double>nm * mf
     elif rec_mode == C_REC_SELECTIVE:
         rec[0] = <double>nd * lt.blk_core + <double>nm * lt.moe_core
+    elif rec_mode == C_REC_OP:
+        rec[0] = <double>nd * lt.blk_op + <double>nm * lt.moe_op
 
 
 cdef inline double hidden(int64_t nd, int64_t nm, double cd, double cm, double wd,
@@ -564,6 +571,9 @@ cdef double sharded_comm(int64_t r, int64_t p, int64_t nd, int64_t nm, double bf
     elif rec_mode == C_REC_SELECTIVE:
         wd += lt.blk_core
         wm += lt.moe_core
+    elif rec_mode == C_REC_OP:
+        wd += lt.blk_op
+        wm += lt.moe_op
     cd = gd if (z3 and reshard) else 0.0
     cm = gm if (z3 and reshard) else 0.0
     od = (cd if opg else 0.0) + (rd if ogr else 0.0)
@@ -1278,8 +1288,8 @@ def _check_records():
     cdef Breakdown[::1] g = np.zeros(1, BREAKDOWN)
     cdef Memory[::1] h = np.zeros(1, MEMORY)
     assert sizeof(Fabric) == FABRIC_DTYPE.itemsize
-    assert (W_BYTES, O_BYTES, C_REC_SELECTIVE, C_REC_FULL) == (
-        WEIGHT_BYTES, OPT_STATE_BYTES, REC_SELECTIVE, REC_FULL)
+    assert (W_BYTES, O_BYTES, C_REC_SELECTIVE, C_REC_FULL, C_REC_OP) == (
+        WEIGHT_BYTES, OPT_STATE_BYTES, REC_SELECTIVE, REC_FULL, REC_OP)
 
 
 _check_records()

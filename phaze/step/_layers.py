@@ -36,7 +36,26 @@ GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: the buffer writes 2 B instead of 4: + 6 − 2. Norm, unscale and Adam read the fp32 copy.
 OPTIMIZER_GRAD_COPY_BYTES = {"fp32": 0, "bf16": 4, "fp16": 4}
 #: Recomputation modes and their kernel codes.
-RECOMPUTE_CODES = {"none": kern.REC_NONE, "selective": kern.REC_SELECTIVE, "full": kern.REC_FULL}
+RECOMPUTE_CODES = {"none": kern.REC_NONE, "selective": kern.REC_SELECTIVE, "full": kern.REC_FULL,
+                   "op": kern.REC_OP}
+
+
+def op_recompute_shares(m_spec) -> dict:
+    """The part of each forward GEMM that torchtitan's per-op selective checkpointing
+    re-runs (``selective_ac_option = "op"``; pytorch/torchtitan
+    torchtitan/distributed/activation_checkpoint.py, ``_custom_policy``: the outputs of
+    matmuls, attention, reduce-scatters and amax are saved "except every second mm", every
+    other operator re-runs in the backward). Its Llama block runs seven matmuls in order
+    wq, wk, wv, wo, w1, w3, w2 (six without a gate: wq, wk, wv, wo, fc1, fc2), so the
+    even-numbered ones re-run: wk, wo, w3 (wk, wo, fc2). phaze's graph fuses wq·wk·wv
+    into ``qkv_proj`` (the key projection's share of its output columns) and w1·w3 into
+    ``fc1`` (half of it); separate projections take their whole share."""
+    hd = m_spec.hidden // m_spec.heads
+    kv = (m_spec.kv_heads or m_spec.heads) * hd
+    gated = m_spec.activation in ("swiglu", "geglu")
+    return {"qkv_proj": kv / (m_spec.hidden + 2 * kv), "k_proj": 1.0, "out_proj": 1.0,
+            "o_proj": 1.0, "fc1": 0.5 if gated else 0.0, "up_proj": 1.0,
+            "fc2": 0.0 if gated else 1.0}
 
 #: The backward all-gathers of sequence parallelism that Megatron-LM overlaps with an
 #: input-gradient GEMM (Korthikanti et al. 2022 §4.2.2: the sharded norm output is
@@ -185,16 +204,18 @@ GROUP_COLLECTIVES = ("all_to_all", "p2p")
 
 
 def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None,
-                     tp_overlap=False):
+                     tp_overlap=False, op_shares=None):
     """(forward, backward, attention-core forward, flash attention forward, flash attention
     backward) seconds of one layer kind, one microbatch, on every row: five (n,) arrays, the
     first two each a row's sum of its operators (numpy's sum over one contiguous row, the
     same summation as one row alone) without the expert-parallel all-to-alls and the
     context-parallel K/V exchanges (``GROUP_COLLECTIVES``: the kernels price them over the
     plan's ranks). The third is what selective recomputation re-runs (0 with flash
-    attention); the last two are the fused attention kernels the K/V exchange overlaps.
-    ``priced``: {graph: intra-op latencies} already priced, or None; ``tp_overlap``:
-    :func:`op_seconds_rows`'."""
+    attention); the next two are the fused attention kernels the K/V exchange overlaps;
+    the sixth what per-op selective recomputation re-runs: the forward's elementwise and
+    memory-bound operators and ``op_shares`` (:func:`op_recompute_shares`) of its GEMMs
+    (0 without ``op_shares``). ``priced``: {graph: intra-op latencies} already priced, or
+    None; ``tp_overlap``: :func:`op_seconds_rows`'."""
     priced = priced or {}
     fs, findex = op_seconds_rows(layer.forward, pricer, rp, node_size, t, fp8_rate,
                                  priced.get(layer.forward), tp_overlap)
@@ -209,8 +230,34 @@ def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None
     zero = np.zeros(fs.shape[1])
     flash_f = fs[findex["flash_attn"]].copy() if "flash_attn" in findex else zero
     flash_b = bs[bindex["flash_attn.bwd"]].copy() if "flash_attn.bwd" in bindex else zero
+    op = np.zeros(fs.shape[1])
+    if op_shares is not None:
+        g = layer.forward
+        for i, name in enumerate(g.names):
+            if g.kind[i] == graph.KIND_GEMM:
+                share = op_shares.get(name, 0.0)
+                if share:
+                    op = op + share * fs[i]
+            elif g.kind[i] == graph.KIND_VECTOR:
+                op = op + fs[i]
     return (np.ascontiguousarray(fs.T).sum(axis=1), np.ascontiguousarray(bs.T).sum(axis=1), core,
-            flash_f, flash_b)
+            flash_f, flash_b, op)
+
+
+def op_stash(layer, shares) -> int:
+    """Bytes one layer keeps for its backward under per-op selective checkpointing
+    (:func:`op_recompute_shares`): its checkpointed input (``stash("full")``), the outputs
+    of the matmuls it saves (each GEMM's output bytes less the share re-run) and of its
+    fused attention kernel; what the policy re-runs (elementwise outputs, the other
+    matmuls' outputs) is not kept. At most the layer's stash without recomputation."""
+    g = layer.forward
+    kept = layer.stash("full")
+    for i, name in enumerate(g.names):
+        if g.kind[i] == graph.KIND_GEMM:
+            kept += int(round((1.0 - shares.get(name, 0.0)) * int(g.bytes_out[i])))
+        elif name == "flash_attn":
+            kept += int(g.bytes_out[i])
+    return min(kept, layer.stash("none"))
 
 
 def group_collective_bytes(layer):

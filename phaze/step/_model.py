@@ -98,6 +98,11 @@ caches, NCCL and cuBLAS buffers are not modelled).
 
 Strategy knobs (issue 14; fixed plans here, searched over by ``best_plans``)
 ---------------------------------------------------------------------------
+- ``recompute`` "op" (torchtitan's per-op selective checkpointing, its
+  ``selective_ac_option = "op"``): the forward's elementwise operators and every second
+  matmul (wk, wo, w3 of a Llama block: ``_layers.op_recompute_shares``) re-run before the
+  backward; the stash keeps the block input and the saved matmuls' and attention's outputs
+  (``_layers.op_stash``). Launched by torchtitan only; not searched.
 - ``recompute``: "none"; "full" (each transformer layer's forward re-run before its
   backward, the 2·s·b·h layer input stashed); "selective" (Korthikanti et al. 2022 §5:
   the attention core — QKᵀ, scale-mask-softmax-dropout, ·V — re-run before the

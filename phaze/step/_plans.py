@@ -21,7 +21,7 @@ from .. import plan as _plan
 from ..arch import validate as _validate_archs
 from ._layers import (OPTIMIZER_BYTES_PER_PARAM, RECOMPUTE_CODES, efficiency_rows,
                       fp8_weight_bytes, group_collective_bytes, layer_times_rows, moe_prefix,
-                      plan_records, row_params)
+                      op_recompute_shares, op_stash, plan_records, row_params)
 
 #: Why a row of :func:`best_plans` has no plan (``reason`` indexes this; 0 = a plan was found).
 PLAN_REASONS = (
@@ -72,19 +72,22 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
     e = head.forward.bytes_per_element
     lt = np.zeros(len(pricer), dtype=kern.LAYER_TIMES)
     flash_set = False
-    for L, slots in ((emb, ("emb_f", "emb_b", None)),
-                     (block, ("blk_f", "blk_b", "blk_core")),
-                     (moe, ("moe_f", "moe_b", "moe_core")),
-                     (head, ("head_f", "head_b", None))):
+    shares = op_recompute_shares(m_spec)
+    for L, slots in ((emb, ("emb_f", "emb_b", None, None)),
+                     (block, ("blk_f", "blk_b", "blk_core", "blk_op")),
+                     (moe, ("moe_f", "moe_b", "moe_core", "moe_op")),
+                     (head, ("head_f", "head_b", None, None))):
         if L is None:
             continue
-        f, b, core, flash_f, flash_b = layer_times_rows(L, pricer, rp, node_size, t, fp8_rate,
-                                                        priced, tp_overlap)
+        f, b, core, flash_f, flash_b, op = layer_times_rows(
+            L, pricer, rp, node_size, t, fp8_rate, priced, tp_overlap,
+            shares if slots[3] else None)
         lt[slots[0]] = f
         lt[slots[1]] = b
         if slots[2] is None:
             continue
         lt[slots[2]] = core
+        lt[slots[3]] = op
         if not flash_set:   # the attention half is one definition for both block kinds
             lt["flash_f"], lt["flash_b"] = flash_f, flash_b
             flash_set = True
@@ -116,6 +119,8 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
             ws = max(ws, L.stash("none"))            # one layer's recomputed activations
         elif recompute == "selective":
             ws = max(ws, L.stash("none") - L.stash("selective"))   # its attention core
+        elif recompute == "op":
+            ws = max(ws, L.stash("none") - op_stash(L, op_recompute_shares(m_spec)))
     sizes["emb_pb"] = emb.param_bytes
     sizes["head_pb"] = head.param_bytes
     sizes["elem_bytes"] = e
@@ -126,12 +131,14 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
     sizes["workspace"] = ws
     if block is not None:
         sizes["blk_pb"] = block.param_bytes
-        sizes["blk_stash"] = block.stash(recompute)
+        sizes["blk_stash"] = (op_stash(block, op_recompute_shares(m_spec)) if recompute == "op"
+                              else block.stash(recompute))
         sizes["blk_fp8_w"] = fp8_weight_bytes(block)
     if moe is not None:
         sizes["moe_pb"] = moe.param_bytes
         sizes["moe_exp_pb"] = moe.expert_param_bytes
-        sizes["moe_stash"] = moe.stash(recompute)
+        sizes["moe_stash"] = (op_stash(moe, op_recompute_shares(m_spec)) if recompute == "op"
+                              else moe.stash(recompute))
         sizes["moe_fp8_w"] = fp8_weight_bytes(moe)
         sizes["moe_exp_fp8_w"] = fp8_weight_bytes(moe, experts=True)
     return sizes
@@ -776,6 +783,8 @@ def _lower_bounds(table, ns, times, n_dev, B, recompute) -> np.ndarray:
             work = work + (L - n_moe) * lt["blk_f"] + n_moe * lt["moe_f"]
         elif recompute == "selective":
             work = work + (L - n_moe) * lt["blk_core"] + n_moe * lt["moe_core"]
+        elif recompute == "op":
+            work = work + (L - n_moe) * lt["blk_op"] + n_moe * lt["moe_op"]
         bound = B * t * cp * work / (b * n_dev) * (1.0 - 1e-12)
         best = np.where(ns >= t, np.minimum(best, bound), best)
     return best
