@@ -385,6 +385,9 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                         "overlap_grad_reduce": bool(ogr),
                                         "overlap_param_gather":
                                             True in cfg.overlap_param_gather,
+                                        "tp_comm_overlap": bool(sp) and t > 1
+                                        and True in cfg.tp_comm_overlap,
+                                        "account_for_embedding": False,
                                         "expert_parallel": 1, "context_parallel": 1,
                                         "memory_bytes": float(peak.total),
                                         "stage_layers": _stage_text(n_layers, p)}
