@@ -48,3 +48,12 @@ def test_trainers_and_launch():
     text = launch.emit("torchtitan", "llama3-8b", recompute="op", **KW)
     text = text if isinstance(text, str) else "\n".join(map(str, text))
     assert 'selective_ac_option = "op"' in text and 'mode = "selective"' in text
+
+
+def test_evaluate_takes_op_and_search_says_it_is_not_searched():
+    from phaze import search
+    r = search.evaluate_point("llama3-8b", "h100-96g", 1, 1, 8, 1, "op", global_batch=16,
+                              zero_stage=3, flash_attention=True)
+    assert r["feasible"] and r["recompute"] == "op"
+    with pytest.raises(ValueError, match="not searched"):
+        search.search("llama3-8b", space="h100-sxm", devices=8, recompute="op")

@@ -124,7 +124,11 @@ def resolve_recompute(recompute, study=False) -> tuple:
             break
     if not values:
         raise ValueError(f"recompute must be 'none', 'selective', 'full' (True = 'full', False "
-                         f"= 'none') or a list of them, got {recompute!r}")
+                         f"= 'none') or a list of them, got {recompute!r}"
+                         + (" ('op', torchtitan's per-op checkpointing, is priced by evaluate "
+                            "and validate, not searched)" if "op" in (
+                                recompute if isinstance(recompute, (list, tuple))
+                                else (recompute,)) else ""))
     missing = [m for m in RECOMPUTE_MODES if m in modes and m not in model.recompute_modes]
     if missing:
         other = cost_model(not study)

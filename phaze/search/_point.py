@@ -271,10 +271,14 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     t = positive_int("tensor_parallel", tensor_parallel)
     p = positive_int("pipeline_parallel", pipeline_parallel)
     d = positive_int("data_parallel", data_parallel)
-    (rc,) = resolve_recompute(recompute) if not isinstance(recompute, (list, tuple)) else (None,)
+    if isinstance(recompute, str) and recompute == "op":
+        rc = "op"    # torchtitan's per-op policy: priced by the step model, not searched
+    else:
+        (rc,) = resolve_recompute(recompute) if not isinstance(recompute, (list, tuple)) \
+            else (None,)
     if rc is None:
-        raise ValueError(f"recompute must be one mode ('none', 'selective', 'full'), got "
-                         f"{recompute!r}")
+        raise ValueError(f"recompute must be one mode ('none', 'selective', 'full', 'op'), "
+                         f"got {recompute!r}")
     if not spec.valid_tensor_parallel(t):
         raise ValueError(f"tensor_parallel {t} must divide heads ({spec.heads}) and kv_heads "
                          f"({spec.kv_heads}) of {spec.name}")
