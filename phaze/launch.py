@@ -159,6 +159,8 @@ def _model_arguments(spec) -> list:
         out += ["--group-query-attention", "--num-query-groups", str(spec.kv_heads)]
     if spec.activation == "swiglu":
         out += ["--swiglu"]
+    elif spec.activation == "squared_relu":
+        out += ["--squared-relu"]
     if getattr(spec, "norm", "layernorm") == "rmsnorm":
         out += ["--normalization", "RMSNorm"]
     if getattr(spec, "position", "learned") == "rotary":

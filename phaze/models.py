@@ -47,9 +47,8 @@ Mixtral-8x7B; DeepSeek's "2.4B activated" for V2-Lite leaves the input table out
 Not modelled (documented differences from the published totals): BERT's
 token-type embeddings (2·hidden), pooler and masked-LM transform
 (≈ hidden² each), and output-layer biases — together < 1 % of BERT-large.
-Nemotron's squared ReLU is built as ReLU (same weights and GEMMs) and its rotary
-embedding on half of each head (rotary_percent 0.5) as rotary positions on the whole
-head (no weight either way).
+Nemotron's rotary embedding on half of each head (rotary_percent 0.5) is priced as rotary
+positions on the whole head (no weight either way).
 """
 from __future__ import annotations
 
@@ -60,7 +59,7 @@ from . import _config
 from ._hf_config import read_hf_config
 from ._validate import nonneg_int, one_of, positive_int, show
 
-ACTIVATIONS = ("gelu", "relu", "swiglu")
+ACTIVATIONS = ("gelu", "relu", "swiglu", "squared_relu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
 
@@ -89,7 +88,7 @@ class ModelSpec:
     ``heads``, ``kv_heads`` (grouped-query attention: key/value heads, dividing
     ``heads``), ``ffn_hidden`` (MLP width of the dense layers), ``vocab`` (real,
     unpadded), ``seq_len`` (tokens per sample in training), ``activation``
-    ('gelu' | 'relu' | 'swiglu'), ``norm`` ('layernorm' | 'rmsnorm'),
+    ('gelu' | 'relu' | 'swiglu' | 'squared_relu'), ``norm`` ('layernorm' | 'rmsnorm'),
     ``position`` ('learned' | 'rotary' | 'none'), ``bias`` (linear layers carry
     biases), ``embed_proj`` (width of the token embedding when it is projected
     to ``hidden``, 0 if not), ``causal`` (decoder) and ``tied_embeddings``.
@@ -470,11 +469,8 @@ def _nemotron(name, layers, hidden, heads, kv_heads, ffn):
     # with squared ReLU, LayerNorm ("layernorm1p", zero-centred gamma: a weight and a bias
     # each), rotary positions on half of each head (rotary_percent 0.5, no weight), no
     # biases, untied output layer, the 256,000-token vocabulary, 4,096-token sequences.
-    # Squared ReLU is built as "relu": the same weights and GEMMs; relu(x)**2 is one more
-    # multiply per element in a memory-bound elementwise kernel (phaze.graph has no
-    # squared-ReLU operator).
     return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                     ffn_hidden=ffn, vocab=256000, seq_len=4096, activation="relu",
+                     ffn_hidden=ffn, vocab=256000, seq_len=4096, activation="squared_relu",
                      norm="layernorm", position="rotary", bias=False, causal=True,
                      tied_embeddings=False)
 

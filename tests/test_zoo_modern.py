@@ -22,14 +22,14 @@ SHAPES = {
                    False),
     "llama2-70b": (80, 8192, 64, 8, 28672, 32000, 4096, "swiglu", "rmsnorm", "rotary", False,
                    False),
-    # squared ReLU, non-gated: built as "relu" (same weights and GEMMs)
-    "nemotron4-15b": (32, 6144, 48, 8, 24576, 256000, 4096, "relu", "layernorm", "rotary", False,
+    # squared ReLU, non-gated (the same weights and GEMMs as ReLU; one more multiply)
+    "nemotron4-15b": (32, 6144, 48, 8, 24576, 256000, 4096, "squared_relu", "layernorm", "rotary", False,
                       False),
-    "nemotron4-340b": (96, 18432, 96, 8, 73728, 256000, 4096, "relu", "layernorm", "rotary",
+    "nemotron4-340b": (96, 18432, 96, 8, 73728, 256000, 4096, "squared_relu", "layernorm", "rotary",
                        False, False),
-    "nemotron-8b": (32, 4096, 32, 32, 16384, 256000, 4096, "relu", "layernorm", "rotary", False,
+    "nemotron-8b": (32, 4096, 32, 32, 16384, 256000, 4096, "squared_relu", "layernorm", "rotary", False,
                     False),
-    "nemotron-22b": (40, 6144, 48, 48, 24576, 256000, 4096, "relu", "layernorm", "rotary", False,
+    "nemotron-22b": (40, 6144, 48, 48, 24576, 256000, 4096, "squared_relu", "layernorm", "rotary", False,
                      False),
 }
 
@@ -157,3 +157,21 @@ def test_operator_graphs_hold_the_counted_weights(name):
     assert m.valid_tensor_parallel(8)
     sharded = graph.build_layers(m, 1, 8).layers[1]
     assert sharded.param_bytes < block.param_bytes
+
+
+def test_squared_relu_is_priced_and_written():
+    """Nemotron's squared ReLU: 2 operations per element forward and backward (a ReLU's 1),
+    the same bytes; Megatron-LM's --squared-relu."""
+    from phaze import graph, launch
+    g = graph.build_layers("nemotron-8b", 1, 1, kernels="megatron").kinds()["block"]
+    r = graph.build_layers(__import__("dataclasses").replace(
+        __import__("phaze").models.get("nemotron-8b"), activation="relu"), 1, 1,
+        kernels="megatron").kinds()["block"]
+    i = g.forward.names.index("fc1_act")
+    assert g.forward.cycles_per_element[i] - r.forward.cycles_per_element[i] == 1.0
+    j = g.backward.names.index("fc1.act.bwd")
+    assert g.backward.cycles_per_element[j] - r.backward.cycles_per_element[j] == 1.0
+    assert g.param_bytes == r.param_bytes
+    args = launch.megatron_arguments("nemotron-8b", tensor_parallel=1, pipeline_parallel=1,
+                                     data_parallel=1, microbatch=1, global_batch=1)
+    assert "--squared-relu" in args

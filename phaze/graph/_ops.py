@@ -51,6 +51,9 @@ VECTOR_CYCLES_PER_ELEMENT = {
     # ReLU: one compare-select; backward: one masked select.
     "relu": 1.0,
     "relu_bwd": 1.0,
+    # Squared ReLU, relu(x)²: a compare-select and a multiply ≈ 2; backward 2·relu(x)·dy ≈ 2.
+    "squared_relu": 2.0,
+    "squared_relu_bwd": 2.0,
     # SwiGLU product silu(gate)·up: exp, add, divide, multiply by gate, multiply by up ≈ 5.
     "swiglu": 5.0,
     # SwiGLU backward: recompute sigmoid, d(up) = g·silu, d(gate) = g·up·σ·(1 + gate·(1−σ)) ≈ 8.
