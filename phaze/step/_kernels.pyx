@@ -588,7 +588,7 @@ cdef double sharded_fixed(int64_t r, int64_t p, const Sizes* sz, int64_t zero, b
                           int64_t gb, int64_t D, int64_t dpn, const Fabric* F) noexcept nogil:
     """The part of :func:`sharded_comm` no overlap hides, seconds per microbatch: the
     embedding's (stage 0) and the head's (stage p − 1) reduce-scatter and, ZeRO-3, their
-    all-gathers (twice when resharded). The plan search adds it to its slot bound."""
+    all-gathers (twice when resharded)."""
     cdef Fabric Fd = _ring.spread(F, D // dpn)
     cdef double out = 0.0, eh
     cdef double pe = 2.0 if reshard else 1.0
@@ -605,6 +605,61 @@ cdef double sharded_fixed(int64_t r, int64_t p, const Sizes* sz, int64_t zero, b
     return out
 
 
+cdef void dp_traffic(const Plan* plan, int64_t dn, int64_t en, const StageNodes* stage,
+                     const Fabric* F, double* red, double* ag, double* frac) noexcept nogil:
+    """The data-parallel traffic after the pipeline of a stage holding ``dn`` dense and
+    ``en`` routed-expert parameters (:func:`stage_params`), before any overlap: the gradient
+    reduction (``red``: ZeRO 0 all-reduce, ZeRO 1 reduce-scatter; 0 for ZeRO 2–3, reduced
+    per microbatch) and the distributed optimizer's parameter all-gather (``ag``: ZeRO 1–2;
+    0 otherwise), the dense parameters' over the cp·d ranks and the routed experts' over
+    their cp·d/ep, with every NIC of the group's nodes (``_ring.spread``); ``frac`` the last
+    bucket's share of the stage's parameters (:func:`bucket_fraction`). One definition for
+    ``step_time_c`` and ``dp_tail_bound``."""
+    cdef int64_t D = plan.cp * plan.d
+    cdef int64_t edp = D // plan.ep
+    cdef int64_t gb = plan.grad_bytes, zero = plan.zero
+    cdef int64_t dpn = stage.dp_nodes, edpn = stage.edp_nodes
+    cdef Fabric Fd = _ring.spread(F, D // dpn)
+    cdef Fabric Fe = _ring.spread(F, edp // edpn)
+    red[0] = 0.0
+    ag[0] = 0.0
+    if zero == 0:
+        red[0] = _ring.all_reduce(<double>(gb * dn), D, dpn, &Fd)
+        if en > 0:
+            red[0] += _ring.all_reduce(<double>(gb * en), edp, edpn, &Fe)
+    elif zero == 1 and D > 1:
+        red[0] = _ring.reduce_scatter(<double>(gb * dn), D, dpn, &Fd)
+        if en > 0:
+            red[0] += _ring.reduce_scatter(<double>(gb * en), edp, edpn, &Fe)
+    if (zero == 1 or zero == 2) and D > 1:
+        ag[0] = _ring.all_gather(<double>(W_BYTES * dn), D, dpn, &Fd)
+        if en > 0:
+            ag[0] += _ring.all_gather(<double>(W_BYTES * en), edp, edpn, &Fe)
+    frac[0] = bucket_fraction(dn + en, D)
+
+
+cdef void stage_work(int64_t r, const Plan* plan, const StageNodes* stage,
+                     const LayerTimes* lt, const Sizes* sz, const RowParams* rp,
+                     const int64_t* moe_prefix, double* f, double* bw, double* rec,
+                     double* extra) noexcept nogil:
+    """Stage r's forward, backward and recomputation seconds per microbatch
+    (:func:`stage_sums` of its blocks' :func:`layer_times`) and its ZeRO 2–3 traffic
+    (``extra``, :func:`sharded_comm`; 0 otherwise): one definition for ``step_time_c``,
+    whose slot adds the pipeline transfers, and the plan search's ``stage_slot_bound``."""
+    cdef int64_t D = plan.cp * plan.d
+    cdef int64_t nd, nm
+    cdef double bf, bb, mf, mb
+    stage_kinds(r, plan.p, plan.v, plan.n_layers, plan.acct, moe_prefix, &nd, &nm)
+    layer_times(plan.cp, plan.ep, stage, lt, sz, rp, &bf, &bb, &mf, &mb)
+    stage_sums(r, plan.p, nd, nm, bf, bb, mf, mb, lt, plan.rec_mode, f, bw, rec)
+    extra[0] = 0.0
+    if plan.zero >= 2 and D > 1:
+        extra[0] = sharded_comm(r, plan.p, nd, nm, bf, bb, mf, mb, lt, sz, plan.rec_mode,
+                                plan.zero, plan.ogr != 0, plan.opg != 0, plan.reshard != 0,
+                                plan.grad_bytes, D, D // plan.ep, stage.dp_nodes,
+                                stage.edp_nodes, fab(rp))
+
+
 cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNodes* stages,
                         const LayerTimes* lt, const RowParams* rp, const Sizes* sz,
                         const int64_t* moe_prefix, double* slots, Breakdown* bd) noexcept nogil:
@@ -617,18 +672,16 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
     cp·d/ep expert-data-parallel ranks (``edp_nodes``)."""
     cdef const Fabric* F = fab(rp)
     cdef int64_t p = plan.p, t = plan.t, cp = plan.cp, ep = plan.ep, v = plan.v, m = plan.m
-    cdef int64_t n_layers = plan.n_layers, zero = plan.zero, rec_mode = plan.rec_mode
+    cdef int64_t n_layers = plan.n_layers, zero = plan.zero
     cdef bint ogr = plan.ogr != 0
     cdef bint opg = plan.opg != 0
     cdef int64_t gb = plan.grad_bytes   # bytes per parameter of the gradient reductions
     cdef int64_t D = cp * plan.d
     cdef int64_t edp = D // ep
-    cdef int64_t e = sz.elem_bytes
     cdef double g1 = 0.0, g2 = 0.0, worst, x
-    cdef int64_t a, mk, bit, r, dpn, edpn, nd, nm, dn, en, crit, shard, shard_e
-    cdef double bf, bb, mf, mb, f, bw, rec, comm, extra, slot, steady, bubble
+    cdef int64_t a, mk, bit, r, nd, nm, dn, en, crit, shard, shard_e
+    cdef double f, bw, rec, comm, extra, slot, steady, bubble
     cdef double dp_s, upd, red, ag, emb_s, tiny, opt_s, total, frac
-    cdef Fabric Fd, Fe
     # -- one crossing per stage boundary (worst data-parallel index) ------------------
     if not plan.sp:  # with SP the boundary tensor stays split over the t ranks: no gather
         g1 = _ring.all_gather(<double>sz.act_bytes, t, 1, F)
@@ -644,16 +697,8 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
         slots[6 * a + 5] = worst
     crit = 0
     for r in range(p):
-        dpn = stages[r].dp_nodes
-        edpn = stages[r].edp_nodes
-        stage_kinds(r, p, v, n_layers, plan.acct, moe_prefix, &nd, &nm)
-        layer_times(cp, ep, &stages[r], lt, sz, rp, &bf, &bb, &mf, &mb)
-        stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode, &f, &bw, &rec)
+        stage_work(r, plan, &stages[r], lt, sz, rp, moe_prefix, &f, &bw, &rec, &extra)
         comm = stage_comm(r, p, v, slots)
-        extra = 0.0
-        if zero >= 2 and D > 1:
-            extra = sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr,
-                                 plan.opg != 0, plan.reshard != 0, gb, D, edp, dpn, edpn, F)
         slot = f + bw + rec + comm + extra
         slots[6 * r] = slot
         slots[6 * r + 1] = f
@@ -671,35 +716,17 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
     shard = D if zero >= 1 else 1
     shard_e = edp if zero >= 1 else 1
     for r in range(p):
-        dpn = stages[r].dp_nodes
-        edpn = stages[r].edp_nodes
         stage_kinds(r, p, v, n_layers, plan.acct, moe_prefix, &nd, &nm)
         stage_params(r, p, nd, nm, sz, &dn, &en)
-        Fd = _ring.spread(F, D // dpn)
-        Fe = _ring.spread(F, edp // edpn)
-        if zero == 0:
-            red = _ring.all_reduce(<double>(gb * dn), D, dpn, &Fd)
-            if en > 0:
-                red += _ring.all_reduce(<double>(gb * en), edp, edpn, &Fe)
-        elif zero == 1 and D > 1:
-            red = _ring.reduce_scatter(<double>(gb * dn), D, dpn, &Fd)
-            if en > 0:
-                red += _ring.reduce_scatter(<double>(gb * en), edp, edpn, &Fe)
-        else:
-            red = 0.0
+        dp_traffic(plan, dn, en, &stages[r], F, &red, &ag, &frac)
         if ogr and zero <= 1:
             # bucketed during the last microbatch's backward: the last bucket's share
             # stays exposed however long the backward (Megatron-Core's buckets)
-            frac = bucket_fraction(dn + en, D)
             x = red - slots[6 * r + 2] - slots[6 * r + 3]
             red = x if x > frac * red else frac * red
         if (zero == 1 or zero == 2) and D > 1:
-            ag = _ring.all_gather(<double>(W_BYTES * dn), D, dpn, &Fd)
-            if en > 0:
-                ag += _ring.all_gather(<double>(W_BYTES * en), edp, edpn, &Fe)
             if opg:
                 # bucket by bucket beside the next iteration's first forward
-                frac = bucket_fraction(dn + en, D)
                 x = ag - slots[6 * r + 1]
                 ag = x if x > frac * ag else frac * ag
             red += ag
@@ -877,19 +904,12 @@ cdef void slot_lower_bounds(const Plan* plan, const LayerTimes* lt, const int64_
 cdef double stage_slot_bound(int64_t r, const Plan* pl, const StageNodes* stage,
                              const LayerTimes* lt, const Sizes* sz, const RowParams* rp,
                              const int64_t* moe_prefix) noexcept nogil:
-    """Stage r's slot of a ZeRO 2–3 plan without its pipeline transfers: its forward,
-    backward and recomputation and its sharded data-parallel traffic, each formed exactly
-    as ``step_time_c`` forms it (which adds the transfers, ≥ 0, before the traffic)."""
-    cdef int64_t D = pl.cp * pl.d
-    cdef int64_t nd, nm
-    cdef double bf, bb, mf, mb, f, bw, rec
-    stage_kinds(r, pl.p, pl.v, pl.n_layers, pl.acct, moe_prefix, &nd, &nm)
-    layer_times(pl.cp, pl.ep, stage, lt, sz, rp, &bf, &bb, &mf, &mb)
-    stage_sums(r, pl.p, nd, nm, bf, bb, mf, mb, lt, pl.rec_mode, &f, &bw, &rec)
-    return f + bw + rec + sharded_comm(r, pl.p, nd, nm, bf, bb, mf, mb, lt, sz, pl.rec_mode,
-                                       pl.zero, pl.ogr != 0, pl.opg != 0, pl.reshard != 0,
-                                       pl.grad_bytes, D, D // pl.ep, stage.dp_nodes,
-                                       stage.edp_nodes, fab(rp))
+    """Stage r's slot of a ZeRO 2–3 plan without its pipeline transfers
+    (:func:`stage_work`, as ``step_time_c`` forms it; its slot adds the transfers, ≥ 0,
+    before the traffic)."""
+    cdef double f, bw, rec, extra
+    stage_work(r, pl, stage, lt, sz, rp, moe_prefix, &f, &bw, &rec, &extra)
+    return f + bw + rec + extra
 
 
 cdef double plan_slot_bound(const Plan* pl, const double* s3, const Sizes* sz,
@@ -917,33 +937,16 @@ cdef double dp_tail_bound(const Plan* pl, const Sizes* sz, const StageNodes* sta
     """A lower bound of ``step_time_c``'s data-parallel time after the pipeline: stage 0's
     reduction and parameter gather as it forms them, an overlapped one at its last
     bucket's share (what the overlap never hides)."""
-    cdef const Fabric* F = fab(rp)
-    cdef int64_t D = pl.cp * pl.d
-    cdef int64_t edp = D // pl.ep
-    cdef int64_t nd, nm, dn, en, dpn = stages[0].dp_nodes, edpn = stages[0].edp_nodes
-    cdef double red = 0.0, ag, frac
-    cdef Fabric Fd, Fe
-    if D <= 1:
+    cdef double red, ag, frac
+    cdef int64_t nd, nm, dn, en
+    if pl.cp * pl.d <= 1:
         return 0.0
     stage_kinds(0, pl.p, pl.v, pl.n_layers, pl.acct, moe_prefix, &nd, &nm)
     stage_params(0, pl.p, nd, nm, sz, &dn, &en)
-    Fd = _ring.spread(F, D // dpn)
-    Fe = _ring.spread(F, edp // edpn)
-    frac = bucket_fraction(dn + en, D)
-    if pl.zero == 0:
-        red = _ring.all_reduce(<double>(pl.grad_bytes * dn), D, dpn, &Fd)
-        if en > 0:
-            red += _ring.all_reduce(<double>(pl.grad_bytes * en), edp, edpn, &Fe)
-    elif pl.zero == 1:
-        red = _ring.reduce_scatter(<double>(pl.grad_bytes * dn), D, dpn, &Fd)
-        if en > 0:
-            red += _ring.reduce_scatter(<double>(pl.grad_bytes * en), edp, edpn, &Fe)
+    dp_traffic(pl, dn, en, &stages[0], fab(rp), &red, &ag, &frac)
     if pl.ogr and pl.zero <= 1:
         red = frac * red
     if pl.zero == 1 or pl.zero == 2:
-        ag = _ring.all_gather(<double>(W_BYTES * dn), D, dpn, &Fd)
-        if en > 0:
-            ag += _ring.all_gather(<double>(W_BYTES * en), edp, edpn, &Fe)
         if pl.opg:
             ag = frac * ag
         red += ag

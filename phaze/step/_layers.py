@@ -161,17 +161,21 @@ def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None, intra=None,
     for i, code, nbytes in rings:
         collectives.contiguous_seconds(code, nbytes, t, rp, node_size, sec[i])
     for i, partners in overlapped:
-        busy = 0
-        for q in partners:
-            busy = busy + sec[q]
+        busy = _partner_seconds(sec, partners)
         sec[i] = np.where(sec[i] - busy > 0.0, sec[i] - busy, 0.0)
     if tp_overlap and t > 1:
         for i, partners, method in tp_overlapped:
-            busy = 0
-            for q in partners:
-                busy = busy + sec[q]
-            sec[i] = tp_overlap_exposed(method, sec[i], busy, t)
+            sec[i] = tp_overlap_exposed(method, sec[i], _partner_seconds(sec, partners), t)
     return sec, index
+
+
+def _partner_seconds(sec, partners):
+    """The summed seconds (per row) of the operators ``partners`` an overlapped collective
+    runs beside, in their order (0 for none)."""
+    busy = 0
+    for q in partners:
+        busy = busy + sec[q]
+    return busy
 
 
 _GRAPH_STATIC = Memo(lambda: _config.STEP_GRAPH_CACHE_SIZE, "step.graph_static")

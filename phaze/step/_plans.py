@@ -107,6 +107,7 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
     block, moe = kinds.get("block"), kinds.get("moe_block")
     e = head.forward.bytes_per_element
     sizes = np.zeros(1, dtype=kern.SIZES)
+    shares = op_recompute_shares(m_spec)   # what recompute "op" re-runs of the GEMMs
     ws = 0
     for L in (block, moe):
         if L is None:
@@ -120,7 +121,7 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
         elif recompute == "selective":
             ws = max(ws, L.stash("none") - L.stash("selective"))   # its attention core
         elif recompute == "op":
-            ws = max(ws, L.stash("none") - op_stash(L, op_recompute_shares(m_spec)))
+            ws = max(ws, L.stash("none") - op_stash(L, shares))
     sizes["emb_pb"] = emb.param_bytes
     sizes["head_pb"] = head.param_bytes
     sizes["elem_bytes"] = e
@@ -131,13 +132,13 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
     sizes["workspace"] = ws
     if block is not None:
         sizes["blk_pb"] = block.param_bytes
-        sizes["blk_stash"] = (op_stash(block, op_recompute_shares(m_spec)) if recompute == "op"
+        sizes["blk_stash"] = (op_stash(block, shares) if recompute == "op"
                               else block.stash(recompute))
         sizes["blk_fp8_w"] = fp8_weight_bytes(block)
     if moe is not None:
         sizes["moe_pb"] = moe.param_bytes
         sizes["moe_exp_pb"] = moe.expert_param_bytes
-        sizes["moe_stash"] = (op_stash(moe, op_recompute_shares(m_spec)) if recompute == "op"
+        sizes["moe_stash"] = (op_stash(moe, shares) if recompute == "op"
                               else moe.stash(recompute))
         sizes["moe_fp8_w"] = fp8_weight_bytes(moe)
         sizes["moe_exp_fp8_w"] = fp8_weight_bytes(moe, experts=True)
@@ -587,17 +588,16 @@ class _PlanSet:
         z3_anywhere = _plan.refusal("torchtitan", {"precision": precision, "zero_stage": 3,
                                                    "grad_reduce_dtype": grad_reduce_dtype},
                                     ("trainer",)) is None
-        parts = []
         # even splits (p dividing L), then the splits counting the embedding and the loss
         # as layers for the p that divide L + 2 and not L (enumerated as L + 2 layers:
-        # Megatron's interleaving rule then reads (L + 2) % (p·v); chunks of 2 or more)
+        # Megatron's interleaving rule then reads (L + 2) % (p·v); chunks of 2 or more),
+        # one enumeration each, their geometry cells numbered on
+        plan_parts, geo_parts, acct_parts = [], [], []
         for acct in sorted(set(sharding.account_for_embedding)):
             if acct:
                 ps = [p for p in range(2, (L + 2) // 2 + 1) if (L + 2) % p == 0 and L % p]
             else:
                 ps = [p for p in range(1, L + 1) if L % p == 0]
-            if not ps:
-                continue
             cols = kern.enumerate_plans(
                 var_g, np.int64(nv), np.ascontiguousarray(grp[:, 0]),
                 np.ascontiguousarray(grp[:, 1]), np.ascontiguousarray(grp[:, 2]),
@@ -605,26 +605,22 @@ class _PlanSet:
                 L + 2 if acct else L, np.array(vs_grid or [0], dtype=np.int64),
                 vs_grid is None, np.array(zeros, dtype=np.int64),
                 np.array(ogrs, dtype=np.uint8), bool(launchable), z3_anywhere)
-            cols = list(cols)
+            plan, geo = list(cols[:8]), cols[8:]
             if acct:
-                keep = (L + 2) // (cols[1] * cols[3]) >= 2
-                cols[:8] = [c[keep] for c in cols[:8]]
-            parts.append((acct, cols))
-        offset = 0
-        merged = [[] for _ in range(14)]
-        for acct, cols in parts:
-            for i in range(8):
-                merged[i].append(cols[i] + (offset if i == 7 else 0))
-            merged[8].append(np.full(cols[0].shape[0], acct, dtype=bool))
-            for i in range(8, 13):
-                merged[i + 1].append(cols[i])
-            offset += cols[8].shape[0]
-        (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m, plan_geo, plan_acct,
-         geo_t, geo_cp, geo_ep, geo_p, geo_d) = [
-            np.ascontiguousarray(np.concatenate(c)) if c else np.zeros(0, dtype=np.int64)
-            for c in merged]
-        plan_acct = plan_acct.astype(bool)
-        plan_ogr = plan_ogr.astype(bool)
+                keep = (L + 2) // (plan[1] * plan[3]) >= 2
+                plan = [c[keep] for c in plan]
+            plan[7] = plan[7] + sum(g[0].shape[0] for g in geo_parts)
+            plan_parts.append(plan)
+            geo_parts.append(geo)
+            acct_parts.append(np.full(plan[0].shape[0], acct, dtype=bool))
+
+        def joined(parts, i):
+            return np.ascontiguousarray(np.concatenate([part[i] for part in parts]))
+
+        (plan_var, plan_p, plan_d, plan_v, plan_zero, plan_ogr, plan_m,
+         plan_geo) = (joined(plan_parts, i) for i in range(8))
+        geo_t, geo_cp, geo_ep, geo_p, geo_d = (joined(geo_parts, i) for i in range(5))
+        plan_acct = np.concatenate(acct_parts)
         self.plan_var, self.plan_geo = plan_var, plan_geo
         self.ns_values = np.unique(table.node_size).astype(np.int64)
         self.geo_off, self.geo_stages, self.geo_cells = kern.build_geometry(
