@@ -93,17 +93,10 @@ _GIB = float(2 ** 30)
 #: The plan's knobs a row holds (``phaze.plan.Knob.file_key``), in the order of a report
 #: row's ``config``.
 _FILE_KNOBS = tuple(sorted((k for k in _plan.KNOBS if k.file_key), key=lambda k: k.file_rank))
-#: Knobs the plan table gives no file key, read by these keys (optional, the knob's
-#: default): context and expert parallelism, the gradient-reduction datatype.
-_BY_FLAG = {k.flag: k for k in _plan.KNOBS if k.flags}
-_EXTRA_KNOBS = tuple((key, _BY_FLAG[flag]) for key, flag in
-                     (("cp", "--cp"), ("ep", "--ep"), ("grad_reduce_dtype", "--grad-reduce-dtype"))
-                     if flag in _BY_FLAG and not _BY_FLAG[flag].file_key)
 _CONFIG_KEYS = ("model", "arch", "gpus") + tuple(k.file_key for k in _FILE_KNOBS
                                                  if not k.file_optional)
 #: Optional strategy fields of a row and their defaults (the runs of 2021–22 used none).
-_OPTIONAL_KEYS = tuple((k.file_key, k.default) for k in _FILE_KNOBS if k.file_optional) + \
-    tuple((key, k.default) for key, k in _EXTRA_KNOBS)
+_OPTIONAL_KEYS = tuple((k.file_key, k.default) for k in _FILE_KNOBS if k.file_optional)
 #: Fields that must be positive integers: the GPUs and the open integer knobs.
 _POSITIVE_KEYS = ("gpus",) + tuple(k.file_key for k in _FILE_KNOBS
                                    if k.type is int and k.choices is None)
@@ -163,8 +156,7 @@ def _check_row(row, where, shapes):
     published = row[need[0]]
     if not isinstance(published, (int, float)) or isinstance(published, bool) or published <= 0:
         raise ValueError(f"{where}: {need[0]} must be a positive number")
-    for key in _POSITIVE_KEYS + tuple(key for key, k in _EXTRA_KNOBS if k.type is int) + \
-            (("seq_len",) if "seq_len" in row else ()):
+    for key in _POSITIVE_KEYS + (("seq_len",) if "seq_len" in row else ()):
         value = row.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{where}: {key} must be a positive integer")
@@ -175,16 +167,19 @@ def _check_row(row, where, shapes):
     for knob in _FILE_KNOBS:
         if not knob.file_optional:
             continue
+        if knob.type is int and knob.choices is None:
+            continue      # an open width: checked with the positive integers above
         value = row.get(knob.file_key, knob.default)
-        ok = (isinstance(value, bool) if knob.type is bool
-              else isinstance(value, int) and not isinstance(value, bool)
-              and value in knob.choices)
+        if knob.type is bool:
+            ok = isinstance(value, bool)
+        elif knob.type is str:
+            ok = isinstance(value, str) and value in knob.choices
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) \
+                and value in knob.choices
         if not ok:
             raise ValueError(f"{where}: {knob.file_key} must be "
                              f"{'true or false' if knob.type is bool else knob.rule}")
-    for key, knob in _EXTRA_KNOBS:
-        if knob.type is str and row.get(key, knob.default) not in knob.choices:
-            raise ValueError(f"{where}: {key} must be {knob.rule}")
     for key in ("table", "trainer", "reason"):
         if key in row and (not isinstance(row[key], str) or not row[key].strip()):
             raise ValueError(f"{where}: {key} must be a non-empty string")
@@ -279,7 +274,6 @@ def _predict(row, shapes, config):
     else:
         spec = _model_spec(row["model"], shapes, row.get("seq_len"))
         knobs = {k.name: config[k.file_key] for k in _FILE_KNOBS}
-        knobs.update({k.name: config[key] for key, k in _EXTRA_KNOBS})
         res = _step.training_step(spec, row["arch"], **knobs)
         rec["reason"] = res.reason
     ok = res is not None and res.ok

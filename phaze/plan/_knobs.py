@@ -40,6 +40,7 @@ KNOBS = (
                     "--parallelism.data_parallel_replicate_degree (ZeRO 0, DDP)"),
     Knob("expert_parallel", int, 1, "a positive integer", minimum=1, flags=("--ep",),
          metavar="N", study=1, calibrated_only=True, trace_values=(1,),
+         file_key="ep", file_rank=22, file_optional=True,
          help="expert-parallel width (a mixture of experts: divides its routed experts and "
               "cp*d; default 1; calibrated model only)",
          search="grid", search_metavar="N,...|all", grid_none="every valid value",
@@ -54,6 +55,7 @@ KNOBS = (
                     "expert_tensor_parallel_degree t)"),
     Knob("context_parallel", int, 1, "a positive integer", minimum=1, flags=("--cp",),
          metavar="N", study=1, calibrated_only=True, trace_values=(1,), devices_factor=True,
+         file_key="cp", file_rank=21, file_optional=True,
          help="context-parallel width (ring attention over N ranks: needs --flash-attention "
               "and the sequence divisible by 2N; t*cp*p*d devices; default 1; calibrated "
               "model only)",
@@ -294,6 +296,7 @@ KNOBS = (
     Knob("grad_reduce_dtype", str, "fp32", "one of fp32, bf16, fp16",
          choices=("fp32", "bf16", "fp16"), flags=("--grad-reduce-dtype",), study="fp32",
          calibrated_only=True, study_lacks="gradient-reduction datatype choice",
+         file_key="grad_reduce_dtype", file_rank=23, file_optional=True,
          help="datatype of the data-parallel gradient reduction and of the gradient buffer "
               "(default fp32: fp32 main gradients, 4 B/param; bf16 or fp16: 2 B/param, as "
               "Megatron-Core's grad_reduce_in_fp32=False; calibrated model only)",
