@@ -36,7 +36,8 @@ one sentence saying why:
   which code each key was checked against): ZeRO 1–2, fp16 and gradient reduction other
   than fp32 (the trainer's own rules); a model without a torchtitan flavor (llama3 8B,
   70B and 405B are the zoo's shapes it has); DDP (ZeRO 0) beside tensor, pipeline or
-  context parallelism; stages of unequal layer counts; interleaving without a pipeline;
+  context parallelism; stages of unequal layer counts (but the split counting the
+  embedding and loss as layers, torchtitan's own); interleaving without a pipeline;
   expert parallelism outside ZeRO 3 or not divisible by cp. Multi-head latent attention
   is refused as having no flavor.
 - DeepSpeed: fp8 (the ds_config has bf16 and fp16 sections only); expert and context

@@ -21,7 +21,8 @@ below was checked against that commit's code:
   ``pipeline_parallel_layers_per_stage, pipeline_parallel_first_stage_less_layers,
   pipeline_parallel_last_stage_less_layers`` (default 1 each: the embedding and the head
   count as one layer; written 0 here, so that each of the p·v stages holds L/(p·v)
-  transformer layers as phaze prices them, ``distributed/pipeline_parallel.py``
+  transformer layers as phaze prices them, or 1 with ``account_for_embedding``, the split
+  phaze prices then; ``distributed/pipeline_parallel.py``
   ``generate_llm_fqn_per_model_part``), ``pipeline_parallel_microbatch_size`` (the
   local batch is split into local / microbatch pipeline microbatches),
   the context, expert and expert-tensor parallel degrees (their key names are in the
