@@ -83,6 +83,7 @@ from importlib import resources
 
 from . import models as _models
 from . import plan as _plan
+from . import arch as _arch
 from . import step as _step
 from ._validate import read_json
 
@@ -264,9 +265,10 @@ def _mean(errors):
     return sum(errors) / len(errors) if errors else None
 
 
-def _predict(row, shapes, config):
+def _predict(row, shapes, config, efficiency=None):
     """The row's report fields from one ``training_step`` (a row with a ``reason`` is not
-    priced)."""
+    priced); ``efficiency``: None, or arch name → the efficiency set to price its rows
+    with instead of the chip's own."""
     rec = {}
     if row.get("reason"):
         res = None
@@ -274,7 +276,8 @@ def _predict(row, shapes, config):
     else:
         spec = _model_spec(row["model"], shapes, row.get("seq_len"))
         knobs = {k.name: config[k.file_key] for k in _FILE_KNOBS}
-        res = _step.training_step(spec, row["arch"], **knobs)
+        eff = (efficiency or {}).get(row["arch"])
+        res = _step.training_step(spec, row["arch"], efficiency=eff, **knobs)
         rec["reason"] = res.reason
     ok = res is not None and res.ok
     if row["kind"] == "time":
@@ -303,6 +306,15 @@ def _summary(rows):
                 time_max_error=_max(time_err))
 
 
+def _family(arch) -> str:
+    """The chip family of a row's ``arch`` (a preset's ``family``; a chip file's own, or
+    "other")."""
+    try:
+        return _arch.resolve_chip(arch).family or "other"
+    except (KeyError, ValueError, OSError):
+        return "other"
+
+
 def groups(rows) -> dict:
     """The report's groups of ``rows`` (module docstring): ``by_table`` and ``by_chip``
     (:func:`_summary` each, in the rows' order), ``by_trainer_chip`` (``"trainer/chip"``:
@@ -316,6 +328,7 @@ def groups(rows) -> dict:
 
     by_table = {k: _summary(v) for k, v in split(lambda r: r["table"]).items()}
     by_chip = {k: _summary(v) for k, v in split(lambda r: r["config"]["arch"]).items()}
+    by_family = {k: _summary(v) for k, v in split(lambda r: _family(r["config"]["arch"])).items()}
     by_tc = {}
     for k, v in split(lambda r: f"{r['trainer']}/{r['config']['arch']}").items():
         err = [r["error"] for r in v if r["kind"] == "time" and r["error"] is not None]
@@ -324,14 +337,16 @@ def groups(rows) -> dict:
     dense = [r for r in rows if r.get("model_class") in ("dense", "mixtral")
              and r["config"]["arch"] in H100_ARCHS]
     n_mod = sum(1 for r in dense if r["error"] is not None)
-    return dict(by_table=by_table, by_chip=by_chip, by_trainer_chip=by_tc,
+    return dict(by_table=by_table, by_chip=by_chip, by_family=by_family, by_trainer_chip=by_tc,
                 h100_dense=dict(rows=len(dense), modelled=n_mod,
                                 percent=100.0 * n_mod / len(dense) if dense else None))
 
 
-def run(path=None) -> Report:
+def run(path=None, *, efficiency=None) -> Report:
     """Predict every row of the validation table at ``path`` (None: the built-in ones);
-    a :class:`Report`."""
+    a :class:`Report`. ``efficiency``: None, or a mapping of arch name → efficiency set
+    (``phaze.arch.efficiency.Efficiency``) that prices that chip's rows instead of its own
+    (e.g. the rule-derived set of a chip held out, ``bench/bench_rules.py``)."""
     table = load_table(path)
     shapes = table.get("models", {})
     out = []
@@ -347,7 +362,7 @@ def run(path=None) -> Report:
             rec["seq_len"] = row["seq_len"]
         if "model_class" in row:
             rec["model_class"] = row["model_class"]
-        rec.update(_predict(row, shapes, config))
+        rec.update(_predict(row, shapes, config, efficiency))
         out.append(rec)
     time_err = [r["error"] for r in out if r["kind"] == "time" and r["error"] is not None]
     held = [r["error"] for r in out if r["kind"] == "time" and r["error"] is not None and r["held_out"]]
@@ -389,8 +404,9 @@ def format_report(report: Report) -> str:
     lines.append(f"memory: MAPE {num(report.memory_mape, '.2f')} %, max error "
                  f"{num(report.memory_max_error, '.2f')} % over {m_mem} of {n_mem} rows modelled")
     g = report.groups or groups(report.rows)
-    for title, key in (("table", "by_table"), ("chip", "by_chip")):
-        items = g[key]
+    for title, key in (("table", "by_table"), ("chip", "by_chip"),
+                       ("chip family", "by_family")):
+        items = g.get(key)
         if not items:
             continue
         w = max(len(k) for k in items)

@@ -84,7 +84,10 @@ def test_area_mm2_matches_field_and_ignores_stale_area():
 # --- presets ---------------------------------------------------------------------
 
 def test_preset_names_and_unknown():
-    assert presets.names() == ["tpuv4", "a100-80g", "h100-sxm", "h100-96g"]
+    # the first study's four first, then the chip files of issue 26 in name order
+    names = presets.names()
+    assert names[:4] == ["tpuv4", "a100-80g", "h100-sxm", "h100-96g"]
+    assert names[4:] == sorted(names[4:]) and {"b200", "gb200", "mi300x", "tpu-v5p"} <= set(names)
     with pytest.raises(KeyError, match="tpuv4"):
         presets.get("tpu-v9")
 

@@ -23,7 +23,8 @@ import pytest
 import phaze.arch as arch
 from phaze.arch import (CHIP_FIELDS, ArchSpace, Chip, Tier, dtype_rates, efficiency, load_chip,
                         make_archs, presets, resolve, resolve_chip, resolve_rows)
-from phaze.arch import _fields
+from phaze import precision
+from phaze.arch import _catalog, _fields, rules
 from phaze.arch._rows import KNOBS
 
 ARCH_DIR = pathlib.Path(arch.__file__).parent
@@ -41,6 +42,27 @@ def _naive_preset_of(row):
         if all(row[k] == data[k] for k in KNOBS):
             return name
     return None
+
+
+def _ruled(name):
+    """The full efficiency set of preset ``name`` by reading its file with the json module:
+    its measured entries, the rest by ``phaze.arch.rules`` from the other dies'."""
+    values = _fields.check_fields(_file(name), name)
+    return efficiency.Efficiency(**rules.derive(values, _catalog.MEASURED)[0])
+
+
+def _rates(data):
+    """Every datatype's multiple of the 16-bit rate, from a chip file's fields by hand."""
+    fam = {"fp8": data["fp8_rate"], "fp6": data["fp6_rate"], "fp4": data["fp4_rate"]}
+    out = {}
+    for d in precision.DATATYPES:
+        if not d.low_precision:
+            out[d.name] = 1.0
+        elif d.native and d.native not in data["scaled_formats"]:
+            out[d.name] = 0.0
+        else:
+            out[d.name] = float(fam[d.family])
+    return out
 
 
 def _same_row(a, b):
@@ -61,21 +83,37 @@ def test_preset_record_equals_old_functions(name):
         assert chip.row[k][0] == data[k]
     assert chip.name == name and chip.source == presets.SOURCES[name]
     assert chip.path == str(presets.path(name))
-    # efficiency: the file's full set, efficiency.get and efficiency.for_rows of the row
-    assert chip.efficiency == efficiency.get(name) == efficiency.Efficiency(**data["efficiency"])
+    # efficiency: the file's measured entries, the rest by the rules; efficiency.get and
+    # efficiency.for_rows of the row agree
+    measured = data.get("efficiency", {})
+    assert chip.efficiency == efficiency.get(name) == _ruled(name)
+    assert {f: getattr(chip.efficiency, f) for f in measured} == measured
+    die = data.get("silicon") or name   # "measured": in the file or on the same die
+    on_die = {f for f in _catalog.MEASURED.get(die, {}) if f != "__kinds__"}
+    assert {f for f, r in chip.efficiency_rules.items() if r == "measured"} == \
+        set(measured) | on_die
     assert chip.efficiency_set() is chip.resolved_efficiency == chip.efficiency
     assert chip.resolved_efficiency.row().tobytes() == efficiency.for_rows(chip.row).tobytes()
-    # rates: 1 at 16 bits, the file's fp8_rate, dtype_rates.for_rows of the row
-    assert dict(chip.rates) == {"bf16": 1.0, "fp16": 1.0, "fp8": float(data["fp8_rate"])}
+    # rates: 1 at 16 bits, the file's fp8/fp6/fp4 rates (0 without the native scaled format)
+    assert dict(chip.rates) == _rates(data)
+    assert set(chip.rates) == set(precision.DTYPES)
     assert chip.rates["fp8"] == presets.FP8_RATE[name] == dtype_rates.for_rows(chip.row)[0]
+    for dtype in precision.DTYPES:
+        assert chip.rates[dtype] == dtype_rates.for_rows(chip.row, dtype)[0]
+        if chip.rates[dtype]:
+            assert chip.tensor_rate(dtype) == chip.rates[dtype]
+        else:
+            with pytest.raises(ValueError, match=rf"^dtype {dtype} needs .*which {name} does not "
+                                                 r"have"):
+                chip.tensor_rate(dtype)
     for dtype in ("bf16", "fp16"):
         assert chip.tensor_rate(dtype) == 1.0
-    if data["fp8_rate"]:
-        assert chip.tensor_rate("fp8") == data["fp8_rate"]
-    else:
+    if not data["fp8_rate"]:
         with pytest.raises(ValueError, match="fp8 tensor cores"):
             chip.tensor_rate("fp8")
-    assert chip.tdp_w is None and chip.process_nm is None
+    assert chip.tdp_w == data.get("tdp_w") and chip.process_nm == data.get("process_nm")
+    assert (name, chip.tdp_w, chip.process_nm) in (("tpuv4", None, 7), ("a100-80g", 400, 7),
+                                                   ("h100-sxm", 700, 4), ("h100-96g", 500, 4))
     # every entrance gives the same record
     assert resolve_chip(name) is chip is presets.chip(name)
     assert resolve(chip) is chip
@@ -124,7 +162,7 @@ def test_resolve_rows_equals_the_per_row_functions():
     # naive: a row's own preset's file, else the template
     for i, row in enumerate(rows):
         name = _naive_preset_of(row)
-        want = efficiency.TEMPLATE if name is None else efficiency.Efficiency(**_file(name)["efficiency"])
+        want = efficiency.TEMPLATE if name is None else _ruled(name)
         assert got.efficiency[i].tobytes() == want.row()[0].tobytes()
         rate = dtype_rates.TEMPLATE_FP8_RATE if name is None else _file(name)["fp8_rate"]
         assert got.fp8_rate[i] == rate
@@ -167,8 +205,11 @@ def test_tiers_reproduce_the_row_exactly():
         assert (out.step_s, out.efficiency, out.p2p_latency_s, out.p2p_efficiency) == (
             eff.net_step_s, eff.net_efficiency, eff.net_p2p_latency_s, eff.net_p2p_efficiency)
         assert up.topology == out.topology == "switch"
-    with pytest.raises(ValueError, match="^tier scale-up: topology must be one of"):
-        Tier("scale-up", 8, 1e9, 0.0, 1.0, 0.0, 1.0, topology="mesh")
+    for word in ("switch", "mesh", "torus"):
+        assert Tier("scale-up", 8, 1e9, 0.0, 1.0, 0.0, 1.0, topology=word).topology == word
+    with pytest.raises(ValueError, match="^tier scale-up: topology must be one of switch, mesh, "
+                                         "torus, got 'ring'$"):
+        Tier("scale-up", 8, 1e9, 0.0, 1.0, 0.0, 1.0, topology="ring")
 
 
 # ---------------------------------------------------------------------------
@@ -181,9 +222,20 @@ def test_field_table_is_the_one_declaration():
     assert names[:2] == ["name", "source"]
     assert names[2:2 + len(KNOBS)] == list(KNOBS)
     assert {"fp8_rate", "tdp_w", "process_nm", "efficiency"} <= set(names)
+    assert names[2 + len(KNOBS):] == [
+        "fp8_rate", "fp6_rate", "fp4_rate", "scaled_formats", "tdp_w", "process_nm",
+        "topology", "scale_up_links", "torus_dims", "family", "silicon", "hbm_kind",
+        "link_kind", "net_kind", "efficiency", "cite"]
     assert arch._chipfile.FIELDS == tuple(names)
+    kinds = {f.name: f.kind for f in CHIP_FIELDS}
+    assert (kinds["fp6_rate"], kinds["fp4_rate"], kinds["scaled_formats"], kinds["topology"],
+            kinds["scale_up_links"], kinds["torus_dims"], kinds["cite"]) == (
+        "rate", "rate", "formats", "choice", "count", "dims", "cite")
+    assert _fields.TOPOLOGIES == ("switch", "mesh", "torus")
+    assert _fields.SCALED_FORMATS == ("mx", "nvfp4")
     for f in CHIP_FIELDS:
-        assert f.kind in ("text", "lines", "count", "positive", "rate", "efficiency")
+        assert f.kind in ("text", "lines", "count", "positive", "rate", "efficiency", "formats",
+                          "choice", "dims", "cite")
         assert f.domain and f.absent
         assert (f.default is _fields.REQUIRED) == (f.name in KNOBS)
     assert _fields.BY_NAME["tdp_w"].unit == "W" and _fields.BY_NAME["process_nm"].unit == "nm"
@@ -193,7 +245,8 @@ def test_field_table_is_the_one_declaration():
                                process_nm=4)
     keys = list(chip.to_dict())
     assert keys == [n for n in names if n in keys]
-    assert keys[-3:] == ["tdp_w", "process_nm", "efficiency"]
+    assert keys[-1] == "efficiency"
+    assert keys.index("tdp_w") + 1 == keys.index("process_nm") < keys.index("efficiency")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -202,12 +255,27 @@ def test_round_trip_file_chip_dict_chip(name, tmp_path):
     path = tmp_path / f"{name}.json"
     path.write_text(chip.to_json())
     back = load_chip(path)
-    assert back.to_dict() == chip.to_dict() == _file(name)
+    assert back.to_dict() == chip.to_dict()
+    # the record writes the file's fields; its efficiency object what was measured on the
+    # chip or its die (the stated rules give the rest again when it is read back), the
+    # file's measured entries among them
+    written, data = chip.to_dict(), _file(name)
+    assert {k: v for k, v in written.items() if k != "efficiency"} == \
+        {k: v for k, v in data.items() if k != "efficiency"}
+    assert written["efficiency"] == {f: v for f, v in
+                                     dataclasses.asdict(chip.resolved_efficiency).items()
+                                     if chip.efficiency_rules[f] == "measured"}
+    assert back.resolved_efficiency == chip.resolved_efficiency
+    measured = data.get("efficiency", {})
+    assert {f: written["efficiency"][f] for f in measured} == measured
     again = arch.chip_from_dict(back.to_dict(), name="x")
     for c in (back, again):
         _same_row(c.row, chip.row)
         assert c.efficiency == chip.efficiency and dict(c.rates) == dict(chip.rates)
-        assert c.tiers == chip.tiers and c.tdp_w is None and c.process_nm is None
+        assert c.tiers == chip.tiers
+        assert c.tdp_w == chip.tdp_w == data.get("tdp_w")
+        assert c.process_nm == chip.process_nm == data.get("process_nm")
+        assert c.scaled_formats == chip.scaled_formats == tuple(data["scaled_formats"])
 
 
 def test_round_trip_with_power_and_process(tmp_path):
@@ -229,9 +297,11 @@ def test_round_trip_with_power_and_process(tmp_path):
     # the new fields change no number: the same rates, set and tiers as the preset
     ref = presets.chip("h100-sxm")
     assert dict(back.rates) == dict(ref.rates) and back.tiers == ref.tiers
-    # a preset's name with a power the preset does not give is a changed chip
-    with pytest.raises(ValueError, match="name 'h100-sxm' is a preset's, but tdp_w is 700.0"):
-        arch.chip_from_dict(dict(_file("h100-sxm"), tdp_w=700))
+    # a preset's name with a power other than the preset's 700 W is a changed chip
+    arch.chip_from_dict(dict(_file("h100-sxm"), tdp_w=700))
+    with pytest.raises(ValueError, match=r"name 'h100-sxm' is a preset's, but tdp_w is 600.0 "
+                                         r"where the preset has 700.0; give the changed chip"):
+        arch.chip_from_dict(dict(_file("h100-sxm"), tdp_w=600))
 
 
 @pytest.mark.parametrize("field", ["tdp_w", "process_nm"])
@@ -275,14 +345,32 @@ def _neg_clock():
 
 
 def test_preset_citation_rule():
-    values = _fields.check_fields(dict(_file("a100-80g"), tdp_w=400), "preset file x")
+    data = _file("a100-80g")
+    data["source"] = [ln for ln in data["source"] if not ln.startswith("tdp_w ")]
+    values = _fields.check_fields(data, "preset file x")
     with pytest.raises(ValueError, match="^preset file x: tdp_w needs a source line starting "
                                          "with 'tdp_w '"):
         _fields.check_citations(values, "preset file x")
     values["source"] += "\ntdp_w 400: NVIDIA A100 datasheet, SXM4 80 GB."
     _fields.check_citations(values, "preset file x")
-    for name in NAMES:  # the shipped files cite their fp8_rate
+    for name in NAMES:  # the shipped files cite every field they give by a source line
         _fields.check_citations(_fields.check_fields(_file(name), name), name)
+    # a preset with a cite object cites there every field and efficiency entry it gives
+    data = dict(_file("h100-sxm"), name="y")
+    cite = {f.name: "a source" for f in CHIP_FIELDS if f.name in data
+            and f.cite != _fields.CITE_NONE and f.kind != "efficiency"}
+    cite.update({"efficiency." + e: "a measurement" for e in data["efficiency"]})
+    _fields.check_citations(_fields.check_fields(dict(data, cite=cite), "p"), "p")
+    short = {k: v for k, v in cite.items() if k not in ("hbm_gb_per_s", "efficiency.launch_s")}
+    short.pop("efficiency.hbm_efficiency")
+    with pytest.raises(ValueError, match="^p: cite has no line for hbm_gb_per_s, "
+                                         "efficiency.hbm_efficiency; every number a preset "
+                                         "gives needs its source$"):
+        _fields.check_citations(_fields.check_fields(dict(data, cite=short), "p"), "p")
+    extra = dict(cite, torus_dims="none", **{"efficiency.launch_s": "not given"})
+    with pytest.raises(ValueError, match="^p: cite names torus_dims, efficiency.launch_s, which "
+                                         "the file does not give$"):
+        _fields.check_citations(_fields.check_fields(dict(data, cite=extra), "p"), "p")
 
 
 # ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Chip files (issue 16, item 1): a chip described in JSON, the presets shipped as such
 files, ``phaze archs --show``, ``--arch NAME|FILE`` for evaluate and a fixed-system search."""
+import dataclasses
 import json
 import os
 import sys
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 
 from phaze import arch, cli, models, search
-from phaze.arch import Chip, efficiency, load_chip, presets, resolve_chip
+from phaze.arch import Chip, efficiency, load_chip, presets, resolve_chip, rules
+from phaze.arch import _catalog, _fields
 from phaze.arch._rows import build_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,6 +75,55 @@ _TODAY_EFFICIENCY["h100-96g"] = dict(_TODAY_EFFICIENCY["h100-sxm"],
                                      flash_bwd_efficiency=322e12 / 989.43e12
                                      * (0.6197501120247677 / 0.8173393799806425))
 
+# The presets of the first study (more presets follow them in presets.names()).
+_FIRST = ("tpuv4", "a100-80g", "h100-sxm", "h100-96g")
+# The files now hold only what was measured on each die; tpuv4 (nothing measured) takes the
+# stated rules (phaze.arch.rules). Measured dies among the first four: GA100 (a100-80g) and
+# GH100 (h100-sxm; h100-96g is the same die). With those alone, a chip measured nowhere gets
+# the mean of the two dies' fractions and latencies, and each ratio field its tile_efficiency
+# times the mean ratio to tile_efficiency (A100's fp8 / flash entries over its tile fraction).
+
+
+def _mean(*xs):
+    return sum(xs) / len(xs)
+
+
+_A, _H = _TODAY_EFFICIENCY["a100-80g"], _TODAY_EFFICIENCY["h100-sxm"]
+# (the A100 has no FP8 tensor cores: its file gives no fp8_tile_efficiency, so the FP8
+# ratio is the H100's alone)
+_RATIO = {f: (_H[f] / _H["tile_efficiency"] if f == "fp8_tile_efficiency"
+              else _mean(_A[f] / _A["tile_efficiency"], _H[f] / _H["tile_efficiency"]))
+          for f in ("fp8_tile_efficiency", "flash_fwd_efficiency", "flash_bwd_efficiency")}
+
+
+def _rules_of_four(tile, tile_efficiency=None):
+    """The rules' set from the first four presets' measurements for a chip measured nowhere
+    (``tile``: its tile rule; ``tile_efficiency``: its own, else the rule's)."""
+    te = _mean(_A["tile_efficiency"], _H["tile_efficiency"]) if tile_efficiency is None \
+        else tile_efficiency
+    return dict(tile, tile_efficiency=te,
+                hbm_efficiency=_mean(0.88, 0.90), attention_hbm_efficiency=0.65, launch_s=1e-6,
+                coll_latency_s=8.4e-6, link_step_s=_mean(4.457e-6, 3.4e-6),
+                net_step_s=_mean(28e-6, 14e-6), link_efficiency=_mean(0.7257, 367.61 / 450.0),
+                net_efficiency=_mean(24.0 / 25.0, 47.0 / 50.0), link_p2p_latency_s=16.5e-6,
+                link_p2p_efficiency=195.1 / 300.0, net_p2p_latency_s=2.0e-5,
+                net_p2p_efficiency=_mean(24.0 / 25.0, 47.0 / 50.0),
+                **{f: min(1.0, te * r) for f, r in _RATIO.items()})
+
+
+# e.g. tile_efficiency (0.8696 + 0.8173) / 2 = 0.8435, hbm 0.89, link_step_s 3.93 us
+_RULE_EFFICIENCY = _rules_of_four(_TEMPLATE_TILE)
+# a 64-wide array is an MMA unit (GPU tile rule): 256/64 x 128/64 output tiles of 4 cores
+_GPU64_TILE = dict(tile_m_mult=4, tile_n_mult=2, tile_k_mult=2, cores_per_tile=4, k_stages=3)
+_FOUR_MEASURED = rules.measured_table({n: _catalog.FILES[n] for n in _FIRST})
+
+
+def _approx_set(got, want):
+    assert set(got) == set(want)
+    for f, v in want.items():
+        assert got[f] == pytest.approx(v, rel=1e-12), f
+
+
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
                         vocab=512, seq_len=64)
 
@@ -90,19 +141,71 @@ def _write(tmp_path, data, name="chip.json"):
 
 # --- the presets are chip files with today's values ------------------------------------
 
-@pytest.mark.parametrize("name", presets.names())
+@pytest.mark.parametrize("name", _FIRST)
 def test_presets_equal_todays_values_exactly(name):
     assert presets.get(name).tobytes() == build_rows(**_TODAY_KNOBS[name]).tobytes()
     assert presets._PRESETS[name] == _TODAY_KNOBS[name]
-    assert presets.EFFICIENCY[name] == _TODAY_EFFICIENCY[name]
-    assert efficiency.get(name) == efficiency.Efficiency(**_TODAY_EFFICIENCY[name])
+    # the file's efficiency object: only what was measured on the die, each value as before
+    measured = _catalog.FILES[name].get("efficiency", {})
+    assert measured == {f: _TODAY_EFFICIENCY[name][f] for f in measured}
+    if name == "tpuv4":
+        assert measured == {}
+    if name == "a100-80g":
+        # every parameter measured but the FP8 fraction (no FP8 tensor cores on an A100)
+        assert set(measured) == set(_TODAY_EFFICIENCY[name]) - {"fp8_tile_efficiency"}
+    if name in ("h100-sxm", "h100-96g"):   # the fields copied from the A100 are dropped
+        assert set(_TODAY_EFFICIENCY[name]) - set(measured) == {
+            "tile_m_mult", "tile_n_mult", "tile_k_mult", "cores_per_tile", "k_stages",
+            "attention_hbm_efficiency", "launch_s", "link_p2p_latency_s",
+            "link_p2p_efficiency", "net_p2p_latency_s"}
+    # the rest by the rules, from the other dies' measurements
+    derived, _ = rules.derive(_catalog.FILES[name], _catalog.MEASURED)
+    assert presets.EFFICIENCY[name] == derived
+    assert efficiency.get(name) == efficiency.Efficiency(**derived)
+    # "measured": in the file, or on the same die by another preset of it
+    die = _catalog.FILES[name].get("silicon") or name
+    on_die = {f for f in _catalog.MEASURED.get(die, {}) if f != "__kinds__"}
+    assert {f for f, r in _catalog.EFFICIENCY_RULES[name].items() if r == "measured"} \
+        == set(measured) | on_die
+    # from the first four presets' measurements: the GPUs keep today's values exactly (the
+    # A100 is the only other die that measured what the H100 files dropped; the GPU tile rule
+    # gives 16 x 8 for 16-wide arrays); tpuv4 the means of the two GPU dies
+    four, _ = rules.derive(_catalog.FILES[name], _FOUR_MEASURED)
+    if name == "tpuv4":
+        _approx_set(four, _RULE_EFFICIENCY)
+        assert four["tile_efficiency"] == pytest.approx(0.8434670205655774, rel=1e-12)
+        # (0.8696 + 0.8173) / 2 x the H100's FP8/bf16 ratio 0.8672
+        assert four["fp8_tile_efficiency"] == pytest.approx(0.7314498452577636, rel=1e-12)
+    elif name == "a100-80g":
+        assert {f: v for f, v in four.items() if f != "fp8_tile_efficiency"} == \
+            {f: v for f, v in _TODAY_EFFICIENCY[name].items() if f != "fp8_tile_efficiency"}
+        assert four["fp8_tile_efficiency"] == pytest.approx(
+            _A["tile_efficiency"] * _H["fp8_tile_efficiency"] / _H["tile_efficiency"], rel=1e-12)
+    else:
+        assert four == _TODAY_EFFICIENCY[name]
 
 
-def test_template_set_unchanged_and_names_in_order():
-    assert presets.names() == ["tpuv4", "a100-80g", "h100-sxm", "h100-96g"]
-    assert presets.EFFICIENCY["template"] == _TODAY_EFFICIENCY["template"]
-    assert efficiency.TEMPLATE == efficiency.Efficiency(**_TODAY_EFFICIENCY["template"])
-    assert efficiency.names() == ["tpuv4", "a100-80g", "h100-sxm", "h100-96g", "template"]
+def test_template_set_is_the_rules_and_names_in_order():
+    assert tuple(presets.names()[:4]) == _FIRST
+    template = {"name": "template", "silicon": "template", "tc_width": 128}
+    assert presets.EFFICIENCY["template"] == rules.derive(template, _catalog.MEASURED)[0]
+    assert efficiency.TEMPLATE == efficiency.Efficiency(**presets.EFFICIENCY["template"])
+    assert efficiency.names() == list(presets.names()) + ["template"]
+    # no longer a copy of one GPU: the means over every measured die
+    assert all(r != "measured" for r in _catalog.EFFICIENCY_RULES["template"].values())
+    for f, v in presets.EFFICIENCY["template"].items():
+        pool = [m[f] for m in _catalog.MEASURED.values() if f in m]
+        if f in rules.RATIO_FIELDS:
+            ratios = [m[f] / m["tile_efficiency"] for m in _catalog.MEASURED.values()
+                      if f in m and "tile_efficiency" in m]
+            assert v == pytest.approx(min(1.0, presets.EFFICIENCY["template"]["tile_efficiency"]
+                                          * _mean(*ratios)), rel=1e-12)
+        elif f in _TEMPLATE_TILE:
+            assert v == _TEMPLATE_TILE[f]
+        else:
+            assert v == pytest.approx(_mean(*pool), rel=1e-12), f
+    # with the first four presets' measurements, by hand
+    _approx_set(rules.derive(template, _FOUR_MEASURED)[0], _RULE_EFFICIENCY)
 
 
 @pytest.mark.parametrize("name", presets.names())
@@ -110,14 +213,24 @@ def test_every_preset_round_trips_through_its_file(name, tmp_path):
     chip = load_chip(str(presets.path(name)))
     assert chip.name == name
     assert chip.row.tobytes() == presets.get(name).tobytes()
-    assert chip.efficiency == efficiency.get(name)
+    assert chip.resolved_efficiency == efficiency.get(name)
+    # a file without an efficiency object (e.g. tpuv4) takes its preset's rule-derived set
+    if "efficiency" in _catalog.FILES[name]:
+        assert chip.efficiency == efficiency.get(name)
+    else:
+        assert chip.efficiency is None
     assert "\n" in chip.source and chip.source == presets.SOURCES[name]
     # written out and read back: the same chip
     again = load_chip(_write(tmp_path, chip.to_json(), f"{name}.json"))
     assert again.row.tobytes() == chip.row.tobytes()
     assert again.efficiency == chip.efficiency
+    assert again.resolved_efficiency == chip.resolved_efficiency
     assert (again.name, again.source) == (chip.name, chip.source)
-    assert resolve_chip(name).to_json() == chip.to_json()
+    # the preset record: the same fields, and the same (resolved) efficiency set
+    preset = resolve_chip(name)
+    rest = lambda d: {k: v for k, v in d.items() if k != "efficiency"}  # noqa: E731
+    assert rest(preset.to_dict()) == rest(chip.to_dict())
+    assert preset.resolved_efficiency == chip.resolved_efficiency
 
 
 def test_chip_folder_holds_exactly_the_presets_and_is_package_data():
@@ -133,7 +246,7 @@ def test_citations_stay_with_the_presets():
     for needle in ("ISCA 2023", "A100 Tensor Core GPU Architecture", "H100 Tensor Core GPU",
                    "cutlass_tensorop_h16816gemm_256x128_32x3", "NVIDIA/nccl #568"):
         assert needle in doc
-    for name in presets.names():
+    for name in _FIRST:   # the first study's presets cite in presets.py; later ones by cite
         assert "presets.py" in presets.SOURCES[name]
 
 
@@ -147,7 +260,24 @@ def test_user_chip_without_efficiency(tmp_path):
     assert chip.row.tobytes() == expect.tobytes()
     assert chip.row.dtype == arch.ARCH_DTYPE and chip.row.shape == (1,)
     assert chip.efficiency is None
-    assert chip.efficiency_set() == efficiency.TEMPLATE
+    # the stated rules for its own fields: the GPU tile rule of 64-wide arrays, every
+    # fraction and latency the template's (means over every measured die)
+    derived, _ = rules.derive(_fields.check_fields(MY_CHIP, "x"), _catalog.MEASURED)
+    assert chip.rule_efficiency == efficiency.Efficiency(**derived)
+    assert chip.efficiency_set() is chip.resolved_efficiency is chip.rule_efficiency
+    got = dataclasses.asdict(chip.rule_efficiency)
+    assert {f: got[f] for f in _GPU64_TILE} == _GPU64_TILE
+    T = dataclasses.asdict(efficiency.TEMPLATE)
+    assert {f: v for f, v in got.items() if f not in _GPU64_TILE} == \
+        {f: v for f, v in T.items() if f not in _GPU64_TILE}
+    assert set(chip.efficiency_rules) == set(T)
+    assert all(r != "measured" for r in chip.efficiency_rules.values())
+    assert chip.efficiency_rules["tile_m_mult"].startswith("GPU tile rule")
+    assert chip.efficiency_rules["tile_efficiency"].startswith("mean of ")
+    assert chip.efficiency_rules["fp8_tile_efficiency"].startswith("tile_efficiency x mean ratio")
+    # with the first four presets' measurements, by hand
+    _approx_set(rules.derive(_fields.check_fields(MY_CHIP, "x"), _FOUR_MEASURED)[0],
+                dict(_RULE_EFFICIENCY, **_GPU64_TILE))
     assert "efficiency" not in json.loads(chip.to_json())
     assert chip.path == str(tmp_path / "chip.json")
 
@@ -162,14 +292,26 @@ def test_name_defaults_to_the_file_name_and_integral_floats_are_counts(tmp_path)
 def test_partial_efficiency_takes_the_rest_from_the_default_set(tmp_path):
     chip = load_chip(_write(tmp_path, dict(MY_CHIP, efficiency={"hbm_efficiency": 0.5,
                                                               "cores_per_tile": 2})))
-    want = dict(_TODAY_EFFICIENCY["template"], hbm_efficiency=0.5, cores_per_tile=2)
+    # the rest by the rules (the GPU tile rule of 64-wide arrays, the template's fractions)
+    want = dict(dataclasses.asdict(efficiency.TEMPLATE), **_GPU64_TILE)
+    want.update(hbm_efficiency=0.5, cores_per_tile=2)
     assert chip.efficiency == efficiency.Efficiency(**want)
-    assert json.loads(chip.to_json())["efficiency"] == want
-    # a chip with a preset's knobs under its own name: the rest from that preset's set
+    # written out: what the file gave (the rules give the rest again when it is read back)
+    assert json.loads(chip.to_json())["efficiency"] == {"hbm_efficiency": 0.5, "cores_per_tile": 2}
+    assert load_chip(_write(tmp_path, chip.to_json(), "again.json")).efficiency == chip.efficiency
+    assert chip.rule_efficiency is None and chip.resolved_efficiency == chip.efficiency
+    assert [f for f, r in chip.efficiency_rules.items() if r == "measured"] == \
+        ["cores_per_tile", "hbm_efficiency"]
+    # a chip with a preset's knobs under its own name: the rest by the same rules, from every
+    # measured die (its name is its die, so the A100's own measurements count in the means)
     knobs = dict(_TODAY_KNOBS["a100-80g"], name="my-a100", efficiency={"launch_s": 2e-6})
     chip = load_chip(_write(tmp_path, knobs, "a.json"))
-    assert chip.efficiency == efficiency.Efficiency(**dict(_TODAY_EFFICIENCY["a100-80g"],
-                                                           launch_s=2e-6))
+    derived, _ = rules.derive(_fields.check_fields(knobs, "x"), _catalog.MEASURED)
+    assert derived["launch_s"] == 2e-6
+    assert chip.efficiency == efficiency.Efficiency(**derived)
+    assert {f: derived[f] for f in _GPU_TILE} == _GPU_TILE
+    _approx_set(rules.derive(_fields.check_fields(knobs, "x"), _FOUR_MEASURED)[0],
+                dict(_RULE_EFFICIENCY, launch_s=2e-6, **_GPU_TILE))
 
 
 def test_resolve_chip_accepts_names_files_rows_and_chips(tmp_path):
@@ -318,21 +460,48 @@ def test_missing_file_and_unknown_name_on_the_command_line(tmp_path, capsys):
 @pytest.mark.parametrize("name", presets.names())
 def test_archs_show_prints_a_chip_file_that_loads_back(name, tmp_path, capsys):
     assert cli.main(["archs", "--show", name]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # a preset prints its shipped file; which parameters the rules give goes to stderr
+    assert out == presets.path(name).read_text(encoding="utf-8")
     assert json.loads(out)["name"] == name
+    rules_of = presets.chip(name).efficiency_rules
+    ruled = [f for f, r in rules_of.items() if r != "measured"]
+    assert err.splitlines()[0] == (f"# {name}: {len(rules_of) - len(ruled)} efficiency "
+                                   f"parameters measured (in the file), {len(ruled)} from "
+                                   f"phaze.arch.rules:")
+    assert len(err.splitlines()) == 1 + len(ruled)
+    if name == "tpuv4":   # nothing measured on the die
+        assert len(ruled) == len(efficiency.EFFICIENCY_DTYPE.names)
     back = load_chip(_write(tmp_path, out, "shown.json"))
     assert back.row.tobytes() == presets.get(name).tobytes()
-    assert back.efficiency == efficiency.get(name)
-    # shown again from the file: the same text
+    assert back.resolved_efficiency == efficiency.get(name)
+    # shown again from the file: the same fields and the same resolved set
     assert cli.main(["archs", "--show", str(tmp_path / "shown.json")]) == 0
-    assert capsys.readouterr().out == out
+    again = capsys.readouterr().out
+    rest = lambda d: {k: v for k, v in d.items() if k != "efficiency"}  # noqa: E731
+    assert rest(json.loads(again)) == rest(json.loads(out))
+    assert load_chip(_write(tmp_path, again, "again.json")).resolved_efficiency \
+        == efficiency.get(name)
 
 
 def test_archs_show_of_a_user_file_fills_in_a_partial_efficiency(tmp_path, capsys):
     path = _write(tmp_path, dict(MY_CHIP, efficiency={"tile_efficiency": 0.75}))
     assert cli.main(["archs", "--show", str(path)]) == 0
-    shown = json.loads(capsys.readouterr().out)
-    assert shown["efficiency"] == dict(_TODAY_EFFICIENCY["template"], tile_efficiency=0.75)
+    captured = capsys.readouterr()
+    shown = json.loads(captured.out)
+    # the file as given on stdout; the rules fill the rest, said on stderr; the ratio fields
+    # scale with the chip's own tile_efficiency
+    assert shown["efficiency"] == {"tile_efficiency": 0.75}
+    derived, _ = rules.derive(_fields.check_fields(shown, "x"), _catalog.MEASURED)
+    assert "1 efficiency parameters measured" in captured.err
+    assert f"fp8_tile_efficiency = {derived['fp8_tile_efficiency']:.6g}" in captured.err
+    assert derived["tile_efficiency"] == 0.75
+    assert {f: derived[f] for f in _GPU64_TILE} == _GPU64_TILE
+    partial = dict(MY_CHIP, efficiency={"tile_efficiency": 0.75})
+    four, _ = rules.derive(_fields.check_fields(partial, "x"), _FOUR_MEASURED)
+    _approx_set(four, dict(_rules_of_four(_GPU64_TILE, tile_efficiency=0.75)))
+    assert four["fp8_tile_efficiency"] == pytest.approx(
+        0.75 * 0.7087921026349561 / 0.8173393799806425, rel=1e-12)
     assert {k: shown[k] for k in MY_CHIP} == MY_CHIP
 
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from phaze import cli, cost, precision
-from phaze.arch import ArchSpace, dtype_rates, load_chip, make_archs, peak_flops, presets
+from phaze.arch import ArchSpace, dtype_rates, efficiency, load_chip, make_archs, peak_flops, presets
 from phaze.graph import KIND_FUSED, KIND_GEMM, OpGraph, build_layers
 
 import naive_cost_kernels
@@ -44,6 +44,43 @@ def test_default_is_bf16_and_fp16_builds_the_same_graphs():
                 assert ga.content_hash() == gb.content_hash() and not ga.fp8.any()
 
 
+def _preds(g, i):
+    return [g.names[j] for j in g.pred_idx[g.pred_ptr[i]:g.pred_ptr[i + 1]]]
+
+
+def _check_quant_ops(g, dtype):
+    """Every low-precision GEMM but ``.dW`` is preceded by one quantisation operator of its
+    activation operand (``batch*m*k`` elements) priced by hand from ``precision.DATATYPES``;
+    returns the mask of the quantisation operators."""
+    d = precision.datatype(dtype)
+    quant = np.array([n.endswith(".quant") for n in g.names], dtype=bool)
+    for i in np.flatnonzero(quant):
+        e = int(g.elements[i])
+        assert g.kind[i] == 1 and not g.fp8[i] and not g.dims[i].any()
+        assert g.bytes_in[i] == d.quant_reads * e * 2
+        assert g.bytes_out[i] == round(d.quant_layouts * e * d.element_bytes)
+        assert g.cycles_per_element[i] == d.quant_reads * precision.QUANT_CYCLES_PER_ELEMENT
+    base = {n for n in g.names if not n.endswith(".quant")}
+    for n in np.array(g.names)[quant]:
+        assert n.endswith((".x.quant", ".dY.quant"))
+        stem = n[:-len(".x.quant")] if n.endswith(".x.quant") else n[:-len(".dY.quant")] + ".dX"
+        assert stem in base                      # named after a GEMM of the graph
+    for i in np.flatnonzero(g.fp8):
+        name = g.names[i]
+        qs = [p for p in _preds(g, i) if p.endswith(".quant")]
+        if name.endswith(".dW"):
+            # the weight gradient reads the column-wise copy its dgrad's dY quantisation wrote
+            assert qs == ([name[:-3] + ".dY.quant"] if name[:-3] + ".dX" in g.names else [])
+            continue
+        assert len(qs) == 1 and len(_preds(g, i)) == 1, name
+        q = g.names.index(qs[0])
+        b_, m_, k_, _ = (int(x) for x in g.dims[i])
+        assert g.elements[q] == b_ * m_ * k_, name
+        assert qs[0].endswith(".dY.quant" if name.endswith(".dX") else ".x.quant")
+    assert quant.any() == g.fp8.any()
+    return quant
+
+
 @given(_layers())
 def test_fp8_halves_exactly_the_documented_bytes(graphs):
     bf16, fp8, fp16 = graphs
@@ -54,16 +91,21 @@ def test_fp8_halves_exactly_the_documented_bytes(graphs):
         assert la.boundary_bytes == l8.boundary_bytes
         for ga, g8, g16 in ((la.forward, l8.forward, l16.forward),
                             (la.backward, l8.backward, l16.backward)):
-            assert ga.names == g8.names and g8.dtype == "fp8" and g8.bytes_per_element == 2
+            assert g8.dtype == "fp8" and g8.bytes_per_element == 2
+            # the fp8 graph is the bf16 graph plus its quantisation operators
+            quant = _check_quant_ops(g8, "fp8")
+            keep = ~quant
+            assert ga.names == [n for n, q in zip(g8.names, quant) if not q]
             np.testing.assert_array_equal(ga.bytes_in, g16.bytes_in)
             want = np.array([precision.is_fp8_gemm(n) and la.kind == "block" for n in g8.names])
             np.testing.assert_array_equal(g8.fp8, want & np.isin(g8.kind, (KIND_GEMM, KIND_FUSED)))
             for arr in ("dims", "bytes_out", "comm_bytes", "elements", "kind", "group_size"):
-                np.testing.assert_array_equal(getattr(ga, arr), getattr(g8, arr), err_msg=arr)
+                np.testing.assert_array_equal(getattr(ga, arr), getattr(g8, arr)[keep], err_msg=arr)
             d = ga.dims
             operands = d[:, 0] * (d[:, 1] * d[:, 2] + d[:, 2] * d[:, 3])  # elements of A and B
             # FP8 GEMMs read each operand element in 1 byte instead of 2; nothing else changes
-            np.testing.assert_array_equal(ga.bytes_in - g8.bytes_in, np.where(g8.fp8, operands, 0))
+            np.testing.assert_array_equal(ga.bytes_in - g8.bytes_in[keep],
+                                          np.where(g8.fp8[keep], operands, 0))
         if la.kind != "block":
             assert (la.stash_bytes, la.stash_selective_bytes, la.stash_full_bytes) == \
                 (l8.stash_bytes, l8.stash_selective_bytes, l8.stash_full_bytes)
@@ -80,6 +122,57 @@ def test_fp8_halves_exactly_the_documented_bytes(graphs):
         assert la.stash_full_bytes == l8.stash_full_bytes   # the 16-bit layer input
 
 
+@pytest.mark.parametrize("dtype", precision.LOW_PRECISION)
+def test_every_low_precision_dtype_prices_operands_and_quantisation(dtype):
+    """llama2-7b block, t = 2: each linear GEMM reads its operands at the datatype's
+    element_bytes (scales included), and its quantisation operators are priced by hand."""
+    d = precision.datatype(dtype)
+    la = build_layers("llama2-7b", 1, 2).layers[1]
+    lq = build_layers("llama2-7b", 1, 2, dtype=dtype).layers[1]
+    assert lq.param_bytes == la.param_bytes
+    for ga, gq in ((la.forward, lq.forward), (la.backward, lq.backward)):
+        quant = _check_quant_ops(gq, dtype)
+        keep = ~quant
+        assert ga.names == [n for n, q in zip(gq.names, quant) if not q]
+        dd = ga.dims
+        operands = dd[:, 0] * (dd[:, 1] * dd[:, 2] + dd[:, 2] * dd[:, 3])
+        low = gq.fp8[keep]
+        want = np.where(low, ga.bytes_in - 2 * operands + np.round(operands * d.element_bytes),
+                        ga.bytes_in)
+        np.testing.assert_array_equal(gq.bytes_in[keep], want.astype(np.int64))
+    # magnitudes: the forward q/k/v input (1 x 4096 tokens x 4096 hidden) is quantised once
+    g = lq.forward
+    i = g.names.index("q_proj.x.quant")
+    e = 4096 * 4096
+    assert g.elements[i] == e
+    assert g.bytes_in[i] == {"fp8": 1, "fp8-tensorwise": 2, "fp8-rowwise": 2, "nvfp4": 2}.get(
+        dtype, 1) * 2 * e
+    assert g.bytes_out[i] == round(2 * e * {"fp8": 1, "fp8-tensorwise": 1, "fp8-rowwise": 1,
+                                            "fp8-blockwise": 1 + 4 / 128, "mxfp8": 1 + 1 / 32,
+                                            "mxfp6": 0.75 + 1 / 32, "mxfp4": 0.5 + 1 / 32,
+                                            "nvfp4": 0.5 + 1 / 16}[dtype])
+    # q_proj reads X (4096 x 4096) and W (4096 x 2048) at element_bytes
+    j = g.names.index("q_proj")
+    assert g.bytes_in[j] == round((4096 * 4096 + 4096 * 2048) * d.element_bytes)
+
+
+def test_datatype_table():
+    assert precision.DTYPES == ("bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-rowwise",
+                                "fp8-blockwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4")
+    assert precision.LOW_PRECISION == precision.DTYPES[2:]
+    by = precision.BY_NAME
+    assert [by[n].family for n in precision.DTYPES] == ["16-bit"] * 2 + ["fp8"] * 5 + \
+        ["fp6", "fp4", "fp4"]
+    assert [by[n].element_bytes for n in precision.DTYPES] == [
+        2, 2, 1, 1, 1, 1 + 4 / 128, 1 + 1 / 32, 0.75 + 1 / 32, 0.5 + 1 / 32, 0.5 + 1 / 16]
+    assert [by[n].native for n in precision.DTYPES] == ["", "", "", "", "", "", "mx", "mx",
+                                                        "mx", "nvfp4"]
+    assert [by[n].quant_reads for n in precision.LOW_PRECISION] == [1, 2, 2, 1, 1, 1, 1, 2]
+    assert all(by[n].quant_layouts == 2 for n in precision.LOW_PRECISION)
+    assert precision.MEMORY_BYTES_PER_PARAM["nvfp4"]["fp8_weight"] == 2 * (0.5 + 1 / 16)
+    assert precision.MEMORY_BYTES_PER_PARAM["mxfp8"]["fp8_weight"] == 2 * (1 + 1 / 32)
+
+
 def test_fp8_ops_of_a_llama_block():
     g = build_layers("llama2-7b", 1, 2, dtype="fp8").layers[1]
     fwd = [n for n, f in zip(g.forward.names, g.forward.fp8) if f]
@@ -87,19 +180,36 @@ def test_fp8_ops_of_a_llama_block():
     assert "attn_scores" not in fwd and "logits" not in fwd
     bwd = {n for n, f in zip(g.backward.names, g.backward.fp8) if f}
     assert bwd == {f"{n}.{x}" for n in fwd for x in ("dX", "dW")}
+    # one quantisation per distinct activation input: q/k/v share ln1's output, gate/up ln2's
+    quant = [n for n in g.forward.names if n.endswith(".quant")]
+    assert quant == ["q_proj.x.quant", "out_proj.x.quant", "gate_proj.x.quant", "fc2.x.quant"]
+    for name in quant:
+        assert g.forward.names.index(name) < g.forward.names.index(name[:-len(".x.quant")])
+    # backward: every .dX GEMM waits for a quantised output gradient
+    for n in fwd:
+        i = g.backward.names.index(f"{n}.dX")
+        (p,) = _preds(g.backward, i)
+        assert p.endswith(".dY.quant")
+    assert {"fc2.dY.quant", "out_proj.dY.quant", "v_proj.dY.quant"} <= set(g.backward.names)
 
 
 @pytest.mark.parametrize("bad", ["fp32", "BF16", None, 2])
 def test_bad_dtype_one_sentence(bad):
-    with pytest.raises(ValueError, match=r"^dtype must be one of bf16, fp16, fp8, got "):
+    with pytest.raises(ValueError, match=r"^dtype must be one of bf16, fp16, fp8, fp8-tensorwise, "
+                                         r"fp8-rowwise, fp8-blockwise, mxfp8, mxfp6, mxfp4, "
+                                         r"nvfp4, got "):
         build_layers("gpt2-xl", 1, 1, dtype=bad)
 
 
 def test_opgraph_refuses_fp8_flags_it_cannot_honour():
     with pytest.raises(ValueError, match="fp8 applies only to GEMM operators"):
         OpGraph.from_ops([dict(name="v", kind=1, elements=4, fp8=True)], dtype="fp8")
-    with pytest.raises(ValueError, match="needs the graph's dtype 'fp8'"):
+    with pytest.raises(ValueError, match=r"^operator 'g' runs in low precision, which needs a "
+                                         r"low-precision dtype for the graph \(it is 'bf16'\)"):
         OpGraph.from_ops([dict(name="g", kind=0, dims=(1, 2, 2, 2), fp8=True)])
+    for dtype in precision.LOW_PRECISION:   # any low-precision dtype may carry the flag
+        assert OpGraph.from_ops([dict(name="g", kind=0, dims=(1, 2, 2, 2), fp8=True)],
+                                dtype=dtype).fp8.all()
 
 
 # --- cost ---------------------------------------------------------------------------------
@@ -122,11 +232,22 @@ def test_fp8_never_slower_than_bf16_and_never_below_its_roofline(graphs, knobs, 
             low = cost.op_latencies(g8, archs, model=model, fp8_rate=rate)
             same = cost.op_latencies(g16, archs, model=model)
             bounds = cost.roofline_bounds(g8, archs, fp8_rate=rate)
+            keep = np.array([not n.endswith(".quant") for n in g8.names], dtype=bool)
+            assert ga.names == [n for n, k in zip(g8.names, keep) if k]
+            f8 = g8.fp8[keep]
+            # calibrated: an fp8 GEMM runs at fp8_tile_efficiency of the fp8 peak; the
+            # template's (rule-derived) fp8 fraction is below its 16-bit one, so at a rate
+            # near 1 it may be slower by at most tile / (rate * fp8_tile)
+            T = efficiency.TEMPLATE
+            slower = 1.0 if model == "study" else max(
+                1.0, T.tile_efficiency / (rate * T.fp8_tile_efficiency))
             for x, y, z, lb in zip(base, low, same, bounds):
                 np.testing.assert_array_equal(x, z)            # fp16 = bf16
-                assert np.all(y <= x)                          # fp8 never slower
-                np.testing.assert_array_equal(y[~g8.fp8], x[~g8.fp8])  # only FP8 GEMMs change
-                assert np.all(y >= lb * (1 - 1e-12))
+                yk = y[keep]
+                assert np.all(yk <= x * slower * (1 + 1e-12))  # fp8 GEMMs never slower
+                np.testing.assert_array_equal(yk[~f8], x[~f8])  # only FP8 GEMMs change
+                assert np.all(y >= lb * (1 - 1e-12))           # quant ops too
+                assert np.all(y[~keep] > 0)                    # quantising costs time
 
 
 def test_h100_fp8_rate_is_twice_bf16_from_its_datasheet():
@@ -164,19 +285,49 @@ def test_chips_without_fp8_refuse_it_in_one_sentence(name):
                                          r"does not have \(its fp8_rate is 0\); train it in bf16 or fp16$"):
         chip.tensor_rate("fp8")
     g8 = build_layers("gpt2-xl", 1, 1, dtype="fp8").layers[1].forward
-    with pytest.raises(ValueError, match="needs fp8 tensor cores, which architecture row 0 does not have"):
+    with pytest.raises(ValueError, match=r"^the graph's dtype fp8 needs tensor cores of its "
+                                         r"datatype, which architecture row 0 does not have "
+                                         r"\(its rate is 0\)"):
         cost.op_latencies(g8, chip.row, fp8_rate=dtype_rates.for_rows(chip.row))
+    # every low-precision datatype is refused in one sentence naming it
+    for dtype in precision.LOW_PRECISION:
+        assert chip.rates[dtype] == 0.0
+        with pytest.raises(ValueError, match=rf"^dtype {dtype} needs "):
+            chip.tensor_rate(dtype)
     # a bf16 graph runs there whatever fp8_rate says
     g16 = build_layers("gpt2-xl", 1, 1).layers[1].forward
     np.testing.assert_array_equal(cost.op_latencies(g16, chip.row, fp8_rate=0)[1],
                                   cost.op_latencies(g16, chip.row)[1])
 
 
+def test_hopper_rates_at_every_datatype():
+    h100 = presets.chip("h100-sxm")
+    assert dict(h100.rates) == {"bf16": 1.0, "fp16": 1.0, "fp8": 2.0, "fp8-tensorwise": 2.0,
+                                "fp8-rowwise": 2.0, "fp8-blockwise": 2.0, "mxfp8": 0.0,
+                                "mxfp6": 0.0, "mxfp4": 0.0, "nvfp4": 0.0}
+    assert h100.tensor_rate("fp8-blockwise") == 2.0
+    for dtype, fmt in (("mxfp8", "mx"), ("mxfp4", "mx"), ("nvfp4", "nvfp4")):
+        with pytest.raises(ValueError, match=rf"^dtype {dtype} needs tensor cores that consume the "
+                                             rf"{fmt} block-scaled format, which h100-sxm does not "
+                                             r"have \(its scaled_formats: none\); train it in "
+                                             r"another datatype$"):
+            h100.tensor_rate(dtype)
+
+
 def test_template_rule_and_per_row_rates():
     space = ArchSpace.default().configs[::5000]
     assert np.all(dtype_rates.for_rows(space[space["num_tc"] != 8]) == 2.0)
-    rows = np.concatenate([presets.get(n) for n in presets.names()])
+    first = ("tpuv4", "a100-80g", "h100-sxm", "h100-96g")
+    assert tuple(presets.names()[:4]) == first
+    rows = np.concatenate([presets.get(n) for n in first])
     assert dtype_rates.for_rows(rows).tolist() == [0.0, 0.0, 2.0, 2.0]   # tpuv4, a100, h100 x2
+    for dtype in ("fp8-tensorwise", "fp8-rowwise", "fp8-blockwise"):   # Hopper's plain fp8
+        assert dtype_rates.for_rows(rows, dtype).tolist() == [0.0, 0.0, 2.0, 2.0]
+    for dtype in ("mxfp8", "mxfp6", "mxfp4", "nvfp4"):   # no block-scaled format before Blackwell
+        assert dtype_rates.for_rows(rows, dtype).tolist() == [0.0] * 4
+        # the template's rows take every format, at the family's template rate
+        assert np.all(dtype_rates.for_rows(space[space["num_tc"] != 8], dtype)
+                      == {"fp8": 2.0, "fp6": 2.0, "fp4": 4.0}[precision.datatype(dtype).family])
     g8 = build_layers("gpt2-xl", 1, 1, dtype="fp8").layers[1].forward
     default = cost.op_latencies(g8, space)
     np.testing.assert_array_equal(default[1], cost.op_latencies(g8, space, fp8_rate=2.0)[1])

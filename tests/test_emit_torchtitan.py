@@ -8,7 +8,7 @@ from phaze import cli, launch, plan
 
 _PLAN = dict(tensor_parallel=8, pipeline_parallel=4, context_parallel=2, data_parallel=4,
              microbatch=1, global_batch=64, virtual_stages=2, sequence_parallel=True,
-             flash_attention=True, zero_stage=3, recompute="selective", precision="fp8")
+             flash_attention=True, zero_stage=3, recompute="selective", precision="fp8-tensorwise")
 
 
 def test_fsdp_tp_pp_cp_plan_parses_with_exactly_its_keys():
@@ -33,7 +33,9 @@ def test_fsdp_tp_pp_cp_plan_parses_with_exactly_its_keys():
                         "pipeline_parallel_schedule": "Interleaved1F1B",
                         "context_parallel_degree": 2},
         "compile": {"enable": False},
-        "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}}
+        "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"},
+        "quantize": {"linear": {"float8": {"recipe_name": "tensorwise"}}}}
+    assert "[quantize.linear.float8]\nrecipe_name = \"tensorwise\"" in text
     # torchtitan's batch arithmetic (train.py): global = local × dp_replicate × dp_shard ×
     # accumulation steps, here 1; the pipeline splits the local batch into B/(b·d) = 16.
     t, p = cfg["training"], cfg["parallelism"]
@@ -92,7 +94,8 @@ _BASE = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, microbatch
      "torchtitan shards with FSDP2 (ZeRO 3) or replicates with DDP (ZeRO 0); it has no ZeRO "
      "stage 1"),
     ("llama3-8b", dict(precision="fp16"),
-     "torchtitan trains in bf16 (fp8 through torchao's float8 converters), not fp16"),
+     "torchtitan trains in bf16, fp8 through torchao's float8 converters (fp8-tensorwise, "
+     "fp8-rowwise) or mxfp8 through its mx converter, not fp16"),
     ("llama3-8b", dict(grad_reduce_dtype="bf16"),
      "torchtitan reduces gradients in float32 (mixed_precision_reduce), not bf16"),
 ])
@@ -124,7 +127,7 @@ def test_writers_match_the_knob_table():
     (written ``--section.key``)."""
     values = dict(plan.Plan(tensor_parallel=2, pipeline_parallel=2, context_parallel=2,
                             expert_parallel=2, virtual_stages=2, recompute="selective",
-                            zero_stage=3, precision="fp8").as_dict(), n_layers=8, moe=True)
+                            zero_stage=3, precision="fp8-tensorwise").as_dict(), n_layers=8, moe=True)
     seen = 0
     for name, write in plan.ARGUMENTS["torchtitan"]:
         if name == plan.MODEL_ARGUMENTS:

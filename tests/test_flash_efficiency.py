@@ -13,7 +13,7 @@ import pytest
 
 import naive_cost_kernels
 from phaze import cost, graph, models
-from phaze.arch import efficiency, presets
+from phaze.arch import _catalog, efficiency, presets, rules
 
 _S = 8192
 _HD = 128
@@ -146,9 +146,30 @@ def test_defaults_and_ranges():
               if not f.startswith("flash_")}
     made = efficiency.Efficiency(**fields)
     assert made.flash_fwd_efficiency == made.flash_bwd_efficiency == e.tile_efficiency
-    for name in ("tpuv4", "template"):
-        s = efficiency.get(name)
-        assert s.flash_fwd_efficiency == s.flash_bwd_efficiency == s.tile_efficiency
+    # tpuv4 and the template measured no flash kernel: the rules give their tile_efficiency
+    # times the mean flash / tile ratio of the dies that measured both
+    for f in ("flash_fwd_efficiency", "flash_bwd_efficiency"):
+        ratios = [m[f] / m["tile_efficiency"] for m in _catalog.MEASURED.values()
+                  if f in m and "tile_efficiency" in m]
+        for name in ("tpuv4", "template"):
+            s = efficiency.get(name)
+            assert getattr(s, f) == pytest.approx(
+                min(1.0, s.tile_efficiency * sum(ratios) / len(ratios)), rel=1e-12)
+            assert getattr(s, f) < s.tile_efficiency
+    # from the first study's presets, by hand: A100 FlashAttention-2 73 % / 63 % of peak and
+    # H100 cuDNN 539 / 516 TFLOP/s over their GEMM fractions
+    four = rules.measured_table({n: _catalog.FILES[n] for n in
+                                 ("tpuv4", "a100-80g", "h100-sxm", "h100-96g")})
+    got, _ = rules.derive(_catalog.FILES["tpuv4"], four)
+    peak_h = 528 * 512 * 2 * 1.83e9
+    a, h = 271.2e12 / (432 * 256 * 2 * 1.41e9), 808699906572796 / peak_h
+    tile = (a + h) / 2
+    assert got["flash_fwd_efficiency"] == pytest.approx(
+        tile * (0.73 / a + 539e12 / peak_h / h) / 2, rel=1e-12)
+    assert got["flash_bwd_efficiency"] == pytest.approx(
+        tile * (0.63 / a + 516e12 / peak_h / h) / 2, rel=1e-12)
+    assert (round(got["flash_fwd_efficiency"], 4), round(got["flash_bwd_efficiency"], 4)) == \
+        (0.6351, 0.5746)
     # the torchtitan hosts' part: FlashAttention-2's fractions, slower than h100-sxm's cuDNN
     h = efficiency.get("h100-96g")
     assert h.flash_fwd_efficiency < efficiency.get("h100-sxm").flash_fwd_efficiency

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from phaze import cost
-from phaze.arch import efficiency, presets
+from phaze.arch import _catalog, efficiency, presets, rules
 from phaze.graph import OpGraph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,9 +51,30 @@ def _seconds(chip, b, m, k, n, fp8=False):
 def test_the_efficiencies_are_the_measured_maxima():
     assert efficiency.get("h100-sxm").tile_efficiency == pytest.approx(808.6999e12 / H100_PEAK, rel=1e-6)
     assert efficiency.get("h100-sxm").fp8_tile_efficiency == pytest.approx(1402.6e12 / (2 * H100_PEAK), rel=1e-12)
-    for name in ("a100-80g", "tpuv4", "template"):
+    e = efficiency.get("a100-80g")   # measured; no fp8 on the A100: its FP8 fraction is the rule's
+    assert e.tile_efficiency == pytest.approx(271.2e12 / A100_PEAK, rel=1e-12)
+    assert _catalog.EFFICIENCY_RULES["a100-80g"]["fp8_tile_efficiency"] != "measured"
+    # tpuv4 and the template measured nothing: the rules give the mean of the measured dies'
+    # GEMM fractions, and fp8 that times the mean fp8 / bf16 ratio
+    measured = [m for m in _catalog.MEASURED.values() if "tile_efficiency" in m]
+    tile = sum(m["tile_efficiency"] for m in measured) / len(measured)
+    ratio = [m["fp8_tile_efficiency"] / m["tile_efficiency"] for m in measured
+             if "fp8_tile_efficiency" in m]
+    for name in ("tpuv4", "template"):
         e = efficiency.get(name)
-        assert e.tile_efficiency == e.fp8_tile_efficiency == pytest.approx(271.2e12 / A100_PEAK, rel=1e-12)
+        assert e.tile_efficiency == pytest.approx(tile, rel=1e-12)
+        assert e.fp8_tile_efficiency == pytest.approx(tile * sum(ratio) / len(ratio), rel=1e-12)
+    # from the first study's presets (A100 and H100 dies), by hand: 0.8435 and 0.7314
+    four = rules.measured_table({n: _catalog.FILES[n] for n in
+                                 ("tpuv4", "a100-80g", "h100-sxm", "h100-96g")})
+    got, _ = rules.derive(_catalog.FILES["tpuv4"], four)
+    a, h = 271.2e12 / A100_PEAK, 808699906572796 / H100_PEAK
+    assert got["tile_efficiency"] == pytest.approx((a + h) / 2, rel=1e-12)
+    assert got["tile_efficiency"] == pytest.approx(0.8434670, rel=1e-6)
+    h8 = 1402.6e12 / (2 * H100_PEAK)
+    # the H100 is the only one of them with FP8 tensor cores: its ratio alone
+    assert got["fp8_tile_efficiency"] == pytest.approx((a + h) / 2 * h8 / h, rel=1e-12)
+    assert got["fp8_tile_efficiency"] == pytest.approx(0.7314498, rel=1e-6)
 
 
 def test_h100_8192_cubed_by_hand():

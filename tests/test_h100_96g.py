@@ -46,7 +46,7 @@ def test_efficiency_and_fp8_rate_are_h100_sxm_s():
     assert ours["flash_bwd_efficiency"] == pytest.approx(322e12 / 989.43e12 * ratio, rel=1e-12)
     chip = presets.chip("h100-96g")
     assert chip.fp8_rate == 2 and chip.tensor_rate("fp8") == 2.0
-    assert chip.tdp_w is None          # the 500 W limit is not modelled (issue 28: power)
+    assert chip.tdp_w == 500           # the hosts' 500 W limit, recorded (issue 28 prices power)
     source = presets.SOURCES["h100-96g"]
     for needle in ("torchtitan", "96GB HBM2e", "2.4 TB/s", "500 W", "h100-sxm's block",
                    "presets.py", "FBGEMM PR #2546"):

@@ -26,7 +26,8 @@ devices and ``net_gb_per_s`` between nodes, and the derived ``area_mm2``.
 Modules, each importing only those before it (no cycle, no import inside a function to
 dodge one): ``_area`` (area model) → ``_rows`` (the dtype, rows from knobs) → ``_efields``
 (efficiency fields and ranges) → ``_fields`` (the chip-field table, value checks, reading a
-file) → ``_catalog`` (the presets' files as data) → ``efficiency`` (parameter sets,
+file) → ``rules`` (the stated rules for unmeasured efficiency parameters) → ``_catalog``
+(the presets' files as data) → ``efficiency`` (parameter sets,
 ``for_rows``) → ``dtype_rates`` (tensor rate per datatype) → ``_chipfile`` (the ``Chip``
 record, chip files) → ``presets`` (the real chips, cited) → ``_resolve`` (the entrance)
 → ``_make`` (``make_archs``) → this face with ``ArchSpace``.

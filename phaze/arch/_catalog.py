@@ -15,12 +15,24 @@ from importlib import resources
 
 import numpy as np
 
-from . import _fields
-from ._efields import EFFICIENCY_DTYPE, INT_FIELDS
+from .. import precision
+from . import _fields, rules
+from ._efields import EFFICIENCY_DTYPE
 from ._rows import KNOBS, build_rows
 
+#: The presets of the first study, in their fixed order; the other files of ``chips/``
+#: follow in name order.
+_FIRST = ("tpuv4", "a100-80g", "h100-sxm", "h100-96g")
+
+
+def _names() -> tuple:
+    found = sorted(p.name[:-5] for p in (resources.files(__package__) / "chips").iterdir()
+                   if p.name.endswith(".json"))
+    return tuple(n for n in _FIRST if n in found) + tuple(n for n in found if n not in _FIRST)
+
+
 #: Preset names, in their fixed order; preset ``NAME`` is the package file ``chips/NAME.json``.
-NAMES = ("tpuv4", "a100-80g", "h100-sxm", "h100-96g")
+NAMES = _names()
 
 
 def path(name: str):
@@ -41,10 +53,11 @@ def _read(name: str) -> dict:
         _fields.check_citations(values, where)
     except (OSError, ValueError) as exc:  # a broken install
         raise ImportError(f"phaze.arch: cannot read {where}: {exc}") from None
-    if values.get("name") != name or set(values.get("efficiency", ())) != set(EFFICIENCY_DTYPE.names) \
-            or "fp8_rate" not in values:
-        raise ImportError(f"phaze.arch: {where} must be named {name!r} and give fp8_rate and "
-                          f"every efficiency field")
+    missing = [f for f in ("fp8_rate", "fp6_rate", "fp4_rate", "scaled_formats", "family")
+               if f not in values]
+    if values.get("name") != name or missing:
+        raise ImportError(f"phaze.arch: {where} must be named {name!r} and give "
+                          f"{', '.join(missing) or 'its name'}")
     return values
 
 
@@ -56,19 +69,29 @@ KNOB_VALUES = {name: {k: values[k] for k in KNOBS} for name, values in FILES.ite
 SOURCES = {name: values.get("source", "") for name, values in FILES.items()}
 #: Dense FP8 tensor rate of each preset as a multiple of its 16-bit rate (each file's ``fp8_rate``).
 FP8_RATE = {name: values["fp8_rate"] for name, values in FILES.items()}
+#: The dense tensor rate of each preset at every datatype (``precision.DTYPES``) as a
+#: multiple of its 16-bit rate: 0 where it cannot run the datatype.
+RATES = {}
+for _name, _values in FILES.items():
+    _fam = {"fp8": _values["fp8_rate"], "fp6": _values["fp6_rate"], "fp4": _values["fp4_rate"]}
+    RATES[_name] = {d.name: (1.0 if not d.low_precision
+                             else 0.0 if d.native and d.native not in _values["scaled_formats"]
+                             else float(_fam[d.family])) for d in precision.DATATYPES}
 
-# The template's tile rule: one weight-stationary array per tile, no per-tile K fill.
-_TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_tile=1, k_stages=1)
-
-#: Efficiency parameters per preset (each file's ``efficiency``), plus ``"template"`` for rows
-#: that are no preset: the template's tile rule with a100-80g's fractions and latencies.
-EFFICIENCY = {name: dict(values["efficiency"]) for name, values in FILES.items()}
-# The fused attention kernel's fractions were measured on one chip each: the template takes
-# its own tile_efficiency for them (as ``Efficiency`` does without them), not the A100's.
-EFFICIENCY["template"] = dict(_TEMPLATE_TILE, **{f: v for f, v in EFFICIENCY["a100-80g"].items()
-                                                 if f not in INT_FIELDS})
-EFFICIENCY["template"].update({f: EFFICIENCY["template"]["tile_efficiency"]
-                               for f in ("flash_fwd_efficiency", "flash_bwd_efficiency")})
+#: silicon → the efficiency parameters measured on it (``rules.measured_table``).
+MEASURED = rules.measured_table(FILES)
+#: Efficiency parameters per preset — its file's measured ones, the rest by the stated rules
+#: (``phaze.arch.rules``) — plus ``"template"`` for rows that are no preset: the rules for
+#: a chip of the template's wide arrays whose every parameter is unmeasured.
+EFFICIENCY = {}
+#: For each preset and ``"template"``: field → "measured" or the rule that gives it.
+EFFICIENCY_RULES = {}
+for _name, _values in FILES.items():
+    EFFICIENCY[_name], _r = rules.derive(_values, MEASURED)
+    EFFICIENCY_RULES[_name] = {f: _r.get(f, "measured") for f in EFFICIENCY_DTYPE.names}
+_TEMPLATE_VALUES = {"name": "template", "silicon": "template", "tc_width": 128}
+EFFICIENCY["template"], _r = rules.derive(_TEMPLATE_VALUES, MEASURED)
+EFFICIENCY_RULES["template"] = {f: _r.get(f, "measured") for f in EFFICIENCY_DTYPE.names}
 
 #: Each preset's one-row ``ARCH_DTYPE`` array (read-only; ``presets.get`` hands out copies).
 ROWS = {name: build_rows(**knobs) for name, knobs in KNOB_VALUES.items()}

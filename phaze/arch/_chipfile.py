@@ -61,19 +61,16 @@ import types
 
 import numpy as np
 
-from . import _catalog, dtype_rates
+from . import _catalog, dtype_rates, rules
 from ._efields import EFFICIENCY_DTYPE
 from ._fields import (CHIP_FIELDS, FIELDS, KNOB_UNITS, MAX_INT, OPTIONAL_NUMBERS,
-                      check_fields, check_value, read_file)
+                      SCALED_FORMATS, TOPOLOGIES, check_fields, check_value, read_file)
 from ._rows import ARCH_DTYPE, KNOBS, build_rows, validate
 from .efficiency import Efficiency, for_rows as _efficiency_for_rows
 
 __all__ = ["Chip", "FIELDS", "KNOB_UNITS", "MAX_INT", "TOPOLOGIES", "Tier", "chip_from_dict",
            "load_chip"]
 
-#: Topology words of a network tier. Today's cost model prices every tier alike (NCCL's ring
-#: α–β form over the tier's bandwidth), whatever its word; the fabric issues price by it.
-TOPOLOGIES = ("switch", "ring", "torus")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,14 +106,14 @@ class Tier:
                              f"got {self.topology!r}")
 
 
-def tiers_of(row, eff: Efficiency) -> tuple:
+def tiers_of(row, eff: Efficiency, topology: str = "switch") -> tuple:
     """The fabric of a one-row ``ARCH_DTYPE`` array ``row`` with efficiency set ``eff``:
     ``(scale-up, scale-out)`` :class:`Tier` s built from today's row and efficiency fields
     (the numbers the cost model prices collectives with, exactly)."""
     r = row[0]
     return (Tier("scale-up", int(r["node_size"]), float(r["link_gb_per_s"] * 1e9),
                  eff.link_step_s, eff.link_efficiency, eff.link_p2p_latency_s,
-                 eff.link_p2p_efficiency),
+                 eff.link_p2p_efficiency, topology),
             Tier("scale-out", None, float(r["net_gb_per_s"] * 1e9), eff.net_step_s,
                  eff.net_efficiency, eff.net_p2p_latency_s, eff.net_p2p_efficiency))
 
@@ -160,8 +157,22 @@ class Chip:
     source: str = ""
     path: object = None
     fp8_rate: object = None
+    fp6_rate: object = None
+    fp4_rate: object = None
+    scaled_formats: object = None
     tdp_w: object = None
     process_nm: object = None
+    topology: object = None
+    scale_up_links: object = None
+    torus_dims: object = None
+    family: object = None
+    silicon: object = None
+    hbm_kind: object = None
+    link_kind: object = None
+    net_kind: object = None
+    cite: object = None
+    efficiency_rules: object = None
+    rule_efficiency: object = None
     resolved_efficiency: Efficiency = dataclasses.field(init=False, repr=False)
     rates: types.MappingProxyType = dataclasses.field(init=False, repr=False)
     tiers: tuple = dataclasses.field(init=False, repr=False)
@@ -186,18 +197,20 @@ class Chip:
         set_(self, "name", name)
         set_(self, "row", row)
         set_(self, "source", source)
-        for field in OPTIONAL_NUMBERS:
+        for field in OPTIONAL_NUMBERS + ("cite",):
             value = getattr(self, field)
             if value is not None:
                 set_(self, field, check_value(field, value, where))
-        eff = self.efficiency
+        eff = self.efficiency if self.efficiency is not None else self.rule_efficiency
         if eff is None:
             record = _efficiency_for_rows(row)[0]
             eff = Efficiency(**{f: record[f].item() for f in EFFICIENCY_DTYPE.names})
         fp8 = self.fp8_rate if self.fp8_rate is not None else float(dtype_rates.for_rows(row)[0])
+        scaled = SCALED_FORMATS if self.scaled_formats is None else self.scaled_formats
         set_(self, "resolved_efficiency", eff)
-        set_(self, "rates", types.MappingProxyType(dtype_rates.rates(fp8)))
-        set_(self, "tiers", tiers_of(row, eff))
+        set_(self, "rates", types.MappingProxyType(
+            dtype_rates.rates(fp8, self.fp6_rate, self.fp4_rate, scaled)))
+        set_(self, "tiers", tiers_of(row, eff, self.topology or "switch"))
 
     @property
     def scale_up(self) -> Tier:
@@ -214,7 +227,9 @@ class Chip:
         (:attr:`rates`): 1 for bf16 and fp16; for fp8 the file's ``fp8_rate``, else
         ``dtype_rates.for_rows`` of the row. A chip without fp8 tensor cores refuses fp8
         (``ValueError``, one sentence)."""
-        return dtype_rates.tensor_rate(dtype, self.rates["fp8"], self.name)
+        return dtype_rates.tensor_rate(
+            dtype, self.rates, self.name,
+            SCALED_FORMATS if self.scaled_formats is None else self.scaled_formats)
 
     def efficiency_set(self) -> Efficiency:
         """The efficiency parameters to use (:attr:`resolved_efficiency`): the file's, else
@@ -240,10 +255,19 @@ class Chip:
                 out[f] = self.row[f][0].item()
             elif f == "efficiency":
                 if self.efficiency is not None:
-                    out[f] = {e: getattr(self.efficiency, e) for e in EFFICIENCY_DTYPE.names}
+                    # what was measured (the rules give the rest again when it is read back)
+                    why = self.efficiency_rules or {}
+                    given = {e: getattr(self.efficiency, e) for e in EFFICIENCY_DTYPE.names
+                             if why.get(e, "measured") == "measured"}
+                    out[f] = given   # {} when the rules give every parameter
             elif getattr(self, f) is not None:
-                value = float(getattr(self, f))
-                out[f] = int(value) if value.is_integer() else value
+                value = getattr(self, f)
+                if spec.kind in ("rate", "positive", "count"):
+                    value = float(value)
+                    value = int(value) if value.is_integer() else value
+                elif isinstance(value, tuple):
+                    value = list(value)
+                out[f] = value
         return out
 
     def to_json(self) -> str:
@@ -260,8 +284,8 @@ def preset_chip(name: str) -> Chip:
                        f"{', '.join(_catalog.NAMES)}")
     return Chip(name=name, row=_catalog.ROWS[name],
                 efficiency=Efficiency(**_catalog.EFFICIENCY[name]), source=_catalog.SOURCES[name],
-                path=str(_catalog.path(name)),
-                **{f: values[f] for f in OPTIONAL_NUMBERS if f in values})
+                path=str(_catalog.path(name)), efficiency_rules=dict(_catalog.EFFICIENCY_RULES[name]),
+                **{f: values[f] for f in OPTIONAL_NUMBERS + ("cite",) if f in values})
 
 
 def chip_from_dict(data, *, where="chip", name=None, path=None) -> Chip:
@@ -283,14 +307,20 @@ def chip_from_dict(data, *, where="chip", name=None, path=None) -> Chip:
             k, mine, theirs = differ[0]
             raise ValueError(f"{where}: name {name!r} is a preset's, but {k} is {mine!r} where "
                              f"the preset has {theirs!r}; give the changed chip its own name")
-    efficiency = None
-    if "efficiency" in values:
-        base = _efficiency_for_rows(row)[0]
-        given = values["efficiency"]
-        efficiency = Efficiency(**{f: given.get(f, base[f].item()) for f in EFFICIENCY_DTYPE.names})
+    efficiency, ruled, explained = None, None, None
+    same_preset = [n for n, mask in _catalog.match(row) if mask[0]]
+    if "efficiency" in values or not same_preset:
+        # the stated rules (phaze.arch.rules) for every parameter the file does not give
+        derived, why = rules.derive(dict(values, name=name), _catalog.MEASURED)
+        explained = {f: why.get(f, "measured") for f in EFFICIENCY_DTYPE.names}
+        if "efficiency" in values:
+            efficiency = Efficiency(**derived)
+        else:
+            ruled = Efficiency(**derived)
     row.setflags(write=False)
     return Chip(name=name, row=row, efficiency=efficiency, source=values.get("source", ""),
-                path=path, **{f: values[f] for f in OPTIONAL_NUMBERS if f in values})
+                path=path, efficiency_rules=explained, rule_efficiency=ruled,
+                **{f: values[f] for f in OPTIONAL_NUMBERS + ("cite",) if f in values})
 
 
 def load_chip(path) -> Chip:

@@ -31,6 +31,16 @@ MAX_INT = 2 ** 31 - 1
 #: ``ChipField.default`` of a field every chip must give.
 REQUIRED = "required"
 
+#: Block-scaled formats a chip's tensor cores may consume natively (``scaled_formats``):
+#: OCP microscaling (MXFP8/MXFP6/MXFP4: one E8M0 scale per 32 elements) and NVFP4.
+SCALED_FORMATS = ("mx", "nvfp4")
+#: How a scale-up domain joins its chips (``topology``; priced in ``phaze/_ring.pxd``).
+TOPOLOGIES = ("switch", "mesh", "torus")
+#: Words of the memory and fabric kinds (the rules of ``phaze.arch.rules`` group by them).
+HBM_KINDS = ("HBM2", "HBM2e", "HBM3", "HBM3e", "HBM4")
+LINK_KINDS = ("nvlink3", "nvlink4", "nvlink5", "infinity-fabric", "ici", "neuronlink", "roce")
+NET_KINDS = ("hdr-ib", "ndr-ib", "xdr-ib", "roce", "efa", "dcn")
+
 #: ``ChipField.cite`` values: the presets' module docstring cites the value
 #: (``phaze/arch/presets.py``); a shipped preset giving the field must have a ``source``
 #: line starting with the field's name (``"fp8_rate 2: dense FP8 …"``); no citation rule.
@@ -93,16 +103,47 @@ CHIP_FIELDS = (
               "multiple of the 16-bit rate)", None,
               "the preset's rate when the knobs equal a preset's, else the template's 2 "
               "(phaze.arch.dtype_rates)", CITE_SOURCE_LINE),
-    ChipField("tdp_w", "positive", "W", _POSITIVE, None,
-              "unknown (None): the thermal design power of one chip, for the power issues; "
-              "no number uses it yet", CITE_SOURCE_LINE),
-    ChipField("process_nm", "positive", "nm", _POSITIVE, None,
-              "unknown (None): the process node the chip is made in; no number uses it yet",
+    ChipField("fp6_rate", "rate", "multiple of the 16-bit dense tensor rate",
+              "0 (no fp6 tensor cores) or a number >= 1", None,
+              "the template's rule (phaze.arch.dtype_rates.TEMPLATE_RATES)", CITE_SOURCE_LINE),
+    ChipField("fp4_rate", "rate", "multiple of the 16-bit dense tensor rate",
+              "0 (no fp4 tensor cores) or a number >= 1", None,
+              "the template's rule (phaze.arch.dtype_rates.TEMPLATE_RATES)", CITE_SOURCE_LINE),
+    ChipField("scaled_formats", "formats", "block-scaled formats",
+              "a list of distinct names among " + ", ".join(SCALED_FORMATS), None,
+              "none (no block-scaled format runs natively); the template's rows take every one",
               CITE_SOURCE_LINE),
+    ChipField("tdp_w", "positive", "W", _POSITIVE, None,
+              "unknown (None): the thermal design power of one chip", CITE_SOURCE_LINE),
+    ChipField("process_nm", "positive", "nm", _POSITIVE, None,
+              "unknown (None): the process node the chip is made in", CITE_SOURCE_LINE),
+    ChipField("topology", "choice", "", "one of " + ", ".join(TOPOLOGIES), None,
+              "switch (every chip of the scale-up domain reaches every other at link_gb_per_s)",
+              CITE_SOURCE_LINE),
+    ChipField("scale_up_links", "count", "links", _COUNT, None,
+              "unknown: link_gb_per_s is one port (a switch's)", CITE_SOURCE_LINE),
+    ChipField("torus_dims", "dims", "chips per dimension",
+              "a list of 1 to 4 integers >= 2 whose product is node_size", None,
+              "none (only a torus has dimensions)", CITE_SOURCE_LINE),
+    ChipField("family", "text", "", "a non-empty line of printable text", None,
+              "unknown (None): the chip family phaze validate groups rows by", CITE_NONE),
+    ChipField("silicon", "text", "", "a non-empty line of printable text", None,
+              "the chip's name: the die it is made of (chips of one die share measurements)",
+              CITE_NONE),
+    ChipField("hbm_kind", "choice", "", "one of " + ", ".join(HBM_KINDS), None,
+              "unknown (None)", CITE_SOURCE_LINE),
+    ChipField("link_kind", "choice", "", "one of " + ", ".join(LINK_KINDS), None,
+              "unknown (None)", CITE_SOURCE_LINE),
+    ChipField("net_kind", "choice", "", "one of " + ", ".join(NET_KINDS), None,
+              "unknown (None)", CITE_SOURCE_LINE),
     ChipField("efficiency", "efficiency", "", "an object of efficiency parameters ("
               + ", ".join(EFFICIENCY_DTYPE.names) + ")", None,
               "the set the knobs alone get (phaze.arch.efficiency.for_rows); a partial object "
-              "takes that set's value for each field it leaves out", CITE_DOCSTRING),
+              "takes the stated rules' value (phaze.arch.rules) for each field it leaves out",
+              CITE_DOCSTRING),
+    ChipField("cite", "cite", "", "an object mapping field names (efficiency.NAME for an "
+              "efficiency parameter) to one line of text each", None,
+              "no citations (a shipped preset must cite every number it gives)", CITE_NONE),
 )
 
 #: The table by field name.
@@ -112,7 +153,7 @@ FIELDS = tuple(BY_NAME)
 #: The optional scalar fields a chip holds as given (None when left out): fp8_rate and the
 #: fields after it, but the efficiency object.
 OPTIONAL_NUMBERS = tuple(f.name for f in CHIP_FIELDS[FIELDS.index("fp8_rate"):]
-                         if f.kind != "efficiency")
+                         if f.kind not in ("efficiency", "cite"))
 #: What each knob is, with its unit (used in the error messages).
 KNOB_UNITS = {k: BY_NAME[k].unit for k in KNOBS}
 
@@ -214,6 +255,29 @@ def check_value(name, value, where):
         return check_fp8_rate(value, f"{where}: {name}")
     if kind == "efficiency":
         return _check_efficiency(where, value)
+    if kind == "choice":
+        allowed = {"topology": TOPOLOGIES, "hbm_kind": HBM_KINDS, "link_kind": LINK_KINDS,
+                   "net_kind": NET_KINDS}[name]
+        if value not in allowed:
+            raise ValueError(f"{where}: {name} must be {spec.domain}, got {show(value)}")
+        return value
+    if kind == "formats":
+        if not isinstance(value, (list, tuple)) or any(v not in SCALED_FORMATS for v in value) \
+                or len(set(value)) != len(value):
+            raise ValueError(f"{where}: {name} must be {spec.domain}, got {show(value)}")
+        return tuple(value)
+    if kind == "dims":
+        if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 4 \
+                or any(not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 2
+                       or v > MAX_INT for v in value):
+            raise ValueError(f"{where}: {name} must be {spec.domain}, got {show(value)}")
+        return tuple(int(v) for v in value)
+    if kind == "cite":
+        if not isinstance(value, dict) or any(
+                not isinstance(k, str) or not isinstance(v, str) or not v.strip()
+                for k, v in value.items()):
+            raise ValueError(f"{where}: {name} must be {spec.domain}, got {show(value)}")
+        return dict(value)
     if kind == "text":
         if not isinstance(value, str) or not value.strip() or not value.isprintable():
             raise ValueError(f"{where}: {name} must be {spec.domain}, got {show(value)}")
@@ -249,13 +313,48 @@ def check_fields(data, where) -> dict:
         raise ValueError(f"{where}: missing field{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(missing)} (every knob is required: {', '.join(KNOBS)})")
     # a name of null is no name (the file name is used), as a name left out
-    return {f.name: check_value(f.name, data[f.name], where) for f in CHIP_FIELDS
-            if f.name in data and not (f.kind == "text" and data[f.name] is None)}
+    out = {f.name: check_value(f.name, data[f.name], where) for f in CHIP_FIELDS
+           if f.name in data and not (f.kind == "text" and data[f.name] is None)}
+    check_fabric(out, where)
+    return out
+
+
+def check_fabric(values, where) -> None:
+    """``ValueError`` unless the fabric fields agree: torus_dims only on a torus and then
+    required, their product equal to node_size."""
+    dims = values.get("torus_dims")
+    if values.get("topology") == "torus":
+        if dims is None:
+            raise ValueError(f"{where}: topology torus needs torus_dims (the chips along each "
+                             f"dimension of the scale-up domain)")
+        if math.prod(dims) != values["node_size"]:
+            raise ValueError(f"{where}: torus_dims {list(dims)} hold {math.prod(dims):,} chips, "
+                             f"but node_size is {values['node_size']:,}; they must be equal")
+    elif dims is not None:
+        raise ValueError(f"{where}: torus_dims is given but topology is "
+                         f"{values.get('topology', 'switch')!r}; only a torus has dimensions")
 
 
 def check_citations(values, where) -> None:
-    """For a shipped preset: ``ValueError`` unless each :data:`CITE_SOURCE_LINE` field it
-    gives has a ``source`` line starting with the field's name."""
+    """For a shipped preset: ``ValueError`` unless every number and word it gives is cited —
+    in its ``cite`` object (field name → one line; ``efficiency.NAME`` for an efficiency
+    parameter), or, for the presets of the first study, a ``source`` line starting with the
+    field's name (CITE_SOURCE_LINE fields) and the presets module's docstring (the rest)."""
+    cites = values.get("cite")
+    if cites is not None:
+        given = [f.name for f in CHIP_FIELDS if f.name in values
+                 and f.cite != CITE_NONE and f.kind != "efficiency"]
+        given += ["efficiency." + e for e in values.get("efficiency", {})]
+        missing = [k for k in given if k not in cites]
+        if missing:
+            raise ValueError(f"{where}: cite has no line for {', '.join(missing)}; every number "
+                             f"a preset gives needs its source")
+        present = set(given) | {f.name for f in CHIP_FIELDS if f.name in values}
+        unknown = [k for k in cites if k not in present]
+        if unknown:
+            raise ValueError(f"{where}: cite names {', '.join(unknown)}, which the file does "
+                             f"not give")
+        return
     lines = values.get("source", "").split("\n")
     for f in CHIP_FIELDS:
         if f.cite == CITE_SOURCE_LINE and f.name in values \

@@ -23,6 +23,14 @@ PFLOP/s), AMD MI300X (2,614.9 / 1,307.4 TFLOP/s; AMD CDNA 3 white paper).
 Intel Gaudi 3 is the exception: its MME runs FP8 and BF16 at the same 1,835 TFLOP/s
 (Intel Gaudi 3 white paper, 2024): a chip file says ``"fp8_rate": 1`` for such a chip.
 
+The other low-precision families (``phaze.precision.Datatype.family``) have their own
+fields, ``fp6_rate`` and ``fp4_rate`` (same form: 0 = none), with template rules
+(:data:`TEMPLATE_RATES`) fp6 2 (Blackwell runs FP6 at its FP8 rate: NVIDIA Blackwell
+architecture technical brief, 2024) and fp4 4 (B200 dense FP4 9 PFLOP/s vs 2.25 dense
+BF16; MI355X dense MXFP4 10.1 vs 2.5 PFLOP/s). A block-scaled datatype (``Datatype.native``:
+MXFP8/6/4 "mx", NVFP4 "nvfp4") also needs the format among the chip's ``scaled_formats``;
+the template's rows take every format.
+
 A chip file overrides the rule with its ``fp8_rate`` field (``phaze.arch.load_chip``);
 without the field a chip takes the preset's value when its knobs equal a preset's
 (``for_rows``), else the template's. ``phaze.cost.op_latencies(..., fp8_rate=)`` takes
@@ -35,23 +43,32 @@ import numbers
 
 import numpy as np
 
-from ..precision import DTYPES, check_dtype
+from .. import precision
+from ..precision import DTYPES
 from . import _catalog
-from ._fields import check_fp8_rate
+from ._fields import SCALED_FORMATS, check_fp8_rate
 from ._rows import validate
 
-__all__ = ["TEMPLATE_FP8_RATE", "check_fp8_rate", "for_rows", "per_row", "rates", "tensor_rate"]
+__all__ = ["TEMPLATE_FP8_RATE", "TEMPLATE_RATES", "check_fp8_rate", "for_rows", "per_row",
+           "rates", "tensor_rate"]
 
 #: fp8 dense tensor rate / 16-bit dense rate of a template (hypothetical) chip.
 TEMPLATE_FP8_RATE = 2.0
+#: Each low-precision family's dense rate / 16-bit rate on a template chip (module docstring).
+TEMPLATE_RATES = {"fp8": TEMPLATE_FP8_RATE, "fp6": 2.0, "fp4": 4.0}
 
 
-def per_row(fp8_rate, n_archs: int) -> np.ndarray:
-    """The fp8 multiplier of each of ``n_archs`` rows (float64): ``None`` gives
-    :data:`TEMPLATE_FP8_RATE` to every row, a number to every row, a sequence of
-    ``n_archs`` numbers one per row; each is 0 or ≥ 1."""
+def _family(dtype) -> str:
+    d = precision.datatype(dtype)
+    return d.family if d.low_precision else "fp8"
+
+
+def per_row(fp8_rate, n_archs: int, dtype: str = "fp8") -> np.ndarray:
+    """The low-precision multiplier of each of ``n_archs`` rows (float64) for ``dtype``'s
+    family: ``None`` gives the template's (:data:`TEMPLATE_RATES`) to every row, a number to
+    every row, a sequence of ``n_archs`` numbers one per row; each is 0 or ≥ 1."""
     if fp8_rate is None:
-        return np.full(n_archs, TEMPLATE_FP8_RATE)
+        return np.full(n_archs, TEMPLATE_RATES[_family(dtype)])
     if isinstance(fp8_rate, numbers.Real) and not isinstance(fp8_rate, bool):
         return np.full(n_archs, check_fp8_rate(fp8_rate))
     values = np.asarray(fp8_rate, dtype=np.float64).reshape(-1)
@@ -63,31 +80,54 @@ def per_row(fp8_rate, n_archs: int) -> np.ndarray:
     return np.ascontiguousarray(values)
 
 
-def for_rows(archs) -> np.ndarray:
-    """The fp8 multiplier of each architecture row: a preset's where the row equals that
-    preset in every knob, :data:`TEMPLATE_FP8_RATE` elsewhere (as
-    ``phaze.arch.efficiency.for_rows``)."""
+def for_rows(archs, dtype: str = "fp8") -> np.ndarray:
+    """The multiplier of ``dtype``'s family (default fp8) for each architecture row: a
+    preset's where the row equals that preset in every knob (0 where the preset cannot run
+    ``dtype``), the template's (:data:`TEMPLATE_RATES`) elsewhere."""
     archs = validate(archs)
-    out = np.full(archs.shape[0], TEMPLATE_FP8_RATE)
+    out = np.full(archs.shape[0], TEMPLATE_RATES[_family(dtype)])
     for name, same in _catalog.match(archs):
-        out[same] = _catalog.FP8_RATE[name]
+        out[same] = _catalog.RATES[name].get(dtype if dtype in DTYPES else "fp8", 0.0)
     return out
 
 
-def tensor_rate(dtype: str, fp8_rate: float, chip_name: str) -> float:
-    """The multiplier of the 16-bit rate at ``dtype`` for a chip whose fp8 multiplier is
-    ``fp8_rate``; ``ValueError`` in one sentence when the chip cannot train in ``dtype``."""
-    if check_dtype(dtype) != "fp8":
-        return 1.0
-    if fp8_rate == 0:
-        raise ValueError(f"dtype fp8 needs fp8 tensor cores, which {chip_name} does not have "
-                         f"(its fp8_rate is 0); train it in bf16 or fp16")
-    return float(fp8_rate)
-
-
-def rates(fp8_rate) -> dict:
+def rates(fp8_rate, fp6_rate=None, fp4_rate=None, scaled_formats=SCALED_FORMATS) -> dict:
     """The multiplier of the 16-bit dense tensor rate at every training datatype
-    (``phaze.precision.DTYPES``) of a chip whose fp8 multiplier is ``fp8_rate``: 1.0 for bf16
-    and fp16, ``fp8_rate`` (0.0: no fp8 tensor cores) for fp8."""
-    fp8 = check_fp8_rate(fp8_rate)
-    return {dtype: (fp8 if dtype == "fp8" else 1.0) for dtype in DTYPES}
+    (``phaze.precision.DTYPES``) of a chip: 1.0 for the 16-bit types; its family's rate for
+    a low-precision type (``fp6_rate`` / ``fp4_rate`` None: the template's), 0.0 where the
+    chip has no tensor cores of the family or the type's block-scaled format is not among
+    ``scaled_formats``."""
+    family = {"fp8": check_fp8_rate(fp8_rate),
+              "fp6": TEMPLATE_RATES["fp6"] if fp6_rate is None else check_fp8_rate(fp6_rate),
+              "fp4": TEMPLATE_RATES["fp4"] if fp4_rate is None else check_fp8_rate(fp4_rate)}
+    out = {}
+    for d in precision.DATATYPES:
+        if not d.low_precision:
+            out[d.name] = 1.0
+        elif d.native and d.native not in scaled_formats:
+            out[d.name] = 0.0
+        else:
+            out[d.name] = family[d.family]
+    return out
+
+
+def tensor_rate(dtype: str, rates_or_fp8, chip_name: str, scaled_formats=SCALED_FORMATS) -> float:
+    """The multiplier of the 16-bit rate at ``dtype`` for a chip whose rates are
+    ``rates_or_fp8`` (a :func:`rates` mapping, or its fp8 multiplier alone); ``ValueError``
+    in one sentence when the chip cannot train in ``dtype``."""
+    d = precision.datatype(dtype)
+    if not d.low_precision:
+        return 1.0
+    if isinstance(rates_or_fp8, numbers.Real):
+        rates_or_fp8 = rates(rates_or_fp8, scaled_formats=scaled_formats)
+    rate = float(rates_or_fp8[d.name])
+    if rate == 0:
+        if d.native and d.native not in scaled_formats:
+            raise ValueError(f"dtype {d.name} needs tensor cores that consume the "
+                             f"{d.native} block-scaled format, which {chip_name} does not have "
+                             f"(its scaled_formats: {', '.join(scaled_formats) or 'none'}); "
+                             f"train it in another datatype")
+        raise ValueError(f"dtype {d.name} needs {d.family} tensor cores, which {chip_name} does "
+                         f"not have (its {precision.RATE_FIELDS[d.family]} is 0); train it in "
+                         f"bf16 or fp16")
+    return rate

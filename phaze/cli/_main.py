@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+from . import _compare
 from . import _emit as _cli_emit
 from .. import plan as _plan
 
@@ -34,7 +35,19 @@ def _cmd_archs(args) -> int:
 
     if args.show is not None:
         # A chip file on stdout: `phaze archs --show a100-80g > mine.json`, edit, --arch mine.json.
-        print(arch.resolve_chip(args.show).to_json(), end="")
+        # A preset prints its shipped file (its measured parameters, each cited); which
+        # parameters the stated rules give goes to stderr.
+        chip = arch.resolve_chip(args.show)
+        if args.show in arch.presets.names():
+            print(arch.presets.path(args.show).read_text(encoding="utf-8"), end="")
+        else:
+            print(chip.to_json(), end="")
+        if chip.efficiency_rules:
+            ruled = {f: r for f, r in chip.efficiency_rules.items() if r != "measured"}
+            print(f"# {chip.name}: {len(chip.efficiency_rules) - len(ruled)} efficiency parameters "
+                  f"measured (in the file), {len(ruled)} from phaze.arch.rules:", file=sys.stderr)
+            for f, r in ruled.items():
+                print(f"#   {f} = {getattr(chip.resolved_efficiency, f):.6g}: {r}", file=sys.stderr)
         return 0
     print(f"{'name':<10} {'tensor cores':>16} {'vector cores':>13} {'buf MiB':>7} {'HBM GiB':>7} "
           f"{'HBM GB/s':>8} {'GHz':>5} {'TFLOP/s':>7} {'link GB/s':>9} {'net GB/s':>8} {'node':>5} "
@@ -48,6 +61,18 @@ def _cmd_archs(args) -> int:
         print(f"{name:<10} {tcs:>16} {vcs:>13} {r['buffer_mib']:>7g} {r['hbm_gib']:>7g} "
               f"{r['hbm_gb_per_s']:>8g} {r['clock_ghz']:>5g} {peak:>7.1f} {r['link_gb_per_s']:>9g} "
               f"{r['net_gb_per_s']:>8g} {r['node_size']:>5} {r['area_mm2']:>8.2f}")
+    print(f"\n{'name':<10} {'family':<16} {'fabric':<22} {'fp8':>4} {'fp4':>4} {'scaled':<10} "
+          f"{'measured':>8}  source (phaze archs --show NAME for every citation)")
+    for name in arch.presets.names():
+        c = arch.presets.chip(name)
+        fabric = (c.topology or "switch") + (f" {'x'.join(map(str, c.torus_dims))}"
+                                             if c.torus_dims else f" of {c.row['node_size'][0]}")
+        measured = sum(1 for r in (c.efficiency_rules or {}).values() if r == "measured")
+        first = c.source.split("\n")[0]
+        print(f"{name:<10} {c.family or '':<16} {fabric:<22} {c.rates['fp8']:>4g} "
+              f"{c.rates['nvfp4'] or c.rates['mxfp4']:>4g} {','.join(c.scaled_formats or ()) or '-':<10} "
+              f"{measured:>5}/{len(c.efficiency_rules or ()):<2}  "
+              f"{first[:90] + ('...' if len(first) > 90 else '')}")
     space = arch.ArchSpace.default()
     cfg = space.configs
     print(f"\ndefault space: {len(space):,} architectures, budget {space.budget_mm2:.2f} mm2 (area of tpuv4), "
@@ -135,10 +160,11 @@ def _add_search_arguments(p) -> None:
                         "--study: sgd, the study's)")
     p.add_argument("--space-every", type=int, default=1, metavar="K",
                    help="keep every K-th architecture of the default space (quick looks)")
-    p.add_argument("--arch", metavar="NAME|FILE",
+    p.add_argument("--arch", metavar="NAME|FILE[,NAME|FILE...]",
                    help="search only the training knobs and placement on this one chip (a "
                         "preset or a chip file; see `phaze archs --show NAME`): no "
-                        "architecture sweep, no baselines")
+                        "architecture sweep, no baselines; several, comma-separated, compare "
+                        "the chips: each one's best plan per model, ranked")
     p.add_argument("--prune", nargs="?", const="best", choices=("best", "front"), default=None,
                    help="skip points that cannot matter: 'best' (bare --prune) skips what cannot "
                         "beat the best found (same best; the Pareto front may be partial), "
@@ -233,6 +259,10 @@ def _cmd_search(args) -> int:
         if recompute is not None and "selective" in recompute:
             raise ValueError("--recompute selective is not in the study's model (--study has "
                              "none and full)")
+    chips = _compare.arch_list(args.arch)
+    if len(chips) > 1:
+        return _compare.compare_chips(args, chips, model_list, hbm, recompute, knobs,
+                                      _int_list)
     try:
         result = search.search(
             model_list, devices=args.devices, global_batch=args.global_batch,

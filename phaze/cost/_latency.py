@@ -404,12 +404,12 @@ def _dtype_inputs(op_graph, n_archs, fp8_rate):
     ops, any_fp8 = _graph_inputs(op_graph)
     if not any_fp8:
         return ops, np.ones(n_archs)
-    rates = dtype_rates.per_row(fp8_rate, n_archs)
+    rates = dtype_rates.per_row(fp8_rate, n_archs, op_graph.dtype)
     if np.any(rates == 0):
         row = int(np.flatnonzero(rates == 0)[0])
-        raise ValueError(f"the graph's dtype fp8 needs fp8 tensor cores, which architecture row "
-                         f"{row} does not have (its fp8_rate is 0); build the graph with dtype "
-                         f"bf16 or fp16")
+        raise ValueError(f"the graph's dtype {op_graph.dtype} needs tensor cores of its "
+                         f"datatype, which architecture row {row} does not have (its rate is "
+                         f"0); build the graph with dtype bf16 or fp16")
     return ops, rates
 
 

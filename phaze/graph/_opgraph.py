@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._dag import topological_order
-from ..precision import DEFAULT_DTYPE, check_dtype
+from ..precision import DEFAULT_DTYPE, check_dtype, is_low_precision
 
 #: Operators of the unfused attention core, forward and backward (``phaze.graph._ops``
 #: ``unfused_attention`` and the blocks' backward): the batched score and context GEMMs,
@@ -182,9 +182,9 @@ class OpGraph:
         if np.any(bad):
             raise ValueError(f"operator {self.names[int(np.flatnonzero(bad)[0])]!r}: fp8 applies "
                              f"only to GEMM operators (kind 0 or 2)")
-        if np.any(self.fp8) and self.dtype != "fp8":
+        if np.any(self.fp8) and not is_low_precision(self.dtype):
             raise ValueError(f"operator {self.names[int(np.flatnonzero(self.fp8)[0])]!r} runs in "
-                             f"fp8, which needs the graph's dtype 'fp8' (it is {self.dtype!r})")
+                             f"low precision, which needs a low-precision dtype for the graph (it is {self.dtype!r})")
         order, done = topological_order(self.pred_ptr, self.pred_idx)
         if done < n:
             on_cycle = sorted(set(range(n)) - set(order[:done].tolist()))

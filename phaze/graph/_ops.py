@@ -135,21 +135,58 @@ class Ops:
         self.B = bytes_per_element
         self.t = tensor_parallel
         self.dtype = dtype
+        self.dt = precision.datatype(dtype)
+        self.low = self.dt.low_precision
         self.ops = []
+        self._quant = {}
+        self._quant_of = {}     # GEMM base name → its dY quantisation (for the .dW)
 
     def gemm(self, name, preds, batch, m, k, n, *, epilogue=0.0, extra_in=0):
         """GEMM/BMM (batch, M, K, N); both operands read once, output written once. A
         positive ``epilogue`` (vector cycles per output element) makes it a fused op.
-        Under dtype "fp8" the linear layers (``precision.is_fp8_gemm``) read both operands
-        in FP8 (1 byte per element) and write their output in 16-bit."""
-        fp8 = self.dtype == "fp8" and precision.is_fp8_gemm(name)
-        e_in = precision.FP8_BYTES if fp8 else self.B
+        Under a low-precision dtype (``precision.LOW_PRECISION``) the linear layers
+        (``precision.is_fp8_gemm``) read both operands at the type's ``element_bytes``
+        (scales included) and write their output in 16-bit; the quantisation of the
+        activation operand (forward: the input X; ``.dX``: the output gradient dY, which
+        the ``.dW`` GEMM reads too) is its own memory-bound operator before the GEMM
+        (:meth:`quantise`)."""
+        fp8 = self.low and precision.is_fp8_gemm(name)
+        e_in = self.dt.element_bytes if fp8 else self.B
+        if fp8 and not name.endswith(".dW"):
+            preds = [self.quantise(name, preds, batch * m * k)]
+        elif fp8 and name[:-3] in self._quant_of:
+            # the weight gradient reads the column-wise copy of the dgrad's quantised dY
+            preds = list(preds) + [self._quant_of[name[:-3]]]
         self.ops.append(dict(
             name=name, kind=KIND_FUSED if epilogue > 0 else KIND_GEMM, preds=uniq(preds),
             dims=(batch, m, k, n), cycles_per_element=float(epilogue), elements=batch * m * n,
-            bytes_in=batch * (m * k + k * n) * e_in + extra_in,
+            bytes_in=int(round(batch * (m * k + k * n) * e_in)) + extra_in,
             bytes_out=batch * m * n * self.B, fp8=fp8))
         return name
+
+    def quantise(self, name, preds, elements):
+        """The quantisation of a low-precision GEMM's ``elements``-element activation
+        operand (the GEMM ``name``'s input, or its output gradient for ``NAME.dX``), as
+        Transformer Engine / torchao run it: ``quant_reads`` passes over the 16-bit tensor
+        writing ``quant_layouts`` low-precision copies (row-wise for this GEMM, column-wise
+        for the weight-gradient GEMM) at ``element_bytes`` each (``precision.Datatype``).
+        One operator per tensor: GEMMs reading the same tensor (separate q/k/v or gate/up
+        projections of one input) share it. Returns its name."""
+        backward = name.endswith(".dX")
+        # one forward input feeds several GEMMs (q/k/v, gate/up): one quantisation; each
+        # output gradient is its own tensor, even when two come from one producer
+        key = (name,) if backward else (tuple(uniq(preds)), int(elements))
+        if key in self._quant:
+            return self._quant[key]
+        d = self.dt
+        qname = (name[:-3] + ".dY" if backward else name + ".x") + ".quant"
+        if backward:
+            self._quant_of[name[:-3]] = qname
+        self.vector(qname, preds, elements, d.quant_reads * precision.QUANT_CYCLES_PER_ELEMENT,
+                    d.quant_reads * elements * self.B,
+                    int(round(d.quant_layouts * elements * d.element_bytes)))
+        self._quant[key] = qname
+        return qname
 
     def vector(self, name, preds, elements, cycles, bytes_in, bytes_out):
         self.ops.append(dict(name=name, kind=KIND_VECTOR, preds=uniq(preds), elements=elements,
@@ -262,8 +299,10 @@ class Shape:
         self.sp, self.flash, self.dtype = sp, flash, dtype
         self.cp, self.ep, self.capacity_factor = cp, ep, capacity_factor
         self.megatron = kernels == "megatron"
-        # Element size of the stashed FP8 GEMM inputs (precision module docstring).
-        self.B8 = precision.FP8_BYTES if dtype == "fp8" else B
+        # Element size of the stashed low-precision GEMM inputs, scales included
+        # (precision module docstring); the 16-bit element size otherwise.
+        dt = precision.datatype(dtype)
+        self.B8 = dt.element_bytes if dt.low_precision else B
         self.s = m.seq_len                           # keys each query attends to
         # keys per query a flash kernel computes (causal: the tiles up to the diagonal)
         self.s_flash = flash_keys(m.seq_len, m.causal)

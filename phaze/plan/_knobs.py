@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from .. import precision as _precision
 from ._knob import Knob, Rule, Trainer
 
 
@@ -166,21 +167,26 @@ KNOBS = (
          grid_rank=1, title="sequence parallel",
          megatron="--sequence-parallel", deepspeed="--sequence-parallel",
          torchtitan="(part of its tensor-parallel plan: SequenceParallel norms)"),
-    Knob("precision", str, "bf16", "one of bf16, fp16, fp8", choices=("bf16", "fp16", "fp8"),
+    Knob("precision", str, "bf16", "one of " + ", ".join(_precision.DTYPES),
+         choices=_precision.DTYPES,
          flags=("--dtype", "--precision"), study="bf16", calibrated_only=True,
          study_lacks="precision choice", file_key="precision", file_rank=8,
-         help="training datatype (default bf16; fp8: the linear layers' GEMMs in fp8 at the "
-              "chip's fp8 rate, a chip without fp8 tensor cores is refused; calibrated model "
-              "only; --precision is the same flag)",
+         help="training datatype (default bf16; fp8 = Transformer Engine's delayed scaling, "
+              "fp8-tensorwise / fp8-rowwise / fp8-blockwise, mxfp8 / mxfp6 / mxfp4, nvfp4: "
+              "the linear layers' GEMMs at the chip's rate for the type, their quantisation "
+              "priced; a chip without the type is refused; calibrated model only; "
+              "--precision is the same flag)",
          search="one",
          search_help="training datatype of the calibrated model (default bf16; fp8: the "
                      "linear layers' GEMMs in fp8 at the chip's fp8 rate, master weights and "
                      "optimizer state fp32; --precision is the same flag)",
          grid_rank=9, title="precision",
-         megatron="--bf16 | --fp16 | --bf16 --fp8-format hybrid",
+         megatron="--bf16 | --fp16 | --bf16 --fp8-format hybrid [--fp8-recipe tensorwise | "
+                  "blockwise | mxfp8] | --bf16 --fp4-format e2m1 --fp4-recipe nvfp4",
          deepspeed="--bf16 | --fp16 (ds_config bf16.enabled / fp16.enabled)",
-         torchtitan="--training.mixed_precision_param bfloat16 (fp8: --model.converters "
-                    "quantize.linear.float8)"),
+         torchtitan="--training.mixed_precision_param bfloat16 (fp8-tensorwise / "
+                    "fp8-rowwise: --model.converters quantize.linear.float8 with "
+                    "--quantize.linear.float8.recipe_name; mxfp8: quantize.linear.mx)"),
     Knob("flash_attention", bool, False, "True or False", flags=("--flash-attention",),
          study=False, calibrated_only=True, file_key="flash_attention", file_rank=9,
          file_optional=True,
@@ -496,9 +502,14 @@ RULES = (
          lambda v: v["expert_parallel"] > 1 or v["context_parallel"] > 1 or v.get("moe", False),
          lambda v: "the Megatron-DeepSpeed arguments written here have no mixture of experts, "
                    "expert or context parallelism; emit megatron"),
-    Rule("deepspeed", "emit", ("precision",), lambda v: v["precision"] == "fp8",
-         lambda v: "the ds_config written here has no fp8 training (DeepSpeed's config offers "
-                   "bf16 and fp16); emit megatron for fp8"),
+    Rule("deepspeed", "emit", ("precision",),
+         lambda v: _precision.is_low_precision(v["precision"]),
+         lambda v: f"the ds_config written here has no {v['precision']} training (DeepSpeed's "
+                   f"config offers bf16 and fp16); emit megatron for it"),
+    Rule("megatron-lm", "trainer", ("precision",),
+         lambda v: _precision.datatype(v["precision"]).megatron is None,
+         lambda v: f"Megatron-Core has no {v['precision']} recipe (its --fp8-recipe: delayed, "
+                   f"tensorwise, blockwise, mxfp8; --fp4-recipe nvfp4)"),
     Rule("megatron-lm", "trainer", ("grad_reduce_dtype", "precision"),
          lambda v: v["grad_reduce_dtype"] not in ("fp32", PARAMETER_DTYPE[v["precision"]]),
          lambda v: f"Megatron-Core reduces gradients in fp32 or in the parameters' datatype "
@@ -532,9 +543,11 @@ RULES = (
     Rule("torchtitan", "trainer", ("zero_stage",), lambda v: v["zero_stage"] in (1, 2),
          lambda v: f"torchtitan shards with FSDP2 (ZeRO 3) or replicates with DDP (ZeRO 0); "
                    f"it has no ZeRO stage {v['zero_stage']}"),
-    Rule("torchtitan", "trainer", ("precision",), lambda v: v["precision"] == "fp16",
-         lambda v: "torchtitan trains in bf16 (fp8 through torchao's float8 converters), "
-                   "not fp16"),
+    Rule("torchtitan", "trainer", ("precision",),
+         lambda v: _precision.datatype(v["precision"]).torchtitan is None,
+         lambda v: f"torchtitan trains in bf16, fp8 through torchao's float8 converters "
+                   f"(fp8-tensorwise, fp8-rowwise) or mxfp8 through its mx converter, not "
+                   f"{v['precision']}"),
     Rule("torchtitan", "trainer", ("grad_reduce_dtype",),
          lambda v: v["grad_reduce_dtype"] != "fp32",
          lambda v: f"torchtitan reduces gradients in float32 (mixed_precision_reduce), not "
@@ -583,7 +596,7 @@ RULES = (
 
 #: The datatype of the model parameters (and so of Megatron-Core's gradient buffer when it
 #: does not reduce in fp32) under each training datatype: fp8 trains on bf16 parameters.
-PARAMETER_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
+PARAMETER_DTYPE = {d: ("fp16" if d == "fp16" else "bf16") for d in _precision.DTYPES}
 
 
 def _microbatches(v) -> int:
@@ -655,9 +668,8 @@ def _recompute_deepspeed(v) -> list:
 
 def _precision_megatron(v) -> list:
     # fp8: Transformer Engine's hybrid format (E4M3 forward, E5M2 gradients) on top of bf16.
-    if v["precision"] == "fp16":
-        return ["--fp16"]
-    return ["--bf16"] + (["--fp8-format", "hybrid"] if v["precision"] == "fp8" else [])
+    # (Datatype.megatron: Transformer Engine's recipes on top of bf16)
+    return list(_precision.datatype(v["precision"]).megatron)
 
 
 def _grad_reduce_megatron(v) -> list:
@@ -785,8 +797,12 @@ def _tt_recompute(v) -> list:
 
 def _tt_precision(v) -> list:
     out = [("training.mixed_precision_param", "bfloat16")]
-    return out + ([("model.converters", ["quantize.linear.float8"])]
-                  if v["precision"] == "fp8" else [])
+    converter = _precision.datatype(v["precision"]).torchtitan
+    if not converter:
+        return out
+    kind, recipe = converter
+    return out + [("model.converters", [f"quantize.linear.{kind}"]),
+                  (f"quantize.linear.{kind}.recipe_name", recipe)]
 
 
 def _tt_expert(v) -> list:

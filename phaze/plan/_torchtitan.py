@@ -83,11 +83,16 @@ def model_keys(spec) -> list:
 
 
 def config(pairs) -> dict:
-    """The job config {section: {key: value}} of ("section.key", value) pairs, in order."""
+    """The job config {section: {key: value}} of ("section.key", value) pairs, in order; a
+    key of more dots nests as TOML reads it ("quantize.linear.float8.recipe_name" →
+    {"quantize": {"linear": {"float8": {"recipe_name": …}}}})."""
     out = {}
     for dotted, value in pairs:
-        section, key = dotted.split(".", 1)
-        out.setdefault(section, {})[key] = value
+        *tables, key = dotted.split(".")
+        node = out
+        for t in tables:
+            node = node.setdefault(t, {})
+        node[key] = value
     return out
 
 
@@ -102,9 +107,19 @@ def _toml_value(value) -> str:
 
 
 def toml(cfg: dict) -> str:
-    """TOML text of a job config ``cfg`` (sections of scalars and lists of strings)."""
+    """TOML text of a job config ``cfg`` (tables of scalars and lists of strings; a nested
+    table is written as its own ``[a.b.c]`` header)."""
     blocks = []
+
+    def table(name, keys):
+        scalars = {k: x for k, x in keys.items() if not isinstance(x, dict)}
+        if scalars:
+            blocks.append("\n".join([f"[{name}]"] + [f"{k} = {_toml_value(x)}"
+                                                      for k, x in scalars.items()]))
+        for k, x in keys.items():
+            if isinstance(x, dict):
+                table(f"{name}.{k}", x)
+
     for section, keys in cfg.items():
-        lines = [f"[{section}]"] + [f"{k} = {_toml_value(x)}" for k, x in keys.items()]
-        blocks.append("\n".join(lines))
+        table(section, keys)
     return "\n\n".join(blocks) + "\n"

@@ -162,13 +162,14 @@ def baselines(settings, best, chunk_facts, archs, ids=None) -> dict:
     for mi, model in enumerate(settings.models):
         plan = best["plans"].get(model.name) if best.get("plans") else None
         best_sps = float(plan["samples_per_s"]) if plan and plan["feasible"] else 0.0
-        if settings.precision == "fp8":
-            # TPU v4 has no fp8 tensor cores (phaze.arch.dtype_rates): nothing to compare.
+        if presets.chip("tpuv4").rates[settings.precision] == 0:
+            # TPU v4 has no tensor cores below 16 bits (phaze.arch.dtype_rates): nothing to
+            # compare.
             for name in ("tpuv4_searched", "tpuv4_fixed"):
                 out[name]["models"][model.name] = {
                     "feasible": False, "applicable": False, "samples_per_s": 0.0, "gain": None,
-                    "reason": "tpuv4 has no fp8 tensor cores (its fp8_rate is 0): not "
-                              "applicable to an fp8 search"}
+                    "reason": f"tpuv4 has no {settings.precision} tensor cores (its rate is 0): "
+                              f"not applicable to an {settings.precision} search"}
         else:
             # (a) tpuv4 with the searched placement and knobs.
             row_a = single_arch_best(settings, mi, tpu)

@@ -23,6 +23,7 @@ import numpy as np
 from .. import __version__, _config
 from .. import plan as _plan
 from ..arch import resolve_chip
+from ..precision import is_low_precision
 from .._validate import nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files
 from ._models import cost_model
@@ -257,8 +258,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         recompute=recompute, optimizer=optimizer, gap=gap, prune=prune, study=study, **grids,
         # A fixed chip trains fp8 at its own rate (one sentence when it has no fp8 tensor
         # cores); a space's rows are hypothetical chips at the template's rate.
-        fp8_rate=(chip.tensor_rate("fp8") if chip is not None and grids["precision"] == "fp8"
-                  else None))
+        fp8_rate=(chip.tensor_rate(grids["precision"]) if chip is not None
+                  and is_low_precision(grids["precision"]) else None))
     n_archs = archs.shape[0]
     # What must match for --resume (also recorded in the metadata).
     inputs = {

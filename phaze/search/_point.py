@@ -7,6 +7,7 @@ plan, and reports where the time and memory go.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -259,7 +260,7 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
         # with that capacity.
         row = chip.row.copy()
         row["hbm_gib"] = positive_float("hbm_gib", hbm_gib)
-        chip = resolve(row, efficiency=chip.efficiency_set(), fp8_rate=chip.rates["fp8"])
+        chip = dataclasses.replace(chip, row=row, path=None, efficiency=chip.efficiency_set())
     row = chip.row
     _plan.check_keywords("evaluate_step", knobs, _plan.STRATEGY)
     # A knob left out or None takes the table's default; switches read as booleans.

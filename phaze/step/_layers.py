@@ -22,10 +22,10 @@ from ..arch import efficiency as _efficiency
 #: fused Adam 28, master → model copy 6, zero grads 4 = 50 (fp16), 42 (bf16, no loss scaler).
 #: fp8 training keeps bf16 model weights and fp32 master weights, gradients and Adam state
 #: (Transformer Engine's recipe with Megatron-LM's --bf16; no loss scaler): the bf16 step.
-OPTIMIZER_BYTES_PER_PARAM = {"fp16": 50, "bf16": 42, "fp8": 42}
+OPTIMIZER_BYTES_PER_PARAM = {d: 50 if d == "fp16" else 42 for d in precision.DTYPES}
 #: Multi-tensor kernels the step launches (sheet §5.2 table rows, clip excluded): unscale
 #: (fp16), norm, Adam, copy, zero.
-OPTIMIZER_KERNELS = {"fp16": 5, "bf16": 4, "fp8": 4}
+OPTIMIZER_KERNELS = {d: 5 if d == "fp16" else 4 for d in precision.DTYPES}
 #: Bytes per parameter of the gradient buffer and of its data-parallel reduction at each
 #: ``grad_reduce_dtype`` (``phaze.plan``): Megatron-Core's buffer is fp32 with
 #: grad_reduce_in_fp32, else in the parameters' 16-bit datatype (param_and_grad_buffer.py).

@@ -235,6 +235,7 @@ from . import _layers
 from . import _plans as _search
 from .. import collectives, cost, graph, models
 from .. import plan as _plan
+from .. import precision as _precision
 from ._layers import OPTIMIZER_BYTES_PER_PARAM
 from ._plans import PLAN_DTYPE, PLAN_REASONS, best_plans, step_lower_bounds
 from ..arch import resolve as resolve_arch
@@ -492,10 +493,12 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
         raise ValueError(f"{what} for {m_spec.name}, which has no experts (n_experts = 0)")
     # The chip, resolved once (phaze.arch.resolve): its row, efficiency set and tensor rate
     # at the datatype (one sentence when it has no fp8 tensor cores).
+    low = _precision.is_low_precision(precision)
+    fp8_family = low and _precision.datatype(precision).family == "fp8"
     chip = resolve_arch(arch, efficiency=efficiency,
-                        fp8_rate=fp8_rate if precision == "fp8" else None)
+                        fp8_rate=fp8_rate if fp8_family else None)
     row, eff = chip.row, chip.efficiency_set()
-    fp8_rate = chip.tensor_rate("fp8") if precision == "fp8" else None
+    fp8_rate = chip.tensor_rate(precision) if low else None
     # Sequence parallelism splits over the tensor-parallel group: at t = 1 it is a no-op
     # (Megatron-LM switches it off there), and the plan records what ran.
     sp = pl.sequence_parallel and t > 1
