@@ -47,9 +47,11 @@ The other low-precision datatypes (:data:`DATATYPES`, issue 26; sources in
 ``docs/fidelity-sources.md`` §13) run the same linear layers below 16 bits and differ in
 their scales, their rate and their quantisation:
 
-  * ``fp8-tensorwise``: one scale per tensor from that tensor's own amax (TE's
-    ``Float8CurrentScaling``, Megatron-Core ``--fp8-recipe tensorwise``; torchao's
-    default float8 recipe): the amax is a full read of the 16-bit tensor before the cast.
+  * ``fp8-current``: one scale per tensor from that tensor's own amax (TE's
+    ``Float8CurrentScaling``, Megatron-Core ``--fp8-recipe tensorwise``): the amax is a
+    full read of the 16-bit tensor before the cast; FP8 weights cached per step.
+  * ``fp8-tensorwise``: the same scaling as torchao's default float8 recipe runs it
+    (torchtitan): the weights are cast again in every forward and backward.
   * ``fp8-rowwise``: one fp32 scale per row (torchao ``recipe_name="rowwise"``): each of
     the two layouts scaled along its own rows, one pass each.
   * ``fp8-blockwise``: DeepSeek-V3's 1×128 activation and 128×128 weight blocks with fp32
@@ -125,8 +127,15 @@ class Datatype:
     - ``quant_layouts``: low-precision copies each quantisation writes: 2 — the row-wise
       copy for the GEMM that contracts over the rows' dimension, the column-wise
       (transposed, or scaled along the columns) copy for the other (module docstring).
-    - ``trainer``: what each trainer's launch line says for it (Megatron-Core arguments;
-      torchtitan's float8/mx converter recipe), ``None`` where that trainer has no form.
+    - ``megatron`` / ``torchtitan``: what each trainer's launch line says for it
+      (Megatron-Core arguments; torchtitan's converter and recipe), ``None`` where that
+      trainer has no form.
+    - ``weight_cast``: when the weights are quantised — ``"step"`` (Transformer Engine: its
+      FP8 weight copies are made on a step's first microbatch and cached, Megatron passing
+      ``is_first_microbatch``; not priced: ≤ 4 B per weight per step) or ``"microbatch"``
+      (torchao's ``Float8Linear``: the weight is cast in every forward and again in the
+      backward for the dgrad GEMM; priced as the operators ``NAME.w.quant`` and
+      ``NAME.wT.quant``, one low-precision layout each).
     """
 
     name: str
@@ -138,6 +147,7 @@ class Datatype:
     quant_layouts: int = 0
     megatron: tuple = None
     torchtitan: tuple = None
+    weight_cast: str = "step"
 
     @property
     def low_precision(self) -> bool:
@@ -151,11 +161,13 @@ DATATYPES = (
     Datatype("fp16", "16-bit", 2, megatron=("--fp16",), torchtitan=None),
     Datatype("fp8", "fp8", 1, "delayed", "", 1, 2,
              megatron=("--bf16", "--fp8-format", "hybrid"), torchtitan=None),
-    Datatype("fp8-tensorwise", "fp8", 1, "current", "", 2, 2,
+    Datatype("fp8-current", "fp8", 1, "current", "", 2, 2,
              megatron=("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"),
-             torchtitan=("float8", "tensorwise")),
+             torchtitan=None),
+    Datatype("fp8-tensorwise", "fp8", 1, "current", "", 2, 2, megatron=None,
+             torchtitan=("float8", "tensorwise"), weight_cast="microbatch"),
     Datatype("fp8-rowwise", "fp8", 1, "row", "", 2, 2, megatron=None,
-             torchtitan=("float8", "rowwise")),
+             torchtitan=("float8", "rowwise"), weight_cast="microbatch"),
     Datatype("fp8-blockwise", "fp8", 1 + 4 / 128, "block", "", 1, 2,
              megatron=("--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "blockwise"),
              torchtitan=None),

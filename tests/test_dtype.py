@@ -54,25 +54,39 @@ def _check_quant_ops(g, dtype):
     returns the mask of the quantisation operators."""
     d = precision.datatype(dtype)
     quant = np.array([n.endswith(".quant") for n in g.names], dtype=bool)
+    weight = np.array([n.endswith((".w.quant", ".wT.quant")) for n in g.names], dtype=bool)
+    assert weight.any() == (d.weight_cast == "microbatch" and g.fp8.any())
     for i in np.flatnonzero(quant):
         e = int(g.elements[i])
         assert g.kind[i] == 1 and not g.fp8[i] and not g.dims[i].any()
         assert g.bytes_in[i] == d.quant_reads * e * 2
-        assert g.bytes_out[i] == round(d.quant_layouts * e * d.element_bytes)
+        # activations and gradients: both layouts; torchao's weight casts: one each
+        layouts = 1 if weight[i] else d.quant_layouts
+        assert g.bytes_out[i] == round(layouts * e * d.element_bytes)
         assert g.cycles_per_element[i] == d.quant_reads * precision.QUANT_CYCLES_PER_ELEMENT
     base = {n for n in g.names if not n.endswith(".quant")}
     for n in np.array(g.names)[quant]:
-        assert n.endswith((".x.quant", ".dY.quant"))
-        stem = n[:-len(".x.quant")] if n.endswith(".x.quant") else n[:-len(".dY.quant")] + ".dX"
+        assert n.endswith((".x.quant", ".dY.quant", ".w.quant", ".wT.quant"))
+        stem = (n[:-len(".x.quant")] if n.endswith(".x.quant")
+                else n[:-len(".w.quant")] if n.endswith(".w.quant")
+                else n[:-len(".wT.quant")] + ".dX" if n.endswith(".wT.quant")
+                else n[:-len(".dY.quant")] + ".dX")
         assert stem in base                      # named after a GEMM of the graph
     for i in np.flatnonzero(g.fp8):
         name = g.names[i]
         qs = [p for p in _preds(g, i) if p.endswith(".quant")]
+        wq = [p for p in qs if p.endswith((".w.quant", ".wT.quant"))]
+        qs = [p for p in qs if p not in wq]
+        if d.weight_cast == "microbatch" and not name.endswith(".dW"):
+            # the weight cast of this GEMM: K x N elements of its weight operand
+            assert len(wq) == 1, name
+            b_, _, k_, n_ = (int(x) for x in g.dims[i])
+            assert g.elements[g.names.index(wq[0])] == b_ * k_ * n_, name
         if name.endswith(".dW"):
             # the weight gradient reads the column-wise copy its dgrad's dY quantisation wrote
             assert qs == ([name[:-3] + ".dY.quant"] if name[:-3] + ".dX" in g.names else [])
             continue
-        assert len(qs) == 1 and len(_preds(g, i)) == 1, name
+        assert len(qs) == 1 and len(_preds(g, i)) == 1 + len(wq), name
         q = g.names.index(qs[0])
         b_, m_, k_, _ = (int(x) for x in g.dims[i])
         assert g.elements[q] == b_ * m_ * k_, name
@@ -145,9 +159,10 @@ def test_every_low_precision_dtype_prices_operands_and_quantisation(dtype):
     i = g.names.index("q_proj.x.quant")
     e = 4096 * 4096
     assert g.elements[i] == e
-    assert g.bytes_in[i] == {"fp8": 1, "fp8-tensorwise": 2, "fp8-rowwise": 2, "nvfp4": 2}.get(
-        dtype, 1) * 2 * e
-    assert g.bytes_out[i] == round(2 * e * {"fp8": 1, "fp8-tensorwise": 1, "fp8-rowwise": 1,
+    assert g.bytes_in[i] == {"fp8": 1, "fp8-current": 2, "fp8-tensorwise": 2, "fp8-rowwise": 2,
+                             "nvfp4": 2}.get(dtype, 1) * 2 * e
+    assert g.bytes_out[i] == round(2 * e * {"fp8": 1, "fp8-current": 1, "fp8-tensorwise": 1,
+                                            "fp8-rowwise": 1,
                                             "fp8-blockwise": 1 + 4 / 128, "mxfp8": 1 + 1 / 32,
                                             "mxfp6": 0.75 + 1 / 32, "mxfp4": 0.5 + 1 / 32,
                                             "nvfp4": 0.5 + 1 / 16}[dtype])
@@ -157,17 +172,21 @@ def test_every_low_precision_dtype_prices_operands_and_quantisation(dtype):
 
 
 def test_datatype_table():
-    assert precision.DTYPES == ("bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-rowwise",
-                                "fp8-blockwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4")
+    assert precision.DTYPES == ("bf16", "fp16", "fp8", "fp8-current", "fp8-tensorwise",
+                                "fp8-rowwise", "fp8-blockwise", "mxfp8", "mxfp6", "mxfp4",
+                                "nvfp4")
     assert precision.LOW_PRECISION == precision.DTYPES[2:]
     by = precision.BY_NAME
-    assert [by[n].family for n in precision.DTYPES] == ["16-bit"] * 2 + ["fp8"] * 5 + \
+    assert [by[n].family for n in precision.DTYPES] == ["16-bit"] * 2 + ["fp8"] * 6 + \
         ["fp6", "fp4", "fp4"]
     assert [by[n].element_bytes for n in precision.DTYPES] == [
-        2, 2, 1, 1, 1, 1 + 4 / 128, 1 + 1 / 32, 0.75 + 1 / 32, 0.5 + 1 / 32, 0.5 + 1 / 16]
-    assert [by[n].native for n in precision.DTYPES] == ["", "", "", "", "", "", "mx", "mx",
+        2, 2, 1, 1, 1, 1, 1 + 4 / 128, 1 + 1 / 32, 0.75 + 1 / 32, 0.5 + 1 / 32, 0.5 + 1 / 16]
+    assert [by[n].native for n in precision.DTYPES] == ["", "", "", "", "", "", "", "mx", "mx",
                                                         "mx", "nvfp4"]
-    assert [by[n].quant_reads for n in precision.LOW_PRECISION] == [1, 2, 2, 1, 1, 1, 1, 2]
+    assert [by[n].quant_reads for n in precision.LOW_PRECISION] == [1, 2, 2, 2, 1, 1, 1, 1, 2]
+    # torchao recasts its weights every microbatch; Transformer Engine caches them per step
+    assert [n for n in precision.DTYPES if by[n].weight_cast == "microbatch"] == \
+        ["fp8-tensorwise", "fp8-rowwise"]
     assert all(by[n].quant_layouts == 2 for n in precision.LOW_PRECISION)
     assert precision.MEMORY_BYTES_PER_PARAM["nvfp4"]["fp8_weight"] == 2 * (0.5 + 1 / 16)
     assert precision.MEMORY_BYTES_PER_PARAM["mxfp8"]["fp8_weight"] == 2 * (1 + 1 / 32)
@@ -195,9 +214,9 @@ def test_fp8_ops_of_a_llama_block():
 
 @pytest.mark.parametrize("bad", ["fp32", "BF16", None, 2])
 def test_bad_dtype_one_sentence(bad):
-    with pytest.raises(ValueError, match=r"^dtype must be one of bf16, fp16, fp8, fp8-tensorwise, "
-                                         r"fp8-rowwise, fp8-blockwise, mxfp8, mxfp6, mxfp4, "
-                                         r"nvfp4, got "):
+    with pytest.raises(ValueError, match=r"^dtype must be one of bf16, fp16, fp8, fp8-current, "
+                                         r"fp8-tensorwise, fp8-rowwise, fp8-blockwise, mxfp8, "
+                                         r"mxfp6, mxfp4, nvfp4, got "):
         build_layers("gpt2-xl", 1, 1, dtype=bad)
 
 
@@ -302,7 +321,8 @@ def test_chips_without_fp8_refuse_it_in_one_sentence(name):
 
 def test_hopper_rates_at_every_datatype():
     h100 = presets.chip("h100-sxm")
-    assert dict(h100.rates) == {"bf16": 1.0, "fp16": 1.0, "fp8": 2.0, "fp8-tensorwise": 2.0,
+    assert dict(h100.rates) == {"bf16": 1.0, "fp16": 1.0, "fp8": 2.0, "fp8-current": 2.0,
+                                "fp8-tensorwise": 2.0,
                                 "fp8-rowwise": 2.0, "fp8-blockwise": 2.0, "mxfp8": 0.0,
                                 "mxfp6": 0.0, "mxfp4": 0.0, "nvfp4": 0.0}
     assert h100.tensor_rate("fp8-blockwise") == 2.0

@@ -154,6 +154,8 @@ class Ops:
         e_in = self.dt.element_bytes if fp8 else self.B
         if fp8 and not name.endswith(".dW"):
             preds = [self.quantise(name, preds, batch * m * k)]
+            if self.dt.weight_cast == "microbatch":
+                preds.append(self.quantise_weight(name, batch * k * n))
         elif fp8 and name[:-3] in self._quant_of:
             # the weight gradient reads the column-wise copy of the dgrad's quantised dY
             preds = list(preds) + [self._quant_of[name[:-3]]]
@@ -163,6 +165,17 @@ class Ops:
             bytes_in=int(round(batch * (m * k + k * n) * e_in)) + extra_in,
             bytes_out=batch * m * n * self.B, fp8=fp8))
         return name
+
+    def quantise_weight(self, name, elements):
+        """torchao's cast of a linear layer's ``elements``-element 16-bit weight for the
+        GEMM ``name`` (``Datatype.weight_cast`` "microbatch": once for the forward
+        ``NAME.w.quant``, again for the dgrad ``NAME.wT.quant``): ``quant_reads`` reads,
+        one low-precision layout written. Returns its name."""
+        d = self.dt
+        qname = name[:-3] + ".wT.quant" if name.endswith(".dX") else name + ".w.quant"
+        return self.vector(qname, [], elements,
+                           d.quant_reads * precision.QUANT_CYCLES_PER_ELEMENT,
+                           d.quant_reads * elements * self.B, int(round(elements * d.element_bytes)))
 
     def quantise(self, name, preds, elements):
         """The quantisation of a low-precision GEMM's ``elements``-element activation

@@ -172,7 +172,8 @@ KNOBS = (
          flags=("--dtype", "--precision"), study="bf16", calibrated_only=True,
          study_lacks="precision choice", file_key="precision", file_rank=8,
          help="training datatype (default bf16; fp8 = Transformer Engine's delayed scaling, "
-              "fp8-tensorwise / fp8-rowwise / fp8-blockwise, mxfp8 / mxfp6 / mxfp4, nvfp4: "
+              "fp8-current (TE's current scaling), fp8-tensorwise / fp8-rowwise (torchao's), "
+              "fp8-blockwise, mxfp8 / mxfp6 / mxfp4, nvfp4: "
               "the linear layers' GEMMs at the chip's rate for the type, their quantisation "
               "priced; a chip without the type is refused; calibrated model only; "
               "--precision is the same flag)",
@@ -181,8 +182,9 @@ KNOBS = (
                      "linear layers' GEMMs in fp8 at the chip's fp8 rate, master weights and "
                      "optimizer state fp32; --precision is the same flag)",
          grid_rank=9, title="precision",
-         megatron="--bf16 | --fp16 | --bf16 --fp8-format hybrid [--fp8-recipe tensorwise | "
-                  "blockwise | mxfp8] | --bf16 --fp4-format e2m1 --fp4-recipe nvfp4",
+         megatron="--bf16 | --fp16 | --bf16 --fp8-format hybrid [--fp8-recipe tensorwise "
+                  "(fp8-current)] | --fp8-format e4m3 --fp8-recipe blockwise | mxfp8 | --bf16 "
+                  "--fp4-format e2m1 --fp4-recipe nvfp4",
          deepspeed="--bf16 | --fp16 (ds_config bf16.enabled / fp16.enabled)",
          torchtitan="--training.mixed_precision_param bfloat16 (fp8-tensorwise / "
                     "fp8-rowwise: --model.converters quantize.linear.float8 with "
@@ -508,8 +510,8 @@ RULES = (
                    f"config offers bf16 and fp16); emit megatron for it"),
     Rule("megatron-lm", "trainer", ("precision",),
          lambda v: _precision.datatype(v["precision"]).megatron is None,
-         lambda v: f"Megatron-Core has no {v['precision']} recipe (its --fp8-recipe: delayed, "
-                   f"tensorwise, blockwise, mxfp8; --fp4-recipe nvfp4)"),
+         lambda v: f"Megatron-Core has no {v['precision']} recipe (its --fp8-recipe: delayed = "
+                   f"fp8, tensorwise = fp8-current, blockwise, mxfp8; --fp4-recipe nvfp4)"),
     Rule("megatron-lm", "trainer", ("grad_reduce_dtype", "precision"),
          lambda v: v["grad_reduce_dtype"] not in ("fp32", PARAMETER_DTYPE[v["precision"]]),
          lambda v: f"Megatron-Core reduces gradients in fp32 or in the parameters' datatype "
