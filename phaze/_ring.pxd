@@ -69,9 +69,39 @@ cdef inline double ring(double nbytes, int64_t n, int64_t nodes, int64_t passes,
                         f.net_step_s, f.link_bw, f.net_bw)
 
 
+cdef inline int64_t log2_floor(int64_t x) noexcept nogil:
+    cdef int64_t k = 0
+    while x > 1:
+        x >>= 1
+        k += 1
+    return k
+
+
+cdef inline double tree_all_reduce(double nbytes, int64_t n, int64_t nodes,
+                                   const Fabric* f) noexcept nogil:
+    """NCCL's tree all-reduce of n ranks on ``nodes`` > 1 nodes (a chain in each node, double
+    binary trees between them; src/graph/tuning.cc): latency coll_latency_s + 2·((n/nodes −
+    1)·link_step_s + ⌊log2 nodes⌋·net_step_s) — reduce up, broadcast down — and the ring's
+    bandwidth term at 0.92 of its bus bandwidth (tuning.cc: ``busBw = min(busBw * .92,
+    nChannels * perChMaxTreeBw)`` for the tree's AllReduce)."""
+    cdef int64_t g = n // nodes
+    if g < 1:
+        g = 1
+    return f.coll_latency_s + 2.0 * (<double>(g - 1) * f.link_step_s
+                                     + <double>log2_floor(nodes) * f.net_step_s) \
+        + 2.0 * <double>(n - 1) / <double>n * nbytes / (0.92 * f.net_bw)
+
+
 cdef inline double all_reduce(double nbytes, int64_t n, int64_t nodes,
                               const Fabric* f) noexcept nogil:
-    return ring(nbytes, n, nodes, 2, f)
+    """A ring all-reduce, or across nodes the faster of the ring and NCCL's tree (NCCL's
+    tuner picks the algorithm of the least modelled time)."""
+    cdef double r = ring(nbytes, n, nodes, 2, f)
+    cdef double t
+    if n <= 1 or nodes <= 1:
+        return r
+    t = tree_all_reduce(nbytes, n, nodes, f)
+    return t if t < r else r
 
 
 cdef inline double reduce_scatter(double nbytes, int64_t n, int64_t nodes,

@@ -11,7 +11,11 @@ bytes over η·bandwidth of the slowest tier the ring crosses (the in-node link 
 ranks sit in one node, else the network). Per kind (S the bytes given):
 
 - all-reduce (reduce-scatter + all-gather, two passes round the ring): steps 2(n − 1),
-  x = 2(nodes − 1), β = 2(n − 1)/n · S / (η·BW);
+  x = 2(nodes − 1), β = 2(n − 1)/n · S / (η·BW); across nodes the faster of that ring and
+  NCCL's tree (a chain in each node, double binary trees between nodes: α =
+  coll_latency_s + 2·((n/nodes − 1)·link_step_s + ⌊log2 nodes⌋·net_step_s), β the ring's
+  at 0.92 of its bus bandwidth; NCCL src/graph/tuning.cc), as NCCL's tuner picks the
+  algorithm of least modelled time — the tree wins for small messages over many nodes;
 - reduce-scatter, all-gather (one pass): steps n − 1, x = nodes − 1,
   β = (n − 1)/n · S / (η·BW) (S: the full tensor, before the scatter / after the gather);
 - all-to-all: priced as one ring pass, like an all-gather of the S bytes a rank holds;

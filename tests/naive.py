@@ -464,12 +464,16 @@ def naive_tile_cycles(batch, m, k, n, w, d, cores, tile_m_mult, tile_n_mult, til
     return max(busy) * step_cycles
 
 
-def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff, per_node=1):
+def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff, per_node=1,
+                         tree=False):
     """A ring all-reduce step by step: 2(n−1) steps, the first 2(nodes−1) of them crossing
     a node boundary (NCCL's count), each paying its tier's latency; then the bytes.
     ``per_node``: NICs the ring's ranks in one node drive between nodes (the step model's
     placed rings: one NIC per device, at most the in-node link's bandwidth in all; the
-    cost model's contiguous operator collectives keep 1)."""
+    cost model's contiguous operator collectives keep 1). ``tree`` (the step model's):
+    across nodes the faster of the ring and NCCL's tree — up a chain of the group/nodes
+    ranks of a node and ⌊log2 nodes⌋ levels of a binary tree, then down again, each step
+    paying its tier's latency, the bytes at 0.92 of the ring's bus bandwidth."""
     if group <= 1 or comm_bytes == 0:
         return 0.0
     nodes = 1 if group <= node_size else -(-group // node_size)
@@ -482,7 +486,17 @@ def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff, per
         bw = net_bw * float(eff["net_efficiency"])
         if per_node > 1:
             bw = min(per_node * bw, link_bw * float(eff["link_efficiency"]))
-    return latency + 2 * (group - 1) / group * comm_bytes / bw
+    ring = latency + 2 * (group - 1) / group * comm_bytes / bw
+    if not tree or nodes <= 1:
+        return ring
+    levels = 0
+    while (2 << levels) <= nodes:
+        levels += 1
+    up = (max(1, group // nodes) - 1) * float(eff["link_step_s"]) \
+        + levels * float(eff["net_step_s"])
+    tree_s = float(eff["coll_latency_s"]) + 2 * up + 2 * (group - 1) / group * comm_bytes / (
+        0.92 * bw)
+    return min(ring, tree_s)
 
 
 #: The unfused attention core's operators, written out (phaze.graph._opgraph.UNFUSED_ATTENTION_OPS).

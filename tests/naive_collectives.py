@@ -41,9 +41,24 @@ def _ring(nbytes, n, nodes, passes, fabric):
                         fabric["net_bw"])
 
 
+def tree_all_reduce_seconds(nbytes, n, nodes, fabric):
+    """NCCL's tree all-reduce across ``nodes`` > 1 nodes: latency coll + 2·((n/nodes − 1)·
+    link step + floor(log2 nodes)·net step), the ring's bandwidth term at 0.92."""
+    coll, link_step, net_step, _link_bw, net_bw = (float(fabric[k]) for k in (
+        "coll_latency_s", "link_step_s", "net_step_s", "link_bw", "net_bw"))
+    g = max(1, n // nodes)
+    log2 = int(nodes).bit_length() - 1
+    return coll + 2.0 * ((g - 1) * link_step + log2 * net_step) \
+        + 2.0 * (n - 1) / n * float(nbytes) / (0.92 * net_bw)
+
+
 def all_reduce_seconds(nbytes, n, nodes, fabric):
-    """Ring all-reduce of ``nbytes`` per rank over n ranks on ``nodes`` nodes (two passes)."""
-    return _ring(nbytes, n, nodes, 2, fabric)
+    """All-reduce of ``nbytes`` per rank over n ranks on ``nodes`` nodes: the two-pass ring,
+    or across nodes the faster of it and NCCL's tree."""
+    ring = _ring(nbytes, n, nodes, 2, fabric)
+    if n <= 1 or nodes <= 1:
+        return ring
+    return min(ring, tree_all_reduce_seconds(nbytes, n, nodes, fabric))
 
 
 def reduce_scatter_seconds(nbytes, n, nodes, fabric):

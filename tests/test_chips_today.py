@@ -150,3 +150,23 @@ def test_b200_gemms_at_the_sweeps_largest_shapes(key):
     rate = 2 * b * m * n * k / t
     assert np.isfinite(rate)
     assert -0.06 < rate / XLA_SM100[key] - 1 < 0.11
+
+
+def test_all_reduce_across_nodes_takes_nccls_tree_when_it_is_faster():
+    from phaze import collectives
+
+    fab = collectives.fabric(coll_latency_s=8.4e-6, link_step_s=3.4e-6, net_step_s=14e-6,
+                             link_bw=0.8169 * 450e9, net_bw=0.94 * 50e9)
+    # 4 bytes over 64 ranks on 8 nodes: the ring's 2·63 steps (14 between nodes) against the
+    # tree's 2·(7 in-node + log2 8 = 3 between nodes)
+    ring = 8.4e-6 + (2 * 63 - 14) * 3.4e-6 + 14 * 14e-6 + 2 * 63 / 64 * 4 / (0.94 * 50e9)
+    tree = 8.4e-6 + 2 * (7 * 3.4e-6 + 3 * 14e-6) + 2 * 63 / 64 * 4 / (0.92 * 0.94 * 50e9)
+    assert collectives.all_reduce_seconds(4, 64, 8, fab) == pytest.approx(tree, rel=1e-12)
+    assert tree < ring / 4
+    # 1 GB: the bandwidth terms dominate and the ring (its full bus bandwidth) wins
+    big = 2 * 63 / 64 * 1e9 / (0.94 * 50e9)
+    ring_big = 8.4e-6 + (2 * 63 - 14) * 3.4e-6 + 14 * 14e-6 + big
+    assert collectives.all_reduce_seconds(1e9, 64, 8, fab) == pytest.approx(ring_big, rel=1e-12)
+    # in one node: the ring alone
+    assert collectives.all_reduce_seconds(4, 8, 1, fab) == pytest.approx(
+        8.4e-6 + 14 * 3.4e-6 + 2 * 7 / 8 * 4 / (0.8169 * 450e9), rel=1e-12)

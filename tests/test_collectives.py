@@ -62,6 +62,13 @@ def _naive_ring(kind, nbytes, n, nodes, fab):
         for step in range(n - 1):
             total += float(fab["net_step_s"] if step < nodes - 1 else fab["link_step_s"])
             total += (nbytes / (n - 1) if kind == "p2p" else nbytes / n) / bw
+    if kind == "all_reduce" and nodes > 1:
+        # NCCL's tree: up a chain in the node and floor(log2 nodes) tree levels, then down
+        levels = nodes.bit_length() - 1
+        tree = float(fab["coll_latency_s"]) + 2 * (
+            (max(1, n // nodes) - 1) * float(fab["link_step_s"])
+            + levels * float(fab["net_step_s"])) + 2 * (n - 1) / n * nbytes / (0.92 * bw)
+        total = min(total, tree)
     return total
 
 
