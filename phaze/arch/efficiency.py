@@ -53,13 +53,15 @@ Collectives (ring all-reduce, NCCL's α–β form) and point-to-point transfers:
 - ``link_p2p_latency_s``, ``link_p2p_efficiency``, ``net_p2p_latency_s``,
   ``net_p2p_efficiency``: the same for one point-to-point send on each tier.
 
-Where each preset's numbers come from is in :mod:`phaze.arch.presets` (its docstring
-cites every value; the sheet behind them is ``docs/fidelity-sources.md``). Rows that
-are no preset — the study's hypothetical chips — take :data:`TEMPLATE`: the fractions
-and latencies of ``a100-80g`` (the only chip with a component-level source for every
-one of them), with the tile rule of the template itself (one array per tile, no
-per-tile K fill), because the template's cores are weight-stationary arrays like the
-TPU's, not SMs. :func:`for_rows` gives each row its preset's set, or the template's.
+Where each preset's numbers come from: its chip file's ``cite`` lines (the first study's
+four: :mod:`phaze.arch.presets`' docstring), the sheet behind them being
+``docs/fidelity-sources.md``. A preset's set is what was measured on its die, the rest by
+the stated rules of :mod:`phaze.arch.rules`. Rows that are no preset — the study's
+hypothetical chips — take :data:`TEMPLATE`: the same rules for a chip of wide systolic
+arrays that nothing was measured on (the means of the measured dies' fractions and
+latencies, the template's own tile rule: one array per tile, no per-tile K fill, because
+the template's cores are weight-stationary arrays like the TPU's, not SMs).
+:func:`for_rows` gives each row its preset's set, or the template's.
 """
 from __future__ import annotations
 

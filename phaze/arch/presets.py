@@ -151,13 +151,21 @@ fractions are the SXM's too: no 500 W flash-attention measurement was found).
 
 ``tpuv4`` and ``template`` (every row that is no preset, e.g. the study's space): no
 component-level TPU v4 measurement of GEMM, HBM or ICI efficiency was found (sheet §8.4).
-They take the a100-80g fractions and latencies (tile_efficiency 0.8696, hbm_efficiency
-0.88, attention_hbm_efficiency 0.650, launch_s 1e-6, the α/β values; the flash fractions
-equal their tile_efficiency, no flash kernel measured) — the only chip
-with a source for each — and the template's own tile rule: one weight-stationary array
-per tile (cores_per_tile 1; tile_m_mult = tile_n_mult = tile_k_mult = 1) and no per-tile
-K fill (k_stages 1), because an array's fill and drain is already in the template's
-array model.
+Both take every parameter from the stated rules (``phaze.arch.rules``, sheet §17): the
+means of the fractions and latencies measured on the other dies, the FP8 and flash
+fractions by their mean ratio to the GEMM fraction, and the template's own tile rule —
+one weight-stationary array per tile (cores_per_tile 1; tile_m_mult = tile_n_mult =
+tile_k_mult = 1) and no per-tile K fill (k_stages 1), because an array's fill and drain
+is already in the template's array model. (Before issue 26 they copied the a100-80g set.)
+
+The presets of issue 26 (``h200``, ``b200``, ``b300``, ``gb200``, ``gb300``, ``mi300x``,
+``mi325x``, ``mi355x``, ``tpu-v5e``, ``tpu-v5p``, ``tpu-v6e``, ``tpu7x``, ``gaudi3``,
+``trainium2``) cite every number in their files' ``cite`` objects; the full citations, with
+the arithmetic, are ``docs/fidelity-sources.md`` §14. In ``h100-sxm`` and ``h100-96g`` the
+values that were the A100's (the tile multiples, attention_hbm_efficiency, launch_s, the
+in-node point-to-point latency and efficiency, the network point-to-point latency) are no
+longer in the files: the rules give them, and the in-node point-to-point efficiency is the
+GH100 die's own nvbandwidth measurement (0.8809, the ``h200`` file).
 """
 from __future__ import annotations
 
