@@ -170,3 +170,30 @@ def test_all_reduce_across_nodes_takes_nccls_tree_when_it_is_faster():
     # in one node: the ring alone
     assert collectives.all_reduce_seconds(4, 8, 1, fab) == pytest.approx(
         8.4e-6 + 14 * 3.4e-6 + 2 * 7 / 8 * 4 / (0.8169 * 450e9), rel=1e-12)
+
+
+def test_a_72_gpu_nvlink_domain_keeps_64_data_parallel_ranks_on_nvlink():
+    """GB200 NVL72: 64 data-parallel ranks sit in one NVLink domain, their gradient
+    all-reduce is the in-domain ring; on 8-GPU B200 nodes it crosses 8 nodes over the NICs
+    (every NIC of a node's 8 ranks, capped by NVLink) and NCCL's tree wins the latency."""
+    from phaze.graph import build_layers
+
+    params = sum(la.param_bytes * la.count for la in build_layers("llama3-8b", 1, 1).layers) // 2
+    kw = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=64, microbatch=1,
+              global_batch=64, flash_attention=True, recompute="full", zero_stage=0,
+              overlap_grad_reduce=False)
+    grads = 4 * params                                  # fp32 gradients, all-reduced
+    e = presets.chip("gb200").efficiency_set()
+    want = e.coll_latency_s + 2 * 63 * e.link_step_s + 2 * 63 / 64 * grads / (
+        e.link_efficiency * 900e9)
+    got = step.training_step("llama3-8b", "gb200", **kw).breakdown.dp_allreduce_s
+    assert got == pytest.approx(want, rel=1e-12)
+    e = presets.chip("b200").efficiency_set()
+    bw = min(8 * e.net_efficiency * 50e9, e.link_efficiency * 900e9)
+    ring = e.coll_latency_s + (2 * 63 - 14) * e.link_step_s + 14 * e.net_step_s \
+        + 2 * 63 / 64 * grads / bw
+    tree = e.coll_latency_s + 2 * (7 * e.link_step_s + 3 * e.net_step_s) \
+        + 2 * 63 / 64 * grads / (0.92 * bw)
+    got_b = step.training_step("llama3-8b", "b200", **kw).breakdown.dp_allreduce_s
+    assert got_b == pytest.approx(min(ring, tree), rel=1e-12)
+    assert got < got_b / 1.5
