@@ -30,14 +30,21 @@ parser, :meth:`Chip.to_dict` and the checks read; :data:`FIELDS` is their order)
   rate the knobs give (``phaze.arch.dtype_rates``): 0 = no FP8 tensor cores (training in
   fp8 is refused), else a number >= 1 (H100: 2). Left out: the preset's value when the
   knobs equal a preset's, else the template rule (2). bf16 and fp16 run at the 16-bit rate.
+- ``fp6_rate``, ``fp4_rate`` (optional): the same for the FP6 and FP4 families (left out:
+  the template's 2 and 4); ``scaled_formats`` (optional): the block-scaled formats the
+  tensor cores consume ("mx", "nvfp4"; left out: both).
 - ``tdp_w`` (optional): the thermal design power of one chip, W; ``process_nm``
   (optional): the process node, nm. Finite numbers > 0, None (unknown) when left out; no
   number of phaze uses them yet (room for the power and cost issues).
-- ``efficiency`` (optional): the calibrated cost model's parameters
+- ``topology`` ("switch" | "mesh" | "torus"), ``scale_up_links``, ``torus_dims`` (a torus
+  only, multiplying to ``node_size``): the scale-up fabric; ``family``, ``silicon``,
+  ``hbm_kind``, ``link_kind``, ``net_kind``: words the rules and reports group by;
+  ``cite``: field name → its source line (a shipped preset cites every number).
+- ``efficiency`` (optional): the calibrated cost model's parameters measured on the chip
   (``phaze.arch.efficiency.Efficiency``; integers ≥ 1, fractions in (0, 1], seconds ≥ 0);
-  fields left out take the value of the set the knobs alone would get
-  (``efficiency.for_rows``: a preset's own set when the knobs equal that preset's,
-  else the ``template`` set). Without the object, :attr:`Chip.efficiency` is None.
+  the fields left out come from the stated rules (``phaze.arch.rules``) applied to the
+  file's fields. Without the object, :attr:`Chip.efficiency` is None and the resolved set
+  is the preset's when the knobs equal a preset's, else the rules' (``rule_efficiency``).
 
 ``area_mm2`` is not a field: the area model computes it from the knobs.
 Anything else — an unknown or repeated field, a missing knob, a value of the wrong type,
