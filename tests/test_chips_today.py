@@ -197,3 +197,20 @@ def test_a_72_gpu_nvlink_domain_keeps_64_data_parallel_ranks_on_nvlink():
     got_b = step.training_step("llama3-8b", "b200", **kw).breakdown.dp_allreduce_s
     assert got_b == pytest.approx(min(ring, tree), rel=1e-12)
     assert got < got_b / 1.5
+
+
+def test_a_bare_row_takes_the_equal_presets_rates_else_the_templates():
+    from phaze.arch import dtype_rates, resolve
+
+    h100 = resolve(presets.get("h100-sxm"))      # a row, no chip-file fields
+    assert dict(h100.rates) == dict(presets.chip("h100-sxm").rates)
+    assert h100.rates["nvfp4"] == 0.0 and h100.rates["fp8"] == 2.0
+    with pytest.raises(ValueError, match="scaled_formats: none"):
+        h100.tensor_rate("nvfp4")
+    row = presets.get("h100-sxm")
+    row["num_tc"] = 64                           # no preset any more: the template's
+    other = resolve(row)
+    assert other.rates["nvfp4"] == dtype_rates.TEMPLATE_RATES["fp4"] == 4.0
+    assert other.rates["mxfp6"] == 2.0 and other.rates["bf16"] == 1.0
+    assert dtype_rates.for_rows(row, "bf16")[0] == 1.0
+    assert dtype_rates.for_rows(presets.get("b200"), "nvfp4")[0] == 4.0

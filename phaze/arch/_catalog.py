@@ -15,7 +15,6 @@ from importlib import resources
 
 import numpy as np
 
-from .. import precision
 from . import _fields, rules
 from ._efields import EFFICIENCY_DTYPE
 from ._rows import KNOBS, build_rows
@@ -69,15 +68,6 @@ KNOB_VALUES = {name: {k: values[k] for k in KNOBS} for name, values in FILES.ite
 SOURCES = {name: values.get("source", "") for name, values in FILES.items()}
 #: Dense FP8 tensor rate of each preset as a multiple of its 16-bit rate (each file's ``fp8_rate``).
 FP8_RATE = {name: values["fp8_rate"] for name, values in FILES.items()}
-#: The dense tensor rate of each preset at every datatype (``precision.DTYPES``) as a
-#: multiple of its 16-bit rate: 0 where it cannot run the datatype.
-RATES = {}
-for _name, _values in FILES.items():
-    _fam = {"fp8": _values["fp8_rate"], "fp6": _values["fp6_rate"], "fp4": _values["fp4_rate"]}
-    RATES[_name] = {d.name: (1.0 if not d.low_precision
-                             else 0.0 if d.native and d.native not in _values["scaled_formats"]
-                             else float(_fam[d.family])) for d in precision.DATATYPES}
-
 #: silicon → the efficiency parameters measured on it (``rules.measured_table``).
 MEASURED = rules.measured_table(FILES)
 #: Efficiency parameters per preset — its file's measured ones, the rest by the stated rules

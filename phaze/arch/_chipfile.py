@@ -71,7 +71,7 @@ import numpy as np
 from . import _catalog, dtype_rates, rules
 from ._efields import EFFICIENCY_DTYPE
 from ._fields import (CHIP_FIELDS, FIELDS, KNOB_UNITS, MAX_INT, OPTIONAL_NUMBERS,
-                      SCALED_FORMATS, TOPOLOGIES, check_fields, check_value, read_file)
+                      TOPOLOGIES, check_fields, check_value, read_file)
 from ._rows import ARCH_DTYPE, KNOBS, build_rows, validate
 from .efficiency import Efficiency, for_rows as _efficiency_for_rows
 
@@ -149,8 +149,11 @@ class Chip:
       ``efficiency.for_rows`` of the row (a preset's own set when the knobs equal that
       preset's, else ``template``).
     - ``rates``: the dense tensor rate at each datatype of ``phaze.precision.DTYPES`` as a
-      multiple of the 16-bit rate (a read-only mapping: bf16 and fp16 1.0, fp8 the
-      ``fp8_rate``, else ``dtype_rates.for_rows`` of the row; 0.0 = no fp8 tensor cores).
+      multiple of the 16-bit rate (a read-only mapping, ``dtype_rates.rates``: 1.0 for the
+      16-bit types, the family's rate for a low-precision one, 0.0 where the chip lacks the
+      family or the block-scaled format); each of ``fp8_rate``, ``fp6_rate``, ``fp4_rate``,
+      ``scaled_formats`` left out is the equal preset's, else the template's
+      (``dtype_rates.row_fields``); ``resolved_formats`` the formats so resolved.
     - ``tiers``: the fabric, ``(scale-up, scale-out)`` :class:`Tier` s from the row's
       ``node_size``, ``link_gb_per_s``, ``net_gb_per_s`` and the resolved set's link and
       net latencies and efficiencies.
@@ -181,6 +184,7 @@ class Chip:
     efficiency_rules: object = None
     rule_efficiency: object = None
     resolved_efficiency: Efficiency = dataclasses.field(init=False, repr=False)
+    resolved_formats: tuple = dataclasses.field(init=False, repr=False)
     rates: types.MappingProxyType = dataclasses.field(init=False, repr=False)
     tiers: tuple = dataclasses.field(init=False, repr=False)
 
@@ -212,11 +216,13 @@ class Chip:
         if eff is None:
             record = _efficiency_for_rows(row)[0]
             eff = Efficiency(**{f: record[f].item() for f in EFFICIENCY_DTYPE.names})
-        fp8 = self.fp8_rate if self.fp8_rate is not None else float(dtype_rates.for_rows(row)[0])
-        scaled = SCALED_FORMATS if self.scaled_formats is None else self.scaled_formats
+        # each rate field the chip leaves out: the equal preset's, else the template's
+        given = dtype_rates.row_fields(row)
+        given.update({f: getattr(self, f) for f in dtype_rates.RATE_FIELDS
+                      if getattr(self, f) is not None})
         set_(self, "resolved_efficiency", eff)
-        set_(self, "rates", types.MappingProxyType(
-            dtype_rates.rates(fp8, self.fp6_rate, self.fp4_rate, scaled)))
+        set_(self, "resolved_formats", tuple(given["scaled_formats"]))
+        set_(self, "rates", types.MappingProxyType(dtype_rates.rates(**given)))
         set_(self, "tiers", tiers_of(row, eff, self.topology or "switch"))
 
     @property
@@ -234,9 +240,7 @@ class Chip:
         (:attr:`rates`): 1 for bf16 and fp16; for fp8 the file's ``fp8_rate``, else
         ``dtype_rates.for_rows`` of the row. A chip without fp8 tensor cores refuses fp8
         (``ValueError``, one sentence)."""
-        return dtype_rates.tensor_rate(
-            dtype, self.rates, self.name,
-            SCALED_FORMATS if self.scaled_formats is None else self.scaled_formats)
+        return dtype_rates.tensor_rate(dtype, self.rates, self.name, self.resolved_formats)
 
     def efficiency_set(self) -> Efficiency:
         """The efficiency parameters to use (:attr:`resolved_efficiency`): the file's, else

@@ -44,13 +44,12 @@ import numbers
 import numpy as np
 
 from .. import precision
-from ..precision import DTYPES
 from . import _catalog
 from ._fields import SCALED_FORMATS, check_fp8_rate
 from ._rows import validate
 
-__all__ = ["TEMPLATE_FP8_RATE", "TEMPLATE_RATES", "check_fp8_rate", "for_rows", "per_row",
-           "rates", "tensor_rate"]
+__all__ = ["PRESET_RATES", "TEMPLATE_FP8_RATE", "TEMPLATE_RATES", "check_fp8_rate", "for_rows",
+           "per_row", "rates", "tensor_rate"]
 
 #: fp8 dense tensor rate / 16-bit dense rate of a template (hypothetical) chip.
 TEMPLATE_FP8_RATE = 2.0
@@ -81,13 +80,15 @@ def per_row(fp8_rate, n_archs: int, dtype: str = "fp8") -> np.ndarray:
 
 
 def for_rows(archs, dtype: str = "fp8") -> np.ndarray:
-    """The multiplier of ``dtype``'s family (default fp8) for each architecture row: a
-    preset's where the row equals that preset in every knob (0 where the preset cannot run
-    ``dtype``), the template's (:data:`TEMPLATE_RATES`) elsewhere."""
+    """The multiplier of ``dtype`` (default fp8) for each architecture row: a preset's
+    (:data:`PRESET_RATES`; 0 where the preset cannot run ``dtype``) where the row equals that
+    preset in every knob, the template's (:data:`TEMPLATE_RATES`; 1 for a 16-bit type)
+    elsewhere."""
     archs = validate(archs)
-    out = np.full(archs.shape[0], TEMPLATE_RATES[_family(dtype)])
+    d = precision.datatype(dtype)
+    out = np.full(archs.shape[0], TEMPLATE_RATES[d.family] if d.low_precision else 1.0)
     for name, same in _catalog.match(archs):
-        out[same] = _catalog.RATES[name].get(dtype if dtype in DTYPES else "fp8", 0.0)
+        out[same] = PRESET_RATES[name][d.name]
     return out
 
 
@@ -111,16 +112,13 @@ def rates(fp8_rate, fp6_rate=None, fp4_rate=None, scaled_formats=SCALED_FORMATS)
     return out
 
 
-def tensor_rate(dtype: str, rates_or_fp8, chip_name: str, scaled_formats=SCALED_FORMATS) -> float:
-    """The multiplier of the 16-bit rate at ``dtype`` for a chip whose rates are
-    ``rates_or_fp8`` (a :func:`rates` mapping, or its fp8 multiplier alone); ``ValueError``
-    in one sentence when the chip cannot train in ``dtype``."""
+def tensor_rate(dtype: str, chip_rates, chip_name: str, scaled_formats=SCALED_FORMATS) -> float:
+    """The multiplier of the 16-bit rate at ``dtype`` for a chip whose :func:`rates` are
+    ``chip_rates``; ``ValueError`` in one sentence when the chip cannot train in ``dtype``."""
     d = precision.datatype(dtype)
     if not d.low_precision:
         return 1.0
-    if isinstance(rates_or_fp8, numbers.Real):
-        rates_or_fp8 = rates(rates_or_fp8, scaled_formats=scaled_formats)
-    rate = float(rates_or_fp8[d.name])
+    rate = float(chip_rates[d.name])
     if rate == 0:
         if d.native and d.native not in scaled_formats:
             raise ValueError(f"dtype {d.name} needs tensor cores that consume the "
@@ -131,3 +129,24 @@ def tensor_rate(dtype: str, rates_or_fp8, chip_name: str, scaled_formats=SCALED_
                          f"not have (its {precision.RATE_FIELDS[d.family]} is 0); train it in "
                          f"bf16 or fp16")
     return rate
+
+
+#: The dense tensor rate of each preset at every datatype (:func:`rates` of its file's
+#: fields), what :func:`for_rows` gives a row equal to that preset.
+PRESET_RATES = {name: rates(v["fp8_rate"], v["fp6_rate"], v["fp4_rate"], v["scaled_formats"])
+                for name, v in _catalog.FILES.items()}
+
+
+#: The rate fields of a chip file, and what a row that equals no preset takes for each.
+RATE_FIELDS = ("fp8_rate", "fp6_rate", "fp4_rate", "scaled_formats")
+TEMPLATE_FIELDS = dict(fp8_rate=TEMPLATE_FP8_RATE, fp6_rate=TEMPLATE_RATES["fp6"],
+                       fp4_rate=TEMPLATE_RATES["fp4"], scaled_formats=SCALED_FORMATS)
+
+
+def row_fields(row) -> dict:
+    """The rate fields (:data:`RATE_FIELDS`) a one-row architecture takes where its chip gives
+    none: the first preset's that equals it in every knob, else the template's."""
+    for name, same in _catalog.match(validate(row)):
+        if same[0]:
+            return {f: _catalog.FILES[name][f] for f in RATE_FIELDS}
+    return dict(TEMPLATE_FIELDS)
