@@ -88,6 +88,9 @@ def test_rules_leave_the_die_out_and_keep_its_own_measurements():
     pool = [m["hbm_efficiency"] for m in others.values() if "hbm_efficiency" in m]
     assert derived["hbm_efficiency"] == pytest.approx(sum(pool) / len(pool), rel=1e-12)
     assert "every other die" in why["hbm_efficiency"]
+    # every field is explained; with the die held out nothing is "measured"
+    from phaze.arch._efields import EFFICIENCY_DTYPE
+    assert set(why) == set(EFFICIENCY_DTYPE.names) and "measured" not in why.values()
     ratios = [m["fp8_tile_efficiency"] / m["tile_efficiency"] for m in others.values()
               if "fp8_tile_efficiency" in m and "tile_efficiency" in m]
     assert derived["fp8_tile_efficiency"] == pytest.approx(

@@ -16,7 +16,6 @@ from importlib import resources
 import numpy as np
 
 from . import _fields, rules
-from ._efields import EFFICIENCY_DTYPE
 from ._rows import KNOBS, build_rows
 
 #: The presets of the first study, in their fixed order; the other files of ``chips/``
@@ -77,11 +76,9 @@ EFFICIENCY = {}
 #: For each preset and ``"template"``: field → "measured" or the rule that gives it.
 EFFICIENCY_RULES = {}
 for _name, _values in FILES.items():
-    EFFICIENCY[_name], _r = rules.derive(_values, MEASURED)
-    EFFICIENCY_RULES[_name] = {f: _r.get(f, "measured") for f in EFFICIENCY_DTYPE.names}
-_TEMPLATE_VALUES = {"name": "template", "silicon": "template", "tc_width": 128}
-EFFICIENCY["template"], _r = rules.derive(_TEMPLATE_VALUES, MEASURED)
-EFFICIENCY_RULES["template"] = {f: _r.get(f, "measured") for f in EFFICIENCY_DTYPE.names}
+    EFFICIENCY[_name], EFFICIENCY_RULES[_name] = rules.derive(_values, MEASURED)
+EFFICIENCY["template"], EFFICIENCY_RULES["template"] = rules.derive(
+    {"name": "template", "silicon": "template", "tc_width": 128}, MEASURED)
 
 #: Each preset's one-row ``ARCH_DTYPE`` array (read-only; ``presets.get`` hands out copies).
 ROWS = {name: build_rows(**knobs) for name, knobs in KNOB_VALUES.items()}

@@ -322,8 +322,7 @@ def chip_from_dict(data, *, where="chip", name=None, path=None) -> Chip:
     same_preset = [n for n, mask in _catalog.match(row) if mask[0]]
     if "efficiency" in values or not same_preset:
         # the stated rules (phaze.arch.rules) for every parameter the file does not give
-        derived, why = rules.derive(dict(values, name=name), _catalog.MEASURED)
-        explained = {f: why.get(f, "measured") for f in EFFICIENCY_DTYPE.names}
+        derived, explained = rules.derive(dict(values, name=name), _catalog.MEASURED)
         if "efficiency" in values:
             efficiency = Efficiency(**derived)
         else:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from ._efields import EFFICIENCY_DTYPE, INT_FIELDS
 
-__all__ = ["RATIO_FIELDS", "FABRIC_FIELDS", "TILE_RULES", "derive", "explain"]
+__all__ = ["RATIO_FIELDS", "FABRIC_FIELDS", "TORUS_FIELDS", "derive", "measured_table"]
 
 #: Arrays at most this wide are MMA units of an SM/CU (the GPU tile rule applies).
 GPU_ARRAY_WIDTH = 64
@@ -58,8 +58,6 @@ FABRIC_FIELDS = {"link_efficiency": "link_kind", "link_p2p_efficiency": "link_ki
                  "net_efficiency": "net_kind", "net_p2p_efficiency": "net_kind"}
 #: Fabric fractions of the scale-up tier that a torus's ring collectives see only in part.
 TORUS_FIELDS = ("link_efficiency", "link_p2p_efficiency")
-#: The rule of each field, in words (what ``phaze archs --show`` says of a derived value).
-TILE_RULES = {f: "GPU tile rule (array width <= 64) or the systolic template's" for f in INT_FIELDS}
 
 
 def _tile(values) -> dict:
@@ -77,11 +75,12 @@ def _mean(xs):
 
 
 def derive(values: dict, measured: dict) -> tuple:
-    """``(efficiency, rules)``: every efficiency parameter of the chip whose checked file
+    """``(efficiency, why)``: every efficiency parameter of the chip whose checked file
     fields are ``values`` — its own measured ones (``values["efficiency"]``, then those
     measured on its die, ``measured[silicon]``) kept, the rest by the module's rules from
     the other dies of ``measured`` (silicon → {field: value} of what was measured on each;
-    :func:`measured_table`) — and, for each derived field, the rule in words. To hold a die
+    :func:`measured_table`) — and for every field "measured" or the rule in words (what
+    ``Chip.efficiency_rules`` and ``phaze archs --show`` say). To hold a die
     out (predict it as never seen), pass ``values`` without ``efficiency`` and ``measured``
     without its entry."""
     silicon = values.get("silicon") or values.get("name")
@@ -135,7 +134,7 @@ def derive(values: dict, measured: dict) -> tuple:
         out[f] = min(1.0, out["tile_efficiency"] * _mean(ratios))
         rules[f] = (f"tile_efficiency x mean ratio {f}/tile_efficiency of "
                     f"{len(ratios)} other die(s)")
-    return out, rules
+    return out, {f: rules.get(f, "measured") for f in EFFICIENCY_DTYPE.names}
 
 
 def measured_table(files: dict) -> dict:
@@ -151,8 +150,3 @@ def measured_table(files: dict) -> dict:
             entry.setdefault(k, v)
     return table
 
-
-def explain(values: dict, measured: dict) -> dict:
-    """field → "measured" or the rule that gives it, for the chip of ``values``."""
-    _, rules = derive(values, measured)
-    return {f: rules.get(f, "measured") for f in EFFICIENCY_DTYPE.names}
