@@ -56,13 +56,16 @@ class ChipField:
     - ``kind``: which check reads a value — ``"text"`` (one printable line), ``"lines"``
       (text or a list of lines), ``"count"`` (an integer from 1 to :data:`MAX_INT`),
       ``"positive"`` (a finite number > 0), ``"rate"`` (0 or a finite number ≥ 1),
-      ``"efficiency"`` (an object of efficiency parameters).
+      ``"choice"`` (one of ``choices``), ``"formats"`` (a list of distinct ``choices``),
+      ``"dims"`` (1 to 4 integers ≥ 2), ``"efficiency"`` (an object of efficiency
+      parameters), ``"cite"`` (field name → one line of text).
     - ``unit``: SI unit or what the number counts ("" for text).
     - ``domain``: the values allowed, as the error messages say it.
     - ``default``: :data:`REQUIRED`, or the value a chip holds when the field is left out
       (None: unknown, or resolved by the rule in ``absent``).
     - ``absent``: what a chip takes when the field is left out, in words.
     - ``cite``: the citation a shipped preset must give for the value (``CITE_*``).
+    - ``choices``: the words a ``"choice"`` or ``"formats"`` field allows.
     """
 
     name: str
@@ -72,6 +75,7 @@ class ChipField:
     default: object
     absent: str
     cite: str
+    choices: tuple = ()
 
 
 _COUNT = f"an integer from 1 to {MAX_INT:,}"
@@ -105,21 +109,23 @@ CHIP_FIELDS = (
               "(phaze.arch.dtype_rates)", CITE_SOURCE_LINE),
     ChipField("fp6_rate", "rate", "multiple of the 16-bit dense tensor rate",
               "0 (no fp6 tensor cores) or a number >= 1", None,
-              "the template's rule (phaze.arch.dtype_rates.TEMPLATE_RATES)", CITE_SOURCE_LINE),
+              "the equal preset's rate, else the template's (phaze.arch.dtype_rates."
+              "TEMPLATE_RATES)", CITE_SOURCE_LINE),
     ChipField("fp4_rate", "rate", "multiple of the 16-bit dense tensor rate",
               "0 (no fp4 tensor cores) or a number >= 1", None,
-              "the template's rule (phaze.arch.dtype_rates.TEMPLATE_RATES)", CITE_SOURCE_LINE),
+              "the equal preset's rate, else the template's (phaze.arch.dtype_rates."
+              "TEMPLATE_RATES)", CITE_SOURCE_LINE),
     ChipField("scaled_formats", "formats", "block-scaled formats",
               "a list of distinct names among " + ", ".join(SCALED_FORMATS), None,
-              "none (no block-scaled format runs natively); the template's rows take every one",
-              CITE_SOURCE_LINE),
+              "the equal preset's formats, else the template's (every one)",
+              CITE_SOURCE_LINE, SCALED_FORMATS),
     ChipField("tdp_w", "positive", "W", _POSITIVE, None,
               "unknown (None): the thermal design power of one chip", CITE_SOURCE_LINE),
     ChipField("process_nm", "positive", "nm", _POSITIVE, None,
               "unknown (None): the process node the chip is made in", CITE_SOURCE_LINE),
     ChipField("topology", "choice", "", "one of " + ", ".join(TOPOLOGIES), None,
               "switch (every chip of the scale-up domain reaches every other at link_gb_per_s)",
-              CITE_SOURCE_LINE),
+              CITE_SOURCE_LINE, TOPOLOGIES),
     ChipField("scale_up_links", "count", "links", _COUNT, None,
               "unknown: link_gb_per_s is one port (a switch's)", CITE_SOURCE_LINE),
     ChipField("torus_dims", "dims", "chips per dimension",
@@ -131,11 +137,11 @@ CHIP_FIELDS = (
               "the chip's name: the die it is made of (chips of one die share measurements)",
               CITE_NONE),
     ChipField("hbm_kind", "choice", "", "one of " + ", ".join(HBM_KINDS), None,
-              "unknown (None)", CITE_SOURCE_LINE),
+              "unknown (None)", CITE_SOURCE_LINE, HBM_KINDS),
     ChipField("link_kind", "choice", "", "one of " + ", ".join(LINK_KINDS), None,
-              "unknown (None)", CITE_SOURCE_LINE),
+              "unknown (None)", CITE_SOURCE_LINE, LINK_KINDS),
     ChipField("net_kind", "choice", "", "one of " + ", ".join(NET_KINDS), None,
-              "unknown (None)", CITE_SOURCE_LINE),
+              "unknown (None)", CITE_SOURCE_LINE, NET_KINDS),
     ChipField("efficiency", "efficiency", "", "an object of efficiency parameters ("
               + ", ".join(EFFICIENCY_DTYPE.names) + ")", None,
               "the set the knobs alone get (phaze.arch.efficiency.for_rows); a partial object "
@@ -256,13 +262,11 @@ def check_value(name, value, where):
     if kind == "efficiency":
         return _check_efficiency(where, value)
     if kind == "choice":
-        allowed = {"topology": TOPOLOGIES, "hbm_kind": HBM_KINDS, "link_kind": LINK_KINDS,
-                   "net_kind": NET_KINDS}[name]
-        if value not in allowed:
+        if not isinstance(value, str) or value not in spec.choices:
             raise ValueError(f"{where}: {name} must be {spec.domain}, got {show(value)}")
         return value
     if kind == "formats":
-        if not isinstance(value, (list, tuple)) or any(v not in SCALED_FORMATS for v in value) \
+        if not isinstance(value, (list, tuple)) or any(v not in spec.choices for v in value) \
                 or len(set(value)) != len(value):
             raise ValueError(f"{where}: {name} must be {spec.domain}, got {show(value)}")
         return tuple(value)
