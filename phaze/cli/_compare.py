@@ -24,11 +24,11 @@ def arch_list(text) -> list:
     return parts
 
 
-def compare_chips(args, chips, model_list, hbm, recompute, knobs, int_list) -> int:
-    """``phaze search --arch a,b,c``: each chip's fixed-system search in turn, then per model
-    the chips ranked by their best plan's samples/s (a chip that cannot run the datatype,
-    or has no feasible plan, is listed last with the reason). ``int_list`` parses the
-    comma-separated integer options as ``phaze search`` does."""
+def compare_chips(args, chips, model_list, common) -> int:
+    """``phaze search --arch a,b,c``: each chip's fixed-system search in turn (``common``:
+    the keywords ``phaze search`` gives every search), then per model the chips ranked by
+    their best plan's samples/s (a chip that cannot run the datatype, or has no feasible
+    plan, is listed last with the reason)."""
     from .. import search
     from ..search import knob_text
 
@@ -39,14 +39,7 @@ def compare_chips(args, chips, model_list, hbm, recompute, knobs, int_list) -> i
     t0 = time.perf_counter()
     for name in chips:
         try:
-            results[name] = search.search(
-                model_list, devices=args.devices, global_batch=args.global_batch,
-                microbatch=int_list(args.microbatch), hbm_gib=hbm, arch=name,
-                recompute=recompute, tensor_parallel=int_list(args.tensor_parallel),
-                optimizer=args.optimizer, prune=args.prune or False, study=args.study, **knobs,
-                executor="serial" if args.serial else None, progress=args.progress,
-                workers=args.workers, address=args.address, baselines=False,
-                force=args.force, seq_len=args.seq_len)
+            results[name] = search.search(model_list, arch=name, baselines=False, **common)
         except ValueError as exc:   # e.g. a datatype the chip has no tensor cores for
             refused[name] = str(exc).splitlines()[0]
     elapsed = time.perf_counter() - t0

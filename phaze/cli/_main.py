@@ -259,20 +259,20 @@ def _cmd_search(args) -> int:
         if recompute is not None and "selective" in recompute:
             raise ValueError("--recompute selective is not in the study's model (--study has "
                              "none and full)")
+    # what every search of this command takes (one chip or space, or each chip compared)
+    common = dict(devices=args.devices, global_batch=args.global_batch,
+                  microbatch=_int_list(args.microbatch), hbm_gib=hbm, recompute=recompute,
+                  tensor_parallel=_int_list(args.tensor_parallel), optimizer=args.optimizer,
+                  prune=args.prune or False, study=args.study, **knobs,
+                  executor="serial" if args.serial else None, progress=args.progress,
+                  workers=args.workers, address=args.address, force=args.force,
+                  seq_len=args.seq_len)
     chips = _compare.arch_list(args.arch)
     if len(chips) > 1:
-        return _compare.compare_chips(args, chips, model_list, hbm, recompute, knobs,
-                                      _int_list)
+        return _compare.compare_chips(args, chips, model_list, common)
     try:
-        result = search.search(
-            model_list, devices=args.devices, global_batch=args.global_batch,
-            microbatch=_int_list(args.microbatch), hbm_gib=hbm, arch=args.arch,
-            recompute=recompute, tensor_parallel=_int_list(args.tensor_parallel), space=space,
-            optimizer=args.optimizer, prune=args.prune or False, study=args.study,
-            **knobs,
-            executor="serial" if args.serial else None, progress=args.progress, out=args.out,
-            resume=args.resume, workers=args.workers, address=args.address,
-            baselines=not args.no_baselines, force=args.force, seq_len=args.seq_len)
+        result = search.search(model_list, arch=args.arch, space=space, out=args.out,
+                               resume=args.resume, baselines=not args.no_baselines, **common)
     except KeyboardInterrupt:
         if args.out:
             print(f"phaze search: interrupted; finished chunks are in {args.out} "
