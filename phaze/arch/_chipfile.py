@@ -218,7 +218,7 @@ class Chip:
             eff = Efficiency(**{f: record[f].item() for f in EFFICIENCY_DTYPE.names})
         # each rate field the chip leaves out: the equal preset's, else the template's
         given = dtype_rates.row_fields(row)
-        given.update({f: getattr(self, f) for f in dtype_rates.RATE_FIELDS
+        given.update({f: getattr(self, f) for f in dtype_rates.ROW_FIELDS
                       if getattr(self, f) is not None})
         set_(self, "resolved_efficiency", eff)
         set_(self, "resolved_formats", tuple(given["scaled_formats"]))

@@ -137,16 +137,18 @@ PRESET_RATES = {name: rates(v["fp8_rate"], v["fp6_rate"], v["fp4_rate"], v["scal
                 for name, v in _catalog.FILES.items()}
 
 
-#: The rate fields of a chip file, and what a row that equals no preset takes for each.
-RATE_FIELDS = ("fp8_rate", "fp6_rate", "fp4_rate", "scaled_formats")
+#: The chip-file fields a chip's rates come from (each family's rate field,
+#: ``precision.RATE_FIELDS``, and the block-scaled formats), and what a row that equals no
+#: preset takes for each.
+ROW_FIELDS = tuple(f for f in precision.RATE_FIELDS.values() if f) + ("scaled_formats",)
 TEMPLATE_FIELDS = dict(fp8_rate=TEMPLATE_FP8_RATE, fp6_rate=TEMPLATE_RATES["fp6"],
                        fp4_rate=TEMPLATE_RATES["fp4"], scaled_formats=SCALED_FORMATS)
 
 
 def row_fields(row) -> dict:
-    """The rate fields (:data:`RATE_FIELDS`) a one-row architecture takes where its chip gives
+    """The rate fields (:data:`ROW_FIELDS`) a one-row architecture takes where its chip gives
     none: the first preset's that equals it in every knob, else the template's."""
     for name, same in _catalog.match(validate(row)):
         if same[0]:
-            return {f: _catalog.FILES[name][f] for f in RATE_FIELDS}
+            return {f: _catalog.FILES[name][f] for f in ROW_FIELDS}
     return dict(TEMPLATE_FIELDS)
