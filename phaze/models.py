@@ -290,6 +290,13 @@ class ModelSpec:
                      if i % self.moe_every == 0)
 
     @property
+    def layer_kinds(self) -> tuple:
+        """(token mixer, channel mixer) of each layer: ("attention", "moe") for the MoE
+        layers, ("attention", "dense") for the others."""
+        moe = set(self.moe_layer_ids)
+        return tuple(("attention", "moe" if i in moe else "dense") for i in range(self.n_layers))
+
+    @property
     def op_graph_refusal(self) -> str:
         """Why ``phaze.graph.build_layers`` cannot build this model's operator graphs, in
         one sentence naming the key; '' when it can (every ModelSpec today: dense,

@@ -120,54 +120,66 @@ def chunk_range(k, p, v, n_layers, acct):
     return max(0, k * lc - acct), min(n_layers, (k + 1) * lc - acct)
 
 
-def stage_kinds(r, p, v, n_layers, moe_prefix, acct=0):
-    """(dense, MoE) transformer layers device r holds: its chunks c·p + r (c < v)
-    (:func:`chunk_range`); ``moe_prefix[i]``: MoE layers among layers 0..i−1."""
-    nm = total = 0
+def prefix_row(kind_prefix, q, n_layers):
+    """Kind q's row of the kernels' flat ``kind_prefix`` (L + 1 counts)."""
+    return kind_prefix[q * (n_layers + 1):(q + 1) * (n_layers + 1)]
+
+
+def stage_kinds(r, p, v, n_layers, kind_prefix, acct=0, sz=None):
+    """Transformer layers of each kind device r holds (a list, one per kind): its chunks
+    c·p + r (c < v) (:func:`chunk_range`), and on the last stage the sizes' ``mtp_n``
+    multi-token-prediction layers of kind ``mtp_kind``; row q of ``kind_prefix``: layers of
+    kind q among layers 0..i−1."""
+    n_kinds = sz["n_kinds"]
+    counts = [0] * n_kinds
+    if r == p - 1 and sz["mtp_n"] > 0:
+        counts[sz["mtp_kind"]] += int(sz["mtp_n"])
     for c in range(v):
         lo, hi = chunk_range(c * p + r, p, v, n_layers, acct)
-        nm += moe_prefix[hi] - moe_prefix[lo]
-        total += hi - lo
-    return total - nm, nm
+        for q in range(n_kinds):
+            row = prefix_row(kind_prefix, q, n_layers)
+            counts[q] += int(row[hi] - row[lo])
+    return counts
 
 
-def stage_params(r, p, nd, nm, sz):
-    """(dense, routed-expert) parameters of stage r's slice holding ``nd`` dense and ``nm``
-    MoE layers (the embedding on the first stage, the head on the last)."""
-    n = nd * sz["blk_pb"] + nm * (sz["moe_pb"] - sz["moe_exp_pb"])
+def stage_params(r, p, counts, sz):
+    """(dense, routed-expert) parameters of stage r's slice holding ``counts[q]`` layers of
+    each kind (the embedding on the first stage, the head on the last)."""
+    n = sum(counts[q] * (sz["k_pb"][q] - sz["k_exp_pb"][q]) for q in range(len(counts)))
+    ne = sum(counts[q] * sz["k_exp_pb"][q] for q in range(len(counts)))
     if r == 0:
         n += sz["emb_pb"]
     if r == p - 1:
         n += sz["head_pb"]
-    return n // sz["elem_bytes"], nm * sz["moe_exp_pb"] // sz["elem_bytes"]
+    return n // sz["elem_bytes"], ne // sz["elem_bytes"]
 
 
 def layer_times(cp, ep, stage, lt, sz, rp):
-    """Forward and backward seconds of one dense and one MoE block (one microbatch) on a
-    stage (a :data:`STAGE_NODES` record) whose context-parallel ring spans
+    """Forward and backward seconds of one layer of each kind (two lists, one microbatch)
+    on a stage (a :data:`STAGE_NODES` record) whose context-parallel ring spans
     ``stage.cp_nodes`` nodes and expert-parallel group ``stage.ep_nodes``: the priced
-    operators (``lt``), plus the K/V exchange's excess over the flash attention it runs
+    operators (``lt``), plus a kind's K/V exchange's excess over the flash attention it runs
     concurrently with (max(0, exchange − attention), forward and backward; the exchange
-    ``collectives.p2p_seconds``), plus the all-to-alls (``collectives.all_to_all_seconds``
+    ``collectives.p2p_seconds``), plus its all-to-alls (``collectives.all_to_all_seconds``
     over the ep ranks)."""
-    bf = lt["blk_f"]
-    bb = lt["blk_b"]
-    mf = lt["moe_f"]
-    mb = lt["moe_b"]
-    if cp > 1:
-        xf = coll.p2p_seconds(sz["ring_f"], cp, stage["cp_nodes"], rp) - lt["flash_f"]
-        xb = coll.p2p_seconds(sz["ring_b"], cp, stage["cp_nodes"], rp) - lt["flash_b"]
-        if xf > 0.0:
-            bf += xf
-            mf += xf
-        if xb > 0.0:
-            bb += xb
-            mb += xb
-    if ep > 1:
-        a = coll.split_all_to_all_seconds(sz["a2a_bytes"], ep, stage["ep_nodes"], rp)
-        mf += sz["a2a_f_n"] * a
-        mb += sz["a2a_b_n"] * a
-    return bf, bb, mf, mb
+    kf, kb = [], []
+    for q in range(sz["n_kinds"]):
+        f = lt["k_f"][q]
+        b = lt["k_b"][q]
+        if cp > 1 and sz["k_ring_f"][q] > 0:
+            xf = coll.p2p_seconds(sz["k_ring_f"][q], cp, stage["cp_nodes"], rp) - lt["k_flash_f"][q]
+            xb = coll.p2p_seconds(sz["k_ring_b"][q], cp, stage["cp_nodes"], rp) - lt["k_flash_b"][q]
+            if xf > 0.0:
+                f += xf
+            if xb > 0.0:
+                b += xb
+        if ep > 1 and (sz["k_a2a_f_n"][q] or sz["k_a2a_b_n"][q]):
+            a = coll.split_all_to_all_seconds(sz["a2a_bytes"], ep, stage["ep_nodes"], rp)
+            f += sz["k_a2a_f_n"][q] * a
+            b += sz["k_a2a_b_n"][q] * a
+        kf.append(f)
+        kb.append(b)
+    return kf, kb
 
 
 def stage_comm(r, p, v, pair_s):
@@ -184,44 +196,43 @@ def stage_comm(r, p, v, pair_s):
     return comm
 
 
-def stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode):
-    """(forward, backward, recomputation) seconds per microbatch of stage r holding nd dense
-    and nm MoE blocks whose forward/backward are (bf, bb) and (mf, mb): the blocks, the
-    embedding on stage 0 and the head on stage p − 1; full recomputation re-runs the
-    blocks' forward, selective their attention cores (one definition for
-    :func:`step_time` and :func:`slot_lower_bounds`)."""
-    f = nd * bf + nm * mf
-    bw = nd * bb + nm * mb
+def stage_sums(r, p, counts, kf, kb, lt, rec_mode):
+    """(forward, backward, recomputation) seconds per microbatch of stage r holding
+    ``counts[q]`` layers of each kind whose forward/backward are (kf[q], kb[q]): the layers
+    in kind order, the embedding on stage 0 and the head on stage p − 1; full recomputation
+    re-runs the layers' forward, selective their attention cores, "op" torchtitan's per-op
+    share (one definition for :func:`step_time` and :func:`slot_lower_bounds`)."""
+    f = bw = rec = 0.0
+    for q, n in enumerate(counts):
+        f += n * kf[q]
+        bw += n * kb[q]
+        if rec_mode == REC_FULL:
+            rec += n * kf[q]
+        elif rec_mode == REC_SELECTIVE:
+            rec += n * lt["k_core"][q]
+        elif rec_mode == REC_OP:
+            rec += n * lt["k_op"][q]
     if r == 0:
         f += lt["emb_f"]
         bw += lt["emb_b"]
     if r == p - 1:
         f += lt["head_f"]
         bw += lt["head_b"]
-    rec = 0.0
-    if rec_mode == REC_FULL:
-        rec = nd * bf + nm * mf
-    elif rec_mode == REC_SELECTIVE:
-        rec = nd * lt["blk_core"] + nm * lt["moe_core"]
-    elif rec_mode == REC_OP:
-        rec = nd * lt["blk_op"] + nm * lt["moe_op"]
     return f, bw, rec
 
 
-def hidden(nd, nm, cd, cm, wd, wm):
-    """Exposed seconds of nd dense and nm MoE layers' communication (cd, cm per layer) run
-    one layer ahead beside the previous layer's compute (wd, wm per layer): every layer's
-    excess over the compute, plus the whole of the first one (its hidden part too)."""
-    if nd + nm <= 0:
+def hidden(counts, c, w):
+    """Exposed seconds of ``counts[q]`` layers of each kind's communication (c[q] per layer)
+    run one layer ahead beside the previous layer's compute (w[q] per layer): every layer's
+    excess over the compute, plus the whole of the first one (its hidden part too: the
+    largest over the kinds present)."""
+    present = [q for q, n in enumerate(counts) if n > 0]
+    if not present:
         return 0.0
-    ed = max(0.0, cd - wd)
-    em = max(0.0, cm - wm)
-    out = nd * ed + nm * em
-    if nd > 0 and (nm == 0 or cd - ed >= cm - em):
-        out += cd - ed
-    else:
-        out += cm - em
-    return out
+    out = 0.0
+    for q in present:
+        out += counts[q] * max(0.0, c[q] - w[q])
+    return out + max(c[q] - max(0.0, c[q] - w[q]) for q in present)
 
 
 def bucket_fraction(params, D):
@@ -231,7 +242,7 @@ def bucket_fraction(params, D):
     return 1.0 if params <= 0 or bucket >= params else bucket / params
 
 
-def sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr, opg, reshard,
+def sharded_comm(r, p, counts, kf, kb, lt, sz, rec_mode, zero, ogr, opg, reshard,
                  gb, D, edp, dpn, edpn, rp):
     """Exposed seconds per microbatch of stage r's ZeRO-2/3 (FSDP) traffic: per layer an
     all-gather ending with its whole 16-bit parameters (ZeRO-3; before the forward and,
@@ -242,39 +253,46 @@ def sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr, opg,
     Fd = coll.spread(rp, D // dpn)
     Fe = coll.spread(rp, edp // edpn)
     z3 = zero >= 3
-    rd = coll.reduce_scatter_seconds(gb * (sz["blk_pb"] // e), D, dpn, Fd)
-    rm = 0.0
-    gd = gm = 0.0
-    if nm > 0:
-        rm = coll.reduce_scatter_seconds(gb * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e), D,
-                                         dpn, Fd) \
-            + coll.reduce_scatter_seconds(gb * (sz["moe_exp_pb"] // e), edp, edpn, Fe)
+    n = len(counts)
+    g = [0.0] * n
+    rd = [0.0] * n
+    for q in range(n):
+        if counts[q] <= 0:
+            continue
+        dense_pb = sz["k_pb"][q] - sz["k_exp_pb"][q]
+        rd[q] = coll.reduce_scatter_seconds(gb * (dense_pb // e), D, dpn, Fd)
+        if sz["k_exp_pb"][q] > 0:
+            rd[q] += coll.reduce_scatter_seconds(gb * (sz["k_exp_pb"][q] // e), edp, edpn, Fe)
+        if z3:
+            g[q] = coll.all_gather_seconds(WEIGHT_BYTES * (dense_pb // e), D, dpn, Fd)
+            if sz["k_exp_pb"][q] > 0:
+                g[q] += coll.all_gather_seconds(WEIGHT_BYTES * (sz["k_exp_pb"][q] // e), edp,
+                                                edpn, Fe)
     out = 0.0
     if z3:
-        gd = coll.all_gather_seconds(WEIGHT_BYTES * (sz["blk_pb"] // e), D, dpn, Fd)
-        if nm > 0:
-            gm = coll.all_gather_seconds(
-                WEIGHT_BYTES * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e), D, dpn, Fd) \
-                + coll.all_gather_seconds(WEIGHT_BYTES * (sz["moe_exp_pb"] // e), edp, edpn,
-                                          Fe)
-        out += hidden(nd, nm, gd, gm, bf, mf) if opg else nd * gd + nm * gm
-    wd, wm = bb, mb
-    if rec_mode == REC_FULL:
-        wd += bf
-        wm += mf
-    elif rec_mode == REC_SELECTIVE:
-        wd += lt["blk_core"]
-        wm += lt["moe_core"]
-    elif rec_mode == REC_OP:
-        wd += lt["blk_op"]
-        wm += lt["moe_op"]
-    cd = gd if (z3 and reshard) else 0.0
-    cm = gm if (z3 and reshard) else 0.0
-    od = (cd if opg else 0.0) + (rd if ogr else 0.0)
-    om = (cm if opg else 0.0) + (rm if ogr else 0.0)
-    out += nd * ((0.0 if opg else cd) + (0.0 if ogr else rd)) \
-        + nm * ((0.0 if opg else cm) + (0.0 if ogr else rm))
-    out += hidden(nd, nm, od, om, wd, wm)
+        if opg:
+            out += hidden(counts, g, kf)
+        else:
+            acc = 0.0
+            for q in range(n):
+                acc += counts[q] * g[q]
+            out += acc
+    w, o = [], []
+    acc = 0.0
+    for q in range(n):
+        wq = kb[q]
+        if rec_mode == REC_FULL:
+            wq += kf[q]
+        elif rec_mode == REC_SELECTIVE:
+            wq += lt["k_core"][q]
+        elif rec_mode == REC_OP:
+            wq += lt["k_op"][q]
+        w.append(wq)
+        cq = g[q] if (z3 and reshard) else 0.0
+        o.append((cq if opg else 0.0) + (rd[q] if ogr else 0.0))
+        acc += counts[q] * ((0.0 if opg else cq) + (0.0 if ogr else rd[q]))
+    out += acc
+    out += hidden(counts, o, w)
     return out + sharded_fixed(r, p, sz, zero, reshard, gb, D, dpn, rp)
 
 
@@ -294,7 +312,7 @@ def sharded_fixed(r, p, sz, zero, reshard, gb, D, dpn, rp):
     return out
 
 
-def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
+def step_time(plan, cell, stages, lt, rp, sz, kind_prefix, slots, bd):
     """The time of one iteration of ``plan`` (a :data:`PLAN` record; phaze/step/_model.py's
     model), seconds, into ``bd`` (a :data:`BREAKDOWN` record), on the rank layout
     ``stages`` (p :data:`STAGE_NODES` records) and ``cell`` (:data:`CELL_NODES`), with the
@@ -338,13 +356,13 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
     for r in range(p):
         dpn = stages[r]["dp_nodes"]
         edpn = stages[r]["edp_nodes"]
-        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix, plan["acct"])
-        bf, bb, mf, mb = layer_times(cp, ep, stages[r], lt, sz, rp)
-        f, bw, rec = stage_sums(r, p, nd, nm, bf, bb, mf, mb, lt, rec_mode)
+        counts = stage_kinds(r, p, v, n_layers, kind_prefix, plan["acct"], sz)
+        kf, kb = layer_times(cp, ep, stages[r], lt, sz, rp)
+        f, bw, rec = stage_sums(r, p, counts, kf, kb, lt, rec_mode)
         comm = stage_comm(r, p, v, slots[:, 5])
         extra = 0.0
         if zero >= 2 and D > 1:
-            extra = sharded_comm(r, p, nd, nm, bf, bb, mf, mb, lt, sz, rec_mode, zero, ogr,
+            extra = sharded_comm(r, p, counts, kf, kb, lt, sz, rec_mode, zero, ogr,
                                  bool(plan["opg"]), bool(plan["reshard"]), gb, D, edp, dpn,
                                  edpn, rp)
         slot = f + bw + rec + comm + extra
@@ -366,8 +384,8 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
     for r in range(p):
         dpn = stages[r]["dp_nodes"]
         edpn = stages[r]["edp_nodes"]
-        nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix, plan["acct"])
-        dn, en = stage_params(r, p, nd, nm, sz)
+        counts = stage_kinds(r, p, v, n_layers, kind_prefix, plan["acct"], sz)
+        dn, en = stage_params(r, p, counts, sz)
         Fd = coll.spread(rp, D // dpn)
         Fe = coll.spread(rp, edp // edpn)
         if zero == 0:
@@ -419,7 +437,7 @@ def step_time(plan, cell, stages, lt, rp, sz, moe_prefix, slots, bd):
     return total
 
 
-def stage_memory(r, plan, sz, moe_prefix, out):
+def stage_memory(r, plan, sz, kind_prefix, out):
     """Bytes held by one GPU of stage r of ``plan`` (phaze/step/_model.py, "Memory per
     GPU") into ``out`` (a :data:`MEMORY` record); returns their total (all but the count
     in flight and the layer state). ZeRO shards the dense parameters' state over the cp·d
@@ -434,7 +452,8 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     D = plan["cp"] * plan["d"]
     edp = D // ep
     e = sz["elem_bytes"]
-    nd, nm = stage_kinds(r, p, v, n_layers, moe_prefix, plan["acct"])
+    nk = sz["n_kinds"]
+    counts = stage_kinds(r, p, v, n_layers, kind_prefix, plan["acct"], sz)
     # ZeRO shards: optimizer state from stage 1, gradients from 2, weights at 3.
     w_div = D if zero >= 3 else 1
     g_div = D if zero >= 2 else 1
@@ -444,10 +463,10 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     o_div_e = edp if zero >= 1 else 1
     per_param = WEIGHT_BYTES / w_div + gb / g_div + OPT_STATE_BYTES / o_div
     per_param_e = WEIGHT_BYTES / w_div_e + gb / g_div_e + OPT_STATE_BYTES / o_div_e
-    dn, en = stage_params(r, p, nd, nm, sz)
+    dn, en = stage_params(r, p, counts, sz)
     if v == 1:
         in_flight = min(p - r, m)
-        act = in_flight * (nd * sz["blk_stash"] + nm * sz["moe_stash"])
+        act = in_flight * sum(counts[q] * sz["k_stash"][q] for q in range(nk))
         ends_in_flight = in_flight
     else:
         # Megatron's interleaved warm-up: 2(p − r − 1) + (v − 1)·p + 1 chunk-microbatches,
@@ -456,8 +475,12 @@ def stage_memory(r, plan, sz, moe_prefix, out):
         chunk = 0
         for c in range(v):
             lo, hi = chunk_range(c * p + r, p, v, n_layers, plan["acct"])
-            cm = moe_prefix[hi] - moe_prefix[lo]
-            x = (hi - lo - cm) * sz["blk_stash"] + cm * sz["moe_stash"]
+            x = 0
+            for q in range(nk):
+                row = prefix_row(kind_prefix, q, n_layers)
+                x += int(row[hi] - row[lo]) * sz["k_stash"][q]
+            if c * p + r == p * v - 1 and sz["mtp_n"] > 0:
+                x += int(sz["mtp_n"]) * sz["k_stash"][sz["mtp_kind"]]
             if x > chunk:
                 chunk = x
         act = in_flight * chunk
@@ -470,30 +493,24 @@ def stage_memory(r, plan, sz, moe_prefix, out):
     workspace = sz["workspace"]
     if zero >= 3 and D > 1 and plan["reshard"]:
         # the gathered parameters of the layer running and of the one prefetched
-        biggest = 0
-        if nd > 0:
-            biggest = sz["blk_pb"] // e
-        if nm > 0 and sz["moe_pb"] // e > biggest:
-            biggest = sz["moe_pb"] // e
+        biggest = max([sz["k_pb"][q] // e for q in range(nk) if counts[q] > 0], default=0)
         workspace += 2 * WEIGHT_BYTES * biggest
     if zero >= 3 and D > 1 and not plan["reshard"]:
         workspace += WEIGHT_BYTES * (dn + en)
     # fp8 training: Transformer Engine's FP8 copies of the blocks' GEMM weights (both
     # layouts, the ``*_fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
-    out["weights"] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) \
-        + int(nd * sz["blk_fp8_w"] / w_div) + int(nm * sz["moe_fp8_w"] / w_div) \
-        + int(nm * sz["moe_exp_fp8_w"] / w_div_e)
+    fp8 = sum(int(counts[q] * sz["k_fp8_w"][q] / w_div)
+              + int(counts[q] * sz["k_exp_fp8_w"][q] / w_div_e) for q in range(nk))
+    out["weights"] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) + fp8
     out["gradients"] = int(gb * dn / g_div) + int(gb * en / g_div_e)
     out["optimizer_state"] = int(OPT_STATE_BYTES * dn / o_div) + int(OPT_STATE_BYTES * en / o_div_e)
     out["activations"] = act
     out["activations_other"] = other
     out["workspace"] = workspace
     out["in_flight"] = in_flight
-    out["layer_param_state"] = int(nd * (sz["blk_pb"] // e) * per_param) \
-        + int(nd * sz["blk_fp8_w"] / w_div) \
-        + int(nm * ((sz["moe_pb"] - sz["moe_exp_pb"]) // e) * per_param) \
-        + int(nm * (sz["moe_exp_pb"] // e) * per_param_e) \
-        + int(nm * sz["moe_fp8_w"] / w_div) + int(nm * sz["moe_exp_fp8_w"] / w_div_e)
+    out["layer_param_state"] = fp8 + sum(
+        int(counts[q] * ((sz["k_pb"][q] - sz["k_exp_pb"][q]) // e) * per_param)
+        + int(counts[q] * (sz["k_exp_pb"][q] // e) * per_param_e) for q in range(nk))
     return (out["weights"] + out["gradients"] + out["optimizer_state"] + out["activations"] + out["activations_other"]
             + out["workspace"])
 
@@ -642,7 +659,7 @@ def build_geometry(geo_t, geo_cp, geo_ep, geo_p, geo_d, ns_values, devices):
     return off, stages, cells
 
 
-def peak_stage_memory(plan, sz, moe_prefix, out):
+def peak_stage_memory(plan, sz, kind_prefix, out):
     """The largest stage total of ``plan`` (bytes), its parts in ``out`` (a :data:`MEMORY`
     record); ties go to the first maximal stage (as StepResult.peak_memory picks). When
     every transformer layer is of one kind (dense, or all MoE) only stages 0 and p − 1 are
@@ -653,13 +670,14 @@ def peak_stage_memory(plan, sz, moe_prefix, out):
     p = plan["p"]
     n_layers = plan["n_layers"]
     tmp = np.empty(1, dtype=MEMORY)
-    peak = stage_memory(0, plan, sz, moe_prefix, out)
-    n_moe = moe_prefix[n_layers]
-    mixed = 0 < n_moe < n_layers or bool(plan["acct"])
+    peak = stage_memory(0, plan, sz, kind_prefix, out)
+    present = sum(1 for q in range(sz["n_kinds"])
+                  if prefix_row(kind_prefix, q, n_layers)[n_layers] > 0)
+    mixed = present > 1 or bool(plan["acct"])
     for r in range(1, p):
         if not mixed and r < p - 1:
             continue
-        x = stage_memory(r, plan, sz, moe_prefix, tmp[0])
+        x = stage_memory(r, plan, sz, kind_prefix, tmp[0])
         if x > peak:
             peak = x
             _copy_memory(tmp[0], out)
@@ -677,17 +695,17 @@ def _copy_memory(src, dst):
     dst["layer_param_state"] = src["layer_param_state"]
 
 
-def plan_memory(plans, plan_var, var_sizes, moe_prefix):
+def plan_memory(plans, plan_var, var_sizes, kind_prefix):
     """The peak stage memory of every plan (:data:`PLAN` records; bytes, float64): it does
     not depend on the row."""
     out = np.empty(plans.shape[0])
     mem = np.empty(1, dtype=MEMORY)
     for k in range(plans.shape[0]):
-        out[k] = peak_stage_memory(plans[k], var_sizes[plan_var[k]], moe_prefix, mem[0])
+        out[k] = peak_stage_memory(plans[k], var_sizes[plan_var[k]], kind_prefix, mem[0])
     return out
 
 
-def slot_lower_bounds(plan, lt, moe_prefix):
+def slot_lower_bounds(plan, lt, sz, kind_prefix):
     """Forward + backward + recomputation per microbatch with the operators' times alone,
     formed as :func:`step_time` forms them, of stages 0, p − 1 and 1 (0 unless p ≥ 3)."""
     p = plan["p"]
@@ -696,39 +714,38 @@ def slot_lower_bounds(plan, lt, moe_prefix):
         if r >= p or (q == 2 and p < 3):
             out.append(0.0)
             continue
-        nd, nm = stage_kinds(r, p, plan["v"], plan["n_layers"], moe_prefix, plan["acct"])
-        f, bw, rec = stage_sums(r, p, nd, nm, lt["blk_f"], lt["blk_b"], lt["moe_f"], lt["moe_b"], lt,
-                                plan["rec_mode"])
+        counts = stage_kinds(r, p, plan["v"], plan["n_layers"], kind_prefix, plan["acct"], sz)
+        f, bw, rec = stage_sums(r, p, counts, lt["k_f"], lt["k_b"], lt, plan["rec_mode"])
         out.append(f + bw + rec)
     return out
 
 
-def stage_slot_bound(r, pl, stage, lt, sz, rp, moe_prefix):
+def stage_slot_bound(r, pl, stage, lt, sz, rp, kind_prefix):
     """Stage r's slot of a ZeRO 2–3 plan without its pipeline transfers, formed as
     :func:`step_time` forms it."""
     D = pl["cp"] * pl["d"]
-    nd, nm = stage_kinds(r, pl["p"], pl["v"], pl["n_layers"], moe_prefix, pl["acct"])
-    bf, bb, mf, mb = layer_times(pl["cp"], pl["ep"], stage, lt, sz, rp)
-    f, bw, rec = stage_sums(r, pl["p"], nd, nm, bf, bb, mf, mb, lt, pl["rec_mode"])
-    return f + bw + rec + sharded_comm(r, pl["p"], nd, nm, bf, bb, mf, mb, lt, sz,
+    counts = stage_kinds(r, pl["p"], pl["v"], pl["n_layers"], kind_prefix, pl["acct"], sz)
+    kf, kb = layer_times(pl["cp"], pl["ep"], stage, lt, sz, rp)
+    f, bw, rec = stage_sums(r, pl["p"], counts, kf, kb, lt, pl["rec_mode"])
+    return f + bw + rec + sharded_comm(r, pl["p"], counts, kf, kb, lt, sz,
                                        pl["rec_mode"], pl["zero"], pl["ogr"], bool(pl["opg"]),
                                        bool(pl["reshard"]), pl["grad_bytes"], D, D // pl["ep"],
                                        stage["dp_nodes"], stage["edp_nodes"], rp)
 
 
-def plan_slot_bound(pl, s3, sz, stages, lt, rp, moe_prefix):
+def plan_slot_bound(pl, s3, sz, stages, lt, rp, kind_prefix):
     """The slot bound of plan ``pl``: the largest stage bound, under ZeRO 2–3 stages 0 and
     p − 1 with their sharded traffic (:func:`stage_slot_bound`)."""
     D = pl["cp"] * pl["d"]
     a, b, c = s3
     if pl["zero"] >= 2 and D > 1:
-        a = stage_slot_bound(0, pl, stages[0], lt, sz, rp, moe_prefix)
+        a = stage_slot_bound(0, pl, stages[0], lt, sz, rp, kind_prefix)
         b = a if pl["p"] == 1 else stage_slot_bound(pl["p"] - 1, pl, stages[pl["p"] - 1], lt,
-                                                    sz, rp, moe_prefix)
+                                                    sz, rp, kind_prefix)
     return max(a, b, c)
 
 
-def dp_tail_bound(pl, sz, stages, rp, moe_prefix):
+def dp_tail_bound(pl, sz, stages, rp, kind_prefix):
     """Stage 0's data-parallel reduction and parameter gather after the pipeline, an
     overlapped one at its last bucket's share: a lower bound of the step's."""
     D = pl["cp"] * pl["d"]
@@ -736,8 +753,8 @@ def dp_tail_bound(pl, sz, stages, rp, moe_prefix):
         return 0.0
     edp = D // pl["ep"]
     dpn, edpn = stages[0]["dp_nodes"], stages[0]["edp_nodes"]
-    nd, nm = stage_kinds(0, pl["p"], pl["v"], pl["n_layers"], moe_prefix, pl["acct"])
-    dn, en = stage_params(0, pl["p"], nd, nm, sz)
+    counts = stage_kinds(0, pl["p"], pl["v"], pl["n_layers"], kind_prefix, pl["acct"], sz)
+    dn, en = stage_params(0, pl["p"], counts, sz)
     Fd = coll.spread(rp, D // dpn)
     Fe = coll.spread(rp, edp // edpn)
     frac = bucket_fraction(dn + en, D)
@@ -764,7 +781,7 @@ def dp_tail_bound(pl, sz, stages, rp, moe_prefix):
 
 
 def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows, rp, cap,
-                row_nsi, geo_off, geo_stages, geo_cells, moe_prefix, best_idx, best_bd):
+                row_nsi, geo_off, geo_stages, geo_cells, kind_prefix, best_idx, best_bd):
     """Per row, the feasible plan of least time (index into ``plans``, :data:`PLAN`
     records, or −1) and its breakdown (``best_bd``, :data:`BREAKDOWN` records). Exact
     branch and bound: every plan whose lower bound (m + (p−1)/v)·:func:`plan_slot_bound`
@@ -772,7 +789,7 @@ def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows
     least bound is priced first. Ties go to the lower index."""
     n_plans = plans.shape[0]
     lbs = np.empty(n_plans)
-    slots = np.empty((moe_prefix.shape[0], 6))
+    slots = np.empty((max([int(plans[k]["p"]) for k in range(n_plans)], default=1), 6))
     bd = np.empty(1, dtype=BREAKDOWN)
     for row in range(rp.shape[0]):
         nsi = row_nsi[row]
@@ -785,7 +802,7 @@ def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows
                 continue
             pl = plans[k]
             p = pl["p"]
-            s = max(slot_lower_bounds(pl, lt_rows[vi, row], moe_prefix))
+            s = max(slot_lower_bounds(pl, lt_rows[vi, row], var_sizes[vi], kind_prefix))
             lb = pl["m"] * s + (p - 1) * s / pl["v"]
             lbs[k] = lb
             if lb < seed_lb:
@@ -806,16 +823,17 @@ def search_rows(plans, plan_var, plan_geo, plan_peak, var_sizes, var_ok, lt_rows
             c = plan_geo[k]
             o = geo_off[c, nsi]
             if step > 0:
-                s = plan_slot_bound(pl, slot_lower_bounds(pl, lt_rows[vi, row], moe_prefix),
+                s = plan_slot_bound(pl, slot_lower_bounds(pl, lt_rows[vi, row], var_sizes[vi],
+                                                          kind_prefix),
                                     var_sizes[vi], geo_stages[o:o + p], lt_rows[vi, row],
-                                    rp[row], moe_prefix)
+                                    rp[row], kind_prefix)
                 lb = pl["m"] * s + (p - 1) * s / pl["v"]
                 lb = lb + dp_tail_bound(pl, var_sizes[vi], geo_stages[o:o + p], rp[row],
-                                        moe_prefix)
+                                        kind_prefix)
                 if not lb <= best:
                     continue
             total = step_time(pl, geo_cells[c, nsi], geo_stages[o:o + p], lt_rows[vi, row],
-                              rp[row], var_sizes[vi], moe_prefix, slots, bd[0])
+                              rp[row], var_sizes[vi], kind_prefix, slots, bd[0])
             if total < best or (total == best and k < bi):
                 best = total
                 bi = k

@@ -89,7 +89,7 @@ def test_step_time_and_memory_bit_for_bit(case, recompute):
     name, devices, gb, mb, table = case
     plans, plan_var, _ = _plan_sample(table, devices, gb, mb, recompute, 60, 7)
     sizes = table.sizes(recompute)
-    prefix = _layers.moe_prefix(table.model)
+    prefix = _layers.kind_prefix(table.model)
     checked = 0
     for k in range(plans.shape[0]):
         pl = plans[k:k + 1]
@@ -157,7 +157,7 @@ def test_plan_search_bit_for_bit(case):
     recompute = "selective"
     plans, plan_var, cols = _plan_sample(table, devices, gb, mb, recompute, 150, 3)
     sizes = table.sizes(recompute)
-    prefix = _layers.moe_prefix(table.model)
+    prefix = _layers.kind_prefix(table.model)
     geo_t, geo_cp, geo_ep, geo_p, geo_d = cols[8:]
     ns_values, row_nsi = np.unique(table.node_size, return_inverse=True)
     row_nsi = row_nsi.astype(np.int64).reshape(-1)

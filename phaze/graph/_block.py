@@ -31,7 +31,7 @@ concurrent with ``flash_attn.bwd``.
 from __future__ import annotations
 
 from ._mla import mla_backward, mla_forward, mla_params, mla_stash
-from ._ops import (KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops, Shape,
+from ._ops import (GATED, KIND_FUSED, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, Ops, Shape,
                    ln1_backward, residual_out, unfused_attention, uniq)
 from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
@@ -70,6 +70,11 @@ def attention_forward(f: Ops, sh: Shape) -> str:
                    extra_in=width * B if m.qkv_bias else 0)
         q_out, k_out, v_out = "q_proj", "k_proj", "v_proj"
     q_src = k_src = None
+    if getattr(m, "qk_norm", False):
+        # Per-head RMSNorm of the queries and keys (Qwen3, Gemma 3): one pass over Q and K.
+        qk = T * (sh.q_dim + sh.kv_dim)
+        q_out = k_out = f.vector("qk_norm", uniq([q_out, k_out]), qk, _C["rmsnorm"],
+                                 qk * B + 2 * sh.hd * B, qk * B)
     if m.position == "rotary":
         rot = T * (sh.q_dim + sh.kv_dim)
         q_src = k_src = f.vector("rotary", uniq([q_out, k_out]), rot, _C["rotary"], rot * B,
@@ -100,7 +105,24 @@ def attention_forward(f: Ops, sh: Shape) -> str:
     # Row-parallel output projection: partial sums, all-reduced (or, with sequence
     # parallelism, reduce-scattered to the s/t tokens of each slice); its bias is added after.
     f.gemm("out_proj", [ctx, exchange], 1, T, sh.q_dim, h)
-    return residual_out(f, sh, "residual1", f.tp_reduce("attn", "out_proj", T * h * B, sp), m.bias)
+    out = f.tp_reduce("attn", "out_proj", T * h * B, sp)
+    if getattr(m, "sandwich_norm", False):
+        out = post_norm(f, sh, "post_attn_norm", out)
+    return residual_out(f, sh, "residual1", out, m.bias)
+
+
+def post_norm(f: Ops, sh: Shape, name: str, src: str) -> str:
+    """Gemma's norm of a branch's output before the residual add (``sandwich_norm``), on the
+    slice's tokens (the reduced or reduce-scattered output)."""
+    Tn, h, B = sh.Tn, sh.h, sh.B
+    return f.vector(name, [src], Tn * h, _C[sh.m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
+
+
+def post_norm_backward(g: Ops, sh: Shape, name: str, src: str) -> str:
+    """The backward of :func:`post_norm` ``name`` after ``src``."""
+    Tn, h, B = sh.Tn, sh.h, sh.B
+    return g.vector(name + ".bwd", [src], Tn * h, _C[sh.m.norm + "_bwd"],
+                    2 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
 
 
 def dense_mlp_forward(f: Ops, sh: Shape, src: str) -> str:
@@ -109,17 +131,17 @@ def dense_mlp_forward(f: Ops, sh: Shape, src: str) -> str:
     bias_c = _bias(m)
     f.vector("ln2", [src], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
     src = f.all_gather("allgather_mlp", ["ln2"], T * h * B) if sp else "ln2"
-    if m.activation == "swiglu" and sh.megatron:
+    if m.activation in GATED and sh.megatron:
         # Megatron-Core (gated linear unit): one linear_fc1 GEMM of width 2·ffn/t holding the
         # gate and up projections, then the (bias +) SwiGLU kernel.
         f.gemm("fc1", [src], 1, T, h, 2 * sh.f_t)
-        act = f.vector("swiglu", ["fc1"], T * sh.f_t, bias_c + _C["swiglu"],
+        act = f.vector(m.activation, ["fc1"], T * sh.f_t, bias_c + _C[m.activation],
                        2 * T * sh.f_t * B + (2 * sh.f_t * B if m.bias else 0), T * sh.f_t * B)
-    elif m.activation == "swiglu":
+    elif m.activation in GATED:
         for name in ("gate_proj", "up_proj"):
             f.gemm(name, [src], 1, T, h, sh.f_t, epilogue=bias_c,
                    extra_in=sh.f_t * B if m.bias else 0)
-        act = f.vector("swiglu", ["gate_proj", "up_proj"], T * sh.f_t, _C["swiglu"],
+        act = f.vector(m.activation, ["gate_proj", "up_proj"], T * sh.f_t, _C[m.activation],
                        2 * T * sh.f_t * B, T * sh.f_t * B)
     elif sh.megatron:
         # Megatron-LM: FC1 without its bias (skip_bias_add), then one fused bias + GeLU
@@ -132,7 +154,10 @@ def dense_mlp_forward(f: Ops, sh: Shape, src: str) -> str:
         act = f.gemm("fc1", [src], 1, T, h, sh.f_t, epilogue=bias_c + _C[m.activation],
                      extra_in=sh.f_t * B if m.bias else 0)
     f.gemm("fc2", [act], 1, T, sh.f_t, h)
-    return residual_out(f, sh, "residual2", f.tp_reduce("mlp", "fc2", T * h * B, sp), m.bias)
+    out = f.tp_reduce("mlp", "fc2", T * h * B, sp)
+    if getattr(m, "sandwich_norm", False):
+        out = post_norm(f, sh, "post_mlp_norm", out)
+    return residual_out(f, sh, "residual2", out, m.bias)
 
 
 def dense_mlp_backward(g: Ops, sh: Shape) -> str:
@@ -142,28 +167,31 @@ def dense_mlp_backward(g: Ops, sh: Shape) -> str:
     mask = Tn * h * MASK_BYTES_PER_ELEMENT
     # Dropout backward of the MLP branch (the residual add passes the gradient through);
     # fc2's bias gradient is a column sum fused into this pass.
-    g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"] + bias_g, Tn * h * B + mask, Tn * h * B)
+    dy = g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"] + bias_g, Tn * h * B + mask,
+                  Tn * h * B)
+    if getattr(m, "sandwich_norm", False):
+        dy = post_norm_backward(g, sh, "post_mlp_norm", dy)
     # With sequence parallelism the output gradient of a row-parallel GEMM is all-gathered
     # (the backward of the forward reduce-scatter).
-    dy = g.all_gather("allgather_fc2.dY", ["residual2.bwd"], T * h * B) if sp else "residual2.bwd"
+    dy = g.all_gather("allgather_fc2.dY", [dy], T * h * B) if sp else dy
     g.gemm("fc2.dX", [dy], 1, T, h, sh.f_t)
     g.gemm("fc2.dW", [dy], 1, sh.f_t, T, h)
     # Sequence parallelism stashes the norm outputs sharded (s/t tokens) and all-gathers them
     # again for the weight gradients of the column-parallel GEMMs; Megatron overlaps that
     # all-gather with the input-gradient GEMM (Korthikanti et al. 2022 §4.2.2).
     ln2_full = g.all_gather("allgather_ln2.bwd", [], T * h * B) if sp else None
-    if m.activation == "swiglu" and sh.megatron:
-        g.vector("swiglu.bwd", ["fc2.dX"], 2 * T * sh.f_t, _C["swiglu_bwd"] + bias_g,
+    if m.activation in GATED and sh.megatron:
+        g.vector(m.activation + ".bwd", ["fc2.dX"], 2 * T * sh.f_t, _C[m.activation + "_bwd"] + bias_g,
                  3 * T * sh.f_t * B, 2 * T * sh.f_t * B)
-        g.gemm("fc1.dX", ["swiglu.bwd"], 1, T, 2 * sh.f_t, h)
-        g.gemm("fc1.dW", ["swiglu.bwd", ln2_full], 1, h, T, 2 * sh.f_t)
+        g.gemm("fc1.dX", [m.activation + ".bwd"], 1, T, 2 * sh.f_t, h)
+        g.gemm("fc1.dW", [m.activation + ".bwd", ln2_full], 1, h, T, 2 * sh.f_t)
         src = "fc1.dX"
-    elif m.activation == "swiglu":
-        g.vector("swiglu.bwd", ["fc2.dX"], 2 * T * sh.f_t, _C["swiglu_bwd"] + bias_g,
+    elif m.activation in GATED:
+        g.vector(m.activation + ".bwd", ["fc2.dX"], 2 * T * sh.f_t, _C[m.activation + "_bwd"] + bias_g,
                  3 * T * sh.f_t * B, 2 * T * sh.f_t * B)
         for name in ("gate_proj", "up_proj"):
-            g.gemm(name + ".dX", ["swiglu.bwd"], 1, T, sh.f_t, h)
-            g.gemm(name + ".dW", ["swiglu.bwd", ln2_full], 1, h, T, sh.f_t)
+            g.gemm(name + ".dX", [m.activation + ".bwd"], 1, T, sh.f_t, h)
+            g.gemm(name + ".dW", [m.activation + ".bwd", ln2_full], 1, h, T, sh.f_t)
         src = g.vector("mlp_in.dX_sum", ["gate_proj.dX", "up_proj.dX"], T * h, _C["add"],
                        2 * T * h * B, T * h * B)
     else:
@@ -190,10 +218,11 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
     scores = b * sh.a_t * sq * s
     lse = b * sh.a_t * sq * LOSS_BYTES_PER_ELEMENT
     qkv_out = sh.q_dim + 2 * sh.kv_dim
-    g.vector("residual1.bwd", [src], Tn * h, _C["dropout_bwd"] + bias_g, Tn * h * B + mask,
-             Tn * h * B)
-    dy = g.all_gather("allgather_out_proj.dY", ["residual1.bwd"], T * h * B) if sp \
-        else "residual1.bwd"
+    dy = g.vector("residual1.bwd", [src], Tn * h, _C["dropout_bwd"] + bias_g, Tn * h * B + mask,
+                  Tn * h * B)
+    if getattr(m, "sandwich_norm", False):
+        dy = post_norm_backward(g, sh, "post_attn_norm", dy)
+    dy = g.all_gather("allgather_out_proj.dY", [dy], T * h * B) if sp else dy
     g.gemm("out_proj.dX", [dy], 1, T, h, sh.q_dim)
     g.gemm("out_proj.dW", [dy], 1, sh.q_dim, T, h)
     if flash:
@@ -242,6 +271,10 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
         rot = T * (sh.q_dim + sh.kv_dim)
         q_grad = k_grad = [g.vector("rotary.bwd", uniq(q_grad + k_grad), rot, _C["rotary_bwd"],
                                     rot * B, rot * B)]
+    if getattr(m, "qk_norm", False):
+        qk = T * (sh.q_dim + sh.kv_dim)
+        q_grad = k_grad = [g.vector("qk_norm.bwd", uniq(q_grad + k_grad), qk, _C["rmsnorm_bwd"],
+                                    2 * qk * B + 2 * sh.hd * B, qk * B + 2 * sh.hd * B)]
     ln1_full = g.all_gather("allgather_ln1.bwd", [], T * h * B) if sp else None
     if sh.megatron:
         # One input-gradient and one weight-gradient GEMM for the fused query_key_value.
@@ -271,7 +304,18 @@ def attention_params(sh: Shape) -> int:
     m, h = sh.m, sh.h
     qkv_out = sh.q_dim + 2 * sh.kv_dim
     return (sh.norm_w + h * qkv_out + sh.q_dim * h + (qkv_out if m.qkv_bias else 0)
-            + (h if m.bias else 0))
+            + (h if m.bias else 0) + attention_extra_params(sh))
+
+
+def attention_extra_params(sh: Shape) -> int:
+    """Parameters (elements) of an attention half beyond its projections and ln1 (MLA's
+    too): the per-head query and key norms (``qk_norm``: 2·head_dim, replicated), the
+    sink logit of each of the slice's heads (``attention_sinks``: heads/t) and the
+    post-attention norm (``sandwich_norm``)."""
+    m = sh.m
+    return ((2 * sh.hd if getattr(m, "qk_norm", False) else 0)
+            + (sh.a_t if getattr(m, "attention_sinks", False) else 0)
+            + (sh.norm_w if getattr(m, "sandwich_norm", False) else 0))
 
 
 def attention_stash(sh: Shape) -> tuple:
@@ -290,6 +334,10 @@ def attention_stash(sh: Shape) -> tuple:
     # (re-gathered) norm output and the mask on s/t tokens.
     stash = (B * (Tn * h + T * (sh.q_dim + sh.kv_dim) + T * sh.kv_dim)
              + sh.B8 * (Tn * h + T * sh.q_dim) + MASK_BYTES_PER_ELEMENT * Tn * h)
+    if getattr(sh.m, "qk_norm", False):
+        stash += B * T * (sh.q_dim + sh.kv_dim)      # Q and K before their norms
+    if getattr(sh.m, "sandwich_norm", False):
+        stash += B * Tn * h                          # the post-norm's input
     if sh.flash:
         # No scores, probabilities or dropout mask (the kernel regenerates the mask from the
         # RNG state): the fp32 log-sum-exp instead, and under fp8 the 16-bit attention
@@ -304,9 +352,21 @@ def dense_mlp_stash(sh: Shape) -> int:
     """Stashed bytes of the dense MLP half: ln2 input 2sbh, fc1 input 2sbh, activation input
     8sbh/t (SwiGLU: gate and up outputs), fc2 input 8sbh/t, residual2 dropout mask sbh."""
     m, B, T, h, Tn = sh.m, sh.B, sh.T, sh.h, sh.Tn
-    act_in = (2 if m.activation == "swiglu" else 1) * T * sh.f_t
+    act_in = (2 if m.activation in GATED else 1) * T * sh.f_t
     return (B * (Tn * h + act_in) + sh.B8 * (Tn * h + T * sh.f_t)
-            + MASK_BYTES_PER_ELEMENT * Tn * h)
+            + MASK_BYTES_PER_ELEMENT * Tn * h
+            + (B * Tn * h if getattr(m, "sandwich_norm", False) else 0))
+
+
+def dense_mlp_params(sh: Shape) -> int:
+    """Parameters (elements) of this slice's dense MLP half: ln2, the sharded weights and
+    column biases, fc2's replicated bias, the post-MLP norm (``sandwich_norm``)."""
+    m, h = sh.m, sh.h
+    mlp_mats = 3 if m.activation in GATED else 2
+    params = sh.norm_w + mlp_mats * h * sh.f_t
+    if m.bias:
+        params += (mlp_mats - 1) * sh.f_t + h
+    return params + (sh.norm_w if getattr(m, "sandwich_norm", False) else 0)
 
 
 def block(sh: Shape):
@@ -317,12 +377,9 @@ def block(sh: Shape):
     dense_mlp_forward(f, sh, attention_forward(f, sh))
     g = Ops(B, sh.t, sh.dtype)
     attention_backward(g, sh, dense_mlp_backward(g, sh))
-    mlp_mats = 3 if m.activation == "swiglu" else 2
     # Sharded: Q/K/V, out_proj and MLP weights, Q/K/V and FC1/gate/up biases.
     # Replicated: the two norms, the row-parallel biases (out_proj, fc2).
-    params = attention_params(sh) + sh.norm_w + mlp_mats * h * sh.f_t
-    if m.bias:
-        params += (mlp_mats - 1) * sh.f_t + h
+    params = attention_params(sh) + dense_mlp_params(sh)
     attn, core = attention_stash(sh)
     stash = attn + dense_mlp_stash(sh)
     # Selective recomputation drops the attention core (recomputed from Q and K); full

@@ -49,8 +49,7 @@ from ._opgraph import OpGraph
 from .._validate import positive_float, positive_int
 
 
-from ._block import block as _dense_block
-from ._moe import moe_block as _moe_block
+from ._layer import layer as _layer
 from ._ops import (KERNEL_SETS, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
                    Ops, Shape)
 from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
@@ -146,11 +145,18 @@ class ModelGraph:
 
     def kinds(self) -> dict:
         """One LayerGraph per layer kind, in chain order of first appearance: 'embedding',
-        'block' (absent when every block is MoE), 'moe_block' (MoE models), 'head'."""
+        the transformer-layer kinds ('block', 'moe_block', … :func:`layer_kind_name`),
+        'head'."""
         out = {}
         for layer in self.layers:
             out.setdefault(layer.kind, layer)
         return out
+
+    def block_kinds(self) -> list:
+        """The transformer-layer kinds' LayerGraphs in :func:`block_kind_names` order (the
+        order the step kernels number them in)."""
+        kinds = self.kinds()
+        return [kinds[name] for name in block_kind_names(self.model)]
 
     @property
     def expert_param_bytes(self) -> int:
@@ -260,7 +266,62 @@ def _head(sh: Shape):
     # sharded (s/t tokens; the latter re-gathered in backward like the blocks' norm outputs).
     stash = B * ((Tn * h if m.final_norm else 0) + (Tn * h if m.embed_proj else 0) + Tn * E) \
         + logits * LOSS_BYTES_PER_ELEMENT
+    for d in range(getattr(m, "mtp_layers", 0)):
+        p, st = _mtp_head(f, g, sh, f"mtp{d}.")
+        params += p
+        stash += st
     return f.graph(), g.graph(), params * B, stash, 0
+
+
+def _mtp_head(f: Ops, g: Ops, sh: Shape, p: str) -> tuple:
+    """One multi-token-prediction module's operators outside its transformer layer
+    (DeepSeek-V3 §2.2; Megatron-Core's ``MultiTokenPredictionLayer``), appended to the
+    head's ``f`` and ``g``: the shifted tokens' embedding (the shared table, gathered and
+    reduced as the embedding does), its norm and the hidden state's (``enorm``,
+    ``hnorm``), the column-parallel ``eh_proj`` of the concatenation 2·h → h (all-gathered
+    back to h; Megatron's gather_output=False then gather of the last dimension), and after
+    the layer the final norm, the logits over the shared output weights and the loss.
+    Returns its (parameters in elements, stash in bytes): the three norms and eh_proj's
+    2·h·h/t (the embedding and the output weights are the main model's)."""
+    m, B, T, h, E, Tn, sp, t = sh.m, sh.B, sh.T, sh.h, sh.E, sh.Tn, sh.sp, sh.t
+    logits = T * sh.V_t
+    ht = -(-h // t)
+    f.vector(p + "embed_gather", [], T * E, _C["embedding"], T * TOKEN_ID_BYTES + T * E * B,
+             T * E * B)
+    emb = (f.reduce_scatter(p + "reduce_scatter_embed", [p + "embed_gather"], T * E * B) if sp
+           else f.allreduce(p + "allreduce_embed", [p + "embed_gather"], T * E * B))
+    f.vector(p + "enorm", [emb], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
+    f.vector(p + "hnorm", [], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
+    src = [p + "enorm", p + "hnorm"]
+    if sp:
+        src = [f.all_gather(p + "allgather_eh", src, 2 * T * h * B)]
+    f.gemm(p + "eh_proj", src, 1, T, 2 * h, ht)
+    f.all_gather(p + "allgather_eh_out", [p + "eh_proj"], T * h * B)
+    f.vector(p + "final_norm", [], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
+    x = f.all_gather(p + "allgather_head", [p + "final_norm"], T * E * B) if sp \
+        else p + "final_norm"
+    f.gemm(p + "logits", [x], 1, T, E, sh.V_t)
+    f.vector(p + "cross_entropy", [p + "logits"], logits, _C["cross_entropy"], logits * B,
+             logits * LOSS_BYTES_PER_ELEMENT)
+    f.allreduce(p + "allreduce_loss", [p + "cross_entropy"], 3 * T * LOSS_BYTES_PER_ELEMENT)
+    g.vector(p + "cross_entropy.bwd", [], logits, _C["cross_entropy_bwd"],
+             logits * LOSS_BYTES_PER_ELEMENT, logits * B)
+    g.gemm(p + "logits.dX", [p + "cross_entropy.bwd"], 1, T, sh.V_t, E)
+    g.gemm(p + "logits.dW", [p + "cross_entropy.bwd"], 1, E, T, sh.V_t)
+    dx = (g.reduce_scatter(p + "reduce_scatter_logits.dX", [p + "logits.dX"], T * E * B) if sp
+          else g.allreduce(p + "allreduce_logits.dX", [p + "logits.dX"], T * E * B))
+    g.vector(p + "final_norm.bwd", [dx], Tn * h, _C[m.norm + "_bwd"],
+             2 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
+    g.gemm(p + "eh_proj.dX", [], 1, T, ht, 2 * h)
+    x = g.all_gather(p + "allgather_eh.bwd", [], 2 * T * h * B) if sp else None
+    g.gemm(p + "eh_proj.dW", [x], 1, 2 * h, T, ht)
+    dx = g.tp_reduce(p + "eh.dX", p + "eh_proj.dX", 2 * T * h * B, sp)
+    for n in ("enorm", "hnorm"):
+        g.vector(p + n + ".bwd", [dx], Tn * h, _C[m.norm + "_bwd"],
+                 2 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
+    params = 3 * sh.norm_w + 2 * h * ht
+    stash = B * (3 * Tn * h + Tn * E) + sh.B8 * 2 * Tn * h + logits * LOSS_BYTES_PER_ELEMENT
+    return params, stash
 
 
 def build_layers(model, microbatch, tensor_parallel, *,
@@ -354,6 +415,12 @@ def build_layers(model, microbatch, tensor_parallel, *,
     elif ep != 1 or capacity_factor is not None:
         what = "expert_parallel must be 1" if ep != 1 else "capacity_factor must be None"
         raise ValueError(f"{what} for {model.name}, which has no experts (n_experts = 0)")
+    mixers = {mixer for mixer, _ in model.layer_kinds}
+    if "mamba" in mixers and (model.mamba_heads % t or model.mamba_groups % t):
+        raise ValueError(f"tensor_parallel must divide mamba_heads ({model.mamba_heads}) and "
+                         f"mamba_groups ({model.mamba_groups}) of {model.name}; got {t}")
+    if cp > 1 and context_parallel_refusal(model):
+        raise ValueError(context_parallel_refusal(model))
     if cp > 1:
         if not flash_attention:
             raise ValueError(f"context_parallel {cp} > 1 needs flash_attention=True (ring "
@@ -376,12 +443,48 @@ def build_layers(model, microbatch, tensor_parallel, *,
 _LAYERS_MEMO = Memo(512, name="graph.build_layers")
 
 
+#: LayerGraph kind of the two layer kinds of a transformer: attention with a dense MLP, and
+#: attention with a mixture of experts. Every other (token mixer, channel mixer) pair of
+#: ``ModelSpec.layer_kinds`` is named "mixer+ffn" (:func:`layer_kind_name`).
+LEGACY_KIND_NAMES = {("attention", "dense"): "block", ("attention", "moe"): "moe_block"}
+
+
+def layer_kind_name(mixer: str, ffn: str) -> str:
+    """The LayerGraph kind of a layer of token mixer ``mixer`` and channel mixer ``ffn``
+    (``ModelSpec.layer_kinds``): 'block', 'moe_block', or e.g. 'sliding+moe',
+    'mamba+none', 'none+dense'."""
+    return LEGACY_KIND_NAMES.get((mixer, ffn), f"{mixer}+{ffn}")
+
+
+def layer_kind_names(model) -> list:
+    """The LayerGraph kind of each of the model's n_layers transformer layers."""
+    return [layer_kind_name(mixer, ffn) for mixer, ffn in model.layer_kinds]
+
+
+def block_kind_names(model) -> tuple:
+    """The model's distinct transformer-layer kinds in the step kernels' order: 'block',
+    then 'moe_block', then the others in the order they first appear."""
+    names = layer_kind_names(model)
+    first = [k for k in ("block", "moe_block") if k in names]
+    return tuple(first + [k for k in dict.fromkeys(names) if k not in first])
+
+
+def context_parallel_refusal(model) -> str:
+    """Why context parallelism cannot run ``model`` ('' when it can): ring attention is
+    modelled for full attention only; a sliding-window or chunked mask and a Mamba-2 scan
+    (whose state would pass along the ring) are not (Transformer Engine's context-parallel
+    attention takes no sliding window; Megatron-Core's hybrid models ran without it)."""
+    other = sorted({mixer for mixer, _ in model.layer_kinds} - {"attention", "none"})
+    if other:
+        return (f"context_parallel > 1 is not modelled for {model.name}'s "
+                f"{', '.join(other)} layers (ring attention is priced for full attention only)")
+    return ""
+
+
 def _block_runs(model) -> list:
-    """(kind, count) of the runs of blocks in chain order."""
-    moe = set(model.moe_layer_ids)
+    """(kind, count) of the runs of transformer layers in chain order."""
     runs = []
-    for i in range(model.n_layers):
-        kind = "moe_block" if i in moe else "block"
+    for kind in layer_kind_names(model):
         if runs and runs[-1][0] == kind:
             runs[-1][1] += 1
         else:
@@ -401,11 +504,18 @@ def _build_layers_cached(model, b, t, B, sp=False, flash=False, dtype="bf16",
 def _build_layers(model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor,
                   cp) -> ModelGraph:
     sh = Shape(model, b, t, B, sp, flash, dtype, kernels, cp, ep, capacity_factor)
-    builders = {"embedding": _embedding, "block": _dense_block, "moe_block": _moe_block,
-                "head": _head}
+    builders = {"embedding": _embedding, "head": _head}
+    for mixer, ffn in set(model.layer_kinds):
+        builders[layer_kind_name(mixer, ffn)] = \
+            lambda sh_, mixer=mixer, ffn=ffn: _layer(sh_, mixer, ffn)
+    runs = _block_runs(model)
+    if getattr(model, "mtp_layers", 0):
+        # the multi-token-prediction modules' transformer layers (of the last layer's kind),
+        # before the head that holds their norms, projections and losses
+        runs.append([layer_kind_names(model)[-1], model.mtp_layers])
     built = {}
     layers = []
-    for kind, count in [("embedding", 1)] + _block_runs(model) + [("head", 1)]:
+    for kind, count in [("embedding", 1)] + runs + [("head", 1)]:
         if kind not in built:
             out = builders[kind](sh)
             fwd, bwd, params, stash, boundary = out[:5]

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import math
 
-from ._block import attention_backward, attention_forward, attention_params, attention_stash
-from ._ops import EXPERT_INDEX_BYTES, MASK_BYTES_PER_ELEMENT, Ops, Shape, residual_out
+from ._block import (attention_backward, attention_forward, attention_params, attention_stash,
+                     post_norm, post_norm_backward)
+from ._ops import EXPERT_INDEX_BYTES, GATED, MASK_BYTES_PER_ELEMENT, Ops, Shape, residual_out
 from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
 
 
@@ -64,15 +65,15 @@ def tokens_per_expert(routed_tokens: int, top_k: int, n_experts: int, capacity_f
 
 def _mlp_forward(f: Ops, sh: Shape, p: str, src: str, batch: int, rows: int, cols: int) -> str:
     """A (batched) MLP of ``cols`` columns per slice on ``rows`` tokens, operators named
-    ``p + gate_proj | up_proj | swiglu | fc1 [| fc1_act] | fc2``; returns fc2's name."""
+    ``p + gate_proj | up_proj | swiglu (geglu) | fc1 [| fc1_act] | fc2``; returns fc2's name."""
     m, B, h = sh.m, sh.B, sh.h
     bias_c = _C["bias"] if m.bias else 0.0
     extra = batch * cols * B if m.bias else 0
-    if m.activation == "swiglu":
+    if m.activation in GATED:
         for name in ("gate_proj", "up_proj"):
             f.gemm(p + name, [src], batch, rows, h, cols, epilogue=bias_c, extra_in=extra)
-        act = f.vector(p + "swiglu", [p + "gate_proj", p + "up_proj"], batch * rows * cols,
-                       _C["swiglu"], 2 * batch * rows * cols * B, batch * rows * cols * B)
+        act = f.vector(p + m.activation, [p + "gate_proj", p + "up_proj"], batch * rows * cols,
+                       _C[m.activation], 2 * batch * rows * cols * B, batch * rows * cols * B)
     elif sh.megatron:
         f.gemm(p + "fc1", [src], batch, rows, h, cols)
         act = f.vector(p + "fc1_act", [p + "fc1"], batch * rows * cols, bias_c + _C[m.activation],
@@ -92,12 +93,12 @@ def _mlp_backward(g: Ops, sh: Shape, p: str, dy: str, x, batch: int, rows: int, 
     n = batch * rows * cols
     g.gemm(p + "fc2.dX", [dy], batch, rows, h, cols)
     g.gemm(p + "fc2.dW", [dy], batch, cols, rows, h)
-    if m.activation == "swiglu":
-        g.vector(p + "swiglu.bwd", [p + "fc2.dX"], 2 * n, _C["swiglu_bwd"] + bias_g, 3 * n * B,
+    if m.activation in GATED:
+        g.vector(p + m.activation + ".bwd", [p + "fc2.dX"], 2 * n, _C[m.activation + "_bwd"] + bias_g, 3 * n * B,
                  2 * n * B)
         for name in ("gate_proj", "up_proj"):
-            g.gemm(p + name + ".dX", [p + "swiglu.bwd"], batch, rows, cols, h)
-            g.gemm(p + name + ".dW", [p + "swiglu.bwd", x], batch, h, rows, cols)
+            g.gemm(p + name + ".dX", [p + m.activation + ".bwd"], batch, rows, cols, h)
+            g.gemm(p + name + ".dW", [p + m.activation + ".bwd", x], batch, h, rows, cols)
         return g.vector(p + "in.dX_sum", [p + "gate_proj.dX", p + "up_proj.dX"], batch * rows * h,
                         _C["add"], 2 * batch * rows * h * B, batch * rows * h * B)
     g.vector(p + "fc1.act.bwd", [p + "fc2.dX"], n, _C[m.activation + "_bwd"] + bias_g, 2 * n * B,
@@ -107,26 +108,32 @@ def _mlp_backward(g: Ops, sh: Shape, p: str, dy: str, x, batch: int, rows: int, 
     return p + "fc1.dX"
 
 
-def moe_block(sh: Shape):
-    """The MoE transformer block: (forward, backward, parameter bytes,
-    (stash none, selective, full), boundary bytes, expert parameter bytes)."""
-    m, B, T, Tn, h, t, ep, sp = sh.m, sh.B, sh.T, sh.Tn, sh.h, sh.t, sh.ep, sh.sp
+def _moe_sizes(sh: Shape):
+    """The MoE half's sizes on this slice: (experts held, tokens routed, tokens sent per
+    expert, token rows dispatched, tokens each local expert runs, expert columns, shared
+    columns, routing bytes)."""
+    m, t, ep, sp = sh.m, sh.t, sh.ep, sh.sp
     n_e, k = m.n_experts, m.experts_per_token
     local = n_e // ep                                # routed experts held by this rank
-    R = Tn                                           # tokens this slice routes
+    R = sh.Tn                                        # tokens this slice routes
     c = tokens_per_expert(R, k, n_e, sh.capacity_factor)
     sent = n_e * c                                   # token rows this slice dispatches
     rows = (t if sp else 1) * ep * c                 # tokens each local expert runs
     fe_t = -(-m.expert_ffn_hidden // t)              # expert columns of this slice
     shared = m.n_shared_experts
     fs_t = -(-(shared * m.shared_ffn_hidden) // t) if shared else 0
-    bias_c = _C["bias"] if m.bias else 0.0
-    mask = Tn * h * MASK_BYTES_PER_ELEMENT
-    routing = R * k * (B + EXPERT_INDEX_BYTES)       # routing weights and expert indices
+    routing = R * k * (sh.B + EXPERT_INDEX_BYTES)    # routing weights and expert indices
+    return local, R, c, sent, rows, fe_t, fs_t, routing
 
-    # -- forward --------------------------------------------------------------------------
-    f = Ops(B, t, sh.dtype)
-    src = attention_forward(f, sh)
+
+def moe_forward(f: Ops, sh: Shape, src) -> str:
+    """Append the MoE half (``ln2`` … ``residual2``) after ``src`` (None: the layer's
+    input); returns the last operator's name."""
+    m, B, T, Tn, h, ep, sp = sh.m, sh.B, sh.T, sh.Tn, sh.h, sh.ep, sh.sp
+    n_e, k = m.n_experts, m.experts_per_token
+    local, R, c, sent, rows, fe_t, fs_t, routing = _moe_sizes(sh)
+    shared = m.n_shared_experts
+    bias_c = _C["bias"] if m.bias else 0.0
     f.vector("ln2", [src], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
     f.gemm("router", ["ln2"], 1, R, h, n_e)
     f.vector("router_topk", ["router"], R * n_e, _C["softmax"] + k * _C["topk"], R * n_e * B,
@@ -153,14 +160,26 @@ def moe_block(sh: Shape):
              (sent + (R if shared else 0)) * h * B + R * k * B + (R * B if m.shared_expert_gate else 0),
              R * h * B)
     # t = 1 or sequence parallel: the output is complete on this slice's tokens.
-    residual_out(f, sh, "residual2", "moe_combine", bias=False)
+    out = "moe_combine"
+    if getattr(m, "sandwich_norm", False):
+        out = post_norm(f, sh, "post_mlp_norm", out)
+    return residual_out(f, sh, "residual2", out, bias=False)
 
-    # -- backward -------------------------------------------------------------------------
-    g = Ops(B, t, sh.dtype)
-    g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"], Tn * h * B + mask, Tn * h * B)
+
+def moe_backward(g: Ops, sh: Shape) -> str:
+    """Append the MoE half's backward (``residual2.bwd`` … ``ln2.bwd``, the first operators
+    of the layer's backward); returns ``ln2.bwd``."""
+    m, B, T, Tn, h, ep, sp = sh.m, sh.B, sh.T, sh.Tn, sh.h, sh.ep, sh.sp
+    n_e, k = m.n_experts, m.experts_per_token
+    local, R, c, sent, rows, fe_t, fs_t, routing = _moe_sizes(sh)
+    shared = m.n_shared_experts
+    mask = Tn * h * MASK_BYTES_PER_ELEMENT
+    dy0 = g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"], Tn * h * B + mask, Tn * h * B)
+    if getattr(m, "sandwich_norm", False):
+        dy0 = post_norm_backward(g, sh, "post_mlp_norm", dy0)
     # Gradients of the k expert outputs (routing weight × dy) and of the routing weights
     # (dy · expert output, from the stashed outputs).
-    g.vector("moe_combine.bwd", ["residual2.bwd"], sent * h, _C["scale_add"],
+    g.vector("moe_combine.bwd", [dy0], sent * h, _C["scale_add"],
              R * h * B + sent * h * B + R * k * B, sent * h * B + R * k * B)
     dy = g.all_to_all("alltoall_combine.bwd", ["moe_combine.bwd"], sent * h * B, ep)
     dy = g.all_gather("allgather_expert_fc2.dY", [dy], local * rows * h * B) if sp else dy
@@ -174,9 +193,9 @@ def moe_block(sh: Shape):
     g.gemm("router.dW", ["router_topk.bwd"], 1, h, R, n_e)
     parts.append("router.dX")
     if shared:
-        s_dy = "residual2.bwd"
+        s_dy = dy0
         if m.shared_expert_gate:
-            s_dy = g.vector("shared_gate.bwd", ["residual2.bwd"], R * h,
+            s_dy = g.vector("shared_gate.bwd", [dy0], R * h,
                             _C["scale_add"] + _C["sigmoid_bwd"] / h, 2 * R * h * B, R * h * B + R * B)
             g.gemm("shared_gate.dX", [s_dy], 1, R, 1, h)
             g.gemm("shared_gate.dW", [s_dy], 1, h, R, 1)
@@ -187,31 +206,63 @@ def moe_block(sh: Shape):
         parts.append(g.reduce_scatter("reduce_scatter_shared.dX", [s_dx], T * h * B) if sp else s_dx)
     g.vector("mlp_in.dX_sum", parts, R * h, (len(parts) - 1) * _C["add"], len(parts) * R * h * B,
              R * h * B)
-    src = g.vector("ln2.bwd", ["mlp_in.dX_sum", "residual2.bwd"], Tn * h,
-                   _C[m.norm + "_bwd"] + _C["residual"], 3 * Tn * h * B + sh.norm_w * B,
-                   Tn * h * B + sh.norm_w * B)
-    attention_backward(g, sh, src)
+    return g.vector("ln2.bwd", ["mlp_in.dX_sum", "residual2.bwd"], Tn * h,
+                    _C[m.norm + "_bwd"] + _C["residual"], 3 * Tn * h * B + sh.norm_w * B,
+                    Tn * h * B + sh.norm_w * B)
 
-    # -- parameters of the slice (elements) ------------------------------------------------
-    mats = 3 if m.activation == "swiglu" else 2
+
+def moe_params(sh: Shape) -> tuple:
+    """(parameters of this slice's MoE half, of its routed experts) in elements: ln2, the
+    router (and its bias), the local routed experts, the shared experts and their gate."""
+    m, h = sh.m, sh.h
+    n_e = m.n_experts
+    local, R, c, sent, rows, fe_t, fs_t, routing = _moe_sizes(sh)
+    shared = m.n_shared_experts
+    mats = 3 if m.activation in GATED else 2
     expert = mats * h * fe_t + ((mats - 1) * fe_t + h if m.bias else 0)
-    params = attention_params(sh) + sh.norm_w + h * n_e + local * expert
+    params = sh.norm_w + h * n_e + local * expert
+    if getattr(m, "router_bias", False):
+        params += n_e
+    if getattr(m, "sandwich_norm", False):
+        params += sh.norm_w
     if shared:
         params += mats * h * fs_t + ((mats - 1) * fs_t + shared * h if m.bias else 0)
         params += h if m.shared_expert_gate else 0
-    # -- stash (bytes) ---------------------------------------------------------------------
-    act = (2 if m.activation == "swiglu" else 1)
-    attn, core = attention_stash(sh)
-    stash = (attn
-             + B * (2 * Tn * h                       # ln2 input and output (router, permute)
-                    + R * n_e                        # router probabilities (softmax backward)
-                    + act * local * rows * fe_t      # expert activation inputs
-                    + sent * h)                      # expert outputs (routing-weight gradient)
+    return params, local * expert
+
+
+def moe_stash(sh: Shape) -> int:
+    """Stashed bytes of the MoE half (no recomputation)."""
+    m, B, T, Tn, h = sh.m, sh.B, sh.T, sh.Tn, sh.h
+    n_e = m.n_experts
+    local, R, c, sent, rows, fe_t, fs_t, routing = _moe_sizes(sh)
+    act = (2 if m.activation in GATED else 1)
+    stash = (B * (2 * Tn * h                         # ln2 input and output (router, permute)
+                  + R * n_e                          # router probabilities (softmax backward)
+                  + act * local * rows * fe_t        # expert activation inputs
+                  + sent * h)                        # expert outputs (routing-weight gradient)
              + routing
              + sh.B8 * local * rows * (h + fe_t)     # expert fc1 and fc2 inputs
-             + mask)
-    if shared:
+             + Tn * h * MASK_BYTES_PER_ELEMENT)
+    if m.n_shared_experts:
         stash += B * act * T * fs_t + sh.B8 * T * fs_t + (sh.B8 * Tn * h if sh.B8 != B else 0)
+    if getattr(m, "sandwich_norm", False):
+        stash += B * Tn * h                          # the post-norm's input
+    return stash
+
+
+def moe_block(sh: Shape):
+    """The MoE transformer block: (forward, backward, parameter bytes,
+    (stash none, selective, full), boundary bytes, expert parameter bytes)."""
+    B, T, Tn, h, t = sh.B, sh.T, sh.Tn, sh.h, sh.t
+    f = Ops(B, t, sh.dtype)
+    moe_forward(f, sh, attention_forward(f, sh))
+    g = Ops(B, t, sh.dtype)
+    attention_backward(g, sh, moe_backward(g, sh))
+    params, expert = moe_params(sh)
+    params += attention_params(sh)
+    attn, core = attention_stash(sh)
+    stash = attn + moe_stash(sh)
     # Selective drops the attention core; full keeps the layer input (s/t tokens under SP).
     return (f.graph(), g.graph(), params * B, (stash, stash - core, B * Tn * h), T * h * B,
-            local * expert * B)
+            expert * B)

@@ -5,6 +5,8 @@ sizes :class:`Shape`. Shared by ``graph`` and the block builders (``_graph_block
 """
 from __future__ import annotations
 
+import copy
+
 from .. import precision
 from ._opgraph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_P2P,
                        COLL_REDUCE_SCATTER, OpGraph)
@@ -58,6 +60,10 @@ VECTOR_CYCLES_PER_ELEMENT = {
     "swiglu": 5.0,
     # SwiGLU backward: recompute sigmoid, d(up) = g·silu, d(gate) = g·up·σ·(1 + gate·(1−σ)) ≈ 8.
     "swiglu_bwd": 8.0,
+    # GeGLU product gelu(gate)·up (Gemma): GELU (8) and the multiply by up ≈ 9; backward:
+    # GELU's backward (10) and the two products' gradients ≈ 12.
+    "geglu": 9.0,
+    "geglu_bwd": 12.0,
     # Bias add: one add.
     "bias": 1.0,
     # Bias gradient: a column-sum pass over the output gradient.
@@ -125,7 +131,51 @@ def flash_keys(s: int, causal: bool) -> int:
     return -(-computed // int(s))
 
 
+def flash_keys_window(s: int, window: int) -> int:
+    """Keys per query a causal flash-attention kernel computes, on average, with a sliding
+    window of ``window`` keys (query i sees keys i − window < j ≤ i; FlashAttention-2's
+    ``window_size=(window − 1, 0)``, Hugging Face's ``sliding_window``): query tile i (rows
+    i·B … of B = :data:`FLASH_CAUSAL_BLOCK`) computes the key tiles from the one holding
+    key max(0, i·B − window + 1) to its diagonal tile, whole tiles, the rest skipped:
+    Σ_i rows_i · (min((i+1)·B, s) − B·⌊max(0, i·B − window + 1)/B⌋) / s, rounded up. A
+    window of s or more is the causal count (:func:`flash_keys`)."""
+    s, w, b = int(s), int(window), FLASH_CAUSAL_BLOCK
+    if w >= s:
+        return flash_keys(s, True)
+    if s <= b:
+        return s
+    computed = 0
+    for i in range(-(-s // b)):
+        rows = min((i + 1) * b, s) - i * b
+        start = b * (max(0, i * b - w + 1) // b)
+        computed += rows * (min((i + 1) * b, s) - start)
+    return -(-computed // s)
+
+
+def flash_keys_chunked(s: int, chunk: int) -> int:
+    """Keys per query a causal flash-attention kernel computes, on average, under Llama 4's
+    chunked attention (causal inside aligned chunks of ``chunk`` tokens; Hugging Face's
+    ``attention_chunk_size``): query tile i computes the key tiles from the tile holding
+    its chunk's first key to its diagonal tile: Σ_i rows_i · (min((i+1)·B, s) −
+    B·⌊C·⌊i·B/C⌋/B⌋) / s, rounded up. A chunk of s or more is the causal count."""
+    s, c, b = int(s), int(chunk), FLASH_CAUSAL_BLOCK
+    if c >= s:
+        return flash_keys(s, True)
+    if s <= b:
+        return s
+    computed = 0
+    for i in range(-(-s // b)):
+        rows = min((i + 1) * b, s) - i * b
+        start = b * ((c * ((i * b) // c)) // b)
+        computed += rows * (min((i + 1) * b, s) - start)
+    return -(-computed // s)
+
+
 _C = VECTOR_CYCLES_PER_ELEMENT
+
+#: Gated activations: the MLP's first linear layer has a gate and an up projection, their
+#: product (act(gate)·up) feeds the second (SwiGLU; Gemma's GeGLU).
+GATED = ("swiglu", "geglu")
 
 
 class Ops:
@@ -336,6 +386,24 @@ class Shape:
         self.V_t = m.padded_vocab(t) // t            # padded vocabulary columns (compute)
         self.V_rows = -(-m.vocab // t)               # real vocabulary rows (parameters)
         self.norm_w = (2 if m.norm == "layernorm" else 1) * m.hidden   # norm parameters
+        self.mixer = "attention"                     # the token mixer of the layer built
+
+    def for_mixer(self, mixer: str) -> "Shape":
+        """This shape for a layer whose token mixer is ``mixer`` ("attention", "sliding",
+        "chunked", "mamba", "none"): the keys per query a flash kernel computes follow its
+        mask (:func:`flash_keys_window`, :func:`flash_keys_chunked`); the unfused core
+        computes and masks the whole square whatever the mask."""
+        if mixer == self.mixer:
+            return self
+        out = copy.copy(self)
+        out.mixer = mixer
+        if mixer == "sliding":
+            out.s_flash = flash_keys_window(self.m.seq_len, self.m.sliding_window)
+        elif mixer == "chunked":
+            out.s_flash = flash_keys_chunked(self.m.seq_len, self.m.attention_chunk)
+        else:
+            out.s_flash = flash_keys(self.m.seq_len, self.m.causal)
+        return out
 
 
 def unfused_attention(f, sh, score_preds, value_pred, batch, sq, s, qk_dim, v_dim, scores):

@@ -20,18 +20,22 @@ structs that read them; the import checks that each dtype is its struct's layout
   ``collectives.FABRIC_DTYPE``: NCCL α parts in s, η·bandwidth of the in-node link and of
   the network in bytes/s), η·HBM bandwidth (bytes/s) and the kernel launch gap (s).
 - :data:`LAYER_TIMES` — layer times of one (t, sequence parallel, flash, cp, ep) variant on
-  one row (seconds, one microbatch): embedding / block / head forward and backward, the
-  block's attention core (what selective recomputation re-runs), one pipeline send of the
-  boundary tensor inside a node / between nodes; the MoE block's forward, backward and
-  attention core; the flash-attention kernels the K/V exchange overlaps; what per-op
-  selective recomputation (torchtitan's "op") re-runs of a dense and of an MoE block.
+  one row (seconds, one microbatch): embedding and head forward and backward, one pipeline
+  send of the boundary tensor inside a node / between nodes, and per transformer-layer kind
+  k < ``K_MAX`` (``k_*[k]``: the kinds of ``phaze.graph.ModelGraph.block_kinds``, e.g. a
+  dense and an MoE block, or a Mamba-2, an attention and an MLP layer) its forward,
+  backward, attention core (what selective recomputation re-runs), what per-op selective
+  recomputation (torchtitan's "op") re-runs, and the flash-attention kernels its K/V
+  exchange overlaps.
 - :data:`SIZES` — one variant's sizes (bytes unless said): parameter bytes of the
-  embedding, block and head slices, bytes per element, the boundary tensor, the tied word
-  embedding (elements), the block's stash under the recomputation mode, the embedding's
-  and head's stashes, the recomputation workspace; the MoE block's parameter bytes (and
-  its routed experts' part), stash and FP8 weight copies; the bytes of one all-to-all and
-  how many the MoE block runs forward and backward; the K/V exchange bytes forward and
-  backward.
+  embedding and head slices, bytes per element, the boundary tensor, the tied word
+  embedding (elements), the embedding's and head's stashes, the recomputation workspace,
+  the number of layer kinds, the bytes of one all-to-all, the kind and number of the
+  multi-token-prediction layers the last stage runs after its own (DeepSeek-V3's MTP
+  modules' transformer layers; ``mtp_n`` 0 without); per kind its parameter bytes
+  (and its routed experts' part), its stash under the recomputation mode, its FP8 weight
+  copies (of the routed experts apart), how many all-to-alls it runs forward and
+  backward, and its K/V exchange bytes forward and backward.
 - :data:`PLAN` — one plan: the parallel widths, virtual stages, microbatches, layers,
   ZeRO stage, overlap (0/1), recomputation code, sequence parallelism (0/1), the
   optimizer's bytes per parameter, kernels and tiny all-reduces, and the bytes per
@@ -49,8 +53,8 @@ structs that read them; the import checks that each dtype is its struct's layout
   model-parallel group.
 - :data:`BREAKDOWN` (filled by :func:`step_time`) and :data:`MEMORY` (by
   :func:`stage_memory`): the outputs.
-- ``moe_prefix`` (L + 1,) int64: how many of layers 0..i−1 are mixture-of-experts layers,
-  from which each stage's dense and MoE layer counts follow (``stage_kinds``).
+- ``kind_prefix`` (n_kinds·(L + 1),) int64, row k·(L + 1) … : how many of layers 0..i−1
+  are of kind k, from which each stage's layer counts per kind follow (``stage_kinds``).
 
 The Python-callable functions take one-element record arrays where the C function takes
 one record (its outputs are written into them).
@@ -83,6 +87,7 @@ cdef enum:
     C_REC_SELECTIVE = 1
     C_REC_FULL = 2
     C_REC_OP = 3
+    KM = 4
 
 
 def _fields(kind, names):
@@ -91,15 +96,21 @@ def _fields(kind, names):
 
 #: One row's collective parameters (a ``collectives.FABRIC_DTYPE`` record and two more).
 ROW_PARAMS = np.dtype(FABRIC_DTYPE.descr + [("hbm_bw", "f8"), ("launch_s", "f8")])
-#: Layer times of one variant on one row, seconds.
-LAYER_TIMES = np.dtype(_fields("f8", (
-    "emb_f", "emb_b", "blk_f", "blk_b", "blk_core", "head_f", "head_b", "send_in", "send_net",
-    "moe_f", "moe_b", "moe_core", "flash_f", "flash_b", "blk_op", "moe_op")))
-#: Sizes of one variant (bytes; ``word_elements`` and the all-to-all counts are counts).
+#: Transformer-layer kinds one model may mix (dense and MoE blocks, sliding-window and full
+#: attention, Mamba-2, attention and MLP layers); a model with more is refused by the step.
+K_MAX = 4
+#: Layer times of one variant on one row, seconds (``k_*``: per layer kind).
+LAYER_TIMES = np.dtype(_fields("f8", ("emb_f", "emb_b", "head_f", "head_b", "send_in",
+                                      "send_net"))
+                       + [(n, "f8", (K_MAX,)) for n in ("k_f", "k_b", "k_core", "k_op",
+                                                        "k_flash_f", "k_flash_b")])
+#: Sizes of one variant (bytes; ``word_elements``, ``n_kinds`` and the all-to-all counts
+#: are counts; ``k_*``: per layer kind).
 SIZES = np.dtype(_fields("i8", (
-    "emb_pb", "blk_pb", "head_pb", "elem_bytes", "act_bytes", "word_elements", "blk_stash",
-    "emb_stash", "head_stash", "workspace", "blk_fp8_w", "moe_pb", "moe_exp_pb", "moe_stash",
-    "moe_fp8_w", "a2a_bytes", "a2a_f_n", "a2a_b_n", "ring_f", "ring_b", "moe_exp_fp8_w")))
+    "emb_pb", "head_pb", "elem_bytes", "act_bytes", "word_elements", "emb_stash",
+    "head_stash", "workspace", "n_kinds", "a2a_bytes", "mtp_kind", "mtp_n"))
+    + [(n, "i8", (K_MAX,)) for n in ("k_pb", "k_exp_pb", "k_stash", "k_fp8_w", "k_exp_fp8_w",
+                                      "k_a2a_f_n", "k_a2a_b_n", "k_ring_f", "k_ring_b")])
 #: One plan as the kernels price it.
 PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8"),
                  ("v", "i8"), ("m", "i8"), ("n_layers", "i8"), ("zero", "i8"), ("ogr", "u1"),
@@ -134,43 +145,39 @@ cdef packed struct RowParams:
 cdef packed struct LayerTimes:
     double emb_f
     double emb_b
-    double blk_f
-    double blk_b
-    double blk_core
     double head_f
     double head_b
     double send_in
     double send_net
-    double moe_f
-    double moe_b
-    double moe_core
-    double flash_f
-    double flash_b
-    double blk_op
-    double moe_op
+    double k_f[KM]
+    double k_b[KM]
+    double k_core[KM]
+    double k_op[KM]
+    double k_flash_f[KM]
+    double k_flash_b[KM]
 
 cdef packed struct Sizes:
     int64_t emb_pb
-    int64_t blk_pb
     int64_t head_pb
     int64_t elem_bytes
     int64_t act_bytes
     int64_t word_elements
-    int64_t blk_stash
     int64_t emb_stash
     int64_t head_stash
     int64_t workspace
-    int64_t blk_fp8_w
-    int64_t moe_pb
-    int64_t moe_exp_pb
-    int64_t moe_stash
-    int64_t moe_fp8_w
+    int64_t n_kinds
     int64_t a2a_bytes
-    int64_t a2a_f_n
-    int64_t a2a_b_n
-    int64_t ring_f
-    int64_t ring_b
-    int64_t moe_exp_fp8_w
+    int64_t mtp_kind
+    int64_t mtp_n
+    int64_t k_pb[KM]
+    int64_t k_exp_pb[KM]
+    int64_t k_stash[KM]
+    int64_t k_fp8_w[KM]
+    int64_t k_exp_fp8_w[KM]
+    int64_t k_a2a_f_n[KM]
+    int64_t k_a2a_b_n[KM]
+    int64_t k_ring_f[KM]
+    int64_t k_ring_b[KM]
 
 cdef packed struct Plan:
     int64_t p
@@ -389,60 +396,68 @@ cdef inline void chunk_range(int64_t k, int64_t p, int64_t v, int64_t n_layers, 
 
 
 cdef inline void stage_kinds(int64_t r, int64_t p, int64_t v, int64_t n_layers, int64_t acct,
-                             const int64_t* moe_prefix, int64_t* nd, int64_t* nm) noexcept nogil:
-    """(dense, MoE) transformer layers device r holds: its chunks c·p + r (c < v)
-    (:func:`chunk_range`); ``moe_prefix[i]``: MoE layers among layers 0..i−1."""
-    cdef int64_t c, k, lo, hi, n = 0, total = 0
+                             const Sizes* sz, const int64_t* kind_prefix,
+                             int64_t* counts) noexcept nogil:
+    """Transformer layers of each kind device r holds (``counts[k]``, k < sz.n_kinds): its
+    chunks c·p + r (c < v) (:func:`chunk_range`), and on the last stage the ``sz.mtp_n``
+    multi-token-prediction layers of kind ``sz.mtp_kind``; ``kind_prefix[k·(L + 1) + i]``:
+    layers of kind k among layers 0..i−1."""
+    cdef int64_t c, k, q, lo, hi
+    cdef int64_t L1 = n_layers + 1
+    for q in range(sz.n_kinds):
+        counts[q] = 0
     for c in range(v):
         k = c * p + r
         chunk_range(k, p, v, n_layers, acct, &lo, &hi)
-        n += moe_prefix[hi] - moe_prefix[lo]
-        total += hi - lo
-    nd[0] = total - n
-    nm[0] = n
+        for q in range(sz.n_kinds):
+            counts[q] += kind_prefix[q * L1 + hi] - kind_prefix[q * L1 + lo]
+    if r == p - 1 and sz.mtp_n > 0:
+        counts[sz.mtp_kind] += sz.mtp_n
 
 
-cdef inline void stage_params(int64_t r, int64_t p, int64_t nd, int64_t nm, const Sizes* sz,
+cdef inline void stage_params(int64_t r, int64_t p, const int64_t* counts, const Sizes* sz,
                               int64_t* dn, int64_t* en) noexcept nogil:
-    """(dense, routed-expert) parameters of stage r's slice holding ``nd`` dense and ``nm``
-    MoE layers (the embedding on the first stage, the head on the last)."""
-    cdef int64_t n = nd * sz.blk_pb + nm * (sz.moe_pb - sz.moe_exp_pb)
+    """(dense, routed-expert) parameters of stage r's slice holding ``counts[k]`` layers of
+    each kind (the embedding on the first stage, the head on the last)."""
+    cdef int64_t n = 0, ne = 0, q
+    for q in range(sz.n_kinds):
+        n += counts[q] * (sz.k_pb[q] - sz.k_exp_pb[q])
+        ne += counts[q] * sz.k_exp_pb[q]
     if r == 0:
         n += sz.emb_pb
     if r == p - 1:
         n += sz.head_pb
     dn[0] = n // sz.elem_bytes
-    en[0] = nm * sz.moe_exp_pb // sz.elem_bytes
+    en[0] = ne // sz.elem_bytes
 
 
 cdef inline void layer_times(int64_t cp, int64_t ep, const StageNodes* stage,
                              const LayerTimes* lt, const Sizes* sz, const RowParams* rp,
-                             double* bf, double* bb, double* mf, double* mb) noexcept nogil:
-    """Forward and backward seconds of one dense and one MoE block (one microbatch) on a
-    stage whose context-parallel ring spans ``stage.cp_nodes`` nodes and expert-parallel
-    group ``stage.ep_nodes``: the priced operators (``lt``), plus the K/V exchange's excess
-    over the flash attention it runs concurrently with (max(0, exchange − attention),
-    forward and backward; the exchange ``_ring.p2p``), plus the all-to-alls
-    (``_ring.split_all_to_all`` over the ep ranks: the peers in the node over the link, the
-    others through each rank's own NIC)."""
-    cdef double xf, xb, a
-    bf[0] = lt.blk_f
-    bb[0] = lt.blk_b
-    mf[0] = lt.moe_f
-    mb[0] = lt.moe_b
-    if cp > 1:
-        xf = _ring.p2p(<double>sz.ring_f, cp, stage.cp_nodes, fab(rp)) - lt.flash_f
-        xb = _ring.p2p(<double>sz.ring_b, cp, stage.cp_nodes, fab(rp)) - lt.flash_b
-        if xf > 0.0:
-            bf[0] += xf
-            mf[0] += xf
-        if xb > 0.0:
-            bb[0] += xb
-            mb[0] += xb
+                             double* kf, double* kb) noexcept nogil:
+    """Forward (``kf[k]``) and backward (``kb[k]``) seconds of one layer of each kind (one
+    microbatch) on a stage whose context-parallel ring spans ``stage.cp_nodes`` nodes and
+    expert-parallel group ``stage.ep_nodes``: the priced operators (``lt``), plus a kind's
+    K/V exchange's excess over the flash attention it runs concurrently with (max(0,
+    exchange − attention), forward and backward; the exchange ``_ring.p2p``), plus its
+    all-to-alls (``_ring.split_all_to_all`` over the ep ranks: the peers in the node over
+    the link, the others through each rank's own NIC)."""
+    cdef double xf, xb, a = 0.0
+    cdef int64_t q
     if ep > 1:
         a = _ring.split_all_to_all(<double>sz.a2a_bytes, ep, stage.ep_nodes, fab(rp))
-        mf[0] += <double>sz.a2a_f_n * a
-        mb[0] += <double>sz.a2a_b_n * a
+    for q in range(sz.n_kinds):
+        kf[q] = lt.k_f[q]
+        kb[q] = lt.k_b[q]
+        if cp > 1 and sz.k_ring_f[q] > 0:
+            xf = _ring.p2p(<double>sz.k_ring_f[q], cp, stage.cp_nodes, fab(rp)) - lt.k_flash_f[q]
+            xb = _ring.p2p(<double>sz.k_ring_b[q], cp, stage.cp_nodes, fab(rp)) - lt.k_flash_b[q]
+            if xf > 0.0:
+                kf[q] += xf
+            if xb > 0.0:
+                kb[q] += xb
+        if ep > 1 and (sz.k_a2a_f_n[q] > 0 or sz.k_a2a_b_n[q] > 0):
+            kf[q] += <double>sz.k_a2a_f_n[q] * a
+            kb[q] += <double>sz.k_a2a_b_n[q] * a
 
 
 cdef inline double stage_comm(int64_t r, int64_t p, int64_t v, const double* slots) noexcept nogil:
@@ -460,48 +475,56 @@ cdef inline double stage_comm(int64_t r, int64_t p, int64_t v, const double* slo
     return comm
 
 
-cdef inline void stage_sums(int64_t r, int64_t p, int64_t nd, int64_t nm, double bf, double bb,
-                            double mf, double mb, const LayerTimes* lt, int64_t rec_mode,
-                            double* f, double* bw, double* rec) noexcept nogil:
-    """(forward, backward, recomputation) seconds per microbatch of stage r holding nd dense
-    and nm MoE blocks whose forward/backward are (bf, bb) and (mf, mb): the blocks, the
-    embedding on stage 0 and the head on stage p − 1; full recomputation re-runs the
-    blocks' forward, selective their attention cores (one definition for
-    ``step_time_c`` and ``slot_lower_bounds``)."""
-    f[0] = <double>nd * bf + <double>nm * mf
-    bw[0] = <double>nd * bb + <double>nm * mb
+cdef inline void stage_sums(int64_t r, int64_t p, const int64_t* counts, const double* kf,
+                            const double* kb, const LayerTimes* lt, const Sizes* sz,
+                            int64_t rec_mode, double* f, double* bw,
+                            double* rec) noexcept nogil:
+    """(forward, backward, recomputation) seconds per microbatch of stage r holding
+    ``counts[k]`` layers of each kind whose forward/backward are (``kf[k]``, ``kb[k]``): the
+    layers in kind order, the embedding on stage 0 and the head on stage p − 1; full
+    recomputation re-runs the layers' forward, selective their attention cores, "op" what
+    torchtitan's per-op policy re-runs (one definition for ``step_time_c`` and
+    ``slot_lower_bounds``)."""
+    cdef int64_t q
+    f[0] = 0.0
+    bw[0] = 0.0
+    rec[0] = 0.0
+    for q in range(sz.n_kinds):
+        f[0] += <double>counts[q] * kf[q]
+        bw[0] += <double>counts[q] * kb[q]
+        if rec_mode == C_REC_FULL:
+            rec[0] += <double>counts[q] * kf[q]
+        elif rec_mode == C_REC_SELECTIVE:
+            rec[0] += <double>counts[q] * lt.k_core[q]
+        elif rec_mode == C_REC_OP:
+            rec[0] += <double>counts[q] * lt.k_op[q]
     if r == 0:
         f[0] += lt.emb_f
         bw[0] += lt.emb_b
     if r == p - 1:
         f[0] += lt.head_f
         bw[0] += lt.head_b
-    rec[0] = 0.0
-    if rec_mode == C_REC_FULL:
-        rec[0] = <double>nd * bf + <double>nm * mf
-    elif rec_mode == C_REC_SELECTIVE:
-        rec[0] = <double>nd * lt.blk_core + <double>nm * lt.moe_core
-    elif rec_mode == C_REC_OP:
-        rec[0] = <double>nd * lt.blk_op + <double>nm * lt.moe_op
 
 
-cdef inline double hidden(int64_t nd, int64_t nm, double cd, double cm, double wd,
-                          double wm) noexcept nogil:
-    """Exposed seconds of the communication of nd dense and nm MoE layers (cd, cm seconds
-    per layer) that runs one layer ahead, beside the compute of the layer before it (wd,
-    wm seconds per layer): the excess max(0, c − w) of every layer, plus the hidden part
-    min(c, w) of the first one (nothing runs before it). With c = 0 it is 0."""
-    cdef double ed, em, out
-    if nd + nm <= 0:
-        return 0.0
-    ed = fmax0(cd - wd)
-    em = fmax0(cm - wm)
-    out = <double>nd * ed + <double>nm * em
-    if nd > 0 and (nm == 0 or cd - ed >= cm - em):
-        out += cd - ed
-    else:
-        out += cm - em
-    return out
+cdef inline double hidden(int64_t n_kinds, const int64_t* counts, const double* c,
+                          const double* w) noexcept nogil:
+    """Exposed seconds of the communication of ``counts[k]`` layers of each kind (``c[k]``
+    seconds per layer) that runs one layer ahead, beside the compute of the layer before it
+    (``w[k]`` seconds per layer): the excess max(0, c − w) of every layer, plus the hidden
+    part min(c, w) of the first one (nothing runs before it; the largest of the kinds
+    present, the order of the layers not being known here). With c = 0 it is 0."""
+    cdef double e, out = 0.0, first = 0.0
+    cdef int64_t q
+    cdef bint any_ = False
+    for q in range(n_kinds):
+        if counts[q] <= 0:
+            continue
+        e = fmax0(c[q] - w[q])
+        out += <double>counts[q] * e
+        if not any_ or c[q] - e > first:
+            first = c[q] - e
+        any_ = True
+    return out + first if any_ else 0.0
 
 
 cdef inline double bucket_fraction(int64_t params, int64_t D) noexcept nogil:
@@ -516,16 +539,16 @@ cdef inline double bucket_fraction(int64_t params, int64_t D) noexcept nogil:
     return bucket / <double>params
 
 
-cdef double sharded_comm(int64_t r, int64_t p, int64_t nd, int64_t nm, double bf, double bb,
-                         double mf, double mb, const LayerTimes* lt, const Sizes* sz,
+cdef double sharded_comm(int64_t r, int64_t p, const int64_t* counts, const double* kf,
+                         const double* kb, const LayerTimes* lt, const Sizes* sz,
                          int64_t rec_mode, int64_t zero, bint ogr, bint opg, bint reshard,
                          int64_t gb, int64_t D, int64_t edp, int64_t dpn, int64_t edpn,
                          const Fabric* F) noexcept nogil:
     """Exposed seconds per microbatch of stage r's sharded data parallelism (ZeRO-2, ZeRO-3
-    / FSDP; D > 1), the stage holding nd dense and nm MoE layers of forward (bf, mf) and
-    backward (bb, mb) seconds. Every collective moves the bytes NCCL moves: an all-gather
-    ends with each layer's whole 16-bit parameters (of the rank's tensor-parallel slice)
-    on every rank, a reduce-scatter starts from the whole gradient
+    / FSDP; D > 1), the stage holding ``counts[k]`` layers of each kind of forward ``kf[k]``
+    and backward ``kb[k]`` seconds. Every collective moves the bytes NCCL moves: an
+    all-gather ends with each layer's whole 16-bit parameters (of the rank's
+    tensor-parallel slice) on every rank, a reduce-scatter starts from the whole gradient
     (``_ring.all_gather``/``reduce_scatter``: α + (n − 1)/n · bytes / η·BW), over the
     stage's cp·d data-parallel ranks (the routed experts' over the expert-data-parallel
     ones) with every NIC of their nodes (``_ring.spread``).
@@ -539,48 +562,54 @@ cdef double sharded_comm(int64_t r, int64_t p, int64_t nd, int64_t nm, double bf
     :func:`hidden` of them against each layer's forward, or its backward with its
     recomputation; otherwise they are charged in full. The embedding's and the head's
     gathers and reductions are charged in full."""
-    cdef double gd = 0.0, gm = 0.0, rd, rm, wd, wm, cd, cm, od, om, out = 0.0
+    cdef double g[KM]
+    cdef double rd[KM]
+    cdef double w[KM]
+    cdef double o[KM]
+    cdef double cq, acc, out = 0.0
     cdef Fabric Fd = _ring.spread(F, D // dpn)
     cdef Fabric Fe = _ring.spread(F, edp // edpn)
     cdef bint z3 = zero >= 3
-    rd = _ring.reduce_scatter(<double>(gb * (sz.blk_pb // sz.elem_bytes)), D, dpn, &Fd)
-    rm = 0.0
-    if nm > 0:
-        rm = _ring.reduce_scatter(
-            <double>(gb * ((sz.moe_pb - sz.moe_exp_pb) // sz.elem_bytes)), D, dpn, &Fd) \
-            + _ring.reduce_scatter(<double>(gb * (sz.moe_exp_pb // sz.elem_bytes)), edp,
-                                   edpn, &Fe)
+    cdef int64_t q, n = sz.n_kinds, e = sz.elem_bytes
+    for q in range(n):
+        g[q] = 0.0
+        rd[q] = 0.0
+        if counts[q] <= 0:
+            continue
+        rd[q] = _ring.reduce_scatter(<double>(gb * ((sz.k_pb[q] - sz.k_exp_pb[q]) // e)), D,
+                                     dpn, &Fd)
+        if sz.k_exp_pb[q] > 0:
+            rd[q] += _ring.reduce_scatter(<double>(gb * (sz.k_exp_pb[q] // e)), edp, edpn, &Fe)
+        if z3:
+            g[q] = _ring.all_gather(<double>(W_BYTES * ((sz.k_pb[q] - sz.k_exp_pb[q]) // e)),
+                                    D, dpn, &Fd)
+            if sz.k_exp_pb[q] > 0:
+                g[q] += _ring.all_gather(<double>(W_BYTES * (sz.k_exp_pb[q] // e)), edp, edpn,
+                                         &Fe)
     if z3:
-        gd = _ring.all_gather(<double>(W_BYTES * (sz.blk_pb // sz.elem_bytes)), D, dpn, &Fd)
-        if nm > 0:
-            gm = _ring.all_gather(
-                <double>(W_BYTES * ((sz.moe_pb - sz.moe_exp_pb) // sz.elem_bytes)), D, dpn,
-                &Fd) + _ring.all_gather(<double>(W_BYTES * (sz.moe_exp_pb // sz.elem_bytes)),
-                                        edp, edpn, &Fe)
         # forward: one gather per layer
         if opg:
-            out += hidden(nd, nm, gd, gm, bf, mf)
+            out += hidden(n, counts, g, kf)
         else:
-            out += <double>nd * gd + <double>nm * gm
+            acc = 0.0
+            for q in range(n):
+                acc += <double>counts[q] * g[q]
+            out += acc
     # backward: the re-gathers (resharded) and the reduce-scatters, per layer
-    wd = bb
-    wm = mb
-    if rec_mode == C_REC_FULL:
-        wd += bf
-        wm += mf
-    elif rec_mode == C_REC_SELECTIVE:
-        wd += lt.blk_core
-        wm += lt.moe_core
-    elif rec_mode == C_REC_OP:
-        wd += lt.blk_op
-        wm += lt.moe_op
-    cd = gd if (z3 and reshard) else 0.0
-    cm = gm if (z3 and reshard) else 0.0
-    od = (cd if opg else 0.0) + (rd if ogr else 0.0)
-    om = (cm if opg else 0.0) + (rm if ogr else 0.0)
-    out += <double>nd * ((0.0 if opg else cd) + (0.0 if ogr else rd)) \
-        + <double>nm * ((0.0 if opg else cm) + (0.0 if ogr else rm))
-    out += hidden(nd, nm, od, om, wd, wm)
+    acc = 0.0
+    for q in range(n):
+        w[q] = kb[q]
+        if rec_mode == C_REC_FULL:
+            w[q] += kf[q]
+        elif rec_mode == C_REC_SELECTIVE:
+            w[q] += lt.k_core[q]
+        elif rec_mode == C_REC_OP:
+            w[q] += lt.k_op[q]
+        cq = g[q] if (z3 and reshard) else 0.0
+        o[q] = (cq if opg else 0.0) + (rd[q] if ogr else 0.0)
+        acc += <double>counts[q] * ((0.0 if opg else cq) + (0.0 if ogr else rd[q]))
+    out += acc
+    out += hidden(n, counts, o, w)
     return out + sharded_fixed(r, p, sz, zero, reshard, gb, D, dpn, F)
 
 
@@ -640,21 +669,22 @@ cdef void dp_traffic(const Plan* plan, int64_t dn, int64_t en, const StageNodes*
 
 cdef void stage_work(int64_t r, const Plan* plan, const StageNodes* stage,
                      const LayerTimes* lt, const Sizes* sz, const RowParams* rp,
-                     const int64_t* moe_prefix, double* f, double* bw, double* rec,
+                     const int64_t* kind_prefix, double* f, double* bw, double* rec,
                      double* extra) noexcept nogil:
     """Stage r's forward, backward and recomputation seconds per microbatch
-    (:func:`stage_sums` of its blocks' :func:`layer_times`) and its ZeRO 2–3 traffic
+    (:func:`stage_sums` of its layers' :func:`layer_times`) and its ZeRO 2–3 traffic
     (``extra``, :func:`sharded_comm`; 0 otherwise): one definition for ``step_time_c``,
     whose slot adds the pipeline transfers, and the plan search's ``stage_slot_bound``."""
     cdef int64_t D = plan.cp * plan.d
-    cdef int64_t nd, nm
-    cdef double bf, bb, mf, mb
-    stage_kinds(r, plan.p, plan.v, plan.n_layers, plan.acct, moe_prefix, &nd, &nm)
-    layer_times(plan.cp, plan.ep, stage, lt, sz, rp, &bf, &bb, &mf, &mb)
-    stage_sums(r, plan.p, nd, nm, bf, bb, mf, mb, lt, plan.rec_mode, f, bw, rec)
+    cdef int64_t counts[KM]
+    cdef double kf[KM]
+    cdef double kb[KM]
+    stage_kinds(r, plan.p, plan.v, plan.n_layers, plan.acct, sz, kind_prefix, counts)
+    layer_times(plan.cp, plan.ep, stage, lt, sz, rp, kf, kb)
+    stage_sums(r, plan.p, counts, kf, kb, lt, sz, plan.rec_mode, f, bw, rec)
     extra[0] = 0.0
     if plan.zero >= 2 and D > 1:
-        extra[0] = sharded_comm(r, plan.p, nd, nm, bf, bb, mf, mb, lt, sz, plan.rec_mode,
+        extra[0] = sharded_comm(r, plan.p, counts, kf, kb, lt, sz, plan.rec_mode,
                                 plan.zero, plan.ogr != 0, plan.opg != 0, plan.reshard != 0,
                                 plan.grad_bytes, D, D // plan.ep, stage.dp_nodes,
                                 stage.edp_nodes, fab(rp))
@@ -662,7 +692,7 @@ cdef void stage_work(int64_t r, const Plan* plan, const StageNodes* stage,
 
 cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNodes* stages,
                         const LayerTimes* lt, const RowParams* rp, const Sizes* sz,
-                        const int64_t* moe_prefix, double* slots, Breakdown* bd) noexcept nogil:
+                        const int64_t* kind_prefix, double* slots, Breakdown* bd) noexcept nogil:
     """The time of one iteration of ``plan`` (phaze/step/_model.py's model), seconds, into
     ``bd``, on the rank layout ``stages`` (p records) and ``cell``, with the variant's layer
     times ``lt``, the row's ``rp`` and the sizes ``sz``; ``slots`` (≥ p rows of 6, C order)
@@ -679,7 +709,8 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
     cdef int64_t D = cp * plan.d
     cdef int64_t edp = D // ep
     cdef double g1 = 0.0, g2 = 0.0, worst, x
-    cdef int64_t a, mk, bit, r, nd, nm, dn, en, crit, shard, shard_e
+    cdef int64_t a, mk, bit, r, dn, en, crit, shard, shard_e
+    cdef int64_t counts[KM]
     cdef double f, bw, rec, comm, extra, slot, steady, bubble
     cdef double dp_s, upd, red, ag, emb_s, tiny, opt_s, total, frac
     # -- one crossing per stage boundary (worst data-parallel index) ------------------
@@ -697,7 +728,7 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
         slots[6 * a + 5] = worst
     crit = 0
     for r in range(p):
-        stage_work(r, plan, &stages[r], lt, sz, rp, moe_prefix, &f, &bw, &rec, &extra)
+        stage_work(r, plan, &stages[r], lt, sz, rp, kind_prefix, &f, &bw, &rec, &extra)
         comm = stage_comm(r, p, v, slots)
         slot = f + bw + rec + comm + extra
         slots[6 * r] = slot
@@ -716,8 +747,8 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
     shard = D if zero >= 1 else 1
     shard_e = edp if zero >= 1 else 1
     for r in range(p):
-        stage_kinds(r, p, v, n_layers, plan.acct, moe_prefix, &nd, &nm)
-        stage_params(r, p, nd, nm, sz, &dn, &en)
+        stage_kinds(r, p, v, n_layers, plan.acct, sz, kind_prefix, counts)
+        stage_params(r, p, counts, sz, &dn, &en)
         dp_traffic(plan, dn, en, &stages[r], F, &red, &ag, &frac)
         if ogr and zero <= 1:
             # bucketed during the last microbatch's backward: the last bucket's share
@@ -760,7 +791,7 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
 
 
 cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
-                            const int64_t* moe_prefix, Memory* out) noexcept nogil:
+                            const int64_t* kind_prefix, Memory* out) noexcept nogil:
     """Bytes held by one GPU of stage r of ``plan`` (phaze/step/_model.py, "Memory per
     GPU") into ``out``; returns their total (all but the count in flight and the layer
     state). ZeRO shards the dense parameters' state over the cp·d ranks and the routed
@@ -771,9 +802,11 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     cdef int64_t D = plan.cp * plan.d
     cdef int64_t edp = D // ep
     cdef int64_t e = sz.elem_bytes
-    cdef int64_t nd, nm, dn, en, in_flight, act, ends_in_flight, lo, hi, chunk, c, k, cm, x
-    cdef int64_t other, workspace, biggest
-    stage_kinds(r, p, v, n_layers, plan.acct, moe_prefix, &nd, &nm)
+    cdef int64_t nk = sz.n_kinds, L1 = n_layers + 1
+    cdef int64_t dn, en, in_flight, act, ends_in_flight, lo, hi, chunk, c, k, q, x, fp8
+    cdef int64_t other, workspace, biggest, lps
+    cdef int64_t counts[KM]
+    stage_kinds(r, p, v, n_layers, plan.acct, sz, kind_prefix, counts)
     # ZeRO shards: optimizer state from stage 1, gradients from 2, weights at 3.
     cdef int64_t w_div = D if zero >= 3 else 1
     cdef int64_t g_div = D if zero >= 2 else 1
@@ -785,10 +818,13 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
         + <double>O_BYTES / <double>o_div
     cdef double per_param_e = <double>W_BYTES / <double>w_div_e + <double>gb / <double>g_div_e \
         + <double>O_BYTES / <double>o_div_e
-    stage_params(r, p, nd, nm, sz, &dn, &en)
+    stage_params(r, p, counts, sz, &dn, &en)
     if v == 1:
         in_flight = p - r if p - r < m else m
-        act = in_flight * (nd * sz.blk_stash + nm * sz.moe_stash)
+        x = 0
+        for q in range(nk):
+            x += counts[q] * sz.k_stash[q]
+        act = in_flight * x
         ends_in_flight = in_flight
     else:
         # Megatron's interleaved warm-up: 2(p − r − 1) + (v − 1)·p + 1 chunk-microbatches,
@@ -800,8 +836,11 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
         for c in range(v):
             k = c * p + r
             chunk_range(k, p, v, n_layers, plan.acct, &lo, &hi)
-            cm = moe_prefix[hi] - moe_prefix[lo]
-            x = (hi - lo - cm) * sz.blk_stash + cm * sz.moe_stash
+            x = 0
+            for q in range(nk):
+                x += (kind_prefix[q * L1 + hi] - kind_prefix[q * L1 + lo]) * sz.k_stash[q]
+            if k == p * v - 1 and sz.mtp_n > 0:
+                x += sz.mtp_n * sz.k_stash[sz.mtp_kind]
             if x > chunk:
                 chunk = x
         act = in_flight * chunk
@@ -815,18 +854,21 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     if zero >= 3 and D > 1 and plan.reshard:
         # the gathered parameters of the layer running and of the one prefetched
         biggest = 0
-        if nd > 0:
-            biggest = sz.blk_pb // e
-        if nm > 0 and sz.moe_pb // e > biggest:
-            biggest = sz.moe_pb // e
+        for q in range(nk):
+            if counts[q] > 0 and sz.k_pb[q] // e > biggest:
+                biggest = sz.k_pb[q] // e
         workspace += 2 * W_BYTES * biggest
-    # fp8 training: Transformer Engine's FP8 copies of the blocks' GEMM weights (both
-    # layouts, the ``*_fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
+    # fp8 training: Transformer Engine's FP8 copies of the layers' GEMM weights (both
+    # layouts, the ``k_*fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
+    fp8 = 0
+    lps = 0
+    for q in range(nk):
+        fp8 += <int64_t>(<double>(counts[q] * sz.k_fp8_w[q]) / <double>w_div) \
+            + <int64_t>(<double>(counts[q] * sz.k_exp_fp8_w[q]) / <double>w_div_e)
+        lps += <int64_t>(<double>(counts[q] * ((sz.k_pb[q] - sz.k_exp_pb[q]) // e)) * per_param) \
+            + <int64_t>(<double>(counts[q] * (sz.k_exp_pb[q] // e)) * per_param_e)
     out.weights = <int64_t>(<double>(W_BYTES * dn) / <double>w_div) \
-        + <int64_t>(<double>(W_BYTES * en) / <double>w_div_e) \
-        + <int64_t>(<double>(nd * sz.blk_fp8_w) / <double>w_div) \
-        + <int64_t>(<double>(nm * sz.moe_fp8_w) / <double>w_div) \
-        + <int64_t>(<double>(nm * sz.moe_exp_fp8_w) / <double>w_div_e)
+        + <int64_t>(<double>(W_BYTES * en) / <double>w_div_e) + fp8
     if zero >= 3 and D > 1 and not plan.reshard:
         # not resharded after the forward: the stage's gathered 16-bit parameters are held
         # from its forward to its backward, beside their shards
@@ -839,45 +881,44 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     out.activations_other = other
     out.workspace = workspace
     out.in_flight = in_flight
-    out.layer_param_state = <int64_t>(<double>(nd * (sz.blk_pb // e)) * per_param) \
-        + <int64_t>(<double>(nd * sz.blk_fp8_w) / <double>w_div) \
-        + <int64_t>(<double>(nm * ((sz.moe_pb - sz.moe_exp_pb) // e)) * per_param) \
-        + <int64_t>(<double>(nm * (sz.moe_exp_pb // e)) * per_param_e) \
-        + <int64_t>(<double>(nm * sz.moe_fp8_w) / <double>w_div) \
-        + <int64_t>(<double>(nm * sz.moe_exp_fp8_w) / <double>w_div_e)
+    out.layer_param_state = lps + fp8
     return (out.weights + out.gradients + out.optimizer_state + out.activations
             + out.activations_other + out.workspace)
 
 
-cdef int64_t peak_stage_memory_c(const Plan* plan, const Sizes* sz, const int64_t* moe_prefix,
+cdef int64_t peak_stage_memory_c(const Plan* plan, const Sizes* sz, const int64_t* kind_prefix,
                                  Memory* out) noexcept nogil:
     """The largest stage total of ``plan`` (bytes), its parts in ``out``; ties go to the
     first maximal stage (as StepResult.peak_memory picks). When every transformer layer is
-    of one kind (dense, or all MoE) only stages 0 and p − 1 are priced: a middle stage
-    holds fewer parameters (no embedding), no more microbatches in flight (in flight never
-    grows with r), no embedding/head stash and the same workspace as stage 0, so it never
-    exceeds stage 0. A model mixing dense and MoE layers, or a split counting the embedding and loss as
-    layers (``acct``: the middle stages hold more layers), has every stage priced."""
+    of one kind only stages 0 and p − 1 are priced: a middle stage holds fewer parameters
+    (no embedding), no more microbatches in flight (in flight never grows with r), no
+    embedding/head stash and the same workspace as stage 0, so it never exceeds stage 0. A
+    model mixing kinds (dense and MoE layers, Mamba and attention), or a split counting the
+    embedding and loss as layers (``acct``: the middle stages hold more layers), has every
+    stage priced."""
     cdef int64_t p = plan.p
     cdef int64_t n_layers = plan.n_layers
     cdef Memory tmp
-    cdef int64_t peak = stage_memory_c(0, plan, sz, moe_prefix, out)
-    cdef int64_t n_moe = moe_prefix[n_layers]
+    cdef int64_t peak = stage_memory_c(0, plan, sz, kind_prefix, out)
+    cdef int64_t q, present = 0
+    for q in range(sz.n_kinds):
+        if kind_prefix[q * (n_layers + 1) + n_layers] > 0:
+            present += 1
     # a stage-1 chunk outweighs stage 0's when the embedding counts as a layer (acct)
-    cdef bint mixed = (0 < n_moe < n_layers) or plan.acct != 0
+    cdef bint mixed = present > 1 or plan.acct != 0
     cdef int64_t r, x
     for r in range(1, p):
         if not mixed and r < p - 1:
             continue
-        x = stage_memory_c(r, plan, sz, moe_prefix, &tmp)
+        x = stage_memory_c(r, plan, sz, kind_prefix, &tmp)
         if x > peak:
             peak = x
             out[0] = tmp
     return peak
 
 
-cdef void slot_lower_bounds(const Plan* plan, const LayerTimes* lt, const int64_t* moe_prefix,
-                            double* out) noexcept nogil:
+cdef void slot_lower_bounds(const Plan* plan, const LayerTimes* lt, const Sizes* sz,
+                            const int64_t* kind_prefix, double* out) noexcept nogil:
     """Forward + backward + recomputation per microbatch with the operators' times alone,
     formed as ``step_time_c`` forms them, of stage 0 (``out[0]``), stage p − 1 (``out[1]``)
     and stage 1 (``out[2]``; 0 unless p ≥ 3): ``step_time_c``'s slot adds the exchanges'
@@ -885,8 +926,9 @@ cdef void slot_lower_bounds(const Plan* plan, const LayerTimes* lt, const int64_
     max over all stages."""
     cdef int64_t p = plan.p
     cdef double f, bw, rec
-    cdef int64_t q, r, nd, nm
+    cdef int64_t q, r
     cdef int64_t rs[3]
+    cdef int64_t counts[KM]
     rs[0] = 0
     rs[1] = p - 1
     rs[2] = 1
@@ -895,35 +937,34 @@ cdef void slot_lower_bounds(const Plan* plan, const LayerTimes* lt, const int64_
         out[q] = 0.0
         if r >= p or (q == 2 and p < 3):
             continue
-        stage_kinds(r, p, plan.v, plan.n_layers, plan.acct, moe_prefix, &nd, &nm)
-        stage_sums(r, p, nd, nm, lt.blk_f, lt.blk_b, lt.moe_f, lt.moe_b, lt, plan.rec_mode,
-                   &f, &bw, &rec)
+        stage_kinds(r, p, plan.v, plan.n_layers, plan.acct, sz, kind_prefix, counts)
+        stage_sums(r, p, counts, lt.k_f, lt.k_b, lt, sz, plan.rec_mode, &f, &bw, &rec)
         out[q] = f + bw + rec
 
 
 cdef double stage_slot_bound(int64_t r, const Plan* pl, const StageNodes* stage,
                              const LayerTimes* lt, const Sizes* sz, const RowParams* rp,
-                             const int64_t* moe_prefix) noexcept nogil:
+                             const int64_t* kind_prefix) noexcept nogil:
     """Stage r's slot of a ZeRO 2–3 plan without its pipeline transfers
     (:func:`stage_work`, as ``step_time_c`` forms it; its slot adds the transfers, ≥ 0,
     before the traffic)."""
     cdef double f, bw, rec, extra
-    stage_work(r, pl, stage, lt, sz, rp, moe_prefix, &f, &bw, &rec, &extra)
+    stage_work(r, pl, stage, lt, sz, rp, kind_prefix, &f, &bw, &rec, &extra)
     return f + bw + rec + extra
 
 
 cdef double plan_slot_bound(const Plan* pl, const double* s3, const Sizes* sz,
                             const StageNodes* stages, const LayerTimes* lt, const RowParams* rp,
-                            const int64_t* moe_prefix) noexcept nogil:
+                            const int64_t* kind_prefix) noexcept nogil:
     """A lower bound of ``step_time_c``'s slot for plan ``pl`` on one row: the largest of
     the stage bounds ``s3`` (:func:`slot_lower_bounds`) and, under ZeRO 2–3, of stages 0
     and p − 1 with their sharded traffic (:func:`stage_slot_bound`)."""
     cdef int64_t D = pl.cp * pl.d
     cdef double a = s3[0], b = s3[1], c = s3[2], best
     if pl.zero >= 2 and D > 1:
-        a = stage_slot_bound(0, pl, &stages[0], lt, sz, rp, moe_prefix)
+        a = stage_slot_bound(0, pl, &stages[0], lt, sz, rp, kind_prefix)
         b = a if pl.p == 1 else stage_slot_bound(pl.p - 1, pl, &stages[pl.p - 1], lt, sz, rp,
-                                                 moe_prefix)
+                                                 kind_prefix)
     best = a
     if b > best:
         best = b
@@ -933,16 +974,17 @@ cdef double plan_slot_bound(const Plan* pl, const double* s3, const Sizes* sz,
 
 
 cdef double dp_tail_bound(const Plan* pl, const Sizes* sz, const StageNodes* stages,
-                          const RowParams* rp, const int64_t* moe_prefix) noexcept nogil:
+                          const RowParams* rp, const int64_t* kind_prefix) noexcept nogil:
     """A lower bound of ``step_time_c``'s data-parallel time after the pipeline: stage 0's
     reduction and parameter gather as it forms them, an overlapped one at its last
     bucket's share (what the overlap never hides)."""
     cdef double red, ag, frac
-    cdef int64_t nd, nm, dn, en
+    cdef int64_t dn, en
+    cdef int64_t counts[KM]
     if pl.cp * pl.d <= 1:
         return 0.0
-    stage_kinds(0, pl.p, pl.v, pl.n_layers, pl.acct, moe_prefix, &nd, &nm)
-    stage_params(0, pl.p, nd, nm, sz, &dn, &en)
+    stage_kinds(0, pl.p, pl.v, pl.n_layers, pl.acct, sz, kind_prefix, counts)
+    stage_params(0, pl.p, counts, sz, &dn, &en)
     dp_traffic(pl, dn, en, &stages[0], fab(rp), &red, &ag, &frac)
     if pl.ogr and pl.zero <= 1:
         red = frac * red
@@ -956,6 +998,30 @@ cdef double dp_tail_bound(const Plan* pl, const Sizes* sz, const StageNodes* sta
 # ---------------------------------------------------------------------------
 # the Python faces (phaze.step._model, phaze.step._plans, the tests)
 # ---------------------------------------------------------------------------
+
+def _check_prefix(const int64_t[::1] kind_prefix, Sizes[::1] sz, Py_ssize_t i,
+                  int64_t n_layers):
+    """A kind prefix the C functions may read with the sizes ``sz[i]``: n_kinds ≤ K_MAX rows
+    of L + 1 counts, the multi-token-prediction layers of one of those kinds."""
+    cdef int64_t n_kinds = sz[i].n_kinds
+    assert 0 <= n_kinds <= KM, f"n_kinds {n_kinds} outside 0..{KM}"
+    assert kind_prefix.shape[0] >= n_kinds * (n_layers + 1), \
+        f"kind_prefix holds {kind_prefix.shape[0]} counts, {n_kinds}·({n_layers} + 1) needed"
+    assert sz[i].mtp_n == 0 or 0 <= sz[i].mtp_kind < n_kinds, "mtp_kind outside the kinds"
+
+
+def _check_variants(Plan[::1] plans, const int64_t[::1] plan_var, Sizes[::1] var_sizes,
+                    const int64_t[::1] kind_prefix):
+    """Plans of one model (one layer count) whose variants' kind counts the prefix holds."""
+    cdef Py_ssize_t k, n = plans.shape[0]
+    if n == 0:
+        return
+    for k in range(var_sizes.shape[0]):
+        _check_prefix(kind_prefix, var_sizes, k, plans[0].n_layers)
+    for k in range(n):
+        assert plans[k].n_layers == plans[0].n_layers
+        assert 0 <= plan_var[k] < var_sizes.shape[0]
+
 
 def geometry(int64_t p, int64_t t, int64_t d, int64_t node_size, int64_t[::1] masks,
              int64_t[::1] dpn):
@@ -984,40 +1050,44 @@ def stage_geometry(int64_t p, int64_t t, int64_t d, int64_t cp, int64_t ep, int6
 
 
 def step_time(Plan[::1] plan, CellNodes[::1] cell, StageNodes[::1] stages, LayerTimes[::1] lt,
-              RowParams[::1] rp, Sizes[::1] sz, const int64_t[::1] moe_prefix,
+              RowParams[::1] rp, Sizes[::1] sz, const int64_t[::1] kind_prefix,
               double[:, ::1] slots, Breakdown[::1] bd):
     """``step_time_c`` of one plan (one-element record arrays; ``bd`` receives the
     breakdown, ``slots`` (≥ p, 6) the per-stage parts); returns the total, seconds."""
     assert stages.shape[0] >= plan[0].p and slots.shape[0] >= plan[0].p \
         and slots.shape[1] == 6
+    _check_prefix(kind_prefix, sz, 0, plan[0].n_layers)
     return step_time_c(&plan[0], &cell[0], &stages[0], &lt[0], &rp[0], &sz[0],
-                       &moe_prefix[0], &slots[0, 0], &bd[0])
+                       &kind_prefix[0], &slots[0, 0], &bd[0])
 
 
-def stage_memory(int64_t r, Plan[::1] plan, Sizes[::1] sz, const int64_t[::1] moe_prefix,
+def stage_memory(int64_t r, Plan[::1] plan, Sizes[::1] sz, const int64_t[::1] kind_prefix,
                  Memory[::1] out):
     """``stage_memory_c`` of stage r into ``out`` (one record); returns the total, bytes."""
     assert 0 <= r < plan[0].p
-    return stage_memory_c(r, &plan[0], &sz[0], &moe_prefix[0], &out[0])
+    _check_prefix(kind_prefix, sz, 0, plan[0].n_layers)
+    return stage_memory_c(r, &plan[0], &sz[0], &kind_prefix[0], &out[0])
 
 
-def peak_stage_memory(Plan[::1] plan, Sizes[::1] sz, const int64_t[::1] moe_prefix,
+def peak_stage_memory(Plan[::1] plan, Sizes[::1] sz, const int64_t[::1] kind_prefix,
                       Memory[::1] out):
     """``peak_stage_memory_c`` of one plan; its parts into ``out``; returns the peak, bytes."""
-    return peak_stage_memory_c(&plan[0], &sz[0], &moe_prefix[0], &out[0])
+    _check_prefix(kind_prefix, sz, 0, plan[0].n_layers)
+    return peak_stage_memory_c(&plan[0], &sz[0], &kind_prefix[0], &out[0])
 
 
 def plan_memory(Plan[::1] plans, const int64_t[::1] plan_var, Sizes[::1] var_sizes,
-                const int64_t[::1] moe_prefix):
+                const int64_t[::1] kind_prefix):
     """The peak stage memory of every plan (bytes, float64): it does not depend on the row."""
     cdef Py_ssize_t k, n = plans.shape[0]
+    _check_variants(plans, plan_var, var_sizes, kind_prefix)
     out = np.empty(n)
     cdef double[::1] o = out
     cdef Memory mem
     with nogil:
         for k in range(n):
             o[k] = <double>peak_stage_memory_c(&plans[k], &var_sizes[plan_var[k]],
-                                               &moe_prefix[0], &mem)
+                                               &kind_prefix[0], &mem)
     return out
 
 
@@ -1163,7 +1233,7 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                 const unsigned char[:, ::1] var_ok, LayerTimes[:, ::1] lt_rows,
                 RowParams[::1] rp, const double[::1] cap, const int64_t[::1] row_nsi,
                 const int64_t[:, ::1] geo_off, StageNodes[::1] geo_stages,
-                CellNodes[:, ::1] geo_cells, const int64_t[::1] moe_prefix,
+                CellNodes[:, ::1] geo_cells, const int64_t[::1] kind_prefix,
                 int64_t[::1] best_idx, Breakdown[::1] best_bd):
     """Per row, the feasible plan of least time (index into ``plans``, :data:`PLAN`
     records, or −1) and its breakdown (``best_bd``, :data:`BREAKDOWN` records). Exact
@@ -1187,13 +1257,17 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
     cdef Breakdown bd
     cdef int64_t n_bounded = 0, n_priced = 0
     assert best_idx.shape[0] >= n_rows and best_bd.shape[0] >= n_rows
-    assert moe_prefix.shape[0] >= 1 and plan_slot.shape[0] == n_plans
+    assert kind_prefix.shape[0] >= 1 and plan_slot.shape[0] == n_plans
+    cdef int64_t max_p = 1
+    _check_variants(plans, plan_var, var_sizes, kind_prefix)
     for k in range(n_plans):
         assert 0 <= plan_slot[k] < n_slots
+        if plans[k].p > max_p:
+            max_p = plans[k].p
     for q in range(n_slots):
         assert 0 <= slot_plan[q] < n_plans
     cdef double* lbs = <double*>malloc((n_plans + 1) * sizeof(double))
-    cdef double* slots = <double*>malloc(moe_prefix.shape[0] * 6 * sizeof(double))
+    cdef double* slots = <double*>malloc(max_p * 6 * sizeof(double))
     cdef double* sval = <double*>malloc(4 * (n_slots + 1) * sizeof(double))
     # per plan, the class bound's factors as doubles (m, p − 1, v), read without the record
     cdef double* pmv = <double*>malloc(3 * (n_plans + 1) * sizeof(double))
@@ -1217,8 +1291,8 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                     k = slot_plan[q]
                     vi = plan_var[k]
                     if var_ok[vi, row]:
-                        slot_lower_bounds(&plans[k], &lt_rows[vi, row], &moe_prefix[0],
-                                          &sval[4 * q])
+                        slot_lower_bounds(&plans[k], &lt_rows[vi, row], &var_sizes[vi],
+                                          &kind_prefix[0], &sval[4 * q])
                         s = sval[4 * q]
                         if sval[4 * q + 1] > s:
                             s = sval[4 * q + 1]
@@ -1257,15 +1331,15 @@ def search_rows(Plan[::1] plans, const int64_t[::1] plan_var, const int64_t[::1]
                         # data-parallel tail
                         s = plan_slot_bound(pl, &sval[4 * plan_slot[k]], &var_sizes[vi],
                                             &geo_stages[o], &lt_rows[vi, row], &rp[row],
-                                            &moe_prefix[0])
+                                            &kind_prefix[0])
                         lb = <double>pl.m * s + <double>(p - 1) * s / <double>pl.v
                         lb = lb + dp_tail_bound(pl, &var_sizes[vi], &geo_stages[o], &rp[row],
-                                                &moe_prefix[0])
+                                                &kind_prefix[0])
                         if not lb <= best:
                             continue
                     total = step_time_c(pl, &geo_cells[c, nsi], &geo_stages[o],
                                         &lt_rows[vi, row], &rp[row], &var_sizes[vi],
-                                        &moe_prefix[0], slots, &bd)
+                                        &kind_prefix[0], slots, &bd)
                     n_priced += 1
                     if total < best or (total == best and k < bi):
                         best = total
@@ -1291,8 +1365,8 @@ def _check_records():
     cdef Breakdown[::1] g = np.zeros(1, BREAKDOWN)
     cdef Memory[::1] h = np.zeros(1, MEMORY)
     assert sizeof(Fabric) == FABRIC_DTYPE.itemsize
-    assert (W_BYTES, O_BYTES, C_REC_SELECTIVE, C_REC_FULL, C_REC_OP) == (
-        WEIGHT_BYTES, OPT_STATE_BYTES, REC_SELECTIVE, REC_FULL, REC_OP)
+    assert (W_BYTES, O_BYTES, C_REC_SELECTIVE, C_REC_FULL, C_REC_OP, KM) == (
+        WEIGHT_BYTES, OPT_STATE_BYTES, REC_SELECTIVE, REC_FULL, REC_OP, K_MAX)
 
 
 _check_records()

@@ -299,11 +299,37 @@ def fp8_weight_bytes(layer, experts=False) -> int:
     return per_param * n
 
 
-def moe_prefix(m_spec) -> np.ndarray:
-    """(L + 1,) int64: MoE layers among layers 0..i−1 (all zeros for a dense model)."""
-    flags = np.zeros(m_spec.n_layers, dtype=np.int64)
-    flags[list(m_spec.moe_layer_ids)] = 1
-    return np.concatenate([[0], np.cumsum(flags)]).astype(np.int64)
+def mtp_kind(m_spec) -> tuple:
+    """(kind index, count) of the multi-token-prediction layers the last stage runs after
+    its own (``ModelSpec.mtp_layers`` layers of the kind of the model's last layer, in
+    ``graph.block_kind_names`` order); (0, 0) without."""
+    n = int(getattr(m_spec, "mtp_layers", 0) or 0)
+    if not n:
+        return 0, 0
+    last = graph.layer_kind_names(m_spec)[-1]
+    return graph.block_kind_names(m_spec).index(last), n
+
+
+def kind_counts(m_spec) -> list:
+    """Layers of each transformer-layer kind, in ``graph.block_kind_names`` order, the
+    multi-token-prediction layers included."""
+    names = graph.layer_kind_names(m_spec)
+    out = [names.count(k) for k in graph.block_kind_names(m_spec)]
+    q, n = mtp_kind(m_spec)
+    if n:
+        out[q] += n
+    return out
+
+
+def kind_prefix(m_spec) -> np.ndarray:
+    """(n_kinds·(L + 1),) int64: row k (``graph.block_kind_names`` order) counts the
+    layers of kind k among layers 0..i−1, the step kernels' ``kind_prefix``."""
+    names = graph.layer_kind_names(m_spec)
+    rows = []
+    for k in graph.block_kind_names(m_spec):
+        flags = np.array([n == k for n in names], dtype=np.int64)
+        rows.append(np.concatenate([[0], np.cumsum(flags)]))
+    return np.ascontiguousarray(np.concatenate(rows), dtype=np.int64)
 
 
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,

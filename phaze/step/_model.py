@@ -569,7 +569,7 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     eff_row, rp, ns = _one_row_inputs(row, eff)
     pricer = cost.prepare(row, model="calibrated", efficiency=eff)
     lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate, tpo)
-    prefix = _layers.moe_prefix(m_spec)
+    prefix = _layers.kind_prefix(m_spec)
     plan_rec = _layers.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,
                                     pl.grad_reduce_dtype, bool(pl.overlap_param_gather),

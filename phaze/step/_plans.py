@@ -20,7 +20,8 @@ from .._cache import Memo
 from .. import plan as _plan
 from ..arch import validate as _validate_archs
 from ._layers import (OPTIMIZER_BYTES_PER_PARAM, RECOMPUTE_CODES, efficiency_rows,
-                      fp8_weight_bytes, group_collective_bytes, layer_times_rows, moe_prefix,
+                      fp8_weight_bytes, group_collective_bytes, kind_counts, kind_prefix,
+                      layer_times_rows, mtp_kind,
                       op_recompute_shares, op_stash, plan_records, row_params)
 
 #: Why a row of :func:`best_plans` has no plan (``reason`` indexes this; 0 = a plan was found).
@@ -53,44 +54,46 @@ PLAN_DTYPE = np.dtype([
 # one variant's layer times and sizes
 # ---------------------------------------------------------------------------
 
+def check_kinds(mg):
+    """The graph variant's transformer-layer kinds (``ModelGraph.block_kinds``), at most
+    ``step._kernels.K_MAX`` of them (else ``ValueError`` in one sentence)."""
+    blocks = mg.block_kinds()
+    if len(blocks) > kern.K_MAX:
+        raise ValueError(f"{mg.model.name} mixes {len(blocks)} layer kinds "
+                         f"({', '.join(L.kind for L in blocks)}); the step model prices at most "
+                         f"{kern.K_MAX} in one model")
+    return blocks
+
+
 def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
                   tp_overlap=False) -> np.ndarray:
     """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) of one (t, sequence
     parallel, flash, cp, ep) graph variant ``mg`` on every row of ``pricer`` (the rows under
     the calibrated model, ``cost.prepare``; ``rp`` and ``node_size`` theirs; ``fp8_rate``:
     the rows' fp8 multiplier for an fp8 graph, as ``cost.op_latencies`` takes it;
-    ``priced``: {graph: intra-op latencies} of its graphs already priced, or None). They do not depend on
-    the recomputation mode (:func:`variant_sizes` does). ``mg.layers`` may hold any runs of
-    'block' and 'moe_block'; a kind the model lacks has zero times. ``tp_overlap``:
+    ``priced``: {graph: intra-op latencies} of its graphs already priced, or None). They do
+    not depend on the recomputation mode (:func:`variant_sizes` does). The transformer-layer
+    kinds fill the ``k_*`` slots in ``ModelGraph.block_kinds`` order. ``tp_overlap``:
     tensor-parallel communication overlap (``tp_comm_overlap``; ``_layers.op_seconds_rows``,
     a no-op without sequence parallelism's collectives)."""
     t = mg.tensor_parallel
     cp = mg.context_parallel
     kinds = mg.kinds()
     emb, head = kinds["embedding"], kinds["head"]
-    block, moe = kinds.get("block"), kinds.get("moe_block")
     e = head.forward.bytes_per_element
     lt = np.zeros(len(pricer), dtype=kern.LAYER_TIMES)
-    flash_set = False
     shares = op_recompute_shares(m_spec)
-    for L, slots in ((emb, ("emb_f", "emb_b", None, None)),
-                     (block, ("blk_f", "blk_b", "blk_core", "blk_op")),
-                     (moe, ("moe_f", "moe_b", "moe_core", "moe_op")),
-                     (head, ("head_f", "head_b", None, None))):
-        if L is None:
-            continue
+    for L, (sf, sb) in ((emb, ("emb_f", "emb_b")), (head, ("head_f", "head_b"))):
+        f, b, *_rest = layer_times_rows(L, pricer, rp, node_size, t, fp8_rate, priced,
+                                        tp_overlap, None)
+        lt[sf] = f
+        lt[sb] = b
+    for q, L in enumerate(check_kinds(mg)):
         f, b, core, flash_f, flash_b, op = layer_times_rows(
-            L, pricer, rp, node_size, t, fp8_rate, priced, tp_overlap,
-            shares if slots[3] else None)
-        lt[slots[0]] = f
-        lt[slots[1]] = b
-        if slots[2] is None:
-            continue
-        lt[slots[2]] = core
-        lt[slots[3]] = op
-        if not flash_set:   # the attention half is one definition for both block kinds
-            lt["flash_f"], lt["flash_b"] = flash_f, flash_b
-            flash_set = True
+            L, pricer, rp, node_size, t, fp8_rate, priced, tp_overlap, shares)
+        for slot, col in (("k_f", f), ("k_b", b), ("k_core", core), ("k_op", op),
+                          ("k_flash_f", flash_f), ("k_flash_b", flash_b)):
+            lt[slot][:, q] = col
     act_bytes = e * mg.microbatch * (m_spec.seq_len // cp) * m_spec.hidden
     for slot, inter in (("send_in", False), ("send_net", True)):
         lt[slot] = pricer.p2p_seconds(act_bytes / t, inter_node=inter)[0]
@@ -104,24 +107,36 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
     cp = mg.context_parallel
     kinds = mg.kinds()
     emb, head = kinds["embedding"], kinds["head"]
-    block, moe = kinds.get("block"), kinds.get("moe_block")
     e = head.forward.bytes_per_element
     sizes = np.zeros(1, dtype=kern.SIZES)
     shares = op_recompute_shares(m_spec)   # what recompute "op" re-runs of the GEMMs
     ws = 0
-    for L in (block, moe):
-        if L is None:
-            continue
+    blocks = check_kinds(mg)
+    a2a_sizes = set()
+    rec = sizes[0]
+    for q, L in enumerate(blocks):
         a2a, n_f, n_b, ring_f, ring_b = group_collective_bytes(L)
-        sizes["ring_f"], sizes["ring_b"] = ring_f, ring_b
-        if L is moe:
-            sizes["a2a_bytes"], sizes["a2a_f_n"], sizes["a2a_b_n"] = a2a, n_f, n_b
+        if n_f or n_b:
+            a2a_sizes.add(a2a)
+        rec["k_a2a_f_n"][q], rec["k_a2a_b_n"][q] = n_f, n_b
+        rec["k_ring_f"][q], rec["k_ring_b"][q] = ring_f, ring_b
         if recompute == "full":
             ws = max(ws, L.stash("none"))            # one layer's recomputed activations
         elif recompute == "selective":
             ws = max(ws, L.stash("none") - L.stash("selective"))   # its attention core
         elif recompute == "op":
             ws = max(ws, L.stash("none") - op_stash(L, shares))
+        rec["k_pb"][q] = L.param_bytes
+        rec["k_exp_pb"][q] = L.expert_param_bytes
+        rec["k_stash"][q] = op_stash(L, shares) if recompute == "op" else L.stash(recompute)
+        rec["k_fp8_w"][q] = fp8_weight_bytes(L)
+        rec["k_exp_fp8_w"][q] = fp8_weight_bytes(L, experts=True)
+    if len(a2a_sizes) > 1:
+        raise AssertionError(f"the all-to-alls of {m_spec.name}'s layer kinds differ in size: "
+                             f"{sorted(a2a_sizes)}")
+    sizes["n_kinds"] = len(blocks)
+    sizes["mtp_kind"], sizes["mtp_n"] = mtp_kind(m_spec)
+    sizes["a2a_bytes"] = a2a_sizes.pop() if a2a_sizes else 0
     sizes["emb_pb"] = emb.param_bytes
     sizes["head_pb"] = head.param_bytes
     sizes["elem_bytes"] = e
@@ -130,18 +145,6 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
     sizes["emb_stash"] = emb.stash_bytes
     sizes["head_stash"] = head.stash_bytes
     sizes["workspace"] = ws
-    if block is not None:
-        sizes["blk_pb"] = block.param_bytes
-        sizes["blk_stash"] = (op_stash(block, shares) if recompute == "op"
-                              else block.stash(recompute))
-        sizes["blk_fp8_w"] = fp8_weight_bytes(block)
-    if moe is not None:
-        sizes["moe_pb"] = moe.param_bytes
-        sizes["moe_exp_pb"] = moe.expert_param_bytes
-        sizes["moe_stash"] = (op_stash(moe, shares) if recompute == "op"
-                              else moe.stash(recompute))
-        sizes["moe_fp8_w"] = fp8_weight_bytes(moe)
-        sizes["moe_exp_fp8_w"] = fp8_weight_bytes(moe, experts=True)
     return sizes
 
 
@@ -271,6 +274,8 @@ def context_parallel_grid(m_spec, values=None) -> list:
     given values (each ≥ 1; plans whose sequence they do not divide are skipped)."""
     chunks = 2 if m_spec.causal else 1
     if values is None:
+        if graph.context_parallel_refusal(m_spec):
+            return [1]
         return [c for c in CONTEXT_PARALLEL_ALL
                 if c == 1 or (m_spec.seq_len % (chunks * c) == 0
                               and m_spec.seq_len // (chunks * c) >= MIN_CP_CHUNK_TOKENS)]
@@ -286,6 +291,7 @@ def _variants(m_spec, b, widths, sps, flashes, dtype="bf16", cps=(1,), eps=(1,),
     (cp for an encoder)."""
     out = []
     chunks = 2 if m_spec.causal else 1
+    no_cp = bool(graph.context_parallel_refusal(m_spec))
     for t in widths:
         if not m_spec.valid_tensor_parallel(t):
             continue
@@ -297,7 +303,7 @@ def _variants(m_spec, b, widths, sps, flashes, dtype="bf16", cps=(1,), eps=(1,),
             seen.append(eff_sp)
             for flash in flashes:
                 for cp in cps:
-                    if cp > 1 and (not flash or m_spec.seq_len % (chunks * cp)):
+                    if cp > 1 and (no_cp or not flash or m_spec.seq_len % (chunks * cp)):
                         continue
                     if eff_sp and (m_spec.seq_len // cp) % t:
                         continue
@@ -583,7 +589,7 @@ class _PlanSet:
         self.var_t = var_t
         grp = np.array(groups or [(1, 1, 1)], dtype=np.int64).reshape(-1, 3)
         L = m_spec.n_layers
-        self.prefix = prefix = moe_prefix(m_spec)
+        self.prefix = prefix = kind_prefix(m_spec)
         ds = [d for d in range(1, n_dev + 1) if B % (b * d) == 0]
         z3_anywhere = _plan.refusal("torchtitan", {"precision": precision, "zero_stage": 3,
                                                    "grad_reduce_dtype": grad_reduce_dtype},
@@ -765,22 +771,22 @@ def _lower_bounds(table, ns, times, n_dev, B, recompute) -> np.ndarray:
     table's layer times ``times`` of those rows."""
     m_spec = table.model
     b = table.microbatch
-    L = m_spec.n_layers
-    n_moe = len(m_spec.moe_layer_ids)
+    counts = kind_counts(m_spec)
     best = np.full(ns.shape[0], np.inf)
     for k, (t, _, _, cp, ep, _mg) in enumerate(table.variants):
         if not any(B % (b * d) == 0 and (cp * d) % ep == 0
                    for d in range(1, n_dev // (t * cp) + 1)):
             continue
         lt = times[k]
-        work = (lt["emb_f"] + lt["emb_b"] + lt["head_f"] + lt["head_b"]
-                + (L - n_moe) * (lt["blk_f"] + lt["blk_b"]) + n_moe * (lt["moe_f"] + lt["moe_b"]))
-        if recompute == "full":
-            work = work + (L - n_moe) * lt["blk_f"] + n_moe * lt["moe_f"]
-        elif recompute == "selective":
-            work = work + (L - n_moe) * lt["blk_core"] + n_moe * lt["moe_core"]
-        elif recompute == "op":
-            work = work + (L - n_moe) * lt["blk_op"] + n_moe * lt["moe_op"]
+        work = lt["emb_f"] + lt["emb_b"] + lt["head_f"] + lt["head_b"]
+        for q, n in enumerate(counts):
+            work = work + n * (lt["k_f"][:, q] + lt["k_b"][:, q])
+            if recompute == "full":
+                work = work + n * lt["k_f"][:, q]
+            elif recompute == "selective":
+                work = work + n * lt["k_core"][:, q]
+            elif recompute == "op":
+                work = work + n * lt["k_op"][:, q]
         bound = B * t * cp * work / (b * n_dev) * (1.0 - 1e-12)
         best = np.where(ns >= t, np.minimum(best, bound), best)
     return best
