@@ -44,6 +44,22 @@ layer). The whole token table counts, as in Mistral's "12.9B active" for
 Mixtral-8x7B; DeepSeek's "2.4B activated" for V2-Lite leaves the input table out
 (``n_active_params − vocab·hidden``).
 
+Layers of other kinds (issue 27; ``phaze/_params.py`` counts them): each layer has a
+token mixer and a channel mixer (``ModelSpec.layer_kinds``) and one norm per sublayer
+present (two with ``sandwich_norm``). An attention-type mixer ('attention', 'sliding',
+'chunked') is the attention above plus ``2·head_dim`` q/k-norm weights with ``qk_norm``
+and ``heads`` sink logits with ``attention_sinks``; a Mamba-2 mixer is
+``hidden × (2·d_inner + 2·groups·state + heads)`` in, a depthwise convolution of
+``conv_dim × conv`` weights and ``conv_dim`` biases (``conv_dim = d_inner +
+2·groups·state``), ``dt_bias``, ``A_log`` and ``D`` (``heads`` each), a gated RMSNorm
+(``d_inner``) and ``d_inner × hidden`` out; 'none' is empty. A router with
+``router_bias`` has ``n_experts`` more. A GeGLU MLP has SwiGLU's three matrices.
+``ModelSpec.n_mtp_params`` counts DeepSeek-V3's multi-token-prediction modules apart
+from ``n_params`` (the 671 B its publisher states leaves them out): per module two norms
+and ``2·hidden × hidden`` in, one layer like the model's last, a final norm; the
+embedding and the output head are shared (the checkpoint's copies of them are not
+counted again).
+
 Not modelled (documented differences from the published totals): BERT's
 token-type embeddings (2·hidden), pooler and masked-LM transform
 (≈ hidden² each), and output-layer biases — together < 1 % of BERT-large.
@@ -57,11 +73,18 @@ from dataclasses import dataclass, replace
 
 from . import _config
 from ._hf_config import read_hf_config
+from ._params import (ATTENTION_MIXERS, attention_params, block_params, count_params,
+                      embedding_params, expert_params, ffn_params, head_params, layer_params,
+                      mamba_params, mixer_params, mlp_params, moe_params, mtp_module_params)
 from ._validate import nonneg_int, one_of, positive_int, show
 
-ACTIVATIONS = ("gelu", "relu", "swiglu", "squared_relu")
+ACTIVATIONS = ("gelu", "relu", "swiglu", "squared_relu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
+#: Token mixers of a layer (``ModelSpec.layer_mixers``).
+MIXERS = ("attention", "sliding", "chunked", "mamba", "none")
+#: Channel mixers of a layer (``ModelSpec.layer_ffns``).
+FFNS = ("dense", "moe", "none")
 
 
 #: Largest value of each size of a ModelSpec. Far beyond any trained model, they keep
@@ -78,6 +101,16 @@ _MOE_NEUTRAL = {"experts_per_token": 0, "expert_ffn_hidden": None, "n_shared_exp
                 "moe_every": 1}
 #: Multi-head latent attention fields and their values without MLA.
 _MLA_NEUTRAL = {"q_lora_rank": 0, "qk_rope_head_dim": 0, "v_head_dim": None}
+#: Mamba-2 fields: the value stored without a Mamba layer (0) and the default with one
+#: (None: required).
+_MAMBA_FIELDS = {"mamba_heads": None, "mamba_head_dim": None, "mamba_state": None,
+                 "mamba_groups": 1, "mamba_conv": 4, "mamba_chunk": 256}
+
+#: Structures ``phaze.graph`` does not price yet: ``ModelSpec.op_graph_refusal`` refuses a
+#: model that has one, in one sentence, never building a silently different graph. The
+#: graph side removes each name here as it gains the kind (docs/design.md §2.1).
+GRAPH_UNPRICED = ("sliding", "chunked", "mamba", "mixer none", "ffn none", "attention sinks",
+                  "qk_norm", "sandwich_norm", "router_bias", "mtp", "geglu")
 
 
 @dataclass(frozen=True)
@@ -88,7 +121,7 @@ class ModelSpec:
     ``heads``, ``kv_heads`` (grouped-query attention: key/value heads, dividing
     ``heads``), ``ffn_hidden`` (MLP width of the dense layers), ``vocab`` (real,
     unpadded), ``seq_len`` (tokens per sample in training), ``activation``
-    ('gelu' | 'relu' | 'swiglu' | 'squared_relu'), ``norm`` ('layernorm' | 'rmsnorm'),
+    ('gelu' | 'relu' | 'swiglu' | 'squared_relu' | 'geglu'), ``norm`` ('layernorm' | 'rmsnorm'),
     ``position`` ('learned' | 'rotary' | 'none'), ``bias`` (linear layers carry
     biases), ``embed_proj`` (width of the token embedding when it is projected
     to ``hidden``, 0 if not), ``causal`` (decoder) and ``tied_embeddings``.
@@ -122,6 +155,34 @@ class ModelSpec:
     of each query/key head, beside the ``head_dim`` part without position) and
     ``v_head_dim`` (default ``head_dim``). MLA has one key/value head per query head
     (``kv_heads == heads``) and no attention biases.
+
+    Per-layer patterns and the structures of 2025-26 (issue 27; all neutral by default):
+
+    - ``layer_mixers``: each layer's token mixer, one of ``MIXERS``: 'attention' (full,
+      causal in a decoder), 'sliding' (a window of ``sliding_window`` keys, the query's
+      own included: key j visible to query i when i − W < j ≤ i, as HF's
+      ``sliding_window``), 'chunked' (Llama 4: causal inside aligned chunks of
+      ``attention_chunk`` tokens), 'mamba' (a Mamba-2 mixer) or 'none' (Nemotron-H's
+      MLP-only layers). None: every layer 'attention'; a list is stored as a tuple.
+    - ``layer_ffns``: each layer's channel mixer, one of ``FFNS`` ('dense', 'moe',
+      'none'); None: the ``first_dense_layers`` / ``moe_every`` rule. Given, it decides
+      ``moe_layer_ids`` (those two fields stay at their defaults); 'moe' layers exactly
+      when ``n_experts > 0``; no layer is 'none' in both.
+    - ``attention_sinks`` (GPT-OSS: a learned sink logit per query head in every attention
+      layer), ``qk_norm`` (an RMSNorm with weights over each query and key head, Qwen3 and
+      Gemma 3; Llama 4's weightless L2 norm is ``qk_norm=False``), ``sandwich_norm``
+      (Gemma 2/3: a norm after each sublayer as well as before).
+    - ``router_bias``: every MoE router also has ``n_experts`` parameters (GPT-OSS's router
+      bias; DeepSeek-V3's ``e_score_correction_bias``, which steers selection only);
+      ``n_expert_groups`` / ``topk_groups``: DeepSeek-V3's group-limited routing (HF
+      ``n_group`` / ``topk_group``, parameter-free).
+    - Mamba-2 (all 0 without a 'mamba' layer): ``mamba_heads``, ``mamba_head_dim``
+      (``mamba_inner = heads·head_dim``), ``mamba_state`` (HF ``ssm_state_size``),
+      ``mamba_groups`` (HF ``n_groups``, default 1), ``mamba_conv`` (HF ``conv_kernel``,
+      default 4) and ``mamba_chunk`` (HF ``chunk_size``, default 256).
+    - ``mtp_layers``: DeepSeek-V3's multi-token-prediction depth (HF
+      ``num_nextn_predict_layers``), counted in ``n_mtp_params``, not ``n_params``.
+    - ``activation`` 'geglu' (Gemma): gated like SwiGLU with a tanh-GELU.
     """
 
     name: str
@@ -157,6 +218,24 @@ class ModelSpec:
     q_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = None
+    # -- per-layer patterns and the structures of 2025-26 (issue 27) --
+    layer_mixers: tuple = None
+    layer_ffns: tuple = None
+    sliding_window: int = 0
+    attention_chunk: int = 0
+    attention_sinks: bool = False
+    qk_norm: bool = False
+    sandwich_norm: bool = False
+    router_bias: bool = False
+    n_expert_groups: int = 1
+    topk_groups: int = 1
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state: int = 0
+    mamba_groups: int = None
+    mamba_conv: int = None
+    mamba_chunk: int = None
+    mtp_layers: int = 0
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -171,7 +250,8 @@ class ModelSpec:
         if self.qkv_bias is None:
             set_(self, "qkv_bias", self.bias)
         for f in ("bias", "causal", "tied_embeddings", "final_norm", "qkv_bias",
-                  "shared_expert_gate"):
+                  "shared_expert_gate", "attention_sinks", "qk_norm", "sandwich_norm",
+                  "router_bias"):
             v = getattr(self, f)
             if not isinstance(v, bool):
                 raise ValueError(f"{f} must be True or False, got {v!r}")
@@ -192,20 +272,120 @@ class ModelSpec:
         if self.position == "learned" and self.max_positions < self.seq_len:
             raise ValueError(f"max_positions ({self.max_positions}) must be >= seq_len "
                              f"({self.seq_len}) with learned positions")
+        self._check_patterns()
         self._check_moe()
         self._check_mla()
+        self._check_windows()
+        self._check_mamba()
+        set_(self, "mtp_layers", nonneg_int("mtp_layers", self.mtp_layers,
+                                            MODEL_LIMITS["n_layers"]))
+        if self.mtp_layers and not self.causal:
+            raise ValueError(f"mtp_layers ({self.mtp_layers}) needs a decoder (causal=True): "
+                             f"multi-token prediction predicts the next tokens")
         # Cached parameter counts: attributes, not fields (frozen dataclasses allow it).
-        set_(self, "_n_params", _count_params(self))
-        unrouted = len(self.moe_layer_ids) * (self.n_experts - self.experts_per_token)
-        set_(self, "_n_active_params", self._n_params - unrouted * expert_params(self))
+        total, active, mtp = count_params(self)
+        set_(self, "_n_params", total)
+        set_(self, "_n_active_params", active)
+        set_(self, "_n_mtp_params", mtp)
+
+    def _check_patterns(self):
+        """layer_mixers and layer_ffns: None or one known name per layer (stored as a
+        tuple; the default pattern stored as None, so that equal models compare equal)."""
+        set_ = object.__setattr__
+        for f, allowed in (("layer_mixers", MIXERS), ("layer_ffns", FFNS)):
+            v = getattr(self, f)
+            if v is None:
+                continue
+            if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
+                raise ValueError(f"{f} must be None or a list of {self.n_layers} names from "
+                                 f"{', '.join(allowed)}, got {show(v)}")
+            if len(v) != self.n_layers:
+                raise ValueError(f"{f} must name one kind per layer ({self.n_layers}), "
+                                 f"got {len(v)}")
+            for i, kind in enumerate(v):
+                if kind not in allowed:
+                    raise ValueError(f"{f}[{i}] must be one of {', '.join(allowed)}, "
+                                     f"got {show(kind)}")
+            set_(self, f, tuple(v))
+        if self.layer_mixers is not None and all(k == "attention" for k in self.layer_mixers):
+            set_(self, "layer_mixers", None)
+
+    def _check_ffn_pattern(self):
+        """layer_ffns against the experts (n_experts validated): 'moe' layers exactly when
+        n_experts > 0, first_dense_layers and moe_every at their defaults."""
+        if self.layer_ffns is None:
+            return
+        has_moe = "moe" in self.layer_ffns
+        if has_moe and not self.n_experts:
+            raise ValueError("layer_ffns names an 'moe' layer but n_experts is 0; give the "
+                             "experts (n_experts > 0) or make the layer 'dense'")
+        if self.n_experts and not has_moe:
+            raise ValueError(f"layer_ffns has no 'moe' layer but n_experts is "
+                             f"{self.n_experts}; use n_experts = 0 for a dense model")
+        default = "moe" if self.n_experts else "dense"
+        if all(k == default for k in self.layer_ffns):
+            object.__setattr__(self, "layer_ffns", None)
+
+    def _check_windows(self):
+        """sliding_window and attention_chunk: > 0 exactly when some layer uses them;
+        attention sinks and q/k norms need an attention layer."""
+        set_ = object.__setattr__
+        mixers = set(self.mixers)
+        for f, kind in (("sliding_window", "sliding"), ("attention_chunk", "chunked")):
+            v = nonneg_int(f, getattr(self, f), MODEL_LIMITS["seq_len"])
+            set_(self, f, v)
+            if kind in mixers and not v:
+                raise ValueError(f"{f} must be a positive number of tokens when a layer's "
+                                 f"mixer is '{kind}', got 0")
+            if v and kind not in mixers:
+                raise ValueError(f"{f} must be 0 when no layer's mixer is '{kind}', "
+                                 f"got {show(v)}")
+        if not mixers & set(ATTENTION_MIXERS):
+            for f in ("attention_sinks", "qk_norm"):
+                if getattr(self, f):
+                    raise ValueError(f"{f} needs an attention layer (mixer attention, "
+                                     f"sliding or chunked); layer_mixers has none")
+        if self.mixers.count("none") and any(
+                k == ("none", "none") for k in self.layer_kinds):
+            i = self.layer_kinds.index(("none", "none"))
+            raise ValueError(f"layer {i} has neither a token mixer nor a channel mixer "
+                             f"(layer_mixers and layer_ffns both 'none')")
+
+    def _check_mamba(self):
+        """The six Mamba-2 sizes: required (> 0; groups, conv and chunk with defaults 1, 4
+        and 256) when a layer's mixer is 'mamba', all 0 otherwise."""
+        set_ = object.__setattr__
+        if not self.has_mamba:
+            for f in _MAMBA_FIELDS:
+                v = getattr(self, f)
+                if v is not None and v != 0:
+                    raise ValueError(f"{f} must be 0 when no layer's mixer is 'mamba', "
+                                     f"got {show(v)}")
+                set_(self, f, 0)
+            return
+        for f, default in _MAMBA_FIELDS.items():
+            v = getattr(self, f)
+            if v is None and default is not None:
+                v = default
+            set_(self, f, positive_int(f, v, MODEL_LIMITS["hidden"]))
+        if self.mamba_heads % self.mamba_groups:
+            raise ValueError(f"mamba_groups must divide mamba_heads ({self.mamba_heads}), "
+                             f"got {self.mamba_groups}")
 
     def _check_moe(self):
         set_ = object.__setattr__
         set_(self, "n_experts", nonneg_int("n_experts", self.n_experts, MODEL_LIMITS["n_experts"]))
+        if self.layer_ffns is not None:
+            for f in ("first_dense_layers", "moe_every"):
+                if getattr(self, f) != _MOE_NEUTRAL[f]:
+                    raise ValueError(f"{f} must stay {_MOE_NEUTRAL[f]} when layer_ffns gives "
+                                     f"each layer's channel mixer, got {show(getattr(self, f))}")
+        self._check_ffn_pattern()
         if self.n_experts == 0:
             # A dense model: every MoE field keeps its neutral value, so that a stray top-k
             # or expert width never hides in a spec whose count ignores it.
-            for f, neutral in _MOE_NEUTRAL.items():
+            for f, neutral in dict(_MOE_NEUTRAL, router_bias=False, n_expert_groups=1,
+                                   topk_groups=1).items():
                 v = getattr(self, f)
                 if (v is None) != (neutral is None) or v != neutral:
                     raise ValueError(f"{f} must be {neutral!r} without experts (n_experts = 0), "
@@ -230,6 +410,18 @@ class ModelSpec:
         set_(self, "moe_every", positive_int("moe_every", self.moe_every, MODEL_LIMITS["n_layers"]))
         set_(self, "first_dense_layers", nonneg_int("first_dense_layers", self.first_dense_layers,
                                                     MODEL_LIMITS["n_layers"]))
+        set_(self, "n_expert_groups", positive_int("n_expert_groups", self.n_expert_groups,
+                                                   self.n_experts))
+        if self.n_experts % self.n_expert_groups:
+            raise ValueError(f"n_expert_groups must divide n_experts ({self.n_experts}), "
+                             f"got {self.n_expert_groups}")
+        set_(self, "topk_groups", positive_int("topk_groups", self.topk_groups,
+                                               self.n_expert_groups))
+        reach = self.topk_groups * (self.n_experts // self.n_expert_groups)
+        if self.experts_per_token > reach:
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) must be at most the "
+                             f"{reach} experts of the topk_groups ({self.topk_groups}) groups "
+                             f"a token may be sent to")
         if not self.moe_layer_ids:  # n_experts > 0 here
             raise ValueError(f"first_dense_layers ({self.first_dense_layers}) and moe_every "
                              f"({self.moe_every}) leave no MoE layer among the {self.n_layers} "
@@ -282,20 +474,93 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
+    def n_mtp_params(self) -> int:
+        """Parameters of the ``mtp_layers`` multi-token-prediction modules (0 without):
+        each enorm, hnorm, eh_proj, one layer like the last and a final norm; the
+        embedding and output head are shared with the main model."""
+        return self._n_mtp_params
+
+    @property
     def moe_layer_ids(self) -> tuple:
-        """Indices (from 0) of the MoE layers; empty for a dense model."""
+        """Indices (from 0) of the MoE layers; empty for a dense model. ``layer_ffns``'
+        'moe' layers when given, else layer ``i >= first_dense_layers`` with
+        ``i % moe_every == 0``."""
         if not self.n_experts:
             return ()
+        if self.layer_ffns is not None:
+            return tuple(i for i, k in enumerate(self.layer_ffns) if k == "moe")
         return tuple(i for i in range(self.first_dense_layers, self.n_layers)
                      if i % self.moe_every == 0)
 
     @property
+    def mixers(self) -> tuple:
+        """The token mixer of each layer (``MIXERS``): ``layer_mixers``, or every layer
+        'attention'."""
+        if self.layer_mixers is not None:
+            return self.layer_mixers
+        return ("attention",) * self.n_layers
+
+    @property
+    def ffns(self) -> tuple:
+        """The channel mixer of each layer (``FFNS``): ``layer_ffns``, or 'moe' on
+        :attr:`moe_layer_ids` and 'dense' elsewhere."""
+        if self.layer_ffns is not None:
+            return self.layer_ffns
+        moe = set(self.moe_layer_ids)
+        return tuple("moe" if i in moe else "dense" for i in range(self.n_layers))
+
+    @property
+    def layer_kinds(self) -> tuple:
+        """``(mixer, ffn)`` of each layer, in order."""
+        return tuple(zip(self.mixers, self.ffns))
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when some layer's token mixer is not full attention (sliding-window,
+        chunked, Mamba-2 or none)."""
+        return self.layer_mixers is not None
+
+    @property
+    def has_mamba(self) -> bool:
+        """True when some layer's token mixer is a Mamba-2 mixer."""
+        return self.layer_mixers is not None and "mamba" in self.layer_mixers
+
+    @property
+    def mamba_inner(self) -> int:
+        """Mamba-2 inner width ``mamba_heads · mamba_head_dim`` (0 without Mamba)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the Mamba-2 convolution: ``mamba_inner + 2·mamba_groups·mamba_state``
+        (x, B and C; 0 without Mamba)."""
+        return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state
+
+    @property
+    def structures(self) -> tuple:
+        """The structures of issue 27 this model uses, by the names of
+        :data:`GRAPH_UNPRICED` (empty for a model of the earlier kinds)."""
+        mixers, ffns = set(self.mixers), set(self.ffns)
+        used = [k for k in ("sliding", "chunked", "mamba") if k in mixers]
+        used += ["mixer none"] if "none" in mixers else []
+        used += ["ffn none"] if "none" in ffns else []
+        used += [k for k, on in (("attention sinks", self.attention_sinks),
+                                 ("qk_norm", self.qk_norm), ("sandwich_norm", self.sandwich_norm),
+                                 ("router_bias", self.router_bias),
+                                 ("mtp", self.mtp_layers > 0),
+                                 ("geglu", self.activation == "geglu")) if on]
+        return tuple(used)
+
+    @property
     def op_graph_refusal(self) -> str:
         """Why ``phaze.graph.build_layers`` cannot build this model's operator graphs, in
-        one sentence naming the key; '' when it can (every ModelSpec today: dense,
-        mixture-of-experts and multi-head latent attention blocks are all built). Kept as
-        the one place a future unmodelled structure is refused, never built as a silently
-        different model."""
+        one sentence naming the layer kind; '' when it can (dense, mixture-of-experts and
+        multi-head latent attention blocks are all built; group-limited routing is
+        parameter-free and priced as plain top-k). A structure in
+        :data:`GRAPH_UNPRICED` is refused, never built as a silently different model."""
+        for kind in self.structures:
+            if kind in GRAPH_UNPRICED:
+                return f"layer kind {kind} ({self.name}) is not priced yet"
         return ""
 
     @property
@@ -338,108 +603,6 @@ class ModelSpec:
             if isinstance(seq, numbers.Integral) and seq > self.max_positions:
                 changes["max_positions"] = seq
         return replace(self, **changes)
-
-
-def _norm_params(m: ModelSpec, width: int = None) -> int:
-    """Weights of one norm over ``width`` (default ``hidden``) features: a LayerNorm has
-    a weight and a bias, an RMSNorm a weight only."""
-    width = m.hidden if width is None else width
-    return 2 * width if m.norm == "layernorm" else width
-
-
-def attention_params(m: ModelSpec) -> int:
-    """Parameters of one block's attention: projections and their biases (and, with
-    multi-head latent attention, the norms of the latents)."""
-    h, hd, a = m.hidden, m.head_dim, m.heads
-    if m.uses_mla:
-        # DeepSeek-V2 (modeling_deepseek.py): q_a_proj, q_a_layernorm, q_b_proj (or q_proj),
-        # kv_a_proj_with_mqa (latent + the shared rotary key), kv_a_layernorm, kv_b_proj
-        # (keys without position and values of every head), o_proj; no biases.
-        qk = a * (hd + m.qk_rope_head_dim)
-        if m.q_lora_rank:
-            n = h * m.q_lora_rank + _norm_params(m, m.q_lora_rank) + m.q_lora_rank * qk
-        else:
-            n = h * qk
-        n += h * (m.kv_lora_rank + m.qk_rope_head_dim) + _norm_params(m, m.kv_lora_rank)
-        n += m.kv_lora_rank * a * (hd + m.v_head_dim)
-        return n + a * m.v_head_dim * h
-    q, kv = a * hd, m.kv_heads * hd
-    n = h * q + 2 * h * kv + q * h
-    if m.qkv_bias:
-        n += q + 2 * kv                                          # Q, K, V biases
-    if m.bias:
-        n += h                                                   # output bias
-    return n
-
-
-def mlp_params(m: ModelSpec, width: int = None) -> int:
-    """Parameters of one MLP of ``width`` (default ``ffn_hidden``): two matrices (three
-    with SwiGLU) and, with ``bias``, their biases. A routed or shared expert is one."""
-    h, f = m.hidden, m.ffn_hidden if width is None else width
-    n = 3 * h * f if m.activation == "swiglu" else 2 * h * f
-    if m.bias:
-        n += (2 * f if m.activation == "swiglu" else f) + h
-    return n
-
-
-def expert_params(m: ModelSpec) -> int:
-    """Parameters of one routed expert (0 for a dense model)."""
-    return mlp_params(m, m.expert_ffn_hidden) if m.is_moe else 0
-
-
-def moe_params(m: ModelSpec) -> int:
-    """Parameters of one MoE layer's MLP part: routed experts, shared experts, the router
-    (``hidden × n_experts``, no bias) and a shared-expert gate (``hidden × 1``)."""
-    if not m.is_moe:
-        raise ValueError(f"{m.name} has no MoE layers (n_experts = 0)")
-    n = m.n_experts * expert_params(m) + m.n_experts * m.hidden
-    if m.n_shared_experts:
-        n += m.n_shared_experts * mlp_params(m, m.shared_ffn_hidden)
-    if m.shared_expert_gate:
-        n += m.hidden
-    return n
-
-
-def block_params(m: ModelSpec, *, moe: bool = None) -> int:
-    """Parameters of one transformer block: attention, two norms and the MLP — the dense
-    MLP, or with ``moe=True`` the MoE layer (default: MoE for a mixture-of-experts model,
-    whose dense layers are ``block_params(m, moe=False)``)."""
-    if moe is None:
-        moe = m.is_moe
-    return attention_params(m) + 2 * _norm_params(m) + (moe_params(m) if moe else mlp_params(m))
-
-
-def embedding_params(m: ModelSpec) -> int:
-    """Parameters of the input side: token table, positions, input projection."""
-    e = m.embed_width
-    n = m.vocab * e
-    if m.position == "learned":
-        n += m.max_positions * m.hidden
-    if m.embed_proj:
-        n += e * m.hidden
-    return n
-
-
-def head_params(m: ModelSpec, *, count_tied: bool = False) -> int:
-    """Parameters of the output side: final norm, output projection, logits weights.
-
-    With tied embeddings the logits weights are the token table, counted once in
-    :func:`embedding_params`; ``count_tied=True`` counts the head's copy as well.
-    """
-    n = _norm_params(m) if m.final_norm else 0
-    if m.embed_proj:
-        n += m.hidden * m.embed_width
-    if not m.tied_embeddings or count_tied:
-        n += m.vocab * m.embed_width
-    return n
-
-
-def _count_params(m: ModelSpec) -> int:
-    n_moe = len(m.moe_layer_ids)
-    blocks = (m.n_layers - n_moe) * block_params(m, moe=False)
-    if n_moe:
-        blocks += n_moe * block_params(m, moe=True)
-    return embedding_params(m) + blocks + head_params(m)
 
 
 # ---------------------------------------------------------------------------
@@ -663,6 +826,8 @@ def gemm_flops_per_sample(m: ModelSpec) -> float:
     return 72.0 * s * L * h * h * (1 + s / (6.0 * h) + V / (12.0 * h * L))
 
 
-__all__ = ["ModelSpec", "ACTIVATIONS", "NORMS", "POSITIONS", "get", "names", "from_hf_config",
-           "block_params", "attention_params", "mlp_params", "expert_params", "moe_params",
-           "embedding_params", "head_params", "gemm_flops_per_sample"]
+__all__ = ["ModelSpec", "ACTIVATIONS", "NORMS", "POSITIONS", "MIXERS", "FFNS", "GRAPH_UNPRICED",
+           "get", "names", "from_hf_config", "block_params", "attention_params", "mlp_params",
+           "expert_params", "moe_params", "embedding_params", "head_params", "mamba_params",
+           "mixer_params", "ffn_params", "layer_params", "mtp_module_params",
+           "gemm_flops_per_sample"]
