@@ -73,6 +73,7 @@ from dataclasses import dataclass, replace
 
 from . import _config
 from ._hf_config import read_hf_config
+from ._zoo import build_zoo
 from ._params import (ATTENTION_MIXERS, attention_params, block_params, count_params,
                       embedding_params, expert_params, ffn_params, head_params, layer_params,
                       mamba_params, mixer_params, mlp_params, moe_params, mtp_module_params)
@@ -609,140 +610,7 @@ class ModelSpec:
 # the zoo
 # ---------------------------------------------------------------------------
 
-def _megatron(name, layers, hidden, heads, *, seq_len=2048, causal=True, vocab=51200):
-    # Megatron-LM GPT/BERT: FFN 4h, GELU, LayerNorm (pre-LN with a final norm),
-    # learned positions, biases, tied input/output embeddings.
-    return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=heads,
-                     ffn_hidden=4 * hidden, vocab=vocab, seq_len=seq_len, activation="gelu",
-                     norm="layernorm", position="learned", bias=True, causal=causal,
-                     tied_embeddings=True)
-
-
-def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, **extra):
-    # Llama-family decoder: SwiGLU, RMSNorm (with a final norm), rotary positions, no biases,
-    # untied output layer — Llama 2/3, Mistral, Mixtral, Qwen2, DeepSeek-V2 all share it.
-    return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                     ffn_hidden=ffn, vocab=vocab, seq_len=seq_len, activation="swiglu",
-                     norm="rmsnorm", position="rotary", bias=False, causal=True,
-                     tied_embeddings=False, **extra)
-
-
-def _nemotron(name, layers, hidden, heads, kv_heads, ffn):
-    # NVIDIA Nemotron-3 / Nemotron-4 as NeMo trains them (NemotronConfig): a non-gated MLP
-    # with squared ReLU, LayerNorm ("layernorm1p", zero-centred gamma: a weight and a bias
-    # each), rotary positions on half of each head (rotary_percent 0.5, no weight), no
-    # biases, untied output layer, the 256,000-token vocabulary, 4,096-token sequences.
-    return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                     ffn_hidden=ffn, vocab=256000, seq_len=4096, activation="squared_relu",
-                     norm="layernorm", position="rotary", bias=False, causal=True,
-                     tied_embeddings=False)
-
-
-def _build_zoo() -> dict:
-    zoo = [
-        # bert-large-uncased: 24 × 1024, 16 heads, FFN 4096, vocab 30522, 512 positions.
-        ModelSpec(name="bert-large", n_layers=24, hidden=1024, heads=16, kv_heads=16,
-                  ffn_hidden=4096, vocab=30522, seq_len=512, activation="gelu", norm="layernorm",
-                  position="learned", bias=True, causal=False, tied_embeddings=True),
-        # gpt2-xl: 48 × 1600, 25 heads, n_inner 4·1600, vocab 50257, 1024 positions.
-        ModelSpec(name="gpt2-xl", n_layers=48, hidden=1600, heads=25, kv_heads=25,
-                  ffn_hidden=6400, vocab=50257, seq_len=1024, activation="gelu", norm="layernorm",
-                  position="learned", bias=True, causal=True, tied_embeddings=True),
-        # facebook/opt-350m: 24 × 1024, 16 heads, FFN 4096, ReLU, vocab 50272, 512-wide token
-        # embedding projected in and out, post-LN (no final norm), 2048 positions + OPT's offset 2.
-        ModelSpec(name="opt-350m", n_layers=24, hidden=1024, heads=16, kv_heads=16,
-                  ffn_hidden=4096, vocab=50272, seq_len=2048, activation="relu", norm="layernorm",
-                  position="learned", bias=True, embed_proj=512, causal=True,
-                  tied_embeddings=True, max_positions=2050, final_norm=False),
-        # meta-llama/Llama-2-7b-hf: 32 × 4096, 32 heads, SwiGLU 11008, RMSNorm, rotary, no biases,
-        # untied output layer, vocab 32000.
-        _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
-        # Llama 3 (meta-llama/Meta-Llama-3-8B and -70B config.json; "The Llama 3 Herd of
-        # Models", arXiv:2407.21783, Table 3): GQA with 8 K/V heads, vocab 128,256. Sequence:
-        # the 8,192-token pre-training context (Llama 3 model card, §3.4.1 of the paper).
-        # 8,030,261,248 and 70,553,706,496 parameters (the checkpoints' safetensors totals).
-        _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
-        _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
-        # meta-llama/Llama-3.1-405B config.json: 126 × 16384, 128 heads, 8 K/V heads, FFN
-        # 53,248; rope_scaling "llama3" (factor 8) stretches positions to 131,072 but adds no
-        # weight. Sequence: 8,192, the pre-training length before the long-context stage
-        # (arXiv:2407.21783 §3.4.1-3.4.2; original_max_position_embeddings in the config).
-        # 405,853,388,800 parameters (the checkpoint's safetensors total).
-        _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
-        # Qwen/Qwen2-7B config.json: 28 × 3584, 28 heads, 4 K/V heads, FFN 18,944, vocab
-        # 152,064, biases on Q, K, V only (modeling_qwen2.py). Sequence: 4,096, the pre-training
-        # length before the final 32,768-token stage (Qwen2 report, arXiv:2407.10671 §3.2).
-        # 7,615,616,512 parameters (the checkpoint's safetensors total).
-        _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064, 4096, qkv_bias=True),
-        # mistralai/Mixtral-8x7B-v0.1 config.json: Mistral-7B's shape with every MLP replaced by
-        # 8 SwiGLU experts of width 14,336, top-2 routing ("Mixtral of Experts",
-        # arXiv:2401.04088, Table 1). Sequence: 32,768, the context it was pre-trained with
-        # (arXiv:2401.04088 §2). 46,702,792,704 parameters, 12,879,925,248 active per token.
-        _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768,
-               n_experts=8, experts_per_token=2),
-        # mistralai/Mixtral-8x22B-v0.1 config.json: 56 × 6144, 48 heads, 8 K/V heads, 8 experts
-        # of width 16,384, top-2, vocab 32,768. Sequence: 65,536, the context window of the
-        # release (mistral.ai/news/mixtral-8x22b; no separate pre-training length is
-        # published). 140,630,071,296 parameters (the checkpoint's total), 39,161,468,928 active.
-        _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 65536,
-               n_experts=8, experts_per_token=2),
-        # deepseek-ai/DeepSeek-V2-Lite config.json (DeepSeek-V2 report, arXiv:2405.04434,
-        # Appendix B): 27 × 2048, 16 heads with multi-head latent attention (kv_lora_rank 512,
-        # no query compression, 128 + 64 rotary query/key dims, 128 value dims); the first
-        # layer dense (FFN 10,944), the other 26 fine-grained MoE: 64 routed experts of width
-        # 1,408, top-6, and 2 shared experts; vocab 102,400. Sequence: 4,096, the pre-training
-        # length before YaRN extends it to 32K (original_max_position_embeddings in the config).
-        # 15,706,484,224 parameters (the checkpoint's total); 2,661,150,208 active per token,
-        # 2.45 B without the input table (the report's "2.4B activated").
-        _llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 4096,
-               n_experts=64, experts_per_token=6, expert_ffn_hidden=1408, n_shared_experts=2,
-               first_dense_layers=1, kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128),
-        _megatron("megatron-bert", 24, 1024, 16, seq_len=512, causal=False),
-        _megatron("megatron-gpt2-54", 54, 1920, 20, seq_len=1024),
-        _megatron("megatron-gpt2-72", 72, 3072, 24, seq_len=1024),
-        _megatron("gpt3-175b", 96, 12288, 96),
-        _megatron("megatron-1.7b", 24, 2304, 24),
-        _megatron("megatron-3.6b", 30, 3072, 32),
-        _megatron("megatron-7.5b", 36, 4096, 32),
-        _megatron("megatron-18.4b", 40, 6144, 48),
-        _megatron("megatron-39.1b", 48, 8192, 64),
-        _megatron("megatron-76.1b", 60, 10240, 80),
-        _megatron("megatron-145.6b", 80, 12288, 96),
-        _megatron("megatron-310.1b", 96, 16384, 128),
-        _megatron("megatron-529.6b", 105, 20480, 128),
-        _megatron("megatron-1t", 128, 25600, 160),
-        # -- the dense models of the published NeMo runs (issue 25; sources in
-        # docs/fidelity-sources.md, "Zoo models for the modern runs") --
-        # GPT-3 5B and 20B as NeMo trains them (NeMo GPTConfig5B / GPTConfig20B;
-        # NeMo-Framework-Launcher conf/training/gpt3/5b.yaml, 20b.yaml): FFN 4h, GELU,
-        # LayerNorm, learned positions (2,048), biases, tied embeddings, the GPT-2 BPE
-        # vocabulary of 50,257 (GPT2BPETokenizer; Megatron pads it to 128·t).
-        # 5,047,365,632 and 20,256,221,184 parameters.
-        _megatron("gpt3-5b", 24, 4096, 32, vocab=50257),
-        _megatron("gpt3-20b", 44, 6144, 48, vocab=50257),
-        # meta-llama/Llama-2-13b-hf and Llama-2-70b-hf config.json (Llama 2 paper,
-        # arXiv:2307.09288, Table 1: 4k context, GQA for 70B): 13,015,864,320 and
-        # 68,976,648,192 parameters (transformers' num_parameters()).
-        _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
-        _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
-        # Nemotron-4 15B (arXiv:2402.16819, Table 1: 32 × 6144, 48 heads, 8 K/V heads; "3.2
-        # billion embedding and 12.5 billion non-embedding parameters") and 340B
-        # (arXiv:2406.11704: 96 × 18432, 96 heads, 8 K/V heads, FFN 73,728; "9.4 billion
-        # embedding and 331.6 billion non-embedding parameters"); NeMo Nemotron4Config15B /
-        # Nemotron4Config340B. 15,628,775,424 and 341,029,195,776 parameters.
-        _nemotron("nemotron4-15b", 32, 6144, 48, 8, 24576),
-        _nemotron("nemotron4-340b", 96, 18432, 96, 8, 73728),
-        # Nemotron-3 8B and 22B (NeMo Nemotron3Config8B / Nemotron3Config22B; launcher
-        # conf/training/nemotron/nemotron_8b.yaml, nemotron_22b.yaml): multi-head attention,
-        # 32 × 4096 (FFN 16,384) and 40 × 6144 (FFN 24,576). 8,540,135,424 and
-        # 21,266,116,608 parameters (the "8B" label is 6.3 % under the count).
-        _nemotron("nemotron-8b", 32, 4096, 32, 32, 16384),
-        _nemotron("nemotron-22b", 40, 6144, 48, 48, 24576),
-    ]
-    return {m.name: m for m in zoo}
-
-
-_ZOO = _build_zoo()
+_ZOO = {m.name: m for m in build_zoo(ModelSpec)}
 
 
 def _graph_pending(m: ModelSpec) -> bool:
