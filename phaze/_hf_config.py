@@ -1,10 +1,13 @@
 """Hugging Face ``config.json`` → the fields of a ModelSpec: the reader behind
 ``phaze.models.from_hf_config`` (docs/design.md §2.1).
 
-Each model type (gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, deepseek_v2, opt, bert)
-has its library defaults for the keys phaze reads; a present key phaze cannot model is a
-``ValueError`` naming the key. Kept apart from ``phaze.models`` so that each module stays
-one screenful of concerns (and under the layout's line limit). The reader returns keyword
+Each model type (gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, deepseek_v2, opt, bert;
+since issue 27 deepseek_v3, kimi_k2, qwen3, qwen3_moe, gpt_oss, llama4 / llama4_text,
+nemotron_h, gemma2, gemma3 / gemma3_text) has its library defaults for the keys phaze reads;
+a present key phaze cannot model is a ``ValueError`` naming the key. A multimodal config
+(llama4, gemma3) is read for its language model (``text_config``) only. Kept apart from
+``phaze.models`` so that each module stays one screenful of concerns (and under the
+layout's line limit). The reader returns keyword
 arguments and ``phaze.models`` builds the ModelSpec from them, so only ``models`` imports
 this module and not the other way round.
 """
@@ -79,7 +82,8 @@ _HF_DEFAULTS = {
                         no_rope_layers=None, no_rope_layer_interval=4),
     "nemotron_h": dict(vocab_size=131072, tie_word_embeddings=False, hidden_size=4096,
                        intermediate_size=21504, num_hidden_layers=52,
-                       hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+                       hybrid_override_pattern=("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*"
+                                                "-M-M-M-M-M-"),
                        num_attention_heads=32, attention_head_dim=128, num_key_value_heads=8,
                        mlp_hidden_act="relu2", attention_bias=False, mlp_bias=False,
                        use_bias=False, use_conv_bias=True, ssm_state_size=128,
@@ -411,8 +415,14 @@ def _hf_deepseek_v3(cfg) -> dict:
     spec = _hf_deepseek_v2(dict(cfg, topk_method="greedy"))
     spec["mtp_layers"] = _hf_nonneg_int(cfg, "num_nextn_predict_layers")
     if spec.get("n_experts"):
-        spec.update(router_bias=True, n_expert_groups=_hf_int(cfg, "n_group"),
-                    topk_groups=_hf_int(cfg, "topk_group"))
+        groups, top = _hf_int(cfg, "n_group"), _hf_int(cfg, "topk_group")
+        if spec["n_experts"] % groups:
+            raise ValueError(f"config key 'n_group' ({groups}) must divide n_routed_experts "
+                             f"({spec['n_experts']}): the experts are routed in equal groups")
+        if top > groups:
+            raise ValueError(f"config key 'topk_group' ({top}) must be at most n_group "
+                             f"({groups})")
+        spec.update(router_bias=True, n_expert_groups=groups, topk_groups=top)
     return spec
 
 

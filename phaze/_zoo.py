@@ -158,7 +158,7 @@ def _nemotron_h(M, name, pattern, hidden, heads, ffn, mamba_heads, state):
     # (NoPE), squared-ReLU MLP, Mamba-2 mixers of 64-wide heads in 8 groups (conv 4, chunk
     # 128), no linear biases, untied output layer, 131,072-token vocabulary, 8,192-token
     # sequences (the "8K" of the checkpoints' names; Megatron-Bridge
-    # NemotronHModelProvider.seq_length).
+    # NemotronHModelProvider.seq_length). 8,100,852,736 and 56,324,350,464 parameters.
     return M(name=name, n_layers=len(pattern), hidden=hidden, heads=heads, kv_heads=8,
              head_dim=128, ffn_hidden=ffn, vocab=131072, seq_len=8192,
              activation="squared_relu", norm="rmsnorm", position="none", bias=False,
@@ -176,6 +176,8 @@ def _gpt_oss(M, name, layers, experts):
     # layer_types alternating 128-token sliding-window and full attention from layer 0,
     # vocab 201,088, untied. Sequence: 4,096, initial_context_length and YaRN's
     # original_max_position_embeddings (the model card: pre-trained at 4K, extended to 131K).
+    # 20,914,757,184 and 116,829,156,672 parameters; 4,187,440,704 and 5,711,982,912 active
+    # (3.61 B and 5.13 B without the input table, as the model card counts them).
     return M(name=name, n_layers=layers, hidden=2880, heads=64, kv_heads=8, ffn_hidden=2880,
              vocab=201088, seq_len=4096, activation="swiglu", norm="rmsnorm", position="rotary",
              bias=True, causal=True, tied_embeddings=False, head_dim=64, n_experts=experts,
@@ -204,9 +206,9 @@ def zoo_2025(M) -> list:
         # (top-8 within 4 of 8 groups, sigmoid scores with a per-expert selection bias,
         # topk_method noaux_tc) and 1 shared; vocab 129,280; 1 multi-token-prediction module.
         # Sequence: 4,096, the pre-training length (§4.2; YaRN's
-        # original_max_position_embeddings). 671,026,419,200 parameters, 37,554,402,304
+        # original_max_position_embeddings). 671,026,419,200 parameters, 37,552,297,472
         # active (36.6 B without the input table: "671B total, 37B activated"); the MTP
-        # module 11,653,258,240 more (DeepSeek's "11.5B unique").
+        # module 11,610,068,224 more (DeepSeek's "11.5B unique").
         _llama(M, "deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096, head_dim=128,
                n_experts=256, experts_per_token=8, expert_ffn_hidden=2048, n_shared_experts=1,
                first_dense_layers=3, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
@@ -216,7 +218,8 @@ def zoo_2025(M) -> list:
         # DeepSeek-V3's design with 64 MLA heads, 384 routed experts (top-8, no group
         # limit), 1 shared, 1 dense layer, vocab 163,840, no MTP module. Sequence: 4,096,
         # the pre-training length (Kimi K2 report, arXiv:2507.20534 §2.3; YaRN's
-        # original_max_position_embeddings).
+        # original_max_position_embeddings). 1,026,408,232,448 parameters, 32,861,500,928
+        # active (31.7 B without the input table: "1T total, 32B activated").
         _llama(M, "kimi-k2", 61, 7168, 64, 64, 18432, 163840, 4096, head_dim=128,
                n_experts=384, experts_per_token=8, expert_ffn_hidden=2048, n_shared_experts=1,
                first_dense_layers=1, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
@@ -226,6 +229,8 @@ def zoo_2025(M) -> list:
         # SwiGLU experts (top-8, no shared expert), vocab 151,936, untied. Sequence: 4,096,
         # the length of the general and reasoning pre-training stages before the
         # 32,768-token long-context stage (Qwen3 report, arXiv:2505.09388 §3.2).
+        # 30,532,122,624 / 3,353,032,704 active ("30.5B, 3.3B activated") and
+        # 235,093,634,560 / 22,190,763,520 ("235B, 22B activated").
         _llama(M, "qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096, head_dim=128,
                qk_norm=True, n_experts=128, experts_per_token=8, expert_ffn_hidden=768),
         _llama(M, "qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096, head_dim=128,
@@ -241,6 +246,8 @@ def zoo_2025(M) -> list:
         # Maverick's other layers a dense MLP of 16,384; the qk norm is weightless;
         # vocab 202,048, untied. Sequence: 8,192, Scout's original_max_position_embeddings
         # and the attention chunk (Meta publishes no pre-training length for Maverick).
+        # 107,769,861,120 / 17,172,894,720 active and 400,711,848,960 / 17,184,691,200
+        # (Meta's "109B" and "400B" totals include the vision encoder; "17B active").
         _llama(M, "llama4-scout", 48, 5120, 40, 8, 16384, 202048, 8192, head_dim=128,
                n_experts=16, experts_per_token=1, expert_ffn_hidden=8192, n_shared_experts=1,
                layer_mixers=llama4_mixers, attention_chunk=8192),
@@ -252,14 +259,16 @@ def zoo_2025(M) -> list:
         _nemotron_h(M, "nemotron-h-56b", NEMOTRON_H_56B, 8192, 64, 32768, 256, 256),
         # google/gemma-2-9b config.json: 42 × 3584, 16 query and 8 K/V heads, FFN 14,336,
         # vocab 256,000, every other layer (from 0) a 4,096-token sliding window. Sequence:
-        # 8,192, its training context (Gemma 2 report, arXiv:2408.00118 §2).
+        # 8,192, its training context (Gemma 2 report, arXiv:2408.00118 §2). 9,241,705,984
+        # parameters (the report's 917,504,000 embedding + 8,324,201,984 non-embedding).
         _gemma(M, "gemma-2-9b", 42, 3584, 16, 8, 14336, 256000, 8192,
                ("sliding", "attention") * 21, 4096, False),
         # google/gemma-3-12b-pt config.json, text_config (the vision encoder is not
         # modelled) with Gemma3TextConfig's defaults: 48 × 3840, 16 query and 8 K/V heads,
         # FFN 15,360, vocab 262,208, five 1,024-token sliding-window layers to one global.
         # Sequence: 32,768, the pre-training length before RoPE rescaling to 128K (Gemma 3
-        # report, arXiv:2503.19786 §2.1).
+        # report, arXiv:2503.19786 §2.1). 11,766,034,176 parameters: the report's 10,759 M
+        # non-embedding exactly, and 1,007 M embedding (the report lists 1,012 M).
         _gemma(M, "gemma-3-12b", 48, 3840, 16, 8, 15360, 262208, 32768,
                (("sliding",) * 5 + ("attention",)) * 8, 1024, True),
         # mistralai/Mistral-7B-v0.1 config.json: Llama's block with GQA (8 K/V heads), FFN

@@ -8,10 +8,11 @@ mixture-of-experts shape (routed and shared experts, top-k, expert widths, the
 dense layers before the first MoE layer and an MoE-every-n pattern) and
 DeepSeek's multi-head latent attention (MLA).
 
-``get(name)`` returns a built-in model, ``names()`` lists them, and
-``from_hf_config(path_or_dict)`` reads a Hugging Face ``config.json`` (GPT-2,
-Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, DeepSeek-V2, OPT, BERT) without
-importing ``transformers`` (the reader is ``phaze/_hf_config.py``).
+``get(name)`` returns a built-in model (the zoo is ``phaze/_zoo.py``), ``names()`` lists
+them, and ``from_hf_config(path_or_dict)`` reads a Hugging Face ``config.json`` (GPT-2,
+Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, DeepSeek-V2, OPT, BERT; DeepSeek-V3, Kimi K2,
+Qwen3, Qwen3-MoE, GPT-OSS, Llama 4, Nemotron-H, Gemma 2 and Gemma 3) without importing
+``transformers`` (the reader is ``phaze/_hf_config.py``).
 
 Parameter count (``ModelSpec.n_params``), every weight and bias once:
 
@@ -659,9 +660,15 @@ def resolve(model) -> ModelSpec:
 def from_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` (path, directory or dict).
 
-    Understands GPT-2, Llama (with ``rope_scaling``), Mistral, Mixtral, Qwen2,
-    Qwen2-MoE, DeepSeek-V2 (multi-head latent attention and its MoE), OPT and BERT
-    configs (``model_type``, or guessed from GPT-2/OPT/Llama/BERT-specific keys).
+    Understands GPT-2, Llama (with ``rope_scaling``), Mistral, Mixtral (their
+    ``sliding_window`` as sliding-window layers), Qwen2, Qwen2-MoE, DeepSeek-V2
+    (multi-head latent attention and its MoE), DeepSeek-V3 and Kimi K2 (its router bias,
+    group-limited routing and ``num_nextn_predict_layers``), Qwen3 and Qwen3-MoE (q/k
+    norms), GPT-OSS (``layer_types``, sinks, biases), Llama 4 (chunked attention, MoE
+    interleave; ``text_config`` of a multimodal config), Nemotron-H
+    (``hybrid_override_pattern``), Gemma 2 and Gemma 3 (GeGLU, sandwich norms, sliding
+    layers), OPT and BERT configs (``model_type``, or guessed from
+    GPT-2/OPT/Llama/BERT-specific keys).
     Absent keys take the library's documented defaults; unrelated keys are ignored;
     a present key whose value phaze cannot model raises ``ValueError`` naming the
     key, and so does a key that changes the model in a way phaze does not model
