@@ -1,10 +1,13 @@
 """Hugging Face ``config.json`` → the fields of a ModelSpec: the reader behind
 ``phaze.models.from_hf_config`` (docs/design.md §2.1).
 
-Each model type (gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, deepseek_v2, opt, bert)
-has its library defaults for the keys phaze reads; a present key phaze cannot model is a
-``ValueError`` naming the key. Kept apart from ``phaze.models`` so that each module stays
-one screenful of concerns (and under the layout's line limit). The reader returns keyword
+Each model type (gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, deepseek_v2, opt, bert;
+since issue 27 deepseek_v3, kimi_k2, qwen3, qwen3_moe, gpt_oss, llama4 / llama4_text,
+nemotron_h, gemma2, gemma3 / gemma3_text) has its library defaults for the keys phaze reads;
+a present key phaze cannot model is a ``ValueError`` naming the key. A multimodal config
+(llama4, gemma3) is read for its language model (``text_config``) only. Kept apart from
+``phaze.models`` so that each module stays one screenful of concerns (and under the
+layout's line limit). The reader returns keyword
 arguments and ``phaze.models`` builds the ModelSpec from them, so only ``models`` imports
 this module and not the other way round.
 """
@@ -29,11 +32,11 @@ _HF_DEFAULTS = {
                   max_position_embeddings=2048, attention_bias=False, mlp_bias=False),
     "mistral": dict(_LLAMA_COMMON, vocab_size=32000, hidden_size=4096, intermediate_size=14336,
                     num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-                    max_position_embeddings=4096 * 32),
+                    max_position_embeddings=4096 * 32, sliding_window=4096),
     "mixtral": dict(_LLAMA_COMMON, vocab_size=32000, hidden_size=4096, intermediate_size=14336,
                     num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                     max_position_embeddings=4096 * 32, num_local_experts=8,
-                    num_experts_per_tok=2),
+                    num_experts_per_tok=2, sliding_window=None),
     "qwen2": dict(_LLAMA_COMMON, vocab_size=151936, hidden_size=4096, intermediate_size=22016,
                   num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
                   max_position_embeddings=32768),
@@ -49,6 +52,54 @@ _HF_DEFAULTS = {
                         first_k_dense_replace=0, kv_lora_rank=512, q_lora_rank=1536,
                         qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128,
                         max_position_embeddings=2048, attention_bias=False, topk_method="greedy"),
+    # DeepSeek-V3's configuration_deepseek.py (Kimi K2 ships the same class).
+    "deepseek_v3": dict(_LLAMA_COMMON, vocab_size=129280, hidden_size=7168,
+                        intermediate_size=18432, moe_intermediate_size=2048, num_hidden_layers=61,
+                        num_attention_heads=128, num_key_value_heads=128, n_shared_experts=1,
+                        n_routed_experts=256, num_experts_per_tok=8, moe_layer_freq=1,
+                        first_k_dense_replace=3, kv_lora_rank=512, q_lora_rank=1536,
+                        qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128,
+                        max_position_embeddings=4096, attention_bias=False, topk_method="noaux_tc",
+                        n_group=8, topk_group=4, num_nextn_predict_layers=1),
+    "qwen3": dict(_LLAMA_COMMON, vocab_size=151936, hidden_size=4096, intermediate_size=22016,
+                  num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                  head_dim=128, max_position_embeddings=32768, attention_bias=False),
+    "qwen3_moe": dict(_LLAMA_COMMON, vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                      num_hidden_layers=24, num_attention_heads=32, num_key_value_heads=4,
+                      max_position_embeddings=32768, attention_bias=False, decoder_sparse_step=1,
+                      moe_intermediate_size=768, num_experts_per_tok=8, num_experts=128,
+                      mlp_only_layers=None),
+    "gpt_oss": dict(_LLAMA_COMMON, vocab_size=201088, hidden_size=2880, intermediate_size=2880,
+                    num_hidden_layers=36, num_attention_heads=64, num_key_value_heads=8,
+                    head_dim=64, max_position_embeddings=131072, attention_bias=True,
+                    num_local_experts=128, num_experts_per_tok=4, sliding_window=128,
+                    layer_types=None),
+    "llama4_text": dict(_LLAMA_COMMON, vocab_size=202048, hidden_size=5120, intermediate_size=8192,
+                        intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40,
+                        num_key_value_heads=8, head_dim=128, max_position_embeddings=4096 * 32,
+                        attention_bias=False, num_local_experts=16, num_experts_per_tok=1,
+                        interleave_moe_layer_step=1, moe_layers=None, attention_chunk_size=8192,
+                        no_rope_layers=None, no_rope_layer_interval=4),
+    "nemotron_h": dict(vocab_size=131072, tie_word_embeddings=False, hidden_size=4096,
+                       intermediate_size=21504, num_hidden_layers=52,
+                       hybrid_override_pattern=("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*"
+                                                "-M-M-M-M-M-"),
+                       num_attention_heads=32, attention_head_dim=128, num_key_value_heads=8,
+                       mlp_hidden_act="relu2", attention_bias=False, mlp_bias=False,
+                       use_bias=False, use_conv_bias=True, ssm_state_size=128,
+                       mamba_num_heads=128, n_groups=8, mamba_head_dim=64, conv_kernel=4,
+                       chunk_size=128, max_position_embeddings=4096),
+    "gemma2": dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216,
+                   num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+                   head_dim=256, hidden_activation="gelu_pytorch_tanh",
+                   max_position_embeddings=8192, tie_word_embeddings=True, attention_bias=False,
+                   sliding_window=4096, layer_types=None),
+    "gemma3_text": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216,
+                        num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+                        head_dim=256, hidden_activation="gelu_pytorch_tanh",
+                        max_position_embeddings=131072, tie_word_embeddings=True,
+                        attention_bias=False, sliding_window=4096, sliding_window_pattern=6,
+                        layer_types=None),
     "opt": dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
                 max_position_embeddings=2048, do_layer_norm_before=True, word_embed_proj_dim=None,
                 num_attention_heads=12, activation_function="relu", enable_bias=True,
@@ -57,8 +108,15 @@ _HF_DEFAULTS = {
                  intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512,
                  position_embedding_type="absolute", tie_word_embeddings=True, is_decoder=False),
 }
+_HF_DEFAULTS["kimi_k2"] = _HF_DEFAULTS["deepseek_v3"]   # Kimi K2: DeepseekV3 architecture
 #: Model types read by the Llama-family reader (SwiGLU, RMSNorm, rotary, untied by default).
-_LLAMA_FAMILY = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "deepseek_v2")
+_LLAMA_FAMILY = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "deepseek_v2",
+                 "deepseek_v3", "kimi_k2", "qwen3", "qwen3_moe", "gpt_oss", "llama4_text")
+#: Multimodal model types whose language model is the nested ``text_config`` (read alone:
+#: the vision tower is not modelled).
+_NESTED_TEXT = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+#: Model types that read ``sliding_window`` as sliding-window attention layers.
+_SLIDING_READERS = ("mistral", "mixtral", "gpt_oss", "gemma2", "gemma3_text")
 # GPT-2's attribute_map: the generic names are aliases of its own.
 _GPT2_ALIASES = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
                  "num_attention_heads": "n_head", "max_position_embeddings": "n_positions",
@@ -122,7 +180,16 @@ _MOE_KEYS_READ = {
     "deepseek_v2": ("n_routed_experts", "n_shared_experts", "num_experts_per_tok",
                     "moe_intermediate_size", "moe_layer_freq", "first_k_dense_replace")
     + _MLA_KEYS,
+    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "decoder_sparse_step", "mlp_only_layers"),
+    "gpt_oss": _MIXTRAL_KEYS, "llama4_text": _MIXTRAL_KEYS,
 }
+_MOE_KEYS_READ["deepseek_v3"] = _MOE_KEYS_READ["kimi_k2"] = _MOE_KEYS_READ["deepseek_v2"]
+#: Keys of _UNMODELLED_TRUE that a model type reads (and models) itself.
+_UNMODELLED_READ = {"deepseek_v3": ("num_nextn_predict_layers",),
+                    "kimi_k2": ("num_nextn_predict_layers",),
+                    # Llama 4's qk norm is a weightless L2 norm: no parameter, accepted.
+                    "llama4_text": ("use_qk_norm",)}
 _UNMODELLED_TRUE = {
     "add_cross_attention": "cross-attention layers",
     "parallel_attn": "attention and MLP in parallel",
@@ -150,21 +217,25 @@ def _check_unmodelled(raw: dict, seq_len, model_type: str) -> None:
     for key in _MOE_KEYS:
         v = raw.get(key)
         if key not in read and not _neutral(v):
-            readers = ("mixtral (also llama, mistral: num_local_experts), qwen2_moe "
-                       "and deepseek_v2")
+            readers = ("mixtral (also llama, mistral: num_local_experts), qwen2_moe, qwen3_moe, "
+                       "deepseek_v2, deepseek_v3, kimi_k2, gpt_oss and llama4")
             raise ValueError(f"config key {key!r} ({show(v)}) describes a mixture of experts, "
                              f"which phaze reads from {readers} configs only, not "
                              f"from a {model_type} one")
     for key in _MLA_KEYS:
         if key not in read and raw.get(key) not in (None, 0):
             raise ValueError(f"config key {key!r} ({show(raw[key])}) describes multi-head "
-                             f"latent attention, which phaze reads from deepseek_v2 configs "
-                             f"only, not from a {model_type} one")
+                             f"latent attention, which phaze reads from deepseek_v2, "
+                             f"deepseek_v3 and kimi_k2 configs only, not from a {model_type} one")
     for key, what in _UNMODELLED_TRUE.items():
+        if key in _UNMODELLED_READ.get(model_type, ()):
+            continue
         if raw.get(key) not in (None, False):
             raise ValueError(f"config key {key!r} ({show(raw[key])}) asks for {what}, which "
                              f"phaze does not model; it must be false or absent")
     window = raw.get("sliding_window")
+    if model_type in _SLIDING_READERS:
+        return                  # read as sliding-window layers by the type's reader
     if window is not None and raw.get("use_sliding_window", True) is not False:
         if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:
             raise ValueError(f"config key 'sliding_window' must be a positive integer or null, "
@@ -188,9 +259,10 @@ def _hf_model_type(cfg) -> str:
             return "bert"
         raise ValueError("config key 'model_type' is missing and the config's keys do not "
                          "identify one of gpt2, llama, mistral, opt, bert")
-    if not isinstance(mt, str) or mt.lower() not in _HF_DEFAULTS:
-        raise ValueError(f"config key 'model_type' must be one of {', '.join(_HF_DEFAULTS)}; "
-                         f"got {show(mt)}")
+    if not isinstance(mt, str) or (mt.lower() not in _HF_DEFAULTS
+                                   and mt.lower() not in _NESTED_TEXT):
+        known = ", ".join(list(_HF_DEFAULTS) + list(_NESTED_TEXT))
+        raise ValueError(f"config key 'model_type' must be one of {known}; got {show(mt)}")
     return mt.lower()
 
 
@@ -310,13 +382,204 @@ def _hf_deepseek_v2(cfg) -> dict:
     return spec
 
 
+def _hf_layer_types(cfg, key, n_layers, kinds) -> list:
+    """``cfg[key]`` (HF ``layer_types``) as phaze mixer names, one per layer; ``kinds`` maps
+    each HF name it may hold to a mixer."""
+    v = cfg.get(key)
+    if not isinstance(v, (list, tuple)) or len(v) != n_layers:
+        raise ValueError(f"config key {key!r} must list one of {', '.join(kinds)} for each of "
+                         f"the {n_layers} layers, got {show(v)}")
+    for kind in v:
+        if kind not in kinds:
+            raise ValueError(f"config key {key!r} must hold only {', '.join(kinds)}, "
+                             f"got {show(kind)}")
+    return [kinds[kind] for kind in v]
+
+
+def _hf_window(cfg, mixers) -> dict:
+    """``sliding_window`` for the 'sliding' layers of ``mixers`` (null: full attention)."""
+    if "sliding" not in mixers:
+        return {}
+    return dict(layer_mixers=mixers, sliding_window=_hf_int(cfg, "sliding_window"))
+
+
+def _hf_deepseek_v3(cfg) -> dict:
+    """ModelSpec fields of a DeepSeek-V3 (or Kimi K2) config: DeepSeek-V2's MLA and MoE with
+    the sigmoid router's per-expert selection bias (``e_score_correction_bias`` of
+    topk_method noaux_tc, counted as router_bias), group-limited routing (n_group,
+    topk_group) and num_nextn_predict_layers multi-token-prediction modules."""
+    method = cfg.get("topk_method")
+    if method != "noaux_tc":
+        raise ValueError(f"config key 'topk_method' must be noaux_tc for DeepSeek-V3, "
+                         f"got {show(method)} (its modeling_deepseek.py implements no other)")
+    spec = _hf_deepseek_v2(dict(cfg, topk_method="greedy"))
+    spec["mtp_layers"] = _hf_nonneg_int(cfg, "num_nextn_predict_layers")
+    if spec.get("n_experts"):
+        groups, top = _hf_int(cfg, "n_group"), _hf_int(cfg, "topk_group")
+        if spec["n_experts"] % groups:
+            raise ValueError(f"config key 'n_group' ({groups}) must divide n_routed_experts "
+                             f"({spec['n_experts']}): the experts are routed in equal groups")
+        if top > groups:
+            raise ValueError(f"config key 'topk_group' ({top}) must be at most n_group "
+                             f"({groups})")
+        spec.update(router_bias=True, n_expert_groups=groups, topk_groups=top)
+    return spec
+
+
+def _hf_gpt_oss(cfg) -> dict:
+    """ModelSpec fields of a GPT-OSS config (modeling_gpt_oss.py): biases on every linear
+    layer (attention, experts, router), an attention sink per head, every layer an MoE
+    layer of num_local_experts experts (top num_experts_per_tok), layer_types alternating
+    sliding-window and full attention."""
+    if not _hf_bool(cfg, "attention_bias"):
+        raise ValueError("config key 'attention_bias' must be true for gpt_oss: its experts "
+                         "and router always carry biases, and phaze models biases on all "
+                         "linear layers or on none")
+    layers = _hf_int(cfg, "num_hidden_layers")
+    if cfg.get("layer_types") is None:      # GptOssConfig's default: sliding on even layers
+        mixers = ["sliding" if i % 2 == 0 else "attention" for i in range(layers)]
+    else:
+        mixers = _hf_layer_types(cfg, "layer_types", layers, {
+            "sliding_attention": "sliding", "full_attention": "attention"})
+    return dict(bias=True, attention_sinks=True, router_bias=True,
+                n_experts=_hf_int(cfg, "num_local_experts"),
+                experts_per_token=_hf_int(cfg, "num_experts_per_tok"), **_hf_window(cfg, mixers))
+
+
+def _hf_llama4(cfg) -> dict:
+    """ModelSpec fields of a Llama 4 text config (modeling_llama4.py): the layers of
+    ``moe_layers`` (default every interleave_moe_layer_step-th, from step − 1) have
+    num_local_experts routed experts and one shared expert of intermediate_size and a
+    bias-free router; the others a dense MLP of intermediate_size_mlp. Layers with rotary
+    positions (no_rope_layers 1) use chunked attention over attention_chunk_size tokens;
+    the NoPE layers (every no_rope_layer_interval-th) full attention. The qk norm is a
+    weightless L2 norm (no parameter)."""
+    if _hf_bool(cfg, "attention_bias"):
+        raise ValueError("config key 'attention_bias' must be false for llama4: phaze models "
+                         "Q, K, V and output biases together with MLP biases only")
+    layers = _hf_int(cfg, "num_hidden_layers")
+    step = _hf_int(cfg, "interleave_moe_layer_step")
+    moe = cfg.get("moe_layers")
+    if moe is None:
+        moe = list(range(step - 1, layers, step))
+    if not isinstance(moe, (list, tuple)) or not all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < layers
+            for i in moe):
+        raise ValueError(f"config key 'moe_layers' must list layer indices from 0 to "
+                         f"{layers - 1}, got {show(moe)}")
+    rope = cfg.get("no_rope_layers")
+    if not rope:            # Llama4TextConfig: NoPE on every no_rope_layer_interval-th layer
+        interval = _hf_int(cfg, "no_rope_layer_interval")
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(rope, (list, tuple)) or len(rope) != layers or any(
+            v not in (0, 1) or isinstance(v, float) for v in rope):
+        raise ValueError(f"config key 'no_rope_layers' must hold 0 or 1 for each of the "
+                         f"{layers} layers, got {show(rope)}")
+    chunk = _hf_int(cfg, "attention_chunk_size", allow_none=True)
+    spec = dict(ffn_hidden=_hf_int(cfg, "intermediate_size_mlp"),
+                n_experts=_hf_int(cfg, "num_local_experts"),
+                experts_per_token=_hf_int(cfg, "num_experts_per_tok"),
+                expert_ffn_hidden=_hf_int(cfg, "intermediate_size"), n_shared_experts=1,
+                layer_ffns=["moe" if i in set(moe) else "dense" for i in range(layers)])
+    if chunk:
+        spec.update(layer_mixers=["chunked" if r else "attention" for r in rope],
+                    attention_chunk=chunk)
+    return spec
+
+
+def _hf_nemotron_h(cfg) -> dict:
+    """ModelSpec fields of a Nemotron-H config (modeling_nemotron_h.py): one sublayer per
+    layer after one RMSNorm, named by hybrid_override_pattern (M: Mamba-2 mixer, *:
+    attention without position embedding, -: squared-ReLU MLP); no linear biases, a
+    convolution bias."""
+    for key, want in (("mlp_hidden_act", "relu2"), ("use_bias", False), ("mlp_bias", False),
+                      ("attention_bias", False), ("use_conv_bias", True)):
+        if cfg.get(key) != want:
+            raise ValueError(f"config key {key!r} must be {show(want).lower()} for nemotron_h "
+                             f"(the structure phaze models), got {show(cfg.get(key))}")
+    layers = _hf_int(cfg, "num_hidden_layers")
+    pattern = cfg.get("hybrid_override_pattern")
+    kinds = {"M": ("mamba", "none"), "*": ("attention", "none"), "-": ("none", "dense")}
+    if not isinstance(pattern, str) or len(pattern) != layers or not set(pattern) <= set(kinds):
+        if isinstance(pattern, str) and "E" in pattern:
+            raise ValueError("config key 'hybrid_override_pattern' has MoE layers ('E', "
+                             "Nemotron 3), whose expert keys phaze does not read yet")
+        raise ValueError(f"config key 'hybrid_override_pattern' must hold one of M, *, - for "
+                         f"each of the {layers} layers, got {show(pattern)}")
+    heads = _hf_int(cfg, "num_attention_heads")
+    return dict(n_layers=layers, hidden=_hf_int(cfg, "hidden_size"), heads=heads,
+                kv_heads=_hf_int(cfg, "num_key_value_heads"),
+                head_dim=_hf_int(cfg, "attention_head_dim"),
+                ffn_hidden=_hf_int(cfg, "intermediate_size"), vocab=_hf_int(cfg, "vocab_size"),
+                activation="squared_relu", norm="rmsnorm", position="none", bias=False,
+                causal=True, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
+                layer_mixers=[kinds[c][0] for c in pattern],
+                layer_ffns=[kinds[c][1] for c in pattern],
+                mamba_heads=_hf_int(cfg, "mamba_num_heads"),
+                mamba_head_dim=_hf_int(cfg, "mamba_head_dim"),
+                mamba_state=_hf_int(cfg, "ssm_state_size"), mamba_groups=_hf_int(cfg, "n_groups"),
+                mamba_conv=_hf_int(cfg, "conv_kernel"), mamba_chunk=_hf_int(cfg, "chunk_size"))
+
+
+def _hf_gemma(cfg, mt) -> dict:
+    """ModelSpec fields of a Gemma 2 or Gemma 3 text config (modeling_gemma2/3.py): GeGLU
+    (tanh GELU) MLP, RMSNorm before and after each sublayer, rotary positions, tied
+    embeddings; sliding-window layers by layer_types (default: Gemma 2 every other layer
+    from 0, Gemma 3 all but every sliding_window_pattern-th); Gemma 3 adds per-head q/k
+    RMSNorms. Logit soft-capping and query_pre_attn_scalar add no parameter."""
+    act = cfg["hidden_activation"]
+    if act not in _GELU_NAMES:
+        raise ValueError(f"config key 'hidden_activation' must be a GELU variant (GeGLU) for "
+                         f"{mt}, got {show(act)}")
+    if _hf_bool(cfg, "attention_bias"):
+        raise ValueError(f"config key 'attention_bias' must be false for {mt}: phaze models "
+                         f"Q, K, V and output biases together with MLP biases only")
+    layers = _hf_int(cfg, "num_hidden_layers")
+    kinds = {"sliding_attention": "sliding", "full_attention": "attention"}
+    if cfg.get("layer_types") is not None:
+        mixers = _hf_layer_types(cfg, "layer_types", layers, kinds)
+    elif mt == "gemma2":
+        mixers = ["sliding" if i % 2 == 0 else "attention" for i in range(layers)]
+    else:
+        every = _hf_int(cfg, "sliding_window_pattern")
+        mixers = ["sliding" if (i + 1) % every else "attention" for i in range(layers)]
+    heads = _hf_int(cfg, "num_attention_heads")
+    return dict(n_layers=layers, hidden=_hf_int(cfg, "hidden_size"), heads=heads,
+                kv_heads=_hf_int(cfg, "num_key_value_heads"), head_dim=_hf_int(cfg, "head_dim"),
+                ffn_hidden=_hf_int(cfg, "intermediate_size"), vocab=_hf_int(cfg, "vocab_size"),
+                activation="geglu", norm="rmsnorm", position="rotary", bias=False, causal=True,
+                tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"), sandwich_norm=True,
+                qk_norm=mt == "gemma3_text", **_hf_window(cfg, mixers))
+
+
+def _hf_unwrap_text(raw, mt):
+    """The language model of a multimodal config (llama4, gemma3: its ``text_config``, with
+    the outer tie_word_embeddings and _name_or_path when the inner one has none) and its
+    model type; any other config as it is."""
+    if mt not in _NESTED_TEXT:
+        return raw, mt
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        raise ValueError(f"config key 'text_config' must be an object (the language model of "
+                         f"a {mt} config), got {show(text)}")
+    inner = dict(text)
+    for key in ("tie_word_embeddings", "_name_or_path"):
+        if key in raw and key not in inner:
+            inner[key] = raw[key]
+    want = _NESTED_TEXT[mt]
+    if inner.setdefault("model_type", want) != want:
+        raise ValueError(f"config key 'text_config' must describe a {want} model, got "
+                         f"model_type {show(inner['model_type'])}")
+    return inner, want
+
+
 def read_hf_config(path_or_dict, *, name: str = None, seq_len: int = None,
                    max_seq_len: int) -> dict:
     """The keyword arguments of the ModelSpec that ``phaze.models.from_hf_config``
     builds from ``path_or_dict`` (see its docstring): ``name``, ``seq_len`` (checked
     against ``max_seq_len``, the ModelSpec's limit) and the shape fields."""
     raw = _load_hf(path_or_dict)
-    mt = _hf_model_type(raw)
+    raw, mt = _hf_unwrap_text(raw, _hf_model_type(raw))
     _check_unmodelled(raw, None, mt)
     cfg = dict(_HF_DEFAULTS[mt])
     if mt == "gpt2":
@@ -351,6 +614,9 @@ def read_hf_config(path_or_dict, *, name: str = None, seq_len: int = None,
             if _hf_bool(cfg, "mlp_bias") != bias:
                 raise ValueError("config key 'mlp_bias' must equal attention_bias: phaze models "
                                  "biases on all linear layers or on none")
+        elif mt in ("qwen3", "qwen3_moe") and _hf_bool(cfg, "attention_bias"):
+            raise ValueError(f"config key 'attention_bias' must be false for {mt}: phaze models "
+                             f"Q, K, V and output biases together with MLP biases only")
         heads = _hf_int(cfg, "num_attention_heads")
         kv = _hf_int(cfg, "num_key_value_heads", allow_none=True) or heads
         positions = _hf_int(cfg, "max_position_embeddings")
@@ -364,15 +630,31 @@ def read_hf_config(path_or_dict, *, name: str = None, seq_len: int = None,
             spec["qkv_bias"] = True      # hard-wired in modeling_qwen2*.py: no config key
         if mt in ("llama", "mistral", "mixtral"):
             spec.update(_hf_mixtral_moe(raw, cfg, mt))
-        elif mt == "qwen2_moe":
+        if mt in ("mistral", "mixtral") and cfg.get("sliding_window") is not None:
+            spec.update(_hf_window(cfg, ["sliding"] * spec["n_layers"]))
+        elif mt in ("qwen2_moe", "qwen3_moe"):
             spec.update(_hf_qwen2_moe(cfg))
         elif mt == "deepseek_v2":
             spec.update(_hf_deepseek_v2(cfg))
+        elif mt in ("deepseek_v3", "kimi_k2"):
+            spec.update(_hf_deepseek_v3(cfg))
+        elif mt == "gpt_oss":
+            spec.update(_hf_gpt_oss(cfg))
+        elif mt == "llama4_text":
+            spec.update(_hf_llama4(cfg))
+        if mt in ("qwen3", "qwen3_moe"):
+            spec["qk_norm"] = True       # q_norm, k_norm over each head: no config key
         if "rms_norm_eps" in raw:   # read to reject nonsense; the value does not change the cost
             eps = raw["rms_norm_eps"]
             if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps > 0:
                 raise ValueError(f"config key 'rms_norm_eps' must be a positive number, "
                                  f"got {show(eps)}")
+        original = _hf_rope_scaling(raw)
+        if original is not None:
+            positions = original
+    elif mt in ("nemotron_h", "gemma2", "gemma3_text"):
+        spec = _hf_nemotron_h(cfg) if mt == "nemotron_h" else _hf_gemma(cfg, mt)
+        positions = _hf_int(cfg, "max_position_embeddings")
         original = _hf_rope_scaling(raw)
         if original is not None:
             positions = original

@@ -8,10 +8,11 @@ mixture-of-experts shape (routed and shared experts, top-k, expert widths, the
 dense layers before the first MoE layer and an MoE-every-n pattern) and
 DeepSeek's multi-head latent attention (MLA).
 
-``get(name)`` returns a built-in model, ``names()`` lists them, and
-``from_hf_config(path_or_dict)`` reads a Hugging Face ``config.json`` (GPT-2,
-Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, DeepSeek-V2, OPT, BERT) without
-importing ``transformers`` (the reader is ``phaze/_hf_config.py``).
+``get(name)`` returns a built-in model (the zoo is ``phaze/_zoo.py``), ``names()`` lists
+them, and ``from_hf_config(path_or_dict)`` reads a Hugging Face ``config.json`` (GPT-2,
+Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, DeepSeek-V2, OPT, BERT; DeepSeek-V3, Kimi K2,
+Qwen3, Qwen3-MoE, GPT-OSS, Llama 4, Nemotron-H, Gemma 2 and Gemma 3) without importing
+``transformers`` (the reader is ``phaze/_hf_config.py``).
 
 Parameter count (``ModelSpec.n_params``), every weight and bias once:
 
@@ -44,6 +45,22 @@ layer). The whole token table counts, as in Mistral's "12.9B active" for
 Mixtral-8x7B; DeepSeek's "2.4B activated" for V2-Lite leaves the input table out
 (``n_active_params − vocab·hidden``).
 
+Layers of other kinds (issue 27; ``phaze/_params.py`` counts them): each layer has a
+token mixer and a channel mixer (``ModelSpec.layer_kinds``) and one norm per sublayer
+present (two with ``sandwich_norm``). An attention-type mixer ('attention', 'sliding',
+'chunked') is the attention above plus ``2·head_dim`` q/k-norm weights with ``qk_norm``
+and ``heads`` sink logits with ``attention_sinks``; a Mamba-2 mixer is
+``hidden × (2·d_inner + 2·groups·state + heads)`` in, a depthwise convolution of
+``conv_dim × conv`` weights and ``conv_dim`` biases (``conv_dim = d_inner +
+2·groups·state``), ``dt_bias``, ``A_log`` and ``D`` (``heads`` each), a gated RMSNorm
+(``d_inner``) and ``d_inner × hidden`` out; 'none' is empty. A router with
+``router_bias`` has ``n_experts`` more. A GeGLU MLP has SwiGLU's three matrices.
+``ModelSpec.n_mtp_params`` counts DeepSeek-V3's multi-token-prediction modules apart
+from ``n_params`` (the 671 B its publisher states leaves them out): per module two norms
+and ``2·hidden × hidden`` in, one layer like the model's last, a final norm; the
+embedding and the output head are shared (the checkpoint's copies of them are not
+counted again).
+
 Not modelled (documented differences from the published totals): BERT's
 token-type embeddings (2·hidden), pooler and masked-LM transform
 (≈ hidden² each), and output-layer biases — together < 1 % of BERT-large.
@@ -57,11 +74,19 @@ from dataclasses import dataclass, replace
 
 from . import _config
 from ._hf_config import read_hf_config
+from ._zoo import build_zoo
+from ._params import (ATTENTION_MIXERS, attention_params, block_params, count_params,
+                      embedding_params, expert_params, ffn_params, head_params, layer_params,
+                      mamba_params, mixer_params, mlp_params, moe_params, mtp_module_params)
 from ._validate import nonneg_int, one_of, positive_int, show
 
-ACTIVATIONS = ("gelu", "relu", "swiglu", "squared_relu")
+ACTIVATIONS = ("gelu", "relu", "swiglu", "squared_relu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
+#: Token mixers of a layer (``ModelSpec.layer_mixers``).
+MIXERS = ("attention", "sliding", "chunked", "mamba", "none")
+#: Channel mixers of a layer (``ModelSpec.layer_ffns``).
+FFNS = ("dense", "moe", "none")
 
 
 #: Largest value of each size of a ModelSpec. Far beyond any trained model, they keep
@@ -78,6 +103,15 @@ _MOE_NEUTRAL = {"experts_per_token": 0, "expert_ffn_hidden": None, "n_shared_exp
                 "moe_every": 1}
 #: Multi-head latent attention fields and their values without MLA.
 _MLA_NEUTRAL = {"q_lora_rank": 0, "qk_rope_head_dim": 0, "v_head_dim": None}
+#: Mamba-2 fields: the value stored without a Mamba layer (0) and the default with one
+#: (None: required).
+_MAMBA_FIELDS = {"mamba_heads": None, "mamba_head_dim": None, "mamba_state": None,
+                 "mamba_groups": 1, "mamba_conv": 4, "mamba_chunk": 256}
+
+#: Structures ``phaze.graph`` does not price yet: ``ModelSpec.op_graph_refusal`` refuses a
+#: model that has one, in one sentence, never building a silently different graph. The
+#: graph side removes each name here as it gains the kind (docs/design.md §2.1).
+GRAPH_UNPRICED = ()
 
 
 @dataclass(frozen=True)
@@ -88,7 +122,7 @@ class ModelSpec:
     ``heads``, ``kv_heads`` (grouped-query attention: key/value heads, dividing
     ``heads``), ``ffn_hidden`` (MLP width of the dense layers), ``vocab`` (real,
     unpadded), ``seq_len`` (tokens per sample in training), ``activation``
-    ('gelu' | 'relu' | 'swiglu' | 'squared_relu'), ``norm`` ('layernorm' | 'rmsnorm'),
+    ('gelu' | 'relu' | 'swiglu' | 'squared_relu' | 'geglu'), ``norm`` ('layernorm' | 'rmsnorm'),
     ``position`` ('learned' | 'rotary' | 'none'), ``bias`` (linear layers carry
     biases), ``embed_proj`` (width of the token embedding when it is projected
     to ``hidden``, 0 if not), ``causal`` (decoder) and ``tied_embeddings``.
@@ -122,6 +156,34 @@ class ModelSpec:
     of each query/key head, beside the ``head_dim`` part without position) and
     ``v_head_dim`` (default ``head_dim``). MLA has one key/value head per query head
     (``kv_heads == heads``) and no attention biases.
+
+    Per-layer patterns and the structures of 2025-26 (issue 27; all neutral by default):
+
+    - ``layer_mixers``: each layer's token mixer, one of ``MIXERS``: 'attention' (full,
+      causal in a decoder), 'sliding' (a window of ``sliding_window`` keys, the query's
+      own included: key j visible to query i when i − W < j ≤ i, as HF's
+      ``sliding_window``), 'chunked' (Llama 4: causal inside aligned chunks of
+      ``attention_chunk`` tokens), 'mamba' (a Mamba-2 mixer) or 'none' (Nemotron-H's
+      MLP-only layers). None: every layer 'attention'; a list is stored as a tuple.
+    - ``layer_ffns``: each layer's channel mixer, one of ``FFNS`` ('dense', 'moe',
+      'none'); None: the ``first_dense_layers`` / ``moe_every`` rule. Given, it decides
+      ``moe_layer_ids`` (those two fields stay at their defaults); 'moe' layers exactly
+      when ``n_experts > 0``; no layer is 'none' in both.
+    - ``attention_sinks`` (GPT-OSS: a learned sink logit per query head in every attention
+      layer), ``qk_norm`` (an RMSNorm with weights over each query and key head, Qwen3 and
+      Gemma 3; Llama 4's weightless L2 norm is ``qk_norm=False``), ``sandwich_norm``
+      (Gemma 2/3: a norm after each sublayer as well as before).
+    - ``router_bias``: every MoE router also has ``n_experts`` parameters (GPT-OSS's router
+      bias; DeepSeek-V3's ``e_score_correction_bias``, which steers selection only);
+      ``n_expert_groups`` / ``topk_groups``: DeepSeek-V3's group-limited routing (HF
+      ``n_group`` / ``topk_group``, parameter-free).
+    - Mamba-2 (all 0 without a 'mamba' layer): ``mamba_heads``, ``mamba_head_dim``
+      (``mamba_inner = heads·head_dim``), ``mamba_state`` (HF ``ssm_state_size``),
+      ``mamba_groups`` (HF ``n_groups``, default 1), ``mamba_conv`` (HF ``conv_kernel``,
+      default 4) and ``mamba_chunk`` (HF ``chunk_size``, default 256).
+    - ``mtp_layers``: DeepSeek-V3's multi-token-prediction depth (HF
+      ``num_nextn_predict_layers``), counted in ``n_mtp_params``, not ``n_params``.
+    - ``activation`` 'geglu' (Gemma): gated like SwiGLU with a tanh-GELU.
     """
 
     name: str
@@ -157,6 +219,24 @@ class ModelSpec:
     q_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = None
+    # -- per-layer patterns and the structures of 2025-26 (issue 27) --
+    layer_mixers: tuple = None
+    layer_ffns: tuple = None
+    sliding_window: int = 0
+    attention_chunk: int = 0
+    attention_sinks: bool = False
+    qk_norm: bool = False
+    sandwich_norm: bool = False
+    router_bias: bool = False
+    n_expert_groups: int = 1
+    topk_groups: int = 1
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state: int = 0
+    mamba_groups: int = None
+    mamba_conv: int = None
+    mamba_chunk: int = None
+    mtp_layers: int = 0
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -171,7 +251,8 @@ class ModelSpec:
         if self.qkv_bias is None:
             set_(self, "qkv_bias", self.bias)
         for f in ("bias", "causal", "tied_embeddings", "final_norm", "qkv_bias",
-                  "shared_expert_gate"):
+                  "shared_expert_gate", "attention_sinks", "qk_norm", "sandwich_norm",
+                  "router_bias"):
             v = getattr(self, f)
             if not isinstance(v, bool):
                 raise ValueError(f"{f} must be True or False, got {v!r}")
@@ -192,20 +273,120 @@ class ModelSpec:
         if self.position == "learned" and self.max_positions < self.seq_len:
             raise ValueError(f"max_positions ({self.max_positions}) must be >= seq_len "
                              f"({self.seq_len}) with learned positions")
+        self._check_patterns()
         self._check_moe()
         self._check_mla()
+        self._check_windows()
+        self._check_mamba()
+        set_(self, "mtp_layers", nonneg_int("mtp_layers", self.mtp_layers,
+                                            MODEL_LIMITS["n_layers"]))
+        if self.mtp_layers and not self.causal:
+            raise ValueError(f"mtp_layers ({self.mtp_layers}) needs a decoder (causal=True): "
+                             f"multi-token prediction predicts the next tokens")
         # Cached parameter counts: attributes, not fields (frozen dataclasses allow it).
-        set_(self, "_n_params", _count_params(self))
-        unrouted = len(self.moe_layer_ids) * (self.n_experts - self.experts_per_token)
-        set_(self, "_n_active_params", self._n_params - unrouted * expert_params(self))
+        total, active, mtp = count_params(self)
+        set_(self, "_n_params", total)
+        set_(self, "_n_active_params", active)
+        set_(self, "_n_mtp_params", mtp)
+
+    def _check_patterns(self):
+        """layer_mixers and layer_ffns: None or one known name per layer (stored as a
+        tuple; the default pattern stored as None, so that equal models compare equal)."""
+        set_ = object.__setattr__
+        for f, allowed in (("layer_mixers", MIXERS), ("layer_ffns", FFNS)):
+            v = getattr(self, f)
+            if v is None:
+                continue
+            if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
+                raise ValueError(f"{f} must be None or a list of {self.n_layers} names from "
+                                 f"{', '.join(allowed)}, got {show(v)}")
+            if len(v) != self.n_layers:
+                raise ValueError(f"{f} must name one kind per layer ({self.n_layers}), "
+                                 f"got {len(v)}")
+            for i, kind in enumerate(v):
+                if kind not in allowed:
+                    raise ValueError(f"{f}[{i}] must be one of {', '.join(allowed)}, "
+                                     f"got {show(kind)}")
+            set_(self, f, tuple(v))
+        if self.layer_mixers is not None and all(k == "attention" for k in self.layer_mixers):
+            set_(self, "layer_mixers", None)
+
+    def _check_ffn_pattern(self):
+        """layer_ffns against the experts (n_experts validated): 'moe' layers exactly when
+        n_experts > 0, first_dense_layers and moe_every at their defaults."""
+        if self.layer_ffns is None:
+            return
+        has_moe = "moe" in self.layer_ffns
+        if has_moe and not self.n_experts:
+            raise ValueError("layer_ffns names an 'moe' layer but n_experts is 0; give the "
+                             "experts (n_experts > 0) or make the layer 'dense'")
+        if self.n_experts and not has_moe:
+            raise ValueError(f"layer_ffns has no 'moe' layer but n_experts is "
+                             f"{self.n_experts}; use n_experts = 0 for a dense model")
+        default = "moe" if self.n_experts else "dense"
+        if all(k == default for k in self.layer_ffns):
+            object.__setattr__(self, "layer_ffns", None)
+
+    def _check_windows(self):
+        """sliding_window and attention_chunk: > 0 exactly when some layer uses them;
+        attention sinks and q/k norms need an attention layer."""
+        set_ = object.__setattr__
+        mixers = set(self.mixers)
+        for f, kind in (("sliding_window", "sliding"), ("attention_chunk", "chunked")):
+            v = nonneg_int(f, getattr(self, f), MODEL_LIMITS["seq_len"])
+            set_(self, f, v)
+            if kind in mixers and not v:
+                raise ValueError(f"{f} must be a positive number of tokens when a layer's "
+                                 f"mixer is '{kind}', got 0")
+            if v and kind not in mixers:
+                raise ValueError(f"{f} must be 0 when no layer's mixer is '{kind}', "
+                                 f"got {show(v)}")
+        if not mixers & set(ATTENTION_MIXERS):
+            for f in ("attention_sinks", "qk_norm"):
+                if getattr(self, f):
+                    raise ValueError(f"{f} needs an attention layer (mixer attention, "
+                                     f"sliding or chunked); layer_mixers has none")
+        if self.mixers.count("none") and any(
+                k == ("none", "none") for k in self.layer_kinds):
+            i = self.layer_kinds.index(("none", "none"))
+            raise ValueError(f"layer {i} has neither a token mixer nor a channel mixer "
+                             f"(layer_mixers and layer_ffns both 'none')")
+
+    def _check_mamba(self):
+        """The six Mamba-2 sizes: required (> 0; groups, conv and chunk with defaults 1, 4
+        and 256) when a layer's mixer is 'mamba', all 0 otherwise."""
+        set_ = object.__setattr__
+        if not self.has_mamba:
+            for f in _MAMBA_FIELDS:
+                v = getattr(self, f)
+                if v is not None and v != 0:
+                    raise ValueError(f"{f} must be 0 when no layer's mixer is 'mamba', "
+                                     f"got {show(v)}")
+                set_(self, f, 0)
+            return
+        for f, default in _MAMBA_FIELDS.items():
+            v = getattr(self, f)
+            if v is None and default is not None:
+                v = default
+            set_(self, f, positive_int(f, v, MODEL_LIMITS["hidden"]))
+        if self.mamba_heads % self.mamba_groups:
+            raise ValueError(f"mamba_groups must divide mamba_heads ({self.mamba_heads}), "
+                             f"got {self.mamba_groups}")
 
     def _check_moe(self):
         set_ = object.__setattr__
         set_(self, "n_experts", nonneg_int("n_experts", self.n_experts, MODEL_LIMITS["n_experts"]))
+        if self.layer_ffns is not None:
+            for f in ("first_dense_layers", "moe_every"):
+                if getattr(self, f) != _MOE_NEUTRAL[f]:
+                    raise ValueError(f"{f} must stay {_MOE_NEUTRAL[f]} when layer_ffns gives "
+                                     f"each layer's channel mixer, got {show(getattr(self, f))}")
+        self._check_ffn_pattern()
         if self.n_experts == 0:
             # A dense model: every MoE field keeps its neutral value, so that a stray top-k
             # or expert width never hides in a spec whose count ignores it.
-            for f, neutral in _MOE_NEUTRAL.items():
+            for f, neutral in dict(_MOE_NEUTRAL, router_bias=False, n_expert_groups=1,
+                                   topk_groups=1).items():
                 v = getattr(self, f)
                 if (v is None) != (neutral is None) or v != neutral:
                     raise ValueError(f"{f} must be {neutral!r} without experts (n_experts = 0), "
@@ -230,6 +411,18 @@ class ModelSpec:
         set_(self, "moe_every", positive_int("moe_every", self.moe_every, MODEL_LIMITS["n_layers"]))
         set_(self, "first_dense_layers", nonneg_int("first_dense_layers", self.first_dense_layers,
                                                     MODEL_LIMITS["n_layers"]))
+        set_(self, "n_expert_groups", positive_int("n_expert_groups", self.n_expert_groups,
+                                                   self.n_experts))
+        if self.n_experts % self.n_expert_groups:
+            raise ValueError(f"n_expert_groups must divide n_experts ({self.n_experts}), "
+                             f"got {self.n_expert_groups}")
+        set_(self, "topk_groups", positive_int("topk_groups", self.topk_groups,
+                                               self.n_expert_groups))
+        reach = self.topk_groups * (self.n_experts // self.n_expert_groups)
+        if self.experts_per_token > reach:
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) must be at most the "
+                             f"{reach} experts of the topk_groups ({self.topk_groups}) groups "
+                             f"a token may be sent to")
         if not self.moe_layer_ids:  # n_experts > 0 here
             raise ValueError(f"first_dense_layers ({self.first_dense_layers}) and moe_every "
                              f"({self.moe_every}) leave no MoE layer among the {self.n_layers} "
@@ -282,27 +475,93 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
+    def n_mtp_params(self) -> int:
+        """Parameters of the ``mtp_layers`` multi-token-prediction modules (0 without):
+        each enorm, hnorm, eh_proj, one layer like the last and a final norm; the
+        embedding and output head are shared with the main model."""
+        return self._n_mtp_params
+
+    @property
     def moe_layer_ids(self) -> tuple:
-        """Indices (from 0) of the MoE layers; empty for a dense model."""
+        """Indices (from 0) of the MoE layers; empty for a dense model. ``layer_ffns``'
+        'moe' layers when given, else layer ``i >= first_dense_layers`` with
+        ``i % moe_every == 0``."""
         if not self.n_experts:
             return ()
+        if self.layer_ffns is not None:
+            return tuple(i for i, k in enumerate(self.layer_ffns) if k == "moe")
         return tuple(i for i in range(self.first_dense_layers, self.n_layers)
                      if i % self.moe_every == 0)
 
     @property
-    def layer_kinds(self) -> tuple:
-        """(token mixer, channel mixer) of each layer: ("attention", "moe") for the MoE
-        layers, ("attention", "dense") for the others."""
+    def mixers(self) -> tuple:
+        """The token mixer of each layer (``MIXERS``): ``layer_mixers``, or every layer
+        'attention'."""
+        if self.layer_mixers is not None:
+            return self.layer_mixers
+        return ("attention",) * self.n_layers
+
+    @property
+    def ffns(self) -> tuple:
+        """The channel mixer of each layer (``FFNS``): ``layer_ffns``, or 'moe' on
+        :attr:`moe_layer_ids` and 'dense' elsewhere."""
+        if self.layer_ffns is not None:
+            return self.layer_ffns
         moe = set(self.moe_layer_ids)
-        return tuple(("attention", "moe" if i in moe else "dense") for i in range(self.n_layers))
+        return tuple("moe" if i in moe else "dense" for i in range(self.n_layers))
+
+    @property
+    def layer_kinds(self) -> tuple:
+        """``(mixer, ffn)`` of each layer, in order."""
+        return tuple(zip(self.mixers, self.ffns))
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when some layer's token mixer is not full attention (sliding-window,
+        chunked, Mamba-2 or none)."""
+        return self.layer_mixers is not None
+
+    @property
+    def has_mamba(self) -> bool:
+        """True when some layer's token mixer is a Mamba-2 mixer."""
+        return self.layer_mixers is not None and "mamba" in self.layer_mixers
+
+    @property
+    def mamba_inner(self) -> int:
+        """Mamba-2 inner width ``mamba_heads · mamba_head_dim`` (0 without Mamba)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the Mamba-2 convolution: ``mamba_inner + 2·mamba_groups·mamba_state``
+        (x, B and C; 0 without Mamba)."""
+        return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state
+
+    @property
+    def structures(self) -> tuple:
+        """The structures of issue 27 this model uses, by the names of
+        :data:`GRAPH_UNPRICED` (empty for a model of the earlier kinds)."""
+        mixers, ffns = set(self.mixers), set(self.ffns)
+        used = [k for k in ("sliding", "chunked", "mamba") if k in mixers]
+        used += ["mixer none"] if "none" in mixers else []
+        used += ["ffn none"] if "none" in ffns else []
+        used += [k for k, on in (("attention sinks", self.attention_sinks),
+                                 ("qk_norm", self.qk_norm), ("sandwich_norm", self.sandwich_norm),
+                                 ("router_bias", self.router_bias),
+                                 ("mtp", self.mtp_layers > 0),
+                                 ("geglu", self.activation == "geglu")) if on]
+        return tuple(used)
 
     @property
     def op_graph_refusal(self) -> str:
         """Why ``phaze.graph.build_layers`` cannot build this model's operator graphs, in
-        one sentence naming the key; '' when it can (every ModelSpec today: dense,
-        mixture-of-experts and multi-head latent attention blocks are all built). Kept as
-        the one place a future unmodelled structure is refused, never built as a silently
-        different model."""
+        one sentence naming the layer kind; '' when it can (dense, mixture-of-experts and
+        multi-head latent attention blocks are all built; group-limited routing is
+        parameter-free and priced as plain top-k). A structure in
+        :data:`GRAPH_UNPRICED` is refused, never built as a silently different model."""
+        for kind in self.structures:
+            if kind in GRAPH_UNPRICED:
+                return f"layer kind {kind} ({self.name}) is not priced yet"
         return ""
 
     @property
@@ -319,9 +578,12 @@ class ModelSpec:
         return self.embed_proj or self.hidden
 
     def valid_tensor_parallel(self, t: int) -> bool:
-        """True when tensor-parallel width ``t`` divides both ``heads`` and ``kv_heads``."""
+        """True when tensor-parallel width ``t`` divides ``heads`` and ``kv_heads`` (and a Mamba-2
+        model's ``mamba_heads`` and ``mamba_groups``: Megatron-Core splits them over t)."""
         return (isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 1
-                and self.heads % t == 0 and self.kv_heads % t == 0)
+                and self.heads % t == 0 and self.kv_heads % t == 0
+                and (not self.has_mamba
+                     or (self.mamba_heads % t == 0 and self.mamba_groups % t == 0)))
 
     def padded_vocab(self, t: int = 1) -> int:
         """Vocabulary padded to a multiple of VOCAB_PAD_MULTIPLE·t, as Megatron-LM does."""
@@ -347,246 +609,11 @@ class ModelSpec:
         return replace(self, **changes)
 
 
-def _norm_params(m: ModelSpec, width: int = None) -> int:
-    """Weights of one norm over ``width`` (default ``hidden``) features: a LayerNorm has
-    a weight and a bias, an RMSNorm a weight only."""
-    width = m.hidden if width is None else width
-    return 2 * width if m.norm == "layernorm" else width
-
-
-def attention_params(m: ModelSpec) -> int:
-    """Parameters of one block's attention: projections and their biases (and, with
-    multi-head latent attention, the norms of the latents)."""
-    h, hd, a = m.hidden, m.head_dim, m.heads
-    if m.uses_mla:
-        # DeepSeek-V2 (modeling_deepseek.py): q_a_proj, q_a_layernorm, q_b_proj (or q_proj),
-        # kv_a_proj_with_mqa (latent + the shared rotary key), kv_a_layernorm, kv_b_proj
-        # (keys without position and values of every head), o_proj; no biases.
-        qk = a * (hd + m.qk_rope_head_dim)
-        if m.q_lora_rank:
-            n = h * m.q_lora_rank + _norm_params(m, m.q_lora_rank) + m.q_lora_rank * qk
-        else:
-            n = h * qk
-        n += h * (m.kv_lora_rank + m.qk_rope_head_dim) + _norm_params(m, m.kv_lora_rank)
-        n += m.kv_lora_rank * a * (hd + m.v_head_dim)
-        return n + a * m.v_head_dim * h
-    q, kv = a * hd, m.kv_heads * hd
-    n = h * q + 2 * h * kv + q * h
-    if m.qkv_bias:
-        n += q + 2 * kv                                          # Q, K, V biases
-    if m.bias:
-        n += h                                                   # output bias
-    return n
-
-
-def mlp_params(m: ModelSpec, width: int = None) -> int:
-    """Parameters of one MLP of ``width`` (default ``ffn_hidden``): two matrices (three
-    with SwiGLU) and, with ``bias``, their biases. A routed or shared expert is one."""
-    h, f = m.hidden, m.ffn_hidden if width is None else width
-    n = 3 * h * f if m.activation == "swiglu" else 2 * h * f
-    if m.bias:
-        n += (2 * f if m.activation == "swiglu" else f) + h
-    return n
-
-
-def expert_params(m: ModelSpec) -> int:
-    """Parameters of one routed expert (0 for a dense model)."""
-    return mlp_params(m, m.expert_ffn_hidden) if m.is_moe else 0
-
-
-def moe_params(m: ModelSpec) -> int:
-    """Parameters of one MoE layer's MLP part: routed experts, shared experts, the router
-    (``hidden × n_experts``, no bias) and a shared-expert gate (``hidden × 1``)."""
-    if not m.is_moe:
-        raise ValueError(f"{m.name} has no MoE layers (n_experts = 0)")
-    n = m.n_experts * expert_params(m) + m.n_experts * m.hidden
-    if m.n_shared_experts:
-        n += m.n_shared_experts * mlp_params(m, m.shared_ffn_hidden)
-    if m.shared_expert_gate:
-        n += m.hidden
-    return n
-
-
-def block_params(m: ModelSpec, *, moe: bool = None) -> int:
-    """Parameters of one transformer block: attention, two norms and the MLP — the dense
-    MLP, or with ``moe=True`` the MoE layer (default: MoE for a mixture-of-experts model,
-    whose dense layers are ``block_params(m, moe=False)``)."""
-    if moe is None:
-        moe = m.is_moe
-    return attention_params(m) + 2 * _norm_params(m) + (moe_params(m) if moe else mlp_params(m))
-
-
-def embedding_params(m: ModelSpec) -> int:
-    """Parameters of the input side: token table, positions, input projection."""
-    e = m.embed_width
-    n = m.vocab * e
-    if m.position == "learned":
-        n += m.max_positions * m.hidden
-    if m.embed_proj:
-        n += e * m.hidden
-    return n
-
-
-def head_params(m: ModelSpec, *, count_tied: bool = False) -> int:
-    """Parameters of the output side: final norm, output projection, logits weights.
-
-    With tied embeddings the logits weights are the token table, counted once in
-    :func:`embedding_params`; ``count_tied=True`` counts the head's copy as well.
-    """
-    n = _norm_params(m) if m.final_norm else 0
-    if m.embed_proj:
-        n += m.hidden * m.embed_width
-    if not m.tied_embeddings or count_tied:
-        n += m.vocab * m.embed_width
-    return n
-
-
-def _count_params(m: ModelSpec) -> int:
-    n_moe = len(m.moe_layer_ids)
-    blocks = (m.n_layers - n_moe) * block_params(m, moe=False)
-    if n_moe:
-        blocks += n_moe * block_params(m, moe=True)
-    return embedding_params(m) + blocks + head_params(m)
-
-
 # ---------------------------------------------------------------------------
 # the zoo
 # ---------------------------------------------------------------------------
 
-def _megatron(name, layers, hidden, heads, *, seq_len=2048, causal=True, vocab=51200):
-    # Megatron-LM GPT/BERT: FFN 4h, GELU, LayerNorm (pre-LN with a final norm),
-    # learned positions, biases, tied input/output embeddings.
-    return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=heads,
-                     ffn_hidden=4 * hidden, vocab=vocab, seq_len=seq_len, activation="gelu",
-                     norm="layernorm", position="learned", bias=True, causal=causal,
-                     tied_embeddings=True)
-
-
-def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, **extra):
-    # Llama-family decoder: SwiGLU, RMSNorm (with a final norm), rotary positions, no biases,
-    # untied output layer — Llama 2/3, Mistral, Mixtral, Qwen2, DeepSeek-V2 all share it.
-    return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                     ffn_hidden=ffn, vocab=vocab, seq_len=seq_len, activation="swiglu",
-                     norm="rmsnorm", position="rotary", bias=False, causal=True,
-                     tied_embeddings=False, **extra)
-
-
-def _nemotron(name, layers, hidden, heads, kv_heads, ffn):
-    # NVIDIA Nemotron-3 / Nemotron-4 as NeMo trains them (NemotronConfig): a non-gated MLP
-    # with squared ReLU, LayerNorm ("layernorm1p", zero-centred gamma: a weight and a bias
-    # each), rotary positions on half of each head (rotary_percent 0.5, no weight), no
-    # biases, untied output layer, the 256,000-token vocabulary, 4,096-token sequences.
-    return ModelSpec(name=name, n_layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                     ffn_hidden=ffn, vocab=256000, seq_len=4096, activation="squared_relu",
-                     norm="layernorm", position="rotary", bias=False, causal=True,
-                     tied_embeddings=False)
-
-
-def _build_zoo() -> dict:
-    zoo = [
-        # bert-large-uncased: 24 × 1024, 16 heads, FFN 4096, vocab 30522, 512 positions.
-        ModelSpec(name="bert-large", n_layers=24, hidden=1024, heads=16, kv_heads=16,
-                  ffn_hidden=4096, vocab=30522, seq_len=512, activation="gelu", norm="layernorm",
-                  position="learned", bias=True, causal=False, tied_embeddings=True),
-        # gpt2-xl: 48 × 1600, 25 heads, n_inner 4·1600, vocab 50257, 1024 positions.
-        ModelSpec(name="gpt2-xl", n_layers=48, hidden=1600, heads=25, kv_heads=25,
-                  ffn_hidden=6400, vocab=50257, seq_len=1024, activation="gelu", norm="layernorm",
-                  position="learned", bias=True, causal=True, tied_embeddings=True),
-        # facebook/opt-350m: 24 × 1024, 16 heads, FFN 4096, ReLU, vocab 50272, 512-wide token
-        # embedding projected in and out, post-LN (no final norm), 2048 positions + OPT's offset 2.
-        ModelSpec(name="opt-350m", n_layers=24, hidden=1024, heads=16, kv_heads=16,
-                  ffn_hidden=4096, vocab=50272, seq_len=2048, activation="relu", norm="layernorm",
-                  position="learned", bias=True, embed_proj=512, causal=True,
-                  tied_embeddings=True, max_positions=2050, final_norm=False),
-        # meta-llama/Llama-2-7b-hf: 32 × 4096, 32 heads, SwiGLU 11008, RMSNorm, rotary, no biases,
-        # untied output layer, vocab 32000.
-        _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
-        # Llama 3 (meta-llama/Meta-Llama-3-8B and -70B config.json; "The Llama 3 Herd of
-        # Models", arXiv:2407.21783, Table 3): GQA with 8 K/V heads, vocab 128,256. Sequence:
-        # the 8,192-token pre-training context (Llama 3 model card, §3.4.1 of the paper).
-        # 8,030,261,248 and 70,553,706,496 parameters (the checkpoints' safetensors totals).
-        _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
-        _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
-        # meta-llama/Llama-3.1-405B config.json: 126 × 16384, 128 heads, 8 K/V heads, FFN
-        # 53,248; rope_scaling "llama3" (factor 8) stretches positions to 131,072 but adds no
-        # weight. Sequence: 8,192, the pre-training length before the long-context stage
-        # (arXiv:2407.21783 §3.4.1-3.4.2; original_max_position_embeddings in the config).
-        # 405,853,388,800 parameters (the checkpoint's safetensors total).
-        _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
-        # Qwen/Qwen2-7B config.json: 28 × 3584, 28 heads, 4 K/V heads, FFN 18,944, vocab
-        # 152,064, biases on Q, K, V only (modeling_qwen2.py). Sequence: 4,096, the pre-training
-        # length before the final 32,768-token stage (Qwen2 report, arXiv:2407.10671 §3.2).
-        # 7,615,616,512 parameters (the checkpoint's safetensors total).
-        _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064, 4096, qkv_bias=True),
-        # mistralai/Mixtral-8x7B-v0.1 config.json: Mistral-7B's shape with every MLP replaced by
-        # 8 SwiGLU experts of width 14,336, top-2 routing ("Mixtral of Experts",
-        # arXiv:2401.04088, Table 1). Sequence: 32,768, the context it was pre-trained with
-        # (arXiv:2401.04088 §2). 46,702,792,704 parameters, 12,879,925,248 active per token.
-        _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768,
-               n_experts=8, experts_per_token=2),
-        # mistralai/Mixtral-8x22B-v0.1 config.json: 56 × 6144, 48 heads, 8 K/V heads, 8 experts
-        # of width 16,384, top-2, vocab 32,768. Sequence: 65,536, the context window of the
-        # release (mistral.ai/news/mixtral-8x22b; no separate pre-training length is
-        # published). 140,630,071,296 parameters (the checkpoint's total), 39,161,468,928 active.
-        _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 65536,
-               n_experts=8, experts_per_token=2),
-        # deepseek-ai/DeepSeek-V2-Lite config.json (DeepSeek-V2 report, arXiv:2405.04434,
-        # Appendix B): 27 × 2048, 16 heads with multi-head latent attention (kv_lora_rank 512,
-        # no query compression, 128 + 64 rotary query/key dims, 128 value dims); the first
-        # layer dense (FFN 10,944), the other 26 fine-grained MoE: 64 routed experts of width
-        # 1,408, top-6, and 2 shared experts; vocab 102,400. Sequence: 4,096, the pre-training
-        # length before YaRN extends it to 32K (original_max_position_embeddings in the config).
-        # 15,706,484,224 parameters (the checkpoint's total); 2,661,150,208 active per token,
-        # 2.45 B without the input table (the report's "2.4B activated").
-        _llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 4096,
-               n_experts=64, experts_per_token=6, expert_ffn_hidden=1408, n_shared_experts=2,
-               first_dense_layers=1, kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128),
-        _megatron("megatron-bert", 24, 1024, 16, seq_len=512, causal=False),
-        _megatron("megatron-gpt2-54", 54, 1920, 20, seq_len=1024),
-        _megatron("megatron-gpt2-72", 72, 3072, 24, seq_len=1024),
-        _megatron("gpt3-175b", 96, 12288, 96),
-        _megatron("megatron-1.7b", 24, 2304, 24),
-        _megatron("megatron-3.6b", 30, 3072, 32),
-        _megatron("megatron-7.5b", 36, 4096, 32),
-        _megatron("megatron-18.4b", 40, 6144, 48),
-        _megatron("megatron-39.1b", 48, 8192, 64),
-        _megatron("megatron-76.1b", 60, 10240, 80),
-        _megatron("megatron-145.6b", 80, 12288, 96),
-        _megatron("megatron-310.1b", 96, 16384, 128),
-        _megatron("megatron-529.6b", 105, 20480, 128),
-        _megatron("megatron-1t", 128, 25600, 160),
-        # -- the dense models of the published NeMo runs (issue 25; sources in
-        # docs/fidelity-sources.md, "Zoo models for the modern runs") --
-        # GPT-3 5B and 20B as NeMo trains them (NeMo GPTConfig5B / GPTConfig20B;
-        # NeMo-Framework-Launcher conf/training/gpt3/5b.yaml, 20b.yaml): FFN 4h, GELU,
-        # LayerNorm, learned positions (2,048), biases, tied embeddings, the GPT-2 BPE
-        # vocabulary of 50,257 (GPT2BPETokenizer; Megatron pads it to 128·t).
-        # 5,047,365,632 and 20,256,221,184 parameters.
-        _megatron("gpt3-5b", 24, 4096, 32, vocab=50257),
-        _megatron("gpt3-20b", 44, 6144, 48, vocab=50257),
-        # meta-llama/Llama-2-13b-hf and Llama-2-70b-hf config.json (Llama 2 paper,
-        # arXiv:2307.09288, Table 1: 4k context, GQA for 70B): 13,015,864,320 and
-        # 68,976,648,192 parameters (transformers' num_parameters()).
-        _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
-        _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
-        # Nemotron-4 15B (arXiv:2402.16819, Table 1: 32 × 6144, 48 heads, 8 K/V heads; "3.2
-        # billion embedding and 12.5 billion non-embedding parameters") and 340B
-        # (arXiv:2406.11704: 96 × 18432, 96 heads, 8 K/V heads, FFN 73,728; "9.4 billion
-        # embedding and 331.6 billion non-embedding parameters"); NeMo Nemotron4Config15B /
-        # Nemotron4Config340B. 15,628,775,424 and 341,029,195,776 parameters.
-        _nemotron("nemotron4-15b", 32, 6144, 48, 8, 24576),
-        _nemotron("nemotron4-340b", 96, 18432, 96, 8, 73728),
-        # Nemotron-3 8B and 22B (NeMo Nemotron3Config8B / Nemotron3Config22B; launcher
-        # conf/training/nemotron/nemotron_8b.yaml, nemotron_22b.yaml): multi-head attention,
-        # 32 × 4096 (FFN 16,384) and 40 × 6144 (FFN 24,576). 8,540,135,424 and
-        # 21,266,116,608 parameters (the "8B" label is 6.3 % under the count).
-        _nemotron("nemotron-8b", 32, 4096, 32, 32, 16384),
-        _nemotron("nemotron-22b", 40, 6144, 48, 48, 24576),
-    ]
-    return {m.name: m for m in zoo}
-
-
-_ZOO = _build_zoo()
+_ZOO = {m.name: m for m in build_zoo(ModelSpec)}
 
 
 def _graph_pending(m: ModelSpec) -> bool:
@@ -635,9 +662,15 @@ def resolve(model) -> ModelSpec:
 def from_hf_config(path_or_dict, *, name: str = None, seq_len: int = None) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` (path, directory or dict).
 
-    Understands GPT-2, Llama (with ``rope_scaling``), Mistral, Mixtral, Qwen2,
-    Qwen2-MoE, DeepSeek-V2 (multi-head latent attention and its MoE), OPT and BERT
-    configs (``model_type``, or guessed from GPT-2/OPT/Llama/BERT-specific keys).
+    Understands GPT-2, Llama (with ``rope_scaling``), Mistral, Mixtral (their
+    ``sliding_window`` as sliding-window layers), Qwen2, Qwen2-MoE, DeepSeek-V2
+    (multi-head latent attention and its MoE), DeepSeek-V3 and Kimi K2 (its router bias,
+    group-limited routing and ``num_nextn_predict_layers``), Qwen3 and Qwen3-MoE (q/k
+    norms), GPT-OSS (``layer_types``, sinks, biases), Llama 4 (chunked attention, MoE
+    interleave; ``text_config`` of a multimodal config), Nemotron-H
+    (``hybrid_override_pattern``), Gemma 2 and Gemma 3 (GeGLU, sandwich norms, sliding
+    layers), OPT and BERT configs (``model_type``, or guessed from
+    GPT-2/OPT/Llama/BERT-specific keys).
     Absent keys take the library's documented defaults; unrelated keys are ignored;
     a present key whose value phaze cannot model raises ``ValueError`` naming the
     key, and so does a key that changes the model in a way phaze does not model
@@ -670,6 +703,8 @@ def gemm_flops_per_sample(m: ModelSpec) -> float:
     return 72.0 * s * L * h * h * (1 + s / (6.0 * h) + V / (12.0 * h * L))
 
 
-__all__ = ["ModelSpec", "ACTIVATIONS", "NORMS", "POSITIONS", "get", "names", "from_hf_config",
-           "block_params", "attention_params", "mlp_params", "expert_params", "moe_params",
-           "embedding_params", "head_params", "gemm_flops_per_sample"]
+__all__ = ["ModelSpec", "ACTIVATIONS", "NORMS", "POSITIONS", "MIXERS", "FFNS", "GRAPH_UNPRICED",
+           "get", "names", "from_hf_config", "block_params", "attention_params", "mlp_params",
+           "expert_params", "moe_params", "embedding_params", "head_params", "mamba_params",
+           "mixer_params", "ffn_params", "layer_params", "mtp_module_params",
+           "gemm_flops_per_sample"]

@@ -118,7 +118,7 @@ def test_no_module_reaches_into_another_packages_private_names():
             if _owner(mod) == _owner(name):
                 continue       # inside one package (or phaze's own top-level helpers below)
             if len(target_parts) == 2 and target_parts[1] in (
-                    "_config", "_validate", "_threads", "_cache", "_hf_config"):
+                    "_config", "_validate", "_threads", "_cache", "_hf_config", "_params", "_zoo"):
                 continue       # the package-wide helpers, private to phaze as a whole
             if mod == "phaze._collectives" and name == "phaze.collectives":
                 continue       # the compiled core of phaze.collectives (its Python face)

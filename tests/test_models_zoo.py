@@ -136,10 +136,13 @@ def test_hf_deepseek_v2_query_compression_and_dense():
     ("lite", {"kv_lora_rank": None}, "kv_lora_rank"),
     ("lite", {"first_k_dense_replace": 27}, "first_dense_layers"),
     ("lite", {"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
-    ("lite", {"model_type": "deepseek_v3"}, "model_type"),
+    # Issue 27: deepseek_v3 is read, and its reader refuses DeepSeek-V2's greedy router.
+    ("lite", {"model_type": "deepseek_v3"}, "topk_method"),
+    ("lite", {"model_type": "deepseek_v4"}, "model_type"),
     ("mixtral", {"num_local_experts": -8}, "num_local_experts"),
     ("mixtral", {"num_experts_per_tok": 9}, "experts_per_token"),
-    ("mixtral", {"sliding_window": 4096}, "sliding_window"),
+    # Issue 27: Mixtral's window is read as sliding layers; Qwen2-MoE's is not modelled.
+    ("qwen15", {"use_sliding_window": True, "sliding_window": 4096}, "sliding_window"),
 ])
 def test_hf_moe_configs_not_modelled_are_one_sentence_naming_the_key(base, changes, key):
     cfg = {"qwen15": QWEN15_MOE, "lite": json.loads((HF / "deepseek-v2-lite.json").read_text()),

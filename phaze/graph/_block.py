@@ -70,7 +70,7 @@ def attention_forward(f: Ops, sh: Shape) -> str:
                    extra_in=width * B if m.qkv_bias else 0)
         q_out, k_out, v_out = "q_proj", "k_proj", "v_proj"
     q_src = k_src = None
-    if getattr(m, "qk_norm", False):
+    if m.qk_norm:
         # Per-head RMSNorm of the queries and keys (Qwen3, Gemma 3): one pass over Q and K.
         qk = T * (sh.q_dim + sh.kv_dim)
         q_out = k_out = f.vector("qk_norm", uniq([q_out, k_out]), qk, _C["rmsnorm"],
@@ -106,7 +106,7 @@ def attention_forward(f: Ops, sh: Shape) -> str:
     # parallelism, reduce-scattered to the s/t tokens of each slice); its bias is added after.
     f.gemm("out_proj", [ctx, exchange], 1, T, sh.q_dim, h)
     out = f.tp_reduce("attn", "out_proj", T * h * B, sp)
-    if getattr(m, "sandwich_norm", False):
+    if m.sandwich_norm:
         out = post_norm(f, sh, "post_attn_norm", out)
     return residual_out(f, sh, "residual1", out, m.bias)
 
@@ -155,7 +155,7 @@ def dense_mlp_forward(f: Ops, sh: Shape, src: str) -> str:
                      extra_in=sh.f_t * B if m.bias else 0)
     f.gemm("fc2", [act], 1, T, sh.f_t, h)
     out = f.tp_reduce("mlp", "fc2", T * h * B, sp)
-    if getattr(m, "sandwich_norm", False):
+    if m.sandwich_norm:
         out = post_norm(f, sh, "post_mlp_norm", out)
     return residual_out(f, sh, "residual2", out, m.bias)
 
@@ -169,7 +169,7 @@ def dense_mlp_backward(g: Ops, sh: Shape) -> str:
     # fc2's bias gradient is a column sum fused into this pass.
     dy = g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"] + bias_g, Tn * h * B + mask,
                   Tn * h * B)
-    if getattr(m, "sandwich_norm", False):
+    if m.sandwich_norm:
         dy = post_norm_backward(g, sh, "post_mlp_norm", dy)
     # With sequence parallelism the output gradient of a row-parallel GEMM is all-gathered
     # (the backward of the forward reduce-scatter).
@@ -220,7 +220,7 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
     qkv_out = sh.q_dim + 2 * sh.kv_dim
     dy = g.vector("residual1.bwd", [src], Tn * h, _C["dropout_bwd"] + bias_g, Tn * h * B + mask,
                   Tn * h * B)
-    if getattr(m, "sandwich_norm", False):
+    if m.sandwich_norm:
         dy = post_norm_backward(g, sh, "post_attn_norm", dy)
     dy = g.all_gather("allgather_out_proj.dY", [dy], T * h * B) if sp else dy
     g.gemm("out_proj.dX", [dy], 1, T, h, sh.q_dim)
@@ -271,7 +271,7 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
         rot = T * (sh.q_dim + sh.kv_dim)
         q_grad = k_grad = [g.vector("rotary.bwd", uniq(q_grad + k_grad), rot, _C["rotary_bwd"],
                                     rot * B, rot * B)]
-    if getattr(m, "qk_norm", False):
+    if m.qk_norm:
         qk = T * (sh.q_dim + sh.kv_dim)
         q_grad = k_grad = [g.vector("qk_norm.bwd", uniq(q_grad + k_grad), qk, _C["rmsnorm_bwd"],
                                     2 * qk * B + 2 * sh.hd * B, qk * B + 2 * sh.hd * B)]
@@ -313,9 +313,9 @@ def attention_extra_params(sh: Shape) -> int:
     sink logit of each of the slice's heads (``attention_sinks``: heads/t) and the
     post-attention norm (``sandwich_norm``)."""
     m = sh.m
-    return ((2 * sh.hd if getattr(m, "qk_norm", False) else 0)
-            + (sh.a_t if getattr(m, "attention_sinks", False) else 0)
-            + (sh.norm_w if getattr(m, "sandwich_norm", False) else 0))
+    return ((2 * sh.hd if m.qk_norm else 0)
+            + (sh.a_t if m.attention_sinks else 0)
+            + (sh.norm_w if m.sandwich_norm else 0))
 
 
 def attention_stash(sh: Shape) -> tuple:
@@ -334,9 +334,9 @@ def attention_stash(sh: Shape) -> tuple:
     # (re-gathered) norm output and the mask on s/t tokens.
     stash = (B * (Tn * h + T * (sh.q_dim + sh.kv_dim) + T * sh.kv_dim)
              + sh.B8 * (Tn * h + T * sh.q_dim) + MASK_BYTES_PER_ELEMENT * Tn * h)
-    if getattr(sh.m, "qk_norm", False):
+    if sh.m.qk_norm:
         stash += B * T * (sh.q_dim + sh.kv_dim)      # Q and K before their norms
-    if getattr(sh.m, "sandwich_norm", False):
+    if sh.m.sandwich_norm:
         stash += B * Tn * h                          # the post-norm's input
     if sh.flash:
         # No scores, probabilities or dropout mask (the kernel regenerates the mask from the
@@ -355,7 +355,7 @@ def dense_mlp_stash(sh: Shape) -> int:
     act_in = (2 if m.activation in GATED else 1) * T * sh.f_t
     return (B * (Tn * h + act_in) + sh.B8 * (Tn * h + T * sh.f_t)
             + MASK_BYTES_PER_ELEMENT * Tn * h
-            + (B * Tn * h if getattr(m, "sandwich_norm", False) else 0))
+            + (B * Tn * h if m.sandwich_norm else 0))
 
 
 def dense_mlp_params(sh: Shape) -> int:
@@ -366,7 +366,7 @@ def dense_mlp_params(sh: Shape) -> int:
     params = sh.norm_w + mlp_mats * h * sh.f_t
     if m.bias:
         params += (mlp_mats - 1) * sh.f_t + h
-    return params + (sh.norm_w if getattr(m, "sandwich_norm", False) else 0)
+    return params + (sh.norm_w if m.sandwich_norm else 0)
 
 
 def block(sh: Shape):

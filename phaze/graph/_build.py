@@ -266,7 +266,7 @@ def _head(sh: Shape):
     # sharded (s/t tokens; the latter re-gathered in backward like the blocks' norm outputs).
     stash = B * ((Tn * h if m.final_norm else 0) + (Tn * h if m.embed_proj else 0) + Tn * E) \
         + logits * LOSS_BYTES_PER_ELEMENT
-    for d in range(getattr(m, "mtp_layers", 0)):
+    for d in range(m.mtp_layers):
         p, st = _mtp_head(f, g, sh, f"mtp{d}.")
         params += p
         stash += st
@@ -288,32 +288,32 @@ def _mtp_head(f: Ops, g: Ops, sh: Shape, p: str) -> tuple:
     ht = -(-h // t)
     f.vector(p + "embed_gather", [], T * E, _C["embedding"], T * TOKEN_ID_BYTES + T * E * B,
              T * E * B)
-    emb = (f.reduce_scatter(p + "reduce_scatter_embed", [p + "embed_gather"], T * E * B) if sp
-           else f.allreduce(p + "allreduce_embed", [p + "embed_gather"], T * E * B))
+    emb = (f.reduce_scatter("reduce_scatter_" + p + "embed", [p + "embed_gather"], T * E * B) if sp
+           else f.allreduce("allreduce_" + p + "embed", [p + "embed_gather"], T * E * B))
     f.vector(p + "enorm", [emb], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
     f.vector(p + "hnorm", [], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
     src = [p + "enorm", p + "hnorm"]
     if sp:
-        src = [f.all_gather(p + "allgather_eh", src, 2 * T * h * B)]
+        src = [f.all_gather("allgather_" + p + "eh", src, 2 * T * h * B)]
     f.gemm(p + "eh_proj", src, 1, T, 2 * h, ht)
-    f.all_gather(p + "allgather_eh_out", [p + "eh_proj"], T * h * B)
+    f.all_gather("allgather_" + p + "eh_out", [p + "eh_proj"], T * h * B)
     f.vector(p + "final_norm", [], Tn * h, _C[m.norm], Tn * h * B + sh.norm_w * B, Tn * h * B)
-    x = f.all_gather(p + "allgather_head", [p + "final_norm"], T * E * B) if sp \
+    x = f.all_gather("allgather_" + p + "head", [p + "final_norm"], T * E * B) if sp \
         else p + "final_norm"
     f.gemm(p + "logits", [x], 1, T, E, sh.V_t)
     f.vector(p + "cross_entropy", [p + "logits"], logits, _C["cross_entropy"], logits * B,
              logits * LOSS_BYTES_PER_ELEMENT)
-    f.allreduce(p + "allreduce_loss", [p + "cross_entropy"], 3 * T * LOSS_BYTES_PER_ELEMENT)
+    f.allreduce("allreduce_" + p + "loss", [p + "cross_entropy"], 3 * T * LOSS_BYTES_PER_ELEMENT)
     g.vector(p + "cross_entropy.bwd", [], logits, _C["cross_entropy_bwd"],
              logits * LOSS_BYTES_PER_ELEMENT, logits * B)
     g.gemm(p + "logits.dX", [p + "cross_entropy.bwd"], 1, T, sh.V_t, E)
     g.gemm(p + "logits.dW", [p + "cross_entropy.bwd"], 1, E, T, sh.V_t)
-    dx = (g.reduce_scatter(p + "reduce_scatter_logits.dX", [p + "logits.dX"], T * E * B) if sp
-          else g.allreduce(p + "allreduce_logits.dX", [p + "logits.dX"], T * E * B))
+    dx = (g.reduce_scatter("reduce_scatter_" + p + "logits.dX", [p + "logits.dX"], T * E * B) if sp
+          else g.allreduce("allreduce_" + p + "logits.dX", [p + "logits.dX"], T * E * B))
     g.vector(p + "final_norm.bwd", [dx], Tn * h, _C[m.norm + "_bwd"],
              2 * Tn * h * B + sh.norm_w * B, Tn * h * B + sh.norm_w * B)
     g.gemm(p + "eh_proj.dX", [], 1, T, ht, 2 * h)
-    x = g.all_gather(p + "allgather_eh.bwd", [], 2 * T * h * B) if sp else None
+    x = g.all_gather("allgather_" + p + "eh.bwd", [], 2 * T * h * B) if sp else None
     g.gemm(p + "eh_proj.dW", [x], 1, 2 * h, T, ht)
     dx = g.tp_reduce(p + "eh.dX", p + "eh_proj.dX", 2 * T * h * B, sp)
     for n in ("enorm", "hnorm"):
@@ -509,7 +509,7 @@ def _build_layers(model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor
         builders[layer_kind_name(mixer, ffn)] = \
             lambda sh_, mixer=mixer, ffn=ffn: _layer(sh_, mixer, ffn)
     runs = _block_runs(model)
-    if getattr(model, "mtp_layers", 0):
+    if model.mtp_layers:
         # the multi-token-prediction modules' transformer layers (of the last layer's kind),
         # before the head that holds their norms, projections and losses
         runs.append([layer_kind_names(model)[-1], model.mtp_layers])

@@ -161,7 +161,7 @@ def moe_forward(f: Ops, sh: Shape, src) -> str:
              R * h * B)
     # t = 1 or sequence parallel: the output is complete on this slice's tokens.
     out = "moe_combine"
-    if getattr(m, "sandwich_norm", False):
+    if m.sandwich_norm:
         out = post_norm(f, sh, "post_mlp_norm", out)
     return residual_out(f, sh, "residual2", out, bias=False)
 
@@ -175,7 +175,7 @@ def moe_backward(g: Ops, sh: Shape) -> str:
     shared = m.n_shared_experts
     mask = Tn * h * MASK_BYTES_PER_ELEMENT
     dy0 = g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"], Tn * h * B + mask, Tn * h * B)
-    if getattr(m, "sandwich_norm", False):
+    if m.sandwich_norm:
         dy0 = post_norm_backward(g, sh, "post_mlp_norm", dy0)
     # Gradients of the k expert outputs (routing weight × dy) and of the routing weights
     # (dy · expert output, from the stashed outputs).
@@ -221,9 +221,9 @@ def moe_params(sh: Shape) -> tuple:
     mats = 3 if m.activation in GATED else 2
     expert = mats * h * fe_t + ((mats - 1) * fe_t + h if m.bias else 0)
     params = sh.norm_w + h * n_e + local * expert
-    if getattr(m, "router_bias", False):
+    if m.router_bias:
         params += n_e
-    if getattr(m, "sandwich_norm", False):
+    if m.sandwich_norm:
         params += sh.norm_w
     if shared:
         params += mats * h * fs_t + ((mats - 1) * fs_t + shared * h if m.bias else 0)
@@ -246,7 +246,7 @@ def moe_stash(sh: Shape) -> int:
              + Tn * h * MASK_BYTES_PER_ELEMENT)
     if m.n_shared_experts:
         stash += B * act * T * fs_t + sh.B8 * T * fs_t + (sh.B8 * Tn * h if sh.B8 != B else 0)
-    if getattr(m, "sandwich_norm", False):
+    if m.sandwich_norm:
         stash += B * Tn * h                          # the post-norm's input
     return stash
 

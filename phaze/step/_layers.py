@@ -303,7 +303,7 @@ def mtp_kind(m_spec) -> tuple:
     """(kind index, count) of the multi-token-prediction layers the last stage runs after
     its own (``ModelSpec.mtp_layers`` layers of the kind of the model's last layer, in
     ``graph.block_kind_names`` order); (0, 0) without."""
-    n = int(getattr(m_spec, "mtp_layers", 0) or 0)
+    n = int(m_spec.mtp_layers or 0)
     if not n:
         return 0, 0
     last = graph.layer_kind_names(m_spec)[-1]
