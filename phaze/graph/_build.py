@@ -401,8 +401,10 @@ def build_layers(model, microbatch, tensor_parallel, *,
     if model.op_graph_refusal:  # a structure phaze does not model: never a stand-in graph
         raise ValueError(model.op_graph_refusal)
     if not model.valid_tensor_parallel(t):
-        raise ValueError(f"tensor_parallel must divide heads ({model.heads}) and kv_heads "
-                         f"({model.kv_heads}) of {model.name}; got {t}")
+        mamba = (f", mamba_heads ({model.mamba_heads}) and mamba_groups ({model.mamba_groups})"
+                 if model.has_mamba else "")
+        raise ValueError(f"tensor_parallel must divide heads ({model.heads}), kv_heads "
+                         f"({model.kv_heads}){mamba} of {model.name}; got {t}")
     if model.is_moe:
         if model.n_experts % ep:
             raise ValueError(f"expert_parallel must divide n_experts ({model.n_experts}) of "
@@ -415,10 +417,6 @@ def build_layers(model, microbatch, tensor_parallel, *,
     elif ep != 1 or capacity_factor is not None:
         what = "expert_parallel must be 1" if ep != 1 else "capacity_factor must be None"
         raise ValueError(f"{what} for {model.name}, which has no experts (n_experts = 0)")
-    mixers = {mixer for mixer, _ in model.layer_kinds}
-    if "mamba" in mixers and (model.mamba_heads % t or model.mamba_groups % t):
-        raise ValueError(f"tensor_parallel must divide mamba_heads ({model.mamba_heads}) and "
-                         f"mamba_groups ({model.mamba_groups}) of {model.name}; got {t}")
     if cp > 1 and context_parallel_refusal(model):
         raise ValueError(context_parallel_refusal(model))
     if cp > 1:

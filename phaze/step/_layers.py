@@ -62,7 +62,8 @@ def op_recompute_shares(m_spec) -> dict:
 #: all-gathered again for the weight gradient while the input gradient is computed):
 #: all-gather → the GEMMs it runs concurrently with.
 OVERLAPPED_GATHERS = {
-    "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX", "qkv_proj.dX"),
+    "allgather_ln1.bwd": ("q_proj.dX", "k_proj.dX", "v_proj.dX", "qkv_proj.dX",
+                          "mamba_in_proj.dX"),
     "allgather_ln2.bwd": ("fc1.dX", "gate_proj.dX", "up_proj.dX"),
 }
 #: Tensor-parallel communication overlap (the ``tp_comm_overlap`` knob: Megatron-Core's
@@ -85,6 +86,12 @@ TP_OVERLAPPED = {
     "allgather_fc2.dY": (("fc2.dX",), "ring"),
     "reduce_scatter_qkv.dX": (("qkv_proj.dW", "q_proj.dW", "k_proj.dW", "v_proj.dW"), "bulk"),
     "reduce_scatter_fc1.dX": (("fc1.dW", "gate_proj.dW", "up_proj.dW"), "bulk"),
+    # a Mamba-2 mixer's input and output projections are the same Transformer Engine
+    # column- and row-parallel linear layers (Megatron-Core's MambaMixer in_proj/out_proj)
+    "allgather_mamba": (("mamba_in_proj",), "ring"),
+    "reduce_scatter_mamba": (("mamba_out_proj",), "pipeline"),
+    "allgather_mamba_out_proj.dY": (("mamba_out_proj.dX",), "ring"),
+    "reduce_scatter_mamba_in.dX": (("mamba_in_proj.dW",), "bulk"),
 }
 #: Chunks of TE's "pipeline" reduce-scatter overlap (``initialize_ub``'s ``num_splits``
 #: default, base.py ``add_ub``).
