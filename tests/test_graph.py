@@ -86,10 +86,12 @@ def test_gemm_flops_closed_form(name):
             assert mg.gemm_flops() * t == naive_gemm_flops(m, 2, t)
 
 
-@pytest.mark.parametrize("name", [n for n in models.names() if not models.get(n).is_moe])
+@pytest.mark.parametrize("name", [n for n in models.names() if not models.get(n).is_moe
+                                  and len(set(models.get(n).layer_kinds)) == 1])
 def test_param_bytes_sum_to_two_per_param(name):
-    # Dense models (the naive slice reference is [embedding, block, head]); mixture of
-    # experts: tests/test_graph_moe.py.
+    # Dense models of one layer kind (the naive slice reference is [embedding, block,
+    # head]); mixture of experts: tests/test_graph_moe.py; models mixing layer kinds
+    # (hybrid, sliding/full): tests/test_layer_kinds.py.
     m = models.get(name)
     mg = build_layers(m, 1, 1)
     tied_copy = 2 * m.vocab * m.embed_width if m.tied_embeddings else 0

@@ -63,7 +63,15 @@ def test_reasons_name_the_issue_that_models_them(report):
             # issue 26's presets model them (but Llama 3 405B's 126 layers over 8 stages)
             assert r["reason"] == "" or "126" in r["reason"], r["name"]
         if r["model_class"] in ("moe", "hybrid"):
-            assert r["reason"] == "waits for issue 27 (the model families of 2025-26)"
+            # issue 27's families: modelled, but DeepSeek-V3's and Kimi K2's 61 layers over
+            # an uneven torch-pipelining split, and Nemotron 3's expert layers not read yet
+            model = r["config"]["model"]
+            if model in ("deepseek-v3", "kimi-k2"):
+                assert "(61)" in r["reason"], r["name"]
+            elif "nemotron-v3" in r["name"]:
+                assert r["reason"].startswith("Nemotron 3"), r["name"]
+            else:
+                assert r["reason"] == "", r["name"]
     eager = by["torchtitan/t1/llama3.1-8b/8gpu-f8t1p1c1-s8192/eager-bf16"]
     assert "torch.compile" in eager["reason"]
     rowwise = by["torchtitan/asynctp-8b/llama3.1-8b/64gpu-f8t8p1c1-s8192/compile-tp-fp8rowwise"]

@@ -10,7 +10,7 @@ as :class:`LayerGraph` records of a :class:`ModelGraph`). ``_dag.pyx`` is the co
 topological order the OpGraph checks.
 """
 from ._build import (LayerGraph, ModelGraph, block_kind_names, build_layers,
-                     context_parallel_refusal, layer_kind_name,
+                     ring_attention_refusal, layer_kind_name,
                      layer_kind_names)
 from ._opgraph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_NONE, COLL_P2P,
                        COLL_REDUCE_SCATTER, COLLECTIVE_KINDS, UNFUSED_ATTENTION_OPS, OpGraph)
@@ -19,7 +19,7 @@ from ._ops import (KERNEL_SETS, KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VEC
                    VECTOR_CYCLES_PER_ELEMENT)
 
 __all__ = ["LayerGraph", "ModelGraph", "build_layers", "block_kind_names", "layer_kind_name",
-           "context_parallel_refusal",
+           "ring_attention_refusal",
            "layer_kind_names", "OpGraph", "UNFUSED_ATTENTION_OPS",
            "KERNEL_SETS", "KIND_COLLECTIVE", "KIND_FUSED", "KIND_GEMM", "KIND_VECTOR",
            "LOSS_BYTES_PER_ELEMENT", "MASK_BYTES_PER_ELEMENT", "TOKEN_ID_BYTES",

@@ -417,8 +417,8 @@ def build_layers(model, microbatch, tensor_parallel, *,
     elif ep != 1 or capacity_factor is not None:
         what = "expert_parallel must be 1" if ep != 1 else "capacity_factor must be None"
         raise ValueError(f"{what} for {model.name}, which has no experts (n_experts = 0)")
-    if cp > 1 and context_parallel_refusal(model):
-        raise ValueError(context_parallel_refusal(model))
+    if cp > 1 and ring_attention_refusal(model):
+        raise ValueError(ring_attention_refusal(model))
     if cp > 1:
         if not flash_attention:
             raise ValueError(f"context_parallel {cp} > 1 needs flash_attention=True (ring "
@@ -467,7 +467,7 @@ def block_kind_names(model) -> tuple:
     return tuple(first + [k for k in dict.fromkeys(names) if k not in first])
 
 
-def context_parallel_refusal(model) -> str:
+def ring_attention_refusal(model) -> str:
     """Why context parallelism cannot run ``model`` ('' when it can): ring attention is
     modelled for full attention only; a sliding-window or chunked mask and a Mamba-2 scan
     (whose state would pass along the ring) are not (Transformer Engine's context-parallel

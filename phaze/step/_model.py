@@ -533,8 +533,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     if m_spec.is_moe and t > 1 and not sp:
         return _not("infeasible", f"a mixture of experts with tensor parallel {t} > 1 needs "
                                   f"sequence parallelism (Megatron-Core)", plan)
-    if cp > 1 and graph.context_parallel_refusal(m_spec):
-        return _not("not_modelled", graph.context_parallel_refusal(m_spec), plan)
+    if cp > 1 and graph.ring_attention_refusal(m_spec):
+        return _not("not_modelled", graph.ring_attention_refusal(m_spec), plan)
     if cp > 1 and not flash:
         return _not("infeasible", f"context parallel {cp} > 1 needs flash attention (ring "
                                   f"attention runs in the fused attention kernel)", plan)

@@ -274,7 +274,7 @@ def context_parallel_grid(m_spec, values=None) -> list:
     given values (each ≥ 1; plans whose sequence they do not divide are skipped)."""
     chunks = 2 if m_spec.causal else 1
     if values is None:
-        if graph.context_parallel_refusal(m_spec):
+        if graph.ring_attention_refusal(m_spec):
             return [1]
         return [c for c in CONTEXT_PARALLEL_ALL
                 if c == 1 or (m_spec.seq_len % (chunks * c) == 0
@@ -291,7 +291,7 @@ def _variants(m_spec, b, widths, sps, flashes, dtype="bf16", cps=(1,), eps=(1,),
     (cp for an encoder)."""
     out = []
     chunks = 2 if m_spec.causal else 1
-    no_cp = bool(graph.context_parallel_refusal(m_spec))
+    no_cp = bool(graph.ring_attention_refusal(m_spec))
     for t in widths:
         if not m_spec.valid_tensor_parallel(t):
             continue
