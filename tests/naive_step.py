@@ -312,6 +312,31 @@ def sharded_fixed(r, p, sz, zero, reshard, gb, D, dpn, rp):
     return out
 
 
+def eh_params(r, p, sz):
+    """Parameters of the embedding (stage 0) and head (stage p − 1) on stage r."""
+    return ((sz["emb_pb"] if r == 0 else 0) + (sz["head_pb"] if r == p - 1 else 0)) \
+        // sz["elem_bytes"]
+
+
+def optimizer_seconds(r, plan, dn, en, shard, shard_e, lt, sz, kind_prefix, rp):
+    """Stage r's optimizer step: the memory-bound update of its parameters' shares (the
+    embedding's and head's at Adam's bytes when the optimizer's differ), plus the
+    Newton–Schulz GEMMs of a Muon step on its layers' weight matrices."""
+    if plan["opt_bytes_eh"] == plan["opt_bytes"]:
+        x = (dn / shard + en / shard_e) * plan["opt_bytes"] / rp["hbm_bw"]
+    else:
+        eh = eh_params(r, plan["p"], sz)
+        x = (((dn - eh) / shard + en / shard_e) * plan["opt_bytes"]
+             + eh / shard * plan["opt_bytes_eh"]) / rp["hbm_bw"]
+    counts = stage_kinds(r, plan["p"], plan["v"], plan["n_layers"], kind_prefix, plan["acct"],
+                         sz)
+    ns = 0.0
+    for q, n in enumerate(counts):
+        if lt["k_ns_d"][q] > 0.0 or lt["k_ns_e"][q] > 0.0:
+            ns += n * (lt["k_ns_d"][q] / shard + lt["k_ns_e"][q] / shard_e)
+    return x + ns
+
+
 def step_time(plan, cell, stages, lt, rp, sz, kind_prefix, slots, bd):
     """The time of one iteration of ``plan`` (a :data:`PLAN` record; phaze/step/_model.py's
     model), seconds, into ``bd`` (a :data:`BREAKDOWN` record), on the rank layout
@@ -411,7 +436,7 @@ def step_time(plan, cell, stages, lt, rp, sz, kind_prefix, slots, bd):
             red += ag
         if red > dp_s:
             dp_s = red
-        x = (dn / shard + en / shard_e) * plan["opt_bytes"] / rp["hbm_bw"]
+        x = optimizer_seconds(r, plan, dn, en, shard, shard_e, lt, sz, kind_prefix, rp)
         if r == 0 or x > upd:
             upd = x
     emb_s = 0.0
@@ -461,8 +486,9 @@ def stage_memory(r, plan, sz, kind_prefix, out):
     w_div_e = edp if zero >= 3 else 1
     g_div_e = edp if zero >= 2 else 1
     o_div_e = edp if zero >= 1 else 1
-    per_param = WEIGHT_BYTES / w_div + gb / g_div + OPT_STATE_BYTES / o_div
-    per_param_e = WEIGHT_BYTES / w_div_e + gb / g_div_e + OPT_STATE_BYTES / o_div_e
+    O = plan["state_bytes"]
+    per_param = WEIGHT_BYTES / w_div + gb / g_div + O / o_div
+    per_param_e = WEIGHT_BYTES / w_div_e + gb / g_div_e + O / o_div_e
     dn, en = stage_params(r, p, counts, sz)
     if v == 1:
         in_flight = min(p - r, m)
@@ -503,7 +529,12 @@ def stage_memory(r, plan, sz, kind_prefix, out):
               + int(counts[q] * sz["k_exp_fp8_w"][q] / w_div_e) for q in range(nk))
     out["weights"] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) + fp8
     out["gradients"] = int(gb * dn / g_div) + int(gb * en / g_div_e)
-    out["optimizer_state"] = int(OPT_STATE_BYTES * dn / o_div) + int(OPT_STATE_BYTES * en / o_div_e)
+    if plan["state_bytes_eh"] == O:
+        out["optimizer_state"] = int(O * dn / o_div) + int(O * en / o_div_e)
+    else:
+        eh = eh_params(r, p, sz)
+        out["optimizer_state"] = int(O * (dn - eh) / o_div) \
+            + int(plan["state_bytes_eh"] * eh / o_div) + int(O * en / o_div_e)
     out["activations"] = act
     out["activations_other"] = other
     out["workspace"] = workspace

@@ -342,3 +342,120 @@ def test_best_plans_is_the_brute_force_minimum_on_tiny_models(m):
             ref = _brute(m, row, 4, 8, 1, recompute, 1e12)
             assert out["feasible"][i]
             assert out["time_s"][i] == pytest.approx(ref, rel=1e-12)
+
+
+# -- Muon and the optimizer state's datatype ------------------------------------------------
+
+def test_newton_schulz_flops_by_hand():
+    """Five iterations on each weight matrix X (m = min, n = max of its K × N): 2·(2m²n +
+    m³) FLOPs each; Qwen3-30B-A3B's MoE layer at t = 1: qkv 2048 × 5120, out 4096 × 2048,
+    router 2048 × 128, 128 experts' gate and up 2048 × 768 and down 768 × 2048."""
+    m = models.get("qwen3-30b-a3b")
+    mg = graph.build_layers(m, 1, 1, flash_attention=True, kernels="megatron")
+    dense, experts = graph.newton_schulz(mg.kinds()["moe_block"], 5)
+
+    def ns(k, n):
+        a, b = min(k, n), max(k, n)
+        return 5 * 2 * (2 * a * a * b + a ** 3)
+    assert dense.flops.sum() == ns(2048, 5120) + ns(4096, 2048) + ns(2048, 128)
+    assert experts.flops.sum() == 128 * (2 * ns(2048, 768) + ns(768, 2048))
+
+
+def _muon_plan(m, optimizer, state, zero, d=4):
+    rows = presets.get("h100-sxm")
+    return step.best_plans(m, rows, devices=d, global_batch=8, microbatch=1, recompute="full",
+                           tensor_parallel=(1,), sequence_parallel=(False,),
+                           flash_attention=(True,), zero_stage=(zero,),
+                           overlap_grad_reduce=(False,), overlap_param_gather=(False,),
+                           virtual_stages=(1,), account_for_embedding=(False,),
+                           context_parallel=(1,), expert_parallel=(1,),
+                           tp_comm_overlap=(False,), optimizer=optimizer,
+                           optimizer_state_dtype=state)
+
+
+@pytest.mark.parametrize("state, adam_b, muon_b", [("fp32", 12, 8), ("bf16", 8, 6)])
+def test_optimizer_state_bytes_by_hand(state, adam_b, muon_b):
+    """ZeRO 0 on one stage: Adam keeps adam_b bytes of state per parameter; Muon muon_b per
+    parameter of the transformer layers and Adam's on the embedding and head."""
+    m = OSS
+    mg = graph.build_layers(m, 1, 1, flash_attention=True, kernels="megatron")
+    eh = (mg.kinds()["embedding"].param_bytes + mg.kinds()["head"].param_bytes) // 2
+    layers = mg.param_bytes // 2 - eh
+    a = _muon_plan(m, "adam", state, 0)[0]
+    u = _muon_plan(m, "muon", state, 0)[0]
+    assert a["feasible"] and u["feasible"]
+    assert a["optimizer_bytes"] == adam_b * (layers + eh)
+    assert u["optimizer_bytes"] == muon_b * layers + adam_b * eh
+
+
+def test_muon_adds_its_newton_schulz_gemms_and_shards_them_under_zero_1():
+    """The optimizer seconds of Muon exceed Adam's by the Newton–Schulz GEMMs of every
+    layer (priced by the cost model, on each rank's 1/d of the matrices under ZeRO 1),
+    less the cheaper elementwise step."""
+    m = MTP
+    row = presets.get("h100-sxm")
+    mu0 = _muon_plan(m, "muon", "fp32", 0)[0]
+    mu1 = _muon_plan(m, "muon", "fp32", 1)[0]
+    ad0 = _muon_plan(m, "adam", "fp32", 0)[0]
+    table = _plans.layer_table(m, row, microbatch=1, tensor_parallel=(1,),
+                               sequence_parallel=(False,), flash_attention=(True,),
+                               context_parallel=(1,), expert_parallel=(1,), optimizer="muon")
+    lt = table.times[0, 0]
+    counts = _layers.kind_counts(m)
+    ns = sum(n * (lt["k_ns_d"][q] + lt["k_ns_e"][q]) for q, n in enumerate(counts))
+    assert ns > 0
+    mg = graph.build_layers(m, 1, 1, flash_attention=True, kernels="megatron")
+    for q, L in enumerate(mg.block_kinds()):
+        d, e = graph.newton_schulz(L, 5)
+        want = float(np.asarray(cost_prepare(row).op_latencies(d)[1]).sum())
+        assert lt["k_ns_d"][q] == pytest.approx(want, rel=1e-12)
+    # the elementwise parts by hand: every parameter at its bytes over η·HBM bandwidth
+    hbm = float(table.rp["hbm_bw"][0])
+    eh = (mg.kinds()["embedding"].param_bytes + mg.kinds()["head"].param_bytes) // 2
+    layers = mg.param_bytes // 2 - eh
+    launch = float(table.rp["launch_s"][0])
+    tiny = ad0["optimizer_s"] - 42 * (layers + eh) / hbm - 4 * launch
+    assert mu0["optimizer_s"] == pytest.approx(
+        (46 * layers + 42 * eh) / hbm + ns + (6 + 4) * launch + tiny, rel=1e-9)
+    assert mu1["optimizer_s"] < mu0["optimizer_s"]
+    with pytest.raises(ValueError, match="ZeRO 0 or 1"):
+        _muon_plan(m, "muon", "fp32", 3)
+
+
+def cost_prepare(row):
+    from phaze import cost
+    from phaze.arch import efficiency
+    return cost.prepare(row, model="calibrated", efficiency=efficiency.for_rows(row))
+
+
+def test_kernels_equal_their_mirror_under_muon():
+    m = MTP
+    rows = _rows()
+    table = _plans.layer_table(m, rows, microbatch=1, tensor_parallel=(1, 2),
+                               optimizer="muon", optimizer_state_dtype="bf16")
+    prefix = _layers.kind_prefix(m)
+    sizes = table.sizes("full")
+    for vi, (t, sp, _f, cp, ep, _mg) in enumerate(table.variants):
+        for p, d, zero in ((1, 2, 1), (2, 2, 0), (4, 1, 1)):
+            if (cp * d) % ep:
+                continue
+            pl = _layers.plan_records(p, t, d, cp, ep, 1, 8 // d, m.n_layers, zero, True, "full",
+                                      sp, "bf16", "fp32", False, True, False, "muon",
+                                      "bf16").reshape(1)
+            for row in range(rows.shape[0]):
+                stages = np.zeros(p, dtype=kern.STAGE_NODES)
+                cell = np.zeros(1, dtype=kern.CELL_NODES)
+                kern.stage_geometry(p, t, d, cp, ep, int(rows["node_size"][row]), stages, cell)
+                lt = table.times[vi, row:row + 1]
+                got = kern.step_time(pl, cell, stages, lt, table.rp[row:row + 1],
+                                     sizes[vi:vi + 1], prefix, np.empty((p, 6)),
+                                     np.zeros(1, dtype=kern.BREAKDOWN))
+                want = naive_step.step_time(pl[0], cell[0], stages, lt[0], table.rp[row],
+                                            sizes[vi], prefix, np.empty((p, 6)),
+                                            np.zeros(1, dtype=kern.BREAKDOWN)[0])
+                assert got == want
+                for r in range(p):
+                    mem = np.zeros(1, dtype=kern.MEMORY)
+                    mem_n = np.zeros(1, dtype=kern.MEMORY)
+                    assert kern.stage_memory(r, pl, sizes[vi:vi + 1], prefix, mem) == \
+                        naive_step.stage_memory(r, pl[0], sizes[vi], prefix, mem_n[0])

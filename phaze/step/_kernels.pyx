@@ -25,8 +25,9 @@ structs that read them; the import checks that each dtype is its struct's layout
   k < ``K_MAX`` (``k_*[k]``: the kinds of ``phaze.graph.ModelGraph.block_kinds``, e.g. a
   dense and an MoE block, or a Mamba-2, an attention and an MLP layer) its forward,
   backward, attention core (what selective recomputation re-runs), what per-op selective
-  recomputation (torchtitan's "op") re-runs, and the flash-attention kernels its K/V
-  exchange overlaps.
+  recomputation (torchtitan's "op") re-runs, the flash-attention kernels its K/V
+  exchange overlaps, and the Newton–Schulz GEMMs a Muon step runs on its weight matrices
+  (``k_ns_d``: the dense ones, ``k_ns_e``: the routed experts'; 0 under Adam).
 - :data:`SIZES` — one variant's sizes (bytes unless said): parameter bytes of the
   embedding and head slices, bytes per element, the boundary tensor, the tied word
   embedding (elements), the embedding's and head's stashes, the recomputation workspace,
@@ -41,9 +42,13 @@ structs that read them; the import checks that each dtype is its struct's layout
   optimizer's bytes per parameter, kernels and tiny all-reduces, and the bytes per
   parameter of the gradient buffer and its data-parallel reduction (``grad_bytes``: 4 for
   fp32, 2 for a 16-bit ``grad_reduce_dtype``), overlap of the parameter all-gathers
-  (``opg``, 0/1), ZeRO-3's resharding after the forward (``reshard``, 0/1) and the
+  (``opg``, 0/1), ZeRO-3's resharding after the forward (``reshard``, 0/1), the
   pipeline split (``acct``: 1 when the embedding and the loss count as one layer each,
-  :func:`chunk_range`).
+  :func:`chunk_range`), and the optimizer's state bytes per parameter of the transformer
+  layers and of the embedding and head (``state_bytes``, ``state_bytes_eh``: 12 for Adam's
+  fp32 master weights and moments; Muon keeps one momentum and runs Adam on the embedding
+  and head) and its HBM bytes per parameter of the embedding and head (``opt_bytes_eh``;
+  ``opt_bytes`` the layers').
 - :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
   Megatron's rank layout on the row's nodes (``geometry``, ``group_geometry``):
   per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
@@ -103,7 +108,8 @@ K_MAX = 4
 LAYER_TIMES = np.dtype(_fields("f8", ("emb_f", "emb_b", "head_f", "head_b", "send_in",
                                       "send_net"))
                        + [(n, "f8", (K_MAX,)) for n in ("k_f", "k_b", "k_core", "k_op",
-                                                        "k_flash_f", "k_flash_b")])
+                                                        "k_flash_f", "k_flash_b", "k_ns_d",
+                                                        "k_ns_e")])
 #: Sizes of one variant (bytes; ``word_elements``, ``n_kinds`` and the all-to-all counts
 #: are counts; ``k_*``: per layer kind).
 SIZES = np.dtype(_fields("i8", (
@@ -116,7 +122,8 @@ PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8
                  ("v", "i8"), ("m", "i8"), ("n_layers", "i8"), ("zero", "i8"), ("ogr", "u1"),
                  ("rec_mode", "i8"), ("sp", "u1"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
                  ("n_tiny", "i8"), ("grad_bytes", "i8"), ("opg", "u1"), ("reshard", "u1"),
-                 ("acct", "i8")])
+                 ("acct", "i8"), ("state_bytes", "f8"), ("state_bytes_eh", "f8"),
+                 ("opt_bytes_eh", "f8")])
 #: Megatron's rank layout per stage (see the module docstring).
 STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
                                       "edp_nodes")))
@@ -155,6 +162,8 @@ cdef packed struct LayerTimes:
     double k_op[KM]
     double k_flash_f[KM]
     double k_flash_b[KM]
+    double k_ns_d[KM]
+    double k_ns_e[KM]
 
 cdef packed struct Sizes:
     int64_t emb_pb
@@ -199,6 +208,9 @@ cdef packed struct Plan:
     unsigned char opg
     unsigned char reshard
     int64_t acct
+    double state_bytes
+    double state_bytes_eh
+    double opt_bytes_eh
 
 cdef packed struct StageNodes:
     int64_t mask
@@ -690,6 +702,43 @@ cdef void stage_work(int64_t r, const Plan* plan, const StageNodes* stage,
                                 stage.edp_nodes, fab(rp))
 
 
+cdef inline int64_t stage_eh_params(int64_t r, int64_t p, const Sizes* sz) noexcept nogil:
+    """Parameters of the embedding (stage 0) and the head (stage p − 1) on stage r."""
+    cdef int64_t n = 0
+    if r == 0:
+        n += sz.emb_pb
+    if r == p - 1:
+        n += sz.head_pb
+    return n // sz.elem_bytes
+
+
+cdef double optimizer_seconds(int64_t r, const Plan* plan, int64_t dn, int64_t en,
+                              int64_t shard, int64_t shard_e, const LayerTimes* lt,
+                              const Sizes* sz, const int64_t* kind_prefix,
+                              const RowParams* rp) noexcept nogil:
+    """Stage r's optimizer step, seconds: its parameters' memory-bound update (``dn`` dense,
+    ``en`` routed-expert parameters, each rank updating its 1/shard of them) at
+    ``opt_bytes`` per parameter (``opt_bytes_eh`` for the embedding's and head's when they
+    differ), plus the Newton–Schulz GEMMs of a Muon step on the rank's share of the layers'
+    weight matrices (``k_ns_d`` over the dense shard, ``k_ns_e`` over the experts')."""
+    cdef double x, ns = 0.0
+    cdef int64_t eh, q
+    cdef int64_t counts[KM]
+    if plan.opt_bytes_eh == plan.opt_bytes:
+        x = (<double>dn / <double>shard + <double>en / <double>shard_e) * plan.opt_bytes \
+            / rp.hbm_bw
+    else:
+        eh = stage_eh_params(r, plan.p, sz)
+        x = ((<double>(dn - eh) / <double>shard + <double>en / <double>shard_e)
+             * plan.opt_bytes + <double>eh / <double>shard * plan.opt_bytes_eh) / rp.hbm_bw
+    stage_kinds(r, plan.p, plan.v, plan.n_layers, plan.acct, sz, kind_prefix, counts)
+    for q in range(sz.n_kinds):
+        if lt.k_ns_d[q] > 0.0 or lt.k_ns_e[q] > 0.0:
+            ns += <double>counts[q] * (lt.k_ns_d[q] / <double>shard
+                                       + lt.k_ns_e[q] / <double>shard_e)
+    return x + ns
+
+
 cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNodes* stages,
                         const LayerTimes* lt, const RowParams* rp, const Sizes* sz,
                         const int64_t* kind_prefix, double* slots, Breakdown* bd) noexcept nogil:
@@ -763,8 +812,7 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
             red += ag
         if red > dp_s:
             dp_s = red
-        x = (<double>dn / <double>shard + <double>en / <double>shard_e) * plan.opt_bytes \
-            / rp.hbm_bw
+        x = optimizer_seconds(r, plan, dn, en, shard, shard_e, lt, sz, kind_prefix, rp)
         if r == 0 or x > upd:
             upd = x
     emb_s = 0.0
@@ -815,9 +863,10 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     cdef int64_t g_div_e = edp if zero >= 2 else 1
     cdef int64_t o_div_e = edp if zero >= 1 else 1
     cdef double per_param = <double>W_BYTES / <double>w_div + <double>gb / <double>g_div \
-        + <double>O_BYTES / <double>o_div
+        + plan.state_bytes / <double>o_div
     cdef double per_param_e = <double>W_BYTES / <double>w_div_e + <double>gb / <double>g_div_e \
-        + <double>O_BYTES / <double>o_div_e
+        + plan.state_bytes / <double>o_div_e
+    cdef int64_t eh
     stage_params(r, p, counts, sz, &dn, &en)
     if v == 1:
         in_flight = p - r if p - r < m else m
@@ -875,8 +924,14 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
         workspace += W_BYTES * (dn + en)
     out.gradients = <int64_t>(<double>(gb * dn) / <double>g_div) \
         + <int64_t>(<double>(gb * en) / <double>g_div_e)
-    out.optimizer_state = <int64_t>(<double>(O_BYTES * dn) / <double>o_div) \
-        + <int64_t>(<double>(O_BYTES * en) / <double>o_div_e)
+    if plan.state_bytes_eh == plan.state_bytes:
+        out.optimizer_state = <int64_t>(plan.state_bytes * <double>dn / <double>o_div) \
+            + <int64_t>(plan.state_bytes * <double>en / <double>o_div_e)
+    else:
+        eh = stage_eh_params(r, p, sz)
+        out.optimizer_state = <int64_t>(plan.state_bytes * <double>(dn - eh) / <double>o_div) \
+            + <int64_t>(plan.state_bytes_eh * <double>eh / <double>o_div) \
+            + <int64_t>(plan.state_bytes * <double>en / <double>o_div_e)
     out.activations = act
     out.activations_other = other
     out.workspace = workspace

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels as kern
+from . import _optim
 from .. import _config, collectives, graph, precision
 from .._cache import Memo
 from ..arch import efficiency as _efficiency
@@ -22,10 +23,11 @@ from ..arch import efficiency as _efficiency
 #: fused Adam 28, master → model copy 6, zero grads 4 = 50 (fp16), 42 (bf16, no loss scaler).
 #: fp8 training keeps bf16 model weights and fp32 master weights, gradients and Adam state
 #: (Transformer Engine's recipe with Megatron-LM's --bf16; no loss scaler): the bf16 step.
-OPTIMIZER_BYTES_PER_PARAM = {d: 50 if d == "fp16" else 42 for d in precision.DTYPES}
+#: (``_optim.OPTIMIZERS["adam"]`` at fp32 state; Muon and bf16 state there.)
+OPTIMIZER_BYTES_PER_PARAM = {d: _optim.hbm_bytes("adam", "fp32", d) for d in precision.DTYPES}
 #: Multi-tensor kernels the step launches (sheet §5.2 table rows, clip excluded): unscale
 #: (fp16), norm, Adam, copy, zero.
-OPTIMIZER_KERNELS = {d: 5 if d == "fp16" else 4 for d in precision.DTYPES}
+OPTIMIZER_KERNELS = {d: _optim.kernels("adam", d) for d in precision.DTYPES}
 #: Bytes per parameter of the gradient buffer and of its data-parallel reduction at each
 #: ``grad_reduce_dtype`` (``phaze.plan``): Megatron-Core's buffer is fp32 with
 #: grad_reduce_in_fp32, else in the parameters' 16-bit datatype (param_and_grad_buffer.py).
@@ -341,14 +343,16 @@ def kind_prefix(m_spec) -> np.ndarray:
 
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
                  precision, grad_reduce_dtype="fp32", opg=False, reshard=True,
-                 acct=False) -> np.ndarray:
+                 acct=False, optimizer="adam", optimizer_state_dtype="fp32") -> np.ndarray:
     """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
     (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
     parameter, its kernels and its tiny all-reduces follow from them;
     ``grad_reduce_dtype`` the gradient buffer's and reduction's bytes per parameter, and
     the optimizer's copy of a 16-bit buffer to fp32 main gradients; ``opg`` the overlap of
     the parameter all-gathers, ``reshard`` ZeRO-3's resharding after the forward, ``acct``
-    the pipeline split counting the embedding and loss as layers)."""
+    the pipeline split counting the embedding and loss as layers; ``optimizer`` and
+    ``optimizer_state_dtype`` the state and HBM bytes per parameter, ``_optim``: the
+    embedding and head always run Adam)."""
     cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp, opg, reshard,
                                acct)
     out = np.zeros(cols[0].shape, dtype=kern.PLAN)
@@ -356,9 +360,13 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
                           "sp", "opg", "reshard", "acct"), cols):
         out[name] = col
     out["rec_mode"] = RECOMPUTE_CODES[recompute]
-    out["opt_bytes"] = float(OPTIMIZER_BYTES_PER_PARAM[precision]
-                             + OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype])
-    out["opt_kernels"] = float(OPTIMIZER_KERNELS[precision])
+    copy = OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype]
+    out["opt_bytes"] = _optim.hbm_bytes(optimizer, optimizer_state_dtype, precision) + copy
+    out["opt_bytes_eh"] = _optim.hbm_bytes("adam", optimizer_state_dtype, precision) + copy
+    out["state_bytes"] = float(_optim.OPTIMIZERS[optimizer].state[optimizer_state_dtype])
+    out["state_bytes_eh"] = float(_optim.OPTIMIZERS["adam"].state[optimizer_state_dtype])
+    out["opt_kernels"] = _optim.kernels(optimizer, precision) + (
+        _optim.kernels("adam", precision) if _optim.OPTIMIZERS[optimizer].matrices else 0.0)
     out["n_tiny"] = 2 if precision == "fp16" else 1
     out["grad_bytes"] = GRAD_REDUCE_BYTES[grad_reduce_dtype]
     return out

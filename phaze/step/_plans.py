@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 
 from . import _kernels as kern
+from . import _optim
 from .. import _config, cost, graph, models
 from .._cache import Memo
 from .. import plan as _plan
@@ -66,7 +67,7 @@ def check_kinds(mg):
 
 
 def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
-                  tp_overlap=False) -> np.ndarray:
+                  tp_overlap=False, ns_steps=0) -> np.ndarray:
     """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) of one (t, sequence
     parallel, flash, cp, ep) graph variant ``mg`` on every row of ``pricer`` (the rows under
     the calibrated model, ``cost.prepare``; ``rp`` and ``node_size`` theirs; ``fp8_rate``:
@@ -75,7 +76,9 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
     not depend on the recomputation mode (:func:`variant_sizes` does). The transformer-layer
     kinds fill the ``k_*`` slots in ``ModelGraph.block_kinds`` order. ``tp_overlap``:
     tensor-parallel communication overlap (``tp_comm_overlap``; ``_layers.op_seconds_rows``,
-    a no-op without sequence parallelism's collectives)."""
+    a no-op without sequence parallelism's collectives); ``ns_steps``: the Newton–Schulz
+    iterations of a Muon step on each kind's weight matrices, priced into ``k_ns_d`` /
+    ``k_ns_e`` (0: Adam, none)."""
     t = mg.tensor_parallel
     cp = mg.context_parallel
     kinds = mg.kinds()
@@ -94,6 +97,11 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
         for slot, col in (("k_f", f), ("k_b", b), ("k_core", core), ("k_op", op),
                           ("k_flash_f", flash_f), ("k_flash_b", flash_b)):
             lt[slot][:, q] = col
+        if ns_steps:
+            for slot, g in zip(("k_ns_d", "k_ns_e"), graph.newton_schulz(L, ns_steps)):
+                if g is not None:
+                    lt[slot][:, q] = np.ascontiguousarray(
+                        pricer.op_latencies(g)[1].T).sum(axis=1)
     act_bytes = e * mg.microbatch * (m_spec.seq_len // cp) * m_spec.hidden
     for slot, inter in (("send_in", False), ("send_net", True)):
         lt[slot] = pricer.p2p_seconds(act_bytes / t, inter_node=inter)[0]
@@ -149,9 +157,10 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
 
 
 def variant_inputs(mg, m_spec, pricer, rp, node_size, recompute, fp8_rate=None,
-                   tp_overlap=False):
+                   tp_overlap=False, ns_steps=0):
     """(:func:`variant_times`, :func:`variant_sizes`) of one graph variant."""
-    return (variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate, tp_overlap=tp_overlap),
+    return (variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate, tp_overlap=tp_overlap,
+                          ns_steps=ns_steps),
             variant_sizes(mg, m_spec, recompute))
 
 
@@ -333,6 +342,8 @@ class LayerTable:
     def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times, key=None,
                  tp_overlap=False):
         self.model = m_spec
+        # the optimizer (phaze.step._optim) whose Newton–Schulz GEMMs the times hold
+        self.optimizer, self.optimizer_state_dtype = "adam", "fp32"
         # tensor-parallel communication overlap in the layer times (on the variants with
         # sequence parallelism)
         self.tp_overlap = bool(tp_overlap)
@@ -421,21 +432,26 @@ def layer_table(model, archs, *, microbatch, tensor_parallel=(1, 2, 4, 8),
                 sequence_parallel=(False, True), flash_attention=(False, True),
                 precision="bf16", efficiency=None, fp8_rate=None, expert_parallel=None,
                 context_parallel=None, capacity_factor=None,
-                tp_comm_overlap=(False,)) -> LayerTable:
+                tp_comm_overlap=(False,), optimizer="adam",
+                optimizer_state_dtype="fp32") -> LayerTable:
     """The :class:`LayerTable` of ``model`` at ``microbatch`` on ``archs``: every variant
     of the grids (as :func:`best_plans` takes them) priced once on every row."""
     m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
     return _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                         flash_attention, precision, fp8_rate, expert_parallel,
-                        context_parallel, capacity_factor, tp_comm_overlap)
+                        context_parallel, capacity_factor, tp_comm_overlap, optimizer,
+                        optimizer_state_dtype)
 
 
 def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                  flash_attention, precision, fp8_rate, expert_parallel, context_parallel,
-                 capacity_factor, tp_comm_overlap=(False,)) -> LayerTable:
+                 capacity_factor, tp_comm_overlap=(False,), optimizer="adam",
+                 optimizer_state_dtype="fp32") -> LayerTable:
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
         raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
                          f"got {precision!r}")
+    optimizer, optimizer_state_dtype = _optimizer_args(optimizer, optimizer_state_dtype)
+    ns_steps = _optim.NS_STEPS if _optim.OPTIMIZERS[optimizer].matrices else 0
     widths = _int_grid("tensor_parallel", tensor_parallel, 1)
     sps = _bool_grid("sequence_parallel", sequence_parallel)
     flashes = _bool_grid("flash_attention", flash_attention)
@@ -456,14 +472,27 @@ def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
     priced = {g: intra for g, (_single, intra) in
               zip(graphs, pricer.op_latencies_many(graphs, fp8_rate=fp8_rate))}
     for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(variants):
-        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced, tpo)
+        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced, tpo, ns_steps)
     key = (m_spec, b, precision, tuple(widths), tuple(sps), tuple(flashes), tuple(cps),
-           tuple(eps), capacity_factor, tpo)
+           tuple(eps), capacity_factor, tpo, optimizer, optimizer_state_dtype)
     try:
         hash(key)
     except TypeError:   # an unhashable model (a spec with list fields): no sharing
         key = None
-    return LayerTable(m_spec, b, precision, archs, rp, variants, times, key, tpo)
+    table = LayerTable(m_spec, b, precision, archs, rp, variants, times, key, tpo)
+    table.optimizer, table.optimizer_state_dtype = optimizer, optimizer_state_dtype
+    return table
+
+
+def _optimizer_args(optimizer, optimizer_state_dtype) -> tuple:
+    """The checked optimizer and its state datatype (``_optim``)."""
+    if optimizer not in _optim.OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(_optim.OPTIMIZERS)}, "
+                         f"got {optimizer!r}")
+    if optimizer_state_dtype not in _optim.STATE_DTYPES:
+        raise ValueError(f"optimizer_state_dtype must be one of "
+                         f"{', '.join(_optim.STATE_DTYPES)}, got {optimizer_state_dtype!r}")
+    return optimizer, optimizer_state_dtype
 
 
 def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="full",
@@ -473,7 +502,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                fp8_rate=None, launchable=True, expert_parallel=None, context_parallel=None,
                capacity_factor=None, grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
                reshard_after_forward=True, account_for_embedding=(False, True),
-               tp_comm_overlap=(False,)):
+               tp_comm_overlap=(False,), optimizer="adam", optimizer_state_dtype="fp32"):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -491,7 +520,10 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     graphs' ``dtype``; fp8: ``fp8_rate``, the rows' fp8 tensor-rate multiplier as
     ``cost.op_latencies`` takes it — None: the template's; a row with 0 is refused
     there); ``grad_reduce_dtype`` "fp32" | "bf16" | "fp16" (one value: the gradient
-    buffer's and the data-parallel reductions' datatype, ``phaze.plan``); ``efficiency``:
+    buffer's and the data-parallel reductions' datatype, ``phaze.plan``); ``optimizer``
+    "adam" | "muon" and ``optimizer_state_dtype`` "fp32" | "bf16" (one value each: the
+    optimizer's state, its elementwise step and Muon's Newton–Schulz GEMMs,
+    ``phaze/step/_optim.py``; Muon searches ZeRO 0–1 only); ``efficiency``:
     None (``efficiency.for_rows(archs)``), a set's name, an Efficiency or an
     EFFICIENCY_DTYPE array with one set per row. ``launchable`` (default): only plans a
     trainer can launch — no ZeRO stage 2 with pipeline or context parallelism
@@ -533,7 +565,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
         grad_reduce_dtype, overlap_param_gather, reshard_after_forward, account_for_embedding)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
-                         context_parallel, capacity_factor, tp_comm_overlap)
+                         context_parallel, capacity_factor, tp_comm_overlap, optimizer,
+                         optimizer_state_dtype)
     return _search_plans(table, table.rows, table.rp, table.node_size, table.times, n_dev, B,
                          recompute, hbm_bytes, vs_grid, zeros, ogrs, bool(launchable),
                          sharding)
@@ -552,6 +585,11 @@ class _PlanSet:
     def __init__(self, table, n_dev, B, recompute, vs_grid, zeros, ogrs, launchable,
                  sharding):
         grad_reduce_dtype = sharding.grad_reduce_dtype
+        kept = [z for z in zeros if not _optim.refusal(table.optimizer, z)]
+        if not kept:
+            raise ValueError(_optim.refusal(table.optimizer, zeros[0]) + "; zero_stage must "
+                             f"include one of {_optim.OPTIMIZERS[table.optimizer].zero_stages}")
+        zeros = kept
         m_spec = table.model
         b = table.microbatch
         precision = table.precision
@@ -635,7 +673,8 @@ class _PlanSet:
                                   var_ep[plan_var], plan_v, plan_m, L, plan_zero, plan_ogr,
                                   recompute, var_sp[plan_var], precision, grad_reduce_dtype,
                                   sharding.overlap_param_gather,
-                                  sharding.reshard_after_forward, plan_acct)
+                                  sharding.reshard_after_forward, plan_acct,
+                                  table.optimizer, table.optimizer_state_dtype)
         self.plan_peak = kern.plan_memory(self.plans, plan_var, self.sizes, prefix)
         # the (variant, p, v) classes sharing one slot bound (search_rows)
         _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v,
