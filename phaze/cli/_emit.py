@@ -9,22 +9,50 @@ import sys
 from .. import plan as _plan
 
 
-def emit_plan(args, model, knobs) -> int:
-    """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``); a plan the
-    trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
-    from .. import launch
+def hf_rotary_base(path):
+    """The ``rope_theta`` of a Hugging Face config.json (None when it has none): the
+    rotary base the emitted arguments name (the ModelSpec does not carry it)."""
+    import json
 
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for c in (cfg, cfg.get("text_config") or {}):
+        if isinstance(c.get("rope_theta"), (int, float)):
+            return c["rope_theta"]
+    return None
+
+
+def emit_plan(args, model, knobs, result=None) -> int:
+    """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``) for the
+    model as priced (``--seq-len`` applied); a plan the trainer cannot launch, or one
+    ``result`` (evaluate's dict of the same plan) calls infeasible, is one sentence and
+    exit status 2 (a ValueError)."""
+    from .. import launch, models
+
+    spec = models.resolve(model)
+    if getattr(args, "seq_len", None) and spec.seq_len != args.seq_len:
+        spec = spec.with_(seq_len=args.seq_len)   # the model as priced
+    model = spec
     recompute = getattr(args, "recompute", False)
     plan = dict(tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
                 data_parallel=args.data_parallel, microbatch=args.microbatch,
                 global_batch=args.global_batch,
                 recompute=recompute if isinstance(recompute, str) else bool(recompute))
     plan.update(knobs)
+    if getattr(args, "hf_config", None):
+        plan["rotary_base"] = hf_rotary_base(args.hf_config)
     try:
         text = launch.emit(args.emit, model, **plan)
     except launch.NotLaunchable as exc:
         trainer = _trainer_title(args.emit)
         raise ValueError(f"--emit {args.emit}: {trainer} cannot launch this plan: {exc}") from None
+    if result is not None and (result.get("status") != "ok" or not result.get("feasible")):
+        word = "not modelled" if result.get("status") == "not_modelled" else "infeasible"
+        raise ValueError(f"--emit {args.emit}: the plan is {word}, so no trainer can run "
+                         f"it: {result.get('reason') or 'it does not fit'}")
     sys.stdout.write(text)
     return 0
 

@@ -259,6 +259,13 @@ def _cmd_search(args) -> int:
         if recompute is not None and "selective" in recompute:
             raise ValueError("--recompute selective is not in the study's model (--study has "
                              "none and full)")
+    if args.emit and not args.study:
+        # --emit X: the search's plans are those X launches (phaze.plan.search_grids)
+        from .. import models as _models
+        specs = [_models.resolve(m) for m in model_list]
+        specs = [s.with_(seq_len=args.seq_len) if args.seq_len and s.seq_len != args.seq_len
+                 else s for s in specs]
+        knobs = _plan.search_grids(args.emit, knobs, specs)
     # what every search of this command takes (one chip or space, or each chip compared)
     common = dict(devices=args.devices, global_batch=args.global_batch,
                   microbatch=_int_list(args.microbatch), hbm_gib=hbm, recompute=recompute,
@@ -398,7 +405,10 @@ def _cmd_evaluate(args) -> int:
     model = args.model or models.from_hf_config(args.hf_config, name=args.name,
                                                 seq_len=args.seq_len)
     if getattr(args, "emit", None):
-        return _cli_emit.emit_plan(args, model, _strategy_knobs(args))
+        if getattr(args, "study", False):
+            raise ValueError("--emit writes the plan the calibrated model prices: drop --study")
+        return _cli_emit.emit_plan(args, model, _strategy_knobs(args),
+                                   result=_calibrated_result(args, model))
     if getattr(args, "study", False) and getattr(args, "calibrated", False):
         raise ValueError("--study and --calibrated name two cost models: give one of them")
     if not getattr(args, "study", False):
@@ -512,25 +522,32 @@ def _evaluate_calibrated(args, model) -> int:
         words.append(f"{knob.title} {text}")
     print("  " + ", ".join(words) + ", optimizer Adam")
     titles = {t.id: t.title for t in _plan.TRAINERS}
+    refused = r.get("not_launchable") or {}
+    first = next(iter(refused.items()), None)
     print("  launchable by: " + (", ".join(titles.get(x, x) for x in r["trainers"])
-                                 or "no trainer (DeepSpeed refuses ZeRO 2-3 with pipeline "
-                                    "parallelism and has no interleaving; Megatron-LM has "
-                                    "ZeRO 0-1 only)"))
+                                 or "no trainer" + (f" ({titles.get(first[0], first[0])}: "
+                                                    f"{first[1]})" if first else "")))
     if r["status"] != "ok":
-        print(f"{'not modelled' if r['status'] == 'not_modelled' else 'infeasible'}: "
-              f"{r['reason']}")
+        reason = str(r["reason"])
+        if r["status"] == "not_modelled" and reason.startswith("not modelled yet: "):
+            reason = reason[len("not modelled yet: "):]
+        print(f"{'not modelled yet' if r['status'] == 'not_modelled' else 'infeasible'}: "
+              f"{reason}")
         return 0
     b = r["breakdown"]
-    print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} samples/s   "
-          f"{r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f}%")
+    if not r["feasible"]:
+        # the reason first; the rates are what the step would take if it fitted (no MFU)
+        print(f"infeasible: {r['reason']}")
+        print(f"time per batch {r['time_per_batch_s']:.6g} s if it fitted")
+    else:
+        print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} "
+              f"samples/s   {r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f}%")
     print(f"  pipeline steady {b['steady_s']:.6g} s + bubble {b['bubble_s']:.6g} s + gradient "
           f"reduction {b['gradient_reduction_s']:.6g} s + embedding all-reduce "
           f"{b['embedding_allreduce_s']:.6g} s + optimizer {b['optimizer_s']:.6g} s")
     print(f"  per microbatch on critical stage {b['critical_stage']}: forward "
           f"{b['forward_s']:.6g} s + backward {b['backward_s']:.6g} s + recompute "
           f"{b['recompute_s']:.6g} s + p2p {b['p2p_s']:.6g} s")
-    if not r["feasible"]:
-        print(f"infeasible: {r['reason']}")
     print(f"microbatches per pipeline {r['microbatches_per_pipeline']} (global batch "
           f"{r['global_batch']} / (microbatch {r['microbatch']} x d {r['data_parallel']})), "
           f"sequence {r['seq_len']:,} tokens")

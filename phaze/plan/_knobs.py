@@ -497,9 +497,52 @@ RULES = (
          lambda v: v["virtual_stages"] > 1 and _microbatches(v) % v["pipeline_parallel"],
          lambda v: f"Megatron-LM's interleaved schedule needs the {_microbatches(v)} "
                    f"microbatches per pipeline divisible by p = {v['pipeline_parallel']}"),
-    Rule("megatron-lm", "trainer", ("zero_stage",), lambda v: v["zero_stage"] >= 2,
-         lambda v: f"Megatron-LM has no ZeRO stage {v['zero_stage']} (its distributed "
-                   f"optimizer is ZeRO-1); emit deepspeed for ZeRO 2-3"),
+    # What every trainer needs (Megatron-LM asserts the batch in megatron/training/
+    # arguments.py; DeepSpeed: train_batch_size = micro × accumulation × data parallel):
+    # the model's heads are read when the values carry its ``valid_tp`` (model_values).
+    Rule("any", "shared", ("global_batch", "microbatch", "data_parallel"),
+         lambda v: v["global_batch"] % (v["microbatch"] * v["data_parallel"]),
+         lambda v: f"the global batch {v['global_batch']} is not divisible by microbatch × "
+                   f"data parallel = {v['microbatch']} × {v['data_parallel']} = "
+                   f"{v['microbatch'] * v['data_parallel']}, which every trainer requires"),
+    Rule("any", "shared", ("tensor_parallel",),
+         lambda v: "valid_tp" in v and not v["valid_tp"](v["tensor_parallel"]),
+         lambda v: f"tensor parallel {v['tensor_parallel']} does not divide the heads "
+                   f"({v.get('heads')}) and key/value heads ({v.get('kv_heads')}) of "
+                   f"{v.get('model')}"),
+    # Megatron-Core's ZeRO 2-3 is Megatron-FSDP (--use-megatron-fsdp
+    # --data-parallel-sharding-strategy optim_grads | optim_grads_params, arguments.py at
+    # d98e8a6; its guide docs/user-guide/features/megatron_fsdp.md composes it with TP, CP
+    # and EP, not PP) or, for ZeRO 3 without resharding, torch FSDP2 (--use-torch-fsdp2
+    # --torch-fsdp2-no-reshard-after-forward: arguments.py asserts p = 1, ep = 1, untied
+    # embeddings, no fp16).
+    Rule("megatron-lm", "trainer", ("zero_stage", "pipeline_parallel"),
+         lambda v: v["zero_stage"] >= 2 and v["pipeline_parallel"] > 1,
+         lambda v: f"Megatron-Core's ZeRO {v['zero_stage']} (Megatron-FSDP) runs without "
+                   f"pipeline parallelism (p = {v['pipeline_parallel']}); use ZeRO 0-1 with a "
+                   f"pipeline"),
+    Rule("megatron-lm", "trainer", ("zero_stage", "reshard_after_forward", "expert_parallel",
+                                    "precision"),
+         lambda v: v["zero_stage"] == 3 and not v["reshard_after_forward"] and (
+             v["expert_parallel"] > 1 or v["precision"] == "fp16"
+             or v.get("tied_embeddings", False)),
+         lambda v: "Megatron-Core's ZeRO 3 without resharding after the forward is torch "
+                   "FSDP2 (--use-torch-fsdp2), which needs expert parallel 1, no fp16 and "
+                   "untied embeddings (megatron/training/arguments.py)"),
+    # Megatron-Core's MoE layer refuses tensor parallelism without sequence parallelism at
+    # its first training step (megatron/core/transformer/moe/moe_layer.py at d98e8a6).
+    Rule("megatron-lm", "trainer", ("tensor_parallel", "sequence_parallel"),
+         lambda v: v.get("moe", False) and v["tensor_parallel"] > 1
+         and not v["sequence_parallel"],
+         lambda v: f"Megatron-Core runs a mixture of experts at tensor parallel "
+                   f"{v['tensor_parallel']} only with sequence parallelism: turn it on"),
+    # --overlap-param-gather: "Must use --overlap-param-gather with --overlap-grad-reduce"
+    # (arguments.py); at ZeRO 0 there is no parameter gather.
+    Rule("megatron-lm", "emit", ("overlap_param_gather", "overlap_grad_reduce", "zero_stage"),
+         lambda v: v["overlap_param_gather"] and v["zero_stage"] >= 1
+         and not v["overlap_grad_reduce"] and not _torch_fsdp2(v),
+         lambda v: "Megatron-LM overlaps the parameter gathers (--overlap-param-gather) only "
+                   "together with the gradient reduction: turn overlap_grad_reduce on"),
     Rule("deepspeed", "emit", ("expert_parallel", "context_parallel"),
          lambda v: v["expert_parallel"] > 1 or v["context_parallel"] > 1 or v.get("moe", False),
          lambda v: "the Megatron-DeepSpeed arguments written here have no mixture of experts, "
@@ -651,6 +694,28 @@ from ._deepspeed import DS_CONFIG, ds_config  # noqa: E402,F401  (DeepSpeed's ds
 MODEL_ARGUMENTS = "<model>"
 
 
+def _torch_fsdp2(v) -> bool:
+    """Megatron-Core's ZeRO 3 without resharding after the forward: torch FSDP2."""
+    return v["zero_stage"] == 3 and not v["reshard_after_forward"]
+
+
+def _zero_megatron(v) -> list:
+    # ZeRO 1: the distributed optimizer; 2 and 3: Megatron-FSDP (its checkpoints are
+    # fsdp_dtensor: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"); 3
+    # without resharding: torch FSDP2 (no gradient-accumulation fusion, torch_dist
+    # checkpoints: arguments.py asserts both).
+    if v["zero_stage"] == 1:
+        return ["--use-distributed-optimizer"]
+    if _torch_fsdp2(v):
+        return ["--use-torch-fsdp2", "--torch-fsdp2-no-reshard-after-forward",
+                "--no-gradient-accumulation-fusion", "--ckpt-format", "torch_dist"]
+    if v["zero_stage"] >= 2:
+        return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                "optim_grads" if v["zero_stage"] == 2 else "optim_grads_params",
+                "--ckpt-format", "fsdp_dtensor"]
+    return []
+
+
 def _given(flag, value) -> list:
     return [flag, str(value)]
 
@@ -711,10 +776,13 @@ ARGUMENTS = {
         ("sequence_parallel", lambda v: ["--sequence-parallel"]
          if v["sequence_parallel"] and v["tensor_parallel"] > 1 else []),
         ("recompute", _recompute_megatron),
-        ("zero_stage", lambda v: ["--use-distributed-optimizer"] if v["zero_stage"] == 1 else []),
+        ("zero_stage", _zero_megatron),
         ("flash_attention", lambda v: ["--use-flash-attn"] if v["flash_attention"] else []),
         ("overlap_grad_reduce", lambda v: ["--overlap-grad-reduce"]
          if v["overlap_grad_reduce"] else []),
+        ("overlap_param_gather", lambda v: ["--overlap-param-gather"]
+         if v["overlap_param_gather"] and v["zero_stage"] >= 1 and v["overlap_grad_reduce"]
+         and not _torch_fsdp2(v) else []),
         ("tp_comm_overlap", lambda v: ["--tp-comm-overlap"]
          if v["tp_comm_overlap"] and v["sequence_parallel"] and v["tensor_parallel"] > 1
          else []),
@@ -745,116 +813,9 @@ ARGUMENTS = {
 }
 
 
-# torchtitan v0.2.0's job-config keys (phaze.plan._torchtitan says which code each was
-# checked against): ("section.key", value) pairs.
-
-def _tt_data_parallel(v) -> list:
-    # ZeRO 3: FSDP2 shards over d (and the cp ranks); ZeRO 0: DDP replicas.
-    sharded = v["zero_stage"] == 3
-    return [("parallelism.data_parallel_replicate_degree", 1 if sharded else v["data_parallel"]),
-            ("parallelism.data_parallel_shard_degree", v["data_parallel"] if sharded else 1)]
-
-
-def _tt_microbatch(v) -> list:
-    if v["pipeline_parallel"] > 1:
-        return [("training.local_batch_size", v["global_batch"] // v["data_parallel"]),
-                ("parallelism.pipeline_parallel_microbatch_size", v["microbatch"])]
-    return [("training.local_batch_size", v["microbatch"])]
-
-
-def _tt_pipeline(v) -> list:
-    # the embedding counted as a layer (account_for_embedding) is torchtitan's default split:
-    # (L + 2)/(p·v) per stage, the first and the last one fewer
-    p, stages = v["pipeline_parallel"], v["pipeline_parallel"] * v["virtual_stages"]
-    if p == 1:
-        return [("parallelism.pipeline_parallel_degree", 1)]
-    acct = int(bool(v.get("account_for_embedding")))
-    return [("parallelism.pipeline_parallel_degree", p),
-            ("parallelism.pipeline_parallel_layers_per_stage",
-             (v["n_layers"] + 2 * acct) // stages),
-            ("parallelism.pipeline_parallel_first_stage_less_layers", acct),
-            ("parallelism.pipeline_parallel_last_stage_less_layers", acct)]
-
-
-def _tt_async_tp(v) -> bool:
-    # Megatron-Core's --tp-comm-overlap knob, when the plan has one, is torchtitan's async TP.
-    return bool(v.get("tp_comm_overlap", False)) and v["tensor_parallel"] > 1
-
-
-def _tt_tensor_parallel(v) -> list:
-    return [("parallelism.tensor_parallel_degree", v["tensor_parallel"]),
-            ("parallelism.enable_async_tensor_parallel", _tt_async_tp(v)),
-            ("compile.enable", _tt_async_tp(v))]
-
-
-def _tt_recompute(v) -> list:
-    if v["recompute"] == "op":   # torchtitan's own per-op policy
-        return [("activation_checkpoint.mode", "selective"),
-                ("activation_checkpoint.selective_ac_option", "op")]
-    out = [("activation_checkpoint.mode", v["recompute"])]
-    if v["recompute"] == "selective":
-        out.append(("activation_checkpoint.selective_ac_option", "op"))
-    return out
-
-
-def _tt_precision(v) -> list:
-    out = [("training.mixed_precision_param", "bfloat16")]
-    converter = _precision.datatype(v["precision"]).torchtitan
-    if not converter:
-        return out
-    kind, recipe = converter
-    return out + [("model.converters", [f"quantize.linear.{kind}"]),
-                  (f"quantize.linear.{kind}.recipe_name", recipe)]
-
-
-def _tt_expert(v) -> list:
-    if v["expert_parallel"] == 1:
-        return []
-    # phaze's expert-tensor parallel width is t (Megatron-Core's), torchtitan's etp = tp.
-    return [("parallelism.expert_parallel_degree", v["expert_parallel"]),
-            ("parallelism.expert_tensor_parallel_degree", v["tensor_parallel"])]
-
-
-#: torchtitan's job-config keys of a plan, in order: (knob name, writer) pairs, each
-#: writer mapping the plan's values ``v`` (plus ``n_layers``) to ("section.key", value)
-#: pairs, the keys the knob's ``torchtitan`` field names; :data:`MODEL` marks where the
-#: model's name, flavor and sequence length go.
-TORCHTITAN_ARGUMENTS = (
-    ("<model>", None),
-    ("precision", _tt_precision),
-    ("microbatch", _tt_microbatch),
-    ("global_batch", lambda v: [("training.global_batch_size", v["global_batch"])]),
-    ("grad_reduce_dtype", lambda v: [("training.mixed_precision_reduce", "float32")]),
-    ("data_parallel", _tt_data_parallel),
-    ("reshard_after_forward", lambda v: [("parallelism.fsdp_reshard_after_forward",
-                                          "always" if v["reshard_after_forward"] else "never")]
-     if v["zero_stage"] == 3 else []),
-    ("tensor_parallel", _tt_tensor_parallel),
-    ("pipeline_parallel", _tt_pipeline),
-    ("virtual_stages", lambda v: [("parallelism.pipeline_parallel_schedule",
-                                   "Interleaved1F1B" if v["virtual_stages"] > 1 else "1F1B")]
-     if v["pipeline_parallel"] > 1 else []),
-    ("context_parallel", lambda v: [("parallelism.context_parallel_degree",
-                                     v["context_parallel"])]),
-    ("expert_parallel", _tt_expert),
-    ("recompute", _tt_recompute),
-)
+# torchtitan's job-config keys (phaze.plan._torchtitan writes them)
+from ._torchtitan import TORCHTITAN_ARGUMENTS, torchtitan_notes  # noqa: E402,F401
 ARGUMENTS["torchtitan"] = TORCHTITAN_ARGUMENTS
-
-
-def torchtitan_notes(v) -> list:
-    """What torchtitan runs differently from the plan as priced, one sentence each."""
-    out = []
-    if v["tensor_parallel"] > 1 and not v["sequence_parallel"]:
-        out.append("torchtitan's tensor parallelism always shards the norms over the "
-                   "sequence (SequenceParallel): the plan was priced without it")
-    if not v["flash_attention"]:
-        out.append("torchtitan always runs fused attention (scaled_dot_product_attention): "
-                   "the plan was priced with materialised scores")
-    if v["recompute"] == "selective":
-        out.append("phaze's selective recomputation (Megatron's core attention) is written "
-                   "as torchtitan's per-op selective checkpointing, its nearest policy")
-    return out
 
 
 def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list:

@@ -54,6 +54,8 @@ selective checkpointing (``selective_ac_option = "op"``), its nearest policy.
 """
 from __future__ import annotations
 
+from .. import precision as _precision
+
 #: torchtitan v0.2.0's model flavours of phaze's zoo shapes: (layers, hidden, heads,
 #: key/value heads, FFN width, vocabulary) → (model name, flavor).
 FLAVORS = {
@@ -123,3 +125,114 @@ def toml(cfg: dict) -> str:
     for section, keys in cfg.items():
         table(section, keys)
     return "\n\n".join(blocks) + "\n"
+
+
+# torchtitan v0.2.0's job-config keys (phaze.plan._torchtitan says which code each was
+# checked against): ("section.key", value) pairs.
+
+def _tt_data_parallel(v) -> list:
+    # ZeRO 3: FSDP2 shards over d (and the cp ranks); ZeRO 0: DDP replicas.
+    sharded = v["zero_stage"] == 3
+    return [("parallelism.data_parallel_replicate_degree", 1 if sharded else v["data_parallel"]),
+            ("parallelism.data_parallel_shard_degree", v["data_parallel"] if sharded else 1)]
+
+
+def _tt_microbatch(v) -> list:
+    if v["pipeline_parallel"] > 1:
+        return [("training.local_batch_size", v["global_batch"] // v["data_parallel"]),
+                ("parallelism.pipeline_parallel_microbatch_size", v["microbatch"])]
+    return [("training.local_batch_size", v["microbatch"])]
+
+
+def _tt_pipeline(v) -> list:
+    # the embedding counted as a layer (account_for_embedding) is torchtitan's default split:
+    # (L + 2)/(p·v) per stage, the first and the last one fewer
+    p, stages = v["pipeline_parallel"], v["pipeline_parallel"] * v["virtual_stages"]
+    if p == 1:
+        return [("parallelism.pipeline_parallel_degree", 1)]
+    acct = int(bool(v.get("account_for_embedding")))
+    return [("parallelism.pipeline_parallel_degree", p),
+            ("parallelism.pipeline_parallel_layers_per_stage",
+             (v["n_layers"] + 2 * acct) // stages),
+            ("parallelism.pipeline_parallel_first_stage_less_layers", acct),
+            ("parallelism.pipeline_parallel_last_stage_less_layers", acct)]
+
+
+def _tt_async_tp(v) -> bool:
+    # Megatron-Core's --tp-comm-overlap knob, when the plan has one, is torchtitan's async TP.
+    return bool(v.get("tp_comm_overlap", False)) and v["tensor_parallel"] > 1
+
+
+def _tt_tensor_parallel(v) -> list:
+    return [("parallelism.tensor_parallel_degree", v["tensor_parallel"]),
+            ("parallelism.enable_async_tensor_parallel", _tt_async_tp(v)),
+            ("compile.enable", _tt_async_tp(v))]
+
+
+def _tt_recompute(v) -> list:
+    if v["recompute"] == "op":   # torchtitan's own per-op policy
+        return [("activation_checkpoint.mode", "selective"),
+                ("activation_checkpoint.selective_ac_option", "op")]
+    out = [("activation_checkpoint.mode", v["recompute"])]
+    if v["recompute"] == "selective":
+        out.append(("activation_checkpoint.selective_ac_option", "op"))
+    return out
+
+
+def _tt_precision(v) -> list:
+    out = [("training.mixed_precision_param", "bfloat16")]
+    converter = _precision.datatype(v["precision"]).torchtitan
+    if not converter:
+        return out
+    kind, recipe = converter
+    return out + [("model.converters", [f"quantize.linear.{kind}"]),
+                  (f"quantize.linear.{kind}.recipe_name", recipe)]
+
+
+def _tt_expert(v) -> list:
+    if v["expert_parallel"] == 1:
+        return []
+    # phaze's expert-tensor parallel width is t (Megatron-Core's), torchtitan's etp = tp.
+    return [("parallelism.expert_parallel_degree", v["expert_parallel"]),
+            ("parallelism.expert_tensor_parallel_degree", v["tensor_parallel"])]
+
+
+#: torchtitan's job-config keys of a plan, in order: (knob name, writer) pairs, each
+#: writer mapping the plan's values ``v`` (plus ``n_layers``) to ("section.key", value)
+#: pairs, the keys the knob's ``torchtitan`` field names; :data:`MODEL` marks where the
+#: model's name, flavor and sequence length go.
+TORCHTITAN_ARGUMENTS = (
+    ("<model>", None),
+    ("precision", _tt_precision),
+    ("microbatch", _tt_microbatch),
+    ("global_batch", lambda v: [("training.global_batch_size", v["global_batch"])]),
+    ("grad_reduce_dtype", lambda v: [("training.mixed_precision_reduce", "float32")]),
+    ("data_parallel", _tt_data_parallel),
+    ("reshard_after_forward", lambda v: [("parallelism.fsdp_reshard_after_forward",
+                                          "always" if v["reshard_after_forward"] else "never")]
+     if v["zero_stage"] == 3 else []),
+    ("tensor_parallel", _tt_tensor_parallel),
+    ("pipeline_parallel", _tt_pipeline),
+    ("virtual_stages", lambda v: [("parallelism.pipeline_parallel_schedule",
+                                   "Interleaved1F1B" if v["virtual_stages"] > 1 else "1F1B")]
+     if v["pipeline_parallel"] > 1 else []),
+    ("context_parallel", lambda v: [("parallelism.context_parallel_degree",
+                                     v["context_parallel"])]),
+    ("expert_parallel", _tt_expert),
+    ("recompute", _tt_recompute),
+)
+
+
+def torchtitan_notes(v) -> list:
+    """What torchtitan runs differently from the plan as priced, one sentence each."""
+    out = []
+    if v["tensor_parallel"] > 1 and not v["sequence_parallel"]:
+        out.append("torchtitan's tensor parallelism always shards the norms over the "
+                   "sequence (SequenceParallel): the plan was priced without it")
+    if not v["flash_attention"]:
+        out.append("torchtitan always runs fused attention (scaled_dot_product_attention): "
+                   "the plan was priced with materialised scores")
+    if v["recompute"] == "selective":
+        out.append("phaze's selective recomputation (Megatron's core attention) is written "
+                   "as torchtitan's per-op selective checkpointing, its nearest policy")
+    return out
