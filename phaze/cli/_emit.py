@@ -80,6 +80,10 @@ def emit_best_plans(args, result, model_list) -> int:
     inputs = result.metadata.get("inputs", {})
     trainer = _trainer_title(args.emit)
     status = 0
+    # the --hf-config models (after the zoo names, in order): their configs' rope_theta
+    hf = [m for m in model_list if not isinstance(m, str)]
+    rotary = {m.name: hf_rotary_base(path)
+              for m, path in zip(hf, getattr(args, "hf_config", None) or [])}
     for spec in (models.resolve(m) for m in model_list):
         if args.seq_len and spec.seq_len != args.seq_len:
             spec = spec.with_(seq_len=args.seq_len)   # the model as searched
@@ -96,6 +100,8 @@ def emit_best_plans(args, result, model_list) -> int:
                      **{name: inputs.get(name) for name in _plan.GRIDS
                         if _plan.KNOB[name].search == "one"})
         knobs["precision"] = str(knobs["precision"] or "bf16")
+        if rotary.get(spec.name) is not None:
+            knobs["rotary_base"] = rotary[spec.name]
         try:
             sys.stdout.write(launch.emit(args.emit, spec, **knobs))
         except launch.NotLaunchable as exc:
