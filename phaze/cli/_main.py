@@ -601,16 +601,18 @@ def _cmd_trace(args) -> int:
     if args.study:
         _check_study_knobs(args)   # the study's model has none of the step's knobs
     calibrated = not args.study    # the training-step model is the default, as in evaluate
-    model = args.model or models.from_hf_config(args.hf_config)
+    model = args.model or models.from_hf_config(args.hf_config, name=args.name,
+                                                seq_len=args.seq_len)
     recompute = {None: False, "none": False, "full": True}.get(args.recompute, args.recompute)
     if calibrated and not isinstance(recompute, str):
         recompute = "full" if recompute else "none"
     plan = dict(tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
                 data_parallel=args.data_parallel, microbatch=args.microbatch, recompute=recompute,
                 global_batch=args.global_batch, calibrated=calibrated,
-                layer_schedule=args.layer_schedule)
+                layer_schedule=args.layer_schedule, hbm_gib=args.hbm_gib,
+                seq_len=args.seq_len if args.model else None)   # the step evaluate prices
     if not calibrated:
-        plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer or "sgd")
+        plan.update(devices=args.devices, optimizer=args.optimizer or "sgd")
     plan.update(_strategy_knobs(args))
     try:
         info = trace.write(args.out, model, args.arch, **plan)

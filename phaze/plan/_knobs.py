@@ -40,7 +40,7 @@ KNOBS = (
          torchtitan="--parallelism.data_parallel_shard_degree (ZeRO 3, FSDP2) | "
                     "--parallelism.data_parallel_replicate_degree (ZeRO 0, DDP)"),
     Knob("expert_parallel", int, 1, "a positive integer", minimum=1, flags=("--ep",),
-         metavar="N", study=1, calibrated_only=True, trace_values=(1,),
+         metavar="N", study=1, calibrated_only=True,
          file_key="ep", file_rank=22, file_optional=True,
          help="expert-parallel width (a mixture of experts: divides its routed experts and "
               "cp*d; default 1; calibrated model only)",
@@ -55,7 +55,7 @@ KNOBS = (
          torchtitan="--parallelism.expert_parallel_degree (with --parallelism."
                     "expert_tensor_parallel_degree t)"),
     Knob("context_parallel", int, 1, "a positive integer", minimum=1, flags=("--cp",),
-         metavar="N", study=1, calibrated_only=True, trace_values=(1,), devices_factor=True,
+         metavar="N", study=1, calibrated_only=True, devices_factor=True,
          file_key="cp", file_rank=21, file_optional=True,
          help="context-parallel width (ring attention over N ranks: needs --flash-attention "
               "and the sequence divisible by 2N; t*cp*p*d devices; default 1; calibrated "
@@ -71,7 +71,7 @@ KNOBS = (
          megatron="--context-parallel-size", torchtitan="--parallelism.context_parallel_degree"),
     Knob("capacity_factor", float, None, "None or a positive number", optional=True,
          flags=("--capacity-factor",), metavar="F", study=None, calibrated_only=True,
-         study_lacks="mixture-of-experts routing", trace_values=(None,),
+         study_lacks="mixture-of-experts routing",
          help="MoE expert capacity factor (tokens dropped or padded to it; default: balanced "
               "routing; calibrated model only)",
          search="one", search_metavar="F",
@@ -116,9 +116,7 @@ KNOBS = (
                     "--activation_checkpoint.selective_ac_option op)"),
     Knob("virtual_stages", int, 1, "a positive integer", minimum=1,
          flags=("--virtual-stages",), metavar="V", study=1, calibrated_only=True,
-         file_key="virtual_stages", file_rank=5, trace_values=(1,),
-         trace_note="phaze trace draws plain 1F1B; interleaved schedules (virtual_stages > 1) "
-                    "are not drawn yet",
+         file_key="virtual_stages", file_rank=5,
          help="interleaved 1F1B with V model chunks per device (default 1; V > 1 calibrated "
               "model only)",
          search="grid", search_metavar="V,...|all", grid_none="every valid v",
