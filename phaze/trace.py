@@ -350,9 +350,7 @@ def _calibrated_stages(spec, arch, t, p, d, mb, recompute, global_batch, hbm_gib
             ("optimizer step", "optimizer", b.optimizer_s, range(p))]
     info = {"cost_model": "calibrated", "time_per_batch_s": res.time_s,
             "evaluate_time_per_batch_s": r["time_per_batch_s"], "seq_len": spec.seq_len,
-            "virtual_stages": knobs["virtual_stages"],
-            "expert_parallel": knobs["expert_parallel"],
-            "context_parallel": knobs["context_parallel"],
+            **knobs,   # the strategy knobs drawn (phaze.plan.STRATEGY)
             "pipeline_time_s": b.pipeline_s,
             "steady_s": b.steady_s, "bubble_s": b.bubble_s, "grad_sync_s": b.dp_allreduce_s,
             "embedding_allreduce_s": b.embedding_allreduce_s, "optimizer_s": b.optimizer_s,
@@ -383,13 +381,7 @@ def _layer_plan_calibrated(spec, mb, t, row, gap, knobs, arch):
 
     chip = resolve_chip(arch) if isinstance(arch, str) else arch
     eff = chip.efficiency_set() if hasattr(chip, "efficiency_set") else None
-    sp = bool(knobs["sequence_parallel"]) and t > 1
-    mg = graph.build_layers(spec, mb, t, sequence_parallel=sp or (spec.is_moe and t > 1),
-                            flash_attention=bool(knobs["flash_attention"]),
-                            kernels="megatron", dtype=knobs["precision"],
-                            expert_parallel=int(knobs["expert_parallel"]),
-                            context_parallel=int(knobs["context_parallel"]),
-                            capacity_factor=knobs["capacity_factor"])
+    mg = graph.build_layers(spec, mb, t, **_plan.layer_graph_keywords(knobs, t, spec.is_moe))
     blocks = [lay for lay in mg.layers[1:-1]]
     layer = next((lay for lay in blocks if lay.kind == "moe_block"), blocks[0])
     return _layer_lanes(layer, row, gap, lambda g: cost.op_latencies(
@@ -531,7 +523,7 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
             spec, arch, t, p, d, mb, bool(recompute), devices, global_batch, hbm_gib,
             optimizer)
     tr = _Trace()
-    v = int(knobs["virtual_stages"]) if calibrated else 1
+    v = _plan.pipeline_chunks(knobs) if calibrated else 1
     if v > 1:
         first_f, first_b = _draw_interleaved(tr, stages, slot, c, p, v)
         clock = info["pipeline_time_s"]

@@ -178,6 +178,11 @@ def _add_search_arguments(p) -> None:
                         "(phaze.launch); a plan the trainer cannot launch is one sentence")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out (never one another search is writing)")
+    p.add_argument("--from-meta", metavar="FILE",
+                   help="re-run the search a result recorded (its .meta.json or .json, or "
+                        "the result file beside it): the same models (their full specs), "
+                        "chip or space and knobs; only --out, --force, --emit and the "
+                        "worker options may be given with it")
     p.add_argument("--address", help="Dask scheduler tcp://HOST:PORT (needs phaze[dask])")
     p.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
     p.add_argument("--serial", action="store_true", help="run in this process (no worker pool)")
@@ -233,6 +238,10 @@ def _cmd_search(args) -> int:
     from . import _lists as lists
     from .. import arch, search
 
+    if args.from_meta:
+        from ._rerun import search_from_meta
+        return search_from_meta(args, build_parser().parse_args(["search", "--model", "x"]),
+                                _fixed_system_summary)
     model_list = _models_from_args(args)
     _check_tp(model_list, _int_list(args.tensor_parallel))
     every = args.space_every
@@ -279,12 +288,17 @@ def _cmd_search(args) -> int:
         return _compare.compare_chips(args, chips, model_list, common)
     try:
         result = search.search(model_list, arch=args.arch, space=space, out=args.out,
-                               resume=args.resume, baselines=not args.no_baselines, **common)
+                               resume=args.resume, baselines=not args.no_baselines,
+                               provenance=dict(command=getattr(args, "argv", None),
+                                               config_paths=args.hf_config,
+                                               space_every=every if args.arch is None
+                                               else None), **common)
     except KeyboardInterrupt:
-        if args.out:
-            print(f"phaze search: interrupted; finished chunks are in {args.out} "
-                  f"(continue with --resume)", file=sys.stderr)
-        raise
+        # one line (main() would say "interrupted" again)
+        print("phaze search: interrupted" + (f"; finished chunks are in {args.out} (continue "
+                                             f"with --resume)" if args.out else ""),
+              file=sys.stderr)
+        return 130
     except search.ChunkFailed as exc:
         # Not bad input but no traceback either: say which chunk, and what is kept.
         kept = (f"; finished chunks are in {args.out} (continue with --resume)" if args.out
@@ -821,6 +835,7 @@ def main(argv=None) -> int:
     never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = ["phaze", *(sys.argv[1:] if argv is None else argv)]   # recorded by search
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:

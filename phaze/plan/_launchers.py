@@ -4,7 +4,7 @@ model arguments of ``phaze.plan._model_flags``: the one source of truth that
 ``phaze search --emit`` (its narrowed grids) read (issue 29 items 4-6)."""
 from __future__ import annotations
 
-from ._knobs import _JUDGED, KNOB, TRAINERS, _values, refusal
+from ._knobs import _JUDGED, KNOB, TRAINERS, refusal, search_contexts as _contexts
 
 
 def model_values(spec) -> dict:
@@ -55,18 +55,6 @@ def launchers(values: dict, spec=None) -> tuple:
     model ``spec`` with the arguments phaze writes: those :func:`launch_refusal` does not
     refuse."""
     return tuple(t for t in _JUDGED if launch_refusal(t, values, spec) is None)
-
-
-def _contexts(name, value) -> list:
-    """Where the search's plan set holds a plan of knob ``name`` at ``value`` that a
-    single-knob test must check (``phaze.step``'s enumeration): interleaving only beside
-    a pipeline; ZeRO 3 at p = 1 and, where torchtitan's FSDP2 takes it, beside a pipeline
-    (ZeRO 2 never beside one); every other value at the default plan."""
-    if name == "virtual_stages" and value > 1:
-        return [{"pipeline_parallel": 2}]
-    if name == "zero_stage" and value == 3:
-        return [{}, {"pipeline_parallel": 2, "data_parallel": 2}]
-    return [{}]
 
 
 def _refused(tid, bases, values):
@@ -132,19 +120,3 @@ def search_grids(trainer: str, grids: dict, models=()) -> dict:
         else:
             out[name] = tuple(keep)
     return out
-
-
-def environment(trainer: str, values: dict) -> list:
-    """The environment a trainer's launch needs for the plan ``values``: (name, value)
-    pairs, value None meaning "unset". Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1
-    for tensor or context parallelism before Blackwell (one stream keeps the
-    communication kernels in order; on Blackwell it is allowed, not required) unless
-    FSDP runs, which asserts it is not 1 (megatron/training/arguments.py at d98e8a6)."""
-    v = _values(values)
-    if trainer not in ("megatron-lm", "megatron"):
-        return []
-    if v["zero_stage"] >= 2:
-        return [("CUDA_DEVICE_MAX_CONNECTIONS", None)]
-    if v["tensor_parallel"] > 1 or v["context_parallel"] > 1:
-        return [("CUDA_DEVICE_MAX_CONNECTIONS", "1")]
-    return []
