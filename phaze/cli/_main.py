@@ -143,7 +143,10 @@ def _add_search_arguments(p) -> None:
                         "the config's _name_or_path or model_type)")
     p.add_argument("--seq-len", type=int, metavar="TOKENS",
                    help="tokens per sample for every model (default: the model's own; a Hugging "
-                        "Face config's own is its full context, e.g. 131,072 for Llama 3.1)")
+                        "Face config's own is its pre-training context: rope_scaling's "
+                        "original_max_position_embeddings when positions are stretched, 8,192 "
+                        "for Llama 3.1, else max_position_embeddings, 131,072 for Qwen2.5-7B; "
+                        "the summary names each model's)")
     p.add_argument("--devices", type=int, default=1024, help="accelerators (default 1024)")
     _plan.add_search_options(p, ("global_batch", "microbatch"))
     p.add_argument("--hbm-gib", default=None,
@@ -205,6 +208,10 @@ def _models_from_args(args):
     seen = {}
     for path, name in zip(args.hf_config, names):
         spec = models.from_hf_config(path, name=name, seq_len=args.seq_len)
+        if args.seq_len is None:
+            # never silently: the config's own context may be far longer than a run's
+            print(f"phaze search: {spec.name} runs at its config's {spec.seq_len:,}-token "
+                  f"context (pass --seq-len for a training run's)", file=sys.stderr)
         if spec.name in seen:
             raise ValueError(f"--name: {seen[spec.name]} and {path} are both called "
                              f"{spec.name!r}; name them apart with one --name per --hf-config")
@@ -321,9 +328,13 @@ def _fixed_system_summary(result) -> str:
 
     meta, best = result.metadata, result.best
     inp, chip = meta.get("inputs", {}), meta.get("chip") or {}
+    seqs = inp.get("seq_len") if isinstance(inp.get("seq_len"), dict) else {}
+    seq_txt = (f", sequence {next(iter(seqs.values())):,} tokens"
+               if len(set(seqs.values())) == 1 else
+               "".join(f", {n} sequence {v:,} tokens" for n, v in seqs.items()))
     lines = [f"phaze search: {', '.join(result.models)} on {inp.get('devices')} x "
              f"{chip.get('name', 'one chip')} (fixed system), global batch "
-             f"{inp.get('global_batch')}: {meta.get('points_evaluated'):,} of "
+             f"{inp.get('global_batch')}{seq_txt}: {meta.get('points_evaluated'):,} of "
              f"{meta.get('points_total'):,} points evaluated ({meta.get('points_pruned'):,} "
              f"pruned) in {meta.get('sweep_time_s', 0):.1f} s"]
     if chip:
@@ -336,7 +347,8 @@ def _fixed_system_summary(result) -> str:
     lines.append(cost_model_line(meta))
     lines.append(f"best plan{'s' if len(result.models) > 1 else ''}:")
     lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} "
-                 f"{_plan.summary_header()} {'samples/s':>11} {'tokens/s':>13}  layers per stage")
+                 f"{_plan.summary_header()} {'samples/s':>11} {'tokens/s':>13} {'MFU':>6}  "
+                 f"layers per stage (embedding and head included)")
     for model in result.models:
         r = (best.get("plans") or {}).get(model)
         if r is None or not r.get("feasible"):
@@ -346,8 +358,14 @@ def _fixed_system_summary(result) -> str:
         lines.append(f"{model:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
                      f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>5g} "
                      f"{knob_text(r)} {r['samples_per_s']:>11,.1f} "
-                     f"{r['tokens_per_s']:>13,.0f}  {r['stage_layers']}")
+                     f"{r['tokens_per_s']:>13,.0f} {_mfu_text(r.get('mfu')):>6}  "
+                     f"{r['stage_layers']}")
     return "\n".join(lines)
+
+
+def _mfu_text(fraction) -> str:
+    """MFU as a percentage ("n/a" when unknown)."""
+    return "n/a" if fraction is None else f"{100 * float(fraction):.1f}%"
 
 
 def _add_evaluate_arguments(p) -> None:
@@ -357,7 +375,9 @@ def _add_evaluate_arguments(p) -> None:
                                   "_name_or_path or model_type)")
     p.add_argument("--seq-len", type=int, metavar="TOKENS",
                    help="tokens per sample (default: the model's own; a Hugging Face config's "
-                        "own is its full context)")
+                        "own is its pre-training context: rope_scaling's "
+                        "original_max_position_embeddings, e.g. 8,192 for Llama 3.1, else "
+                        "max_position_embeddings)")
     p.add_argument("--arch", default="tpuv4", metavar="NAME|FILE",
                    help="architecture: a preset or a chip file (default tpuv4; see `phaze archs`)")
     _plan.add_evaluate_options(p, ("tensor_parallel", "pipeline_parallel", "data_parallel",
@@ -664,6 +684,32 @@ def _cmd_plot(args) -> int:
     return 0
 
 
+def _plot_fixed_system(result, out_path, plt) -> None:
+    """A fixed-system result (one chip: no area axis to draw): each row's samples/s (model,
+    microbatch, recomputation), the best plan per model marked."""
+    t = result.table
+    rows = [i for i in range(len(t["model"])) if bool(t["feasible"][i])]
+    labels = [f"{t['model'][i]}  mb {int(t['microbatch'][i])}  rc {t['recompute'][i]}"
+              for i in rows]
+    values = [float(t["samples_per_s"][i]) for i in rows]
+    best = {n: (r or {}).get("samples_per_s") for n, r in
+            ((result.best or {}).get("plans") or {}).items()}
+    colors = ["C3" if best.get(str(t["model"][i])) == float(t["samples_per_s"][i]) else "0.6"
+              for i in rows]
+    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.3 * max(len(rows), 1)))
+    ax.barh(range(len(rows)), values, color=colors)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("samples/s (best plan of each row; red: each model's best)")
+    chip = (result.metadata.get("chip") or {}).get("name") or \
+        (result.metadata.get("inputs") or {}).get("arch")
+    ax.set_title(f"phaze search on {chip}: {', '.join(result.models)}")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=120)
+    plt.close(fig)
+
+
 def _plot_result(result, out_path, per_arch, front) -> None:
     """Throughput (or normalised score) vs area: every architecture (``per_arch``, from
     ``result.per_arch()``), the frontier (``front``, ``result.pareto()``: the stored front
@@ -675,6 +721,9 @@ def _plot_result(result, out_path, per_arch, front) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("plotting needs matplotlib: pip install 'phaze[plot]'") from None
+    if result.metadata.get("chip") or (result.metadata.get("inputs") or {}).get("arch"):
+        _plot_fixed_system(result, out_path, plt)
+        return
     several = len(result.models) > 1
     partial = result.metadata.get("pareto_exact") is False
     ylabel = "mean normalised throughput" if several else "samples/s"
@@ -763,6 +812,20 @@ SEARCH_LEGEND = _SEARCH_LEGEND.format(knobs="\n".join(
        f"{', '.join(_plan.summary_cells({})[1:])})"]))
 
 
+def _unrecognized(parser, args, extra) -> None:
+    """argparse's error for arguments the sub-command does not take, from that
+    sub-command's parser (its usage, not the top-level one), naming the closest flag."""
+    import difflib
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    p = sub.choices.get(args.command, parser)
+    flags = [f for a in p._actions for f in a.option_strings]
+    first = next((x.split("=")[0] for x in extra if x.startswith("-")), None)
+    close = difflib.get_close_matches(first, flags, n=1) if first else []
+    p.error(f"unrecognized arguments: {' '.join(extra)}"
+            + (f" (did you mean {close[0]}?)" if close else ""))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``phaze`` argument parser: one sub-command per job, each with its handler."""
     from .. import __version__
@@ -834,7 +897,9 @@ def main(argv=None) -> int:
     disk, 130 interrupted, 141 output pipe closed). Every error is one line on stderr,
     never a traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, args, extra)   # the sub-command's usage, a close flag named
     args.argv = ["phaze", *(sys.argv[1:] if argv is None else argv)]   # recorded by search
     try:
         return int(args.func(args) or 0)

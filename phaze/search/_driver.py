@@ -32,7 +32,7 @@ from ._baselines import chunk_block_argmin
 from ._inputs import (check_expert_grid, check_some_width, int_tuple, resolve_hbm,
                       resolve_models, resolve_prune, resolve_recompute, resolve_space,
                       resolve_strategy_grids, space_ids, valid_widths)
-from ._report import SearchResult, choose_best, per_arch
+from ._report import SearchResult, choose_best, per_arch, pruned_min_area
 from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, fill_mfu, recompute_rank, take
 
@@ -367,6 +367,9 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         "resumed_chunks": sweep.n_chunks - len(sweep.todo),
         # --prune best may skip points of smaller area that are on the front.
         "pareto_exact": prune != "best",
+        # ... the front then keeps only what is surely on it (_report.pruned_min_area)
+        "pruned_min_area_mm2": (pruned_min_area(table, archs, ids, settings.points_per_arch)
+                                if prune == "best" else None),
     }
     if chip is not None:
         metadata["chip"] = chip.to_dict()  # the fixed system, as a chip file
