@@ -37,6 +37,16 @@ from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, fill_mfu, recompute_rank, take
 
 
+def _columns(stream) -> int:
+    """Columns of the terminal ``stream`` writes to (80 when it cannot tell)."""
+    import os
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError, TypeError):
+        return 80
+
+
 class _Progress:
     """The sweep's progress on stderr, through ``tqdm``: percent of the points done
     (evaluated or pruned), elapsed time, ETA, the rate of *evaluated* points (pruned
@@ -70,7 +80,8 @@ class _Progress:
         if not self.enabled:
             return
         isatty = getattr(self.stream, "isatty", None)
-        self._plain = not (callable(isatty) and isatty())
+        # a terminal of no width (a pane squeezed to 0 columns) draws no bar: plain lines
+        self._plain = not (callable(isatty) and isatty()) or _columns(self.stream) < 1
         if not self._plain:
             from tqdm import tqdm
 
