@@ -17,7 +17,14 @@ optimizer hyper-parameters and the schedule are the user's.
 A plan the trainer cannot launch raises :class:`NotLaunchable` (a ``ValueError``) with
 one sentence saying why:
 
-- both: the global batch not divisible by b·d (Megatron-LM asserts it in
+Who launches a plan is decided in one place, ``phaze.plan.launch_refusal`` (the rules
+below, then the model arguments ``phaze.plan.MODEL_FLAGS`` can write for the trainer);
+``phaze evaluate``'s "launchable by" line and ``phaze search --emit``'s plan set read the
+same function. ``phaze evaluate --emit`` also refuses a plan evaluate calls infeasible
+(it does not fit, or the step model refuses it: e.g. Megatron-Core's mixture of experts
+at t > 1 without sequence parallelism).
+
+- every trainer: the global batch not divisible by b·d (Megatron-LM asserts it in
   ``megatron/training/arguments.py``; DeepSpeed requires ``train_batch_size =
   train_micro_batch_size_per_gpu × gradient_accumulation_steps × data-parallel GPUs``);
   the heads (and key/value heads) not divisible by t; expert parallelism not dividing
@@ -29,9 +36,18 @@ one sentence saying why:
   them: L/p transformer layers each, the embedding on the first, the head on the last —
   phaze's ``evaluate`` spreads uneven remainders one layer at a time, which Megatron-LM
   does not express with these arguments); interleaving (v > 1) needs p ≥ 2, L divisible
-  by p·v and the microbatches per pipeline B/(b·d) divisible by p; ZeRO 2–3 (Megatron-LM's
-  distributed optimizer is ZeRO-1; use DeepSpeed); a gradient-reduction datatype other
-  than fp32 and the parameters' (Megatron-Core's gradient buffer is one of them).
+  by p·v and the microbatches per pipeline B/(b·d) divisible by p; ZeRO 2–3 beside a
+  pipeline (ZeRO 1 is the distributed optimizer, 2–3 are Megatron-FSDP,
+  ``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params
+  --ckpt-format fsdp_dtensor``, which its guide composes with TP, CP and EP, not PP; ZeRO 3
+  without resharding is torch FSDP2, ``--use-torch-fsdp2
+  --torch-fsdp2-no-reshard-after-forward``, which needs ep = 1, no fp16 and untied
+  embeddings); a mixture of experts at t > 1 without sequence parallelism;
+  ``--overlap-param-gather`` without ``--overlap-grad-reduce``; a gradient-reduction
+  datatype other than fp32 and the parameters' (Megatron-Core's gradient buffer is one of
+  them). The environment it asserts is written before the arguments:
+  ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor or context parallelism (required before
+  Blackwell), ``unset`` under FSDP (which asserts it is not 1).
 - torchtitan (v0.2.0, commit 29624e37fa6d, 2025-10-17: ``phaze.plan.torchtitan`` says
   which code each key was checked against): ZeRO 1–2, fp16 and gradient reduction other
   than fp32 (the trainer's own rules); a model without a torchtitan flavor (llama3 8B,
@@ -40,7 +56,9 @@ one sentence saying why:
   embedding and loss as layers, torchtitan's own); interleaving without a pipeline;
   expert parallelism outside ZeRO 3 or not divisible by cp. Multi-head latent attention
   is refused as having no flavor.
-- DeepSpeed: fp8 (the ds_config has bf16 and fp16 sections only); expert and context
+- DeepSpeed: a model its arguments cannot describe (Q/K/V biases apart from the other
+  linear layers', a mixture of experts: ``phaze.plan.MODEL_FLAGS``); fp8 (the ds_config has
+  bf16 and fp16 sections only); expert and context
   parallelism (not written for Megatron-DeepSpeed here: emit megatron); ZeRO 2–3 with
   pipeline parallelism (the DeepSpeed pipeline engine refuses
   them: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"), interleaving
@@ -75,7 +93,10 @@ Sources of the argument names (looked up with the project's documentation search
   all-to-all dispatch phaze prices) and ``--moe-expert-capacity-factor`` (Megatron-Core
   MoE user guide and ``megatron/training/arguments.py``).
 - Megatron-DeepSpeed (github.com/microsoft/Megatron-DeepSpeed, ``megatron/arguments.py``
-  and ``examples_deepspeed``): the Megatron arguments above plus ``--deepspeed``,
+  at f4157bea69f3, and ``examples_deepspeed``): the parallelism and batch arguments above,
+  the model in its own spellings (``phaze.plan.MODEL_FLAGS``: ``--normalization rmsnorm``,
+  ``--num-key-value-heads``, ``--use-rotary-position-embeddings --no-position-embedding``,
+  ``--rotary-position-embeddings-theta``), plus ``--deepspeed``,
   ``--deepspeed_config FILE``, ``--zero-stage N``, ``--no-pipeline-parallel`` (p = 1:
   no DeepSpeed pipeline engine), ``--checkpoint-activations`` with
   ``--deepspeed-activation-checkpointing`` (full recomputation), ``--use-flash-attn-v2``;

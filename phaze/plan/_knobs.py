@@ -98,12 +98,15 @@ KNOBS = (
               "distributed optimizer; > 0: calibrated model only)",
          search="grid", search_metavar="Z,...", grid_none="all four",
          search_help="ZeRO stages over the data-parallel group, e.g. 0,1 (default 0,1,2,3; "
-                     "plans are those Megatron-LM launches)",
+                     "plans are those some trainer launches; --emit X: those X launches)",
          column=True, column_rank=3, short="zero", width=4,
          legend="ZeRO stage over the d data-parallel ranks (1 = Megatron-LM's distributed\n"
                 "optimizer: optimizer state sharded; 2 also gradients; 3 also weights)",
          grid_rank=4, title="ZeRO",
-         megatron="--use-distributed-optimizer (stage 1)",
+         megatron="--use-distributed-optimizer (stage 1); --use-megatron-fsdp "
+                  "--data-parallel-sharding-strategy optim_grads (2) | optim_grads_params "
+                  "(3) --ckpt-format fsdp_dtensor; 3 without resharding: --use-torch-fsdp2 "
+                  "--torch-fsdp2-no-reshard-after-forward",
          deepspeed="--deepspeed --deepspeed_config FILE --zero-stage N (ds_config "
                    "zero_optimization.stage)",
          torchtitan="--parallelism.data_parallel_shard_degree (FSDP2, stage 3)"),

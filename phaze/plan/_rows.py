@@ -182,7 +182,8 @@ _ROWS["reshard_after_forward"] = Knob(
     search="one", search_metavar="on|off",
     search_help="ZeRO-3/FSDP: reshard the parameters after the forward (default on)",
     grid_rank=12, title="reshard after forward",
-    megatron="(Megatron-FSDP: --data-parallel-sharding-strategy optim_grads_params)",
+    megatron="(on: Megatron-FSDP --data-parallel-sharding-strategy optim_grads_params; "
+             "off: torch FSDP2 --torch-fsdp2-no-reshard-after-forward)",
     deepspeed="(ZeRO-3 always reshards: stage3_max_reuse_distance)",
     torchtitan="--parallelism.fsdp_reshard_after_forward always|never")
 
