@@ -212,10 +212,6 @@ def _models_from_args(args):
     seen = {}
     for path, name in zip(args.hf_config, names):
         spec = models.from_hf_config(path, name=name, seq_len=args.seq_len)
-        if args.seq_len is None:
-            # never silently: the config's own context may be far longer than a run's
-            print(f"phaze search: {spec.name} runs at its config's {spec.seq_len:,}-token "
-                  f"context (pass --seq-len for a training run's)", file=sys.stderr)
         if spec.name in seen:
             raise ValueError(f"--name: {seen[spec.name]} and {path} are both called "
                              f"{spec.name!r}; name them apart with one --name per --hf-config")
