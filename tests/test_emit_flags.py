@@ -287,13 +287,29 @@ def test_ds_config_says_overlap_comm_false_at_zero3():
 
 # -- the model table covers the ModelSpec ------------------------------------------------
 
-def test_every_modelspec_field_has_a_row_or_is_refused():
-    named = set(plan.MODEL_FLAGS[0].fields)
+def test_the_table_names_modelspec_fields_and_every_zoo_model_is_judged():
+    """Every row reads real ModelSpec fields (no stale row); a field no row names is
+    judged generically (refused at a non-neutral value): every zoo model is either written
+    or refused in one sentence, never written as another model."""
+    named = set()
     for row in plan.MODEL_FLAGS:
         named.update(row.fields)
     fields = {f.name for f in dataclasses.fields(models.ModelSpec)}
-    from phaze.plan._model_flags import NOT_ARGUMENTS
-    assert fields - named - set(NOT_ARGUMENTS) == set()
+    assert named <= fields
+    # the fields of the ModelSpec this table was written against all have rows
+    assert {"n_layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "activation",
+            "norm", "position", "bias", "qkv_bias", "tied_embeddings", "head_dim",
+            "max_positions", "n_experts", "shared_expert_gate", "kv_lora_rank"} <= named
+    names = models.names() if hasattr(models, "names") else list(models.ZOO)
+    for name in names:
+        spec = models.get(name)
+        for trainer in ("megatron", "deepspeed"):
+            why = plan.model_refusal(trainer, spec)
+            if why is None:
+                args = plan.model_arguments(trainer, spec)
+                assert args[args.index("--seq-length") + 1] == str(spec.seq_len)
+            else:
+                assert "\n" not in why and spec.name in why
 
 
 def test_a_new_field_at_a_new_value_is_refused_by_name():

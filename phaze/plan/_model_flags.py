@@ -210,6 +210,19 @@ NOT_ARGUMENTS = ("name", "vocab")
 _TRAINER_TITLE = {"megatron": "Megatron-LM", "deepspeed": "Megatron-DeepSpeed"}
 
 
+_EMPTY = (None, 0, False, ())
+
+
+def _neutral(value, default) -> bool:
+    """Whether a field no row names is at its neutral value: its default, or "none" (None,
+    0, False, an empty tuple) where the default is "none" too (a Mamba size stored as 0
+    on a model without Mamba layers, whose default is None)."""
+    if value == default:
+        return True
+    return any(value is e or (type(value) is type(e) and value == e) for e in _EMPTY) and \
+        any(default is e or (type(default) is type(e) and default == e) for e in _EMPTY)
+
+
 def model_refusal(trainer: str, spec):
     """The sentence saying why ``trainer`` ("megatron" or "deepspeed") cannot be told the
     model ``spec`` (a row it cannot express at a non-neutral value, or a ModelSpec field
@@ -230,7 +243,7 @@ def model_refusal(trainer: str, spec):
         if f.name in named:
             continue
         default = f.default if f.default is not dataclasses.MISSING else None
-        if getattr(spec, f.name) != default:
+        if not _neutral(getattr(spec, f.name), default):
             return (f"phaze writes no {title} argument for the ModelSpec field {f.name} "
                     f"(= {getattr(spec, f.name)!r}) of {spec.name}: the emitted model would "
                     f"not be the priced one")
