@@ -96,6 +96,11 @@ def _int_text(x) -> str:
     return str(int(x)) if float(x) == int(x) else repr(float(x))
 
 
+#: The activations both trainers name (Megatron-LM and Megatron-DeepSpeed spell them
+#: alike); any other (ReLU, Gemma's GeGLU) has no flag there and is refused.
+_ACTIVATION = {"gelu": [], "swiglu": ["--swiglu"], "squared_relu": ["--squared-relu"]}
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelFlag:
     """One row: the ModelSpec ``fields`` it reads; ``neutral(spec)``: the model is at the
@@ -126,7 +131,7 @@ MODEL_FLAGS = (
               lambda s, r: [] if s.kv_heads == s.heads else
               ["--num-key-value-heads", str(s.kv_heads)], "key/value heads"),
     ModelFlag(("head_dim",), lambda s: _head_dim(s) == s.hidden // s.heads,
-              lambda s, r: [] if _head_dim(s) == s.hidden // s.heads else
+              lambda s, r: [] if _head_dim(s) == s.hidden // s.heads or s.kv_lora_rank else
               ["--kv-channels", str(_head_dim(s))],
               lambda s, r: [] if _head_dim(s) == s.hidden // s.heads else
               ["--kv-channels", str(_head_dim(s))], "head width"),
@@ -139,12 +144,8 @@ MODEL_FLAGS = (
               lambda s, r: ["--max-position-embeddings", str(_positions(s))],
               "position-table rows"),
     ModelFlag(("activation",), lambda s: s.activation == "gelu",
-              lambda s, r: {"gelu": [], "swiglu": ["--swiglu"],
-                            "squared_relu": ["--squared-relu"]}[s.activation]
-              if s.activation != "relu" else None,
-              lambda s, r: {"gelu": [], "swiglu": ["--swiglu"],
-                            "squared_relu": ["--squared-relu"]}[s.activation]
-              if s.activation != "relu" else None, "activation"),
+              lambda s, r: _ACTIVATION.get(s.activation),
+              lambda s, r: _ACTIVATION.get(s.activation), "activation"),
     ModelFlag(("norm",), lambda s: s.norm == "layernorm",
               lambda s, r: [] if s.norm == "layernorm" else ["--normalization", "RMSNorm"],
               lambda s, r: [] if s.norm == "layernorm" else ["--normalization", "rmsnorm"],
@@ -198,9 +199,41 @@ MODEL_FLAGS = (
               lambda s: s.first_dense_layers == 0 and s.moe_every == 1,
               lambda s, r: _moe_layer_freq(s) if s.n_experts else [], None,
               "dense layers among the MoE layers"),
-    # Multi-head latent attention: Megatron-Core's MLA arguments are not written here yet.
+    # Issue 27's fields (read with getattr: a ModelSpec without them is at their neutral
+    # value). Per-head Q/K RMSNorm is Megatron-Core's qk_layernorm (the model's norm type on
+    # each query and key head); DeepSeek-V3's multi-token prediction and group-limited
+    # routing are --mtp-num-layers and --moe-router-num-groups / --moe-router-group-topk.
+    # A per-layer pattern of dense and MoE layers is the --moe-layer-freq row's; other
+    # mixers (sliding, chunked, Mamba, none) and the fields without a row are refused.
+    ModelFlag(("qk_norm",), lambda s: not getattr(s, "qk_norm", False),
+              lambda s, r: ["--qk-layernorm"] if getattr(s, "qk_norm", False) else [], None,
+              "per-head query/key norms"),
+    ModelFlag(("mtp_layers",), lambda s: not getattr(s, "mtp_layers", 0),
+              lambda s, r: ["--mtp-num-layers", str(s.mtp_layers)]
+              if getattr(s, "mtp_layers", 0) else [], None, "multi-token prediction"),
+    ModelFlag(("n_expert_groups", "topk_groups"),
+              lambda s: (getattr(s, "n_expert_groups", 1), getattr(s, "topk_groups", 1)) == (1, 1),
+              lambda s, r: [] if getattr(s, "n_expert_groups", 1) == 1 else
+              ["--moe-router-num-groups", str(s.n_expert_groups), "--moe-router-group-topk",
+               str(s.topk_groups)], None, "group-limited routing"),
+    ModelFlag(("layer_ffns",),
+              lambda s: getattr(s, "layer_ffns", None) is None,
+              lambda s, r: [] if set(getattr(s, "layer_ffns", None) or ()) <= {"dense", "moe"}
+              else None, None, "a per-layer pattern of feed-forward kinds"),
+    ModelFlag(("layer_mixers",),
+              lambda s: set(getattr(s, "layer_mixers", None) or ("attention",)) == {"attention"},
+              None, None, "token mixers other than full attention"),
+    # Multi-head latent attention (arguments.py: --kv-lora-rank, --q-lora-rank (None: the
+    # queries are not compressed), --qk-head-dim (the part without position),
+    # --qk-pos-emb-head-dim (the rotary part), --v-head-dim; TransformerConfig's
+    # multi_latent_attention).
     ModelFlag(("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"),
-              lambda s: not s.kv_lora_rank, None, None, "multi-head latent attention"),
+              lambda s: not s.kv_lora_rank, lambda s, r: [] if not s.kv_lora_rank else
+              ["--multi-latent-attention", "--kv-lora-rank", str(s.kv_lora_rank)]
+              + (["--q-lora-rank", str(s.q_lora_rank)] if s.q_lora_rank else [])
+              + ["--qk-head-dim", str(_head_dim(s)), "--qk-pos-emb-head-dim",
+                 str(s.qk_rope_head_dim), "--v-head-dim", str(s.v_head_dim or _head_dim(s))],
+              None, "multi-head latent attention"),
 )
 
 #: ModelSpec fields no trainer argument describes (the name; the vocabulary comes with
@@ -236,7 +269,7 @@ def model_refusal(trainer: str, spec):
             continue
         if write is None or write(spec, None) is None:
             return (f"the {title} arguments written here cannot express {row.title} "
-                    f"({', '.join(f'{f}={getattr(spec, f)!r}' for f in row.fields)}) of "
+                    f"({', '.join(f'{f}={getattr(spec, f, None)!r}' for f in row.fields)}) of "
                     f"{spec.name}" + ("; emit megatron" if trainer == "deepspeed"
                                       and row.megatron is not None else ""))
     for f in dataclasses.fields(spec):
