@@ -103,3 +103,12 @@ def test_progress_on_a_zero_width_terminal_is_plain_lines(monkeypatch):
     p.update(10, 0, 1.0)
     p.close()
     assert "100% 10/10 points" in stream.getvalue()
+
+
+def test_a_unit_spelt_together_suggests_its_field():
+    from phaze import arch
+
+    d = arch.resolve_chip("h200").to_dict()
+    d["name"], d["hbm_gbps"] = "x", d.pop("hbm_gb_per_s")
+    with pytest.raises(ValueError, match=r"'hbm_gbps' \(did you mean 'hbm_gb_per_s'\?\)"):
+        arch.chip_from_dict(d)
