@@ -194,6 +194,11 @@ def test_context_and_expert_parallel_arguments():
     with pytest.raises(launch.NotLaunchable, match="emit megatron"):
         launch.deepspeed_arguments("mixtral-8x7b", tensor_parallel=1, pipeline_parallel=1,
                                    data_parallel=8, microbatch=1, global_batch=8)
-    with pytest.raises(launch.NotLaunchable, match="multi-head latent attention"):
-        launch.megatron_arguments("deepseek-v2-lite", tensor_parallel=1, pipeline_parallel=1,
-                                  data_parallel=8, microbatch=1, global_batch=8)
+    # multi-head latent attention is written now (issue 29: Megatron-Core's MLA arguments);
+    # Megatron-DeepSpeed has none and refuses it
+    args = launch.megatron_arguments("deepseek-v2-lite", tensor_parallel=1, pipeline_parallel=1,
+                                     data_parallel=8, microbatch=1, global_batch=8)
+    assert "--multi-latent-attention" in args
+    with pytest.raises(launch.NotLaunchable, match="multi-head latent attention|mixture"):
+        launch.deepspeed_arguments("deepseek-v2-lite", tensor_parallel=1, pipeline_parallel=1,
+                                   data_parallel=8, microbatch=1, global_batch=8)
