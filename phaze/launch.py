@@ -17,7 +17,14 @@ optimizer hyper-parameters and the schedule are the user's.
 A plan the trainer cannot launch raises :class:`NotLaunchable` (a ``ValueError``) with
 one sentence saying why:
 
-- both: the global batch not divisible by b·d (Megatron-LM asserts it in
+Who launches a plan is decided in one place, ``phaze.plan.launch_refusal`` (the rules
+below, then the model arguments ``phaze.plan.MODEL_FLAGS`` can write for the trainer);
+``phaze evaluate``'s "launchable by" line and ``phaze search --emit``'s plan set read the
+same function. ``phaze evaluate --emit`` also refuses a plan evaluate calls infeasible
+(it does not fit, or the step model refuses it: e.g. Megatron-Core's mixture of experts
+at t > 1 without sequence parallelism).
+
+- every trainer: the global batch not divisible by b·d (Megatron-LM asserts it in
   ``megatron/training/arguments.py``; DeepSpeed requires ``train_batch_size =
   train_micro_batch_size_per_gpu × gradient_accumulation_steps × data-parallel GPUs``);
   the heads (and key/value heads) not divisible by t; expert parallelism not dividing
@@ -29,9 +36,18 @@ one sentence saying why:
   them: L/p transformer layers each, the embedding on the first, the head on the last —
   phaze's ``evaluate`` spreads uneven remainders one layer at a time, which Megatron-LM
   does not express with these arguments); interleaving (v > 1) needs p ≥ 2, L divisible
-  by p·v and the microbatches per pipeline B/(b·d) divisible by p; ZeRO 2–3 (Megatron-LM's
-  distributed optimizer is ZeRO-1; use DeepSpeed); a gradient-reduction datatype other
-  than fp32 and the parameters' (Megatron-Core's gradient buffer is one of them).
+  by p·v and the microbatches per pipeline B/(b·d) divisible by p; ZeRO 2–3 beside a
+  pipeline (ZeRO 1 is the distributed optimizer, 2–3 are Megatron-FSDP,
+  ``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params
+  --ckpt-format fsdp_dtensor``, which its guide composes with TP, CP and EP, not PP; ZeRO 3
+  without resharding is torch FSDP2, ``--use-torch-fsdp2
+  --torch-fsdp2-no-reshard-after-forward``, which needs ep = 1, no fp16 and untied
+  embeddings); a mixture of experts at t > 1 without sequence parallelism;
+  ``--overlap-param-gather`` without ``--overlap-grad-reduce``; a gradient-reduction
+  datatype other than fp32 and the parameters' (Megatron-Core's gradient buffer is one of
+  them). The environment it asserts is written before the arguments:
+  ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor or context parallelism (required before
+  Blackwell), ``unset`` under FSDP (which asserts it is not 1).
 - torchtitan (v0.2.0, commit 29624e37fa6d, 2025-10-17: ``phaze.plan.torchtitan`` says
   which code each key was checked against): ZeRO 1–2, fp16 and gradient reduction other
   than fp32 (the trainer's own rules); a model without a torchtitan flavor (llama3 8B,
@@ -40,7 +56,9 @@ one sentence saying why:
   embedding and loss as layers, torchtitan's own); interleaving without a pipeline;
   expert parallelism outside ZeRO 3 or not divisible by cp. Multi-head latent attention
   is refused as having no flavor.
-- DeepSpeed: fp8 (the ds_config has bf16 and fp16 sections only); expert and context
+- DeepSpeed: a model its arguments cannot describe (Q/K/V biases apart from the other
+  linear layers', a mixture of experts: ``phaze.plan.MODEL_FLAGS``); fp8 (the ds_config has
+  bf16 and fp16 sections only); expert and context
   parallelism (not written for Megatron-DeepSpeed here: emit megatron); ZeRO 2–3 with
   pipeline parallelism (the DeepSpeed pipeline engine refuses
   them: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"), interleaving
@@ -75,7 +93,10 @@ Sources of the argument names (looked up with the project's documentation search
   all-to-all dispatch phaze prices) and ``--moe-expert-capacity-factor`` (Megatron-Core
   MoE user guide and ``megatron/training/arguments.py``).
 - Megatron-DeepSpeed (github.com/microsoft/Megatron-DeepSpeed, ``megatron/arguments.py``
-  and ``examples_deepspeed``): the Megatron arguments above plus ``--deepspeed``,
+  at f4157bea69f3, and ``examples_deepspeed``): the parallelism and batch arguments above,
+  the model in its own spellings (``phaze.plan.MODEL_FLAGS``: ``--normalization rmsnorm``,
+  ``--num-key-value-heads``, ``--use-rotary-position-embeddings --no-position-embedding``,
+  ``--rotary-position-embeddings-theta``), plus ``--deepspeed``,
   ``--deepspeed_config FILE``, ``--zero-stage N``, ``--no-pipeline-parallel`` (p = 1:
   no DeepSpeed pipeline engine), ``--checkpoint-activations`` with
   ``--deepspeed-activation-checkpointing`` (full recomputation), ``--use-flash-attn-v2``;
@@ -99,7 +120,7 @@ from . import models
 from . import plan as _knobs
 
 __all__ = ["NotLaunchable", "TRAINERS", "megatron_arguments", "deepspeed_arguments",
-           "torchtitan_config", "emit"]
+           "torchtitan_config", "emit", "launchers", "environment"]
 
 #: Trainers :func:`emit` knows (``phaze.plan.TRAINERS`` whose arguments are written here).
 TRAINERS = tuple(t.emit for t in _knobs.TRAINERS if t.emit)
@@ -115,9 +136,8 @@ class NotLaunchable(ValueError):
 
 def _checked(function, model, knobs, megatron=True):
     """The model and the validated plan of ``function``'s keywords (bad input: ValueError
-    naming the field; ``recompute`` may be a bool: True = "full"), after the rules both
-    trainers share (module docstring; ``megatron``: the Megatron arguments' own refusal of
-    latent attention)."""
+    naming the field; ``recompute`` may be a bool: True = "full"), after the rules every
+    trainer shares (module docstring; ``phaze.plan.launch_refusal``'s shared rules)."""
     _knobs.check_keywords(function, knobs, _knobs.NAMES, _REQUIRED)
     spec = models.resolve(model)
     knobs = dict(knobs)
@@ -125,52 +145,32 @@ def _checked(function, model, knobs, megatron=True):
     if recompute is True or recompute is False:
         knobs["recompute"] = "full" if recompute else "none"
     pl = _knobs.Plan(**knobs)
-    t, d, b, B = pl.tensor_parallel, pl.data_parallel, pl.microbatch, pl.global_batch
-    if megatron and getattr(spec, "kv_lora_rank", 0):
-        raise NotLaunchable(f"{spec.name} uses multi-head latent attention, whose Megatron "
-                            f"arguments phaze does not write yet")
     _refuse("any", spec, pl, ("shared",))
-    if B % (b * d):
-        raise NotLaunchable(f"the global batch {B} is not divisible by microbatch × data "
-                            f"parallel = {b} × {d} = {b * d}, which both trainers require")
-    if not spec.valid_tensor_parallel(t):
-        raise NotLaunchable(f"tensor parallel {t} does not divide the heads ({spec.heads}) "
-                            f"and key/value heads ({spec.kv_heads}) of {spec.name}")
     return spec, pl
 
 
-def _refuse(trainer, spec, pl, kinds=("layout", "trainer", "emit")) -> None:
-    """Raise :class:`NotLaunchable` with the first launchability rule of ``trainer``
-    (``phaze.plan.RULES``, of ``kinds``) that refuses the plan."""
-    why = _knobs.refusal(trainer, _values(spec, pl), kinds)
+def _refuse(trainer, spec, pl, kinds=None) -> None:
+    """Raise :class:`NotLaunchable` with the sentence of ``phaze.plan.launch_refusal``
+    (``kinds`` given: the first rule of those kinds only, ``phaze.plan.refusal``)."""
+    if kinds is None:
+        why = _knobs.launch_refusal(trainer, pl.as_dict(), spec)
+    else:
+        why = _knobs.refusal(trainer, _values(spec, pl), kinds)
     if why is not None:
         raise NotLaunchable(why)
 
 
-def _model_arguments(spec) -> list:
-    """Megatron model-shape arguments of ``spec`` (shared by both trainers)."""
-    out = ["--num-layers", str(spec.n_layers), "--hidden-size", str(spec.hidden),
-           "--num-attention-heads", str(spec.heads), "--ffn-hidden-size", str(spec.ffn_hidden),
-           "--seq-length", str(spec.seq_len), "--max-position-embeddings",
-           str(getattr(spec, "max_positions", None) or spec.seq_len)]
-    head_dim = getattr(spec, "head_dim", None)
-    if head_dim and head_dim != spec.hidden // spec.heads:
-        out += ["--kv-channels", str(head_dim)]
-    if spec.kv_heads != spec.heads:
-        out += ["--group-query-attention", "--num-query-groups", str(spec.kv_heads)]
-    if spec.activation == "swiglu":
-        out += ["--swiglu"]
-    elif spec.activation == "squared_relu":
-        out += ["--squared-relu"]
-    if getattr(spec, "norm", "layernorm") == "rmsnorm":
-        out += ["--normalization", "RMSNorm"]
-    if getattr(spec, "position", "learned") == "rotary":
-        out += ["--position-embedding-type", "rope"]
-    if not getattr(spec, "bias", True):
-        out += ["--disable-bias-linear"]
-    if not getattr(spec, "tied_embeddings", True):
-        out += ["--untie-embeddings-and-output-weights"]
-    return out
+def launchers(model, **knobs) -> tuple:
+    """The trainers (ids of ``phaze.plan.TRAINERS``) that launch this plan of ``model``
+    with the arguments written here (``phaze.plan.launchers``): what ``phaze evaluate``
+    prints as "launchable by". Keywords as :func:`megatron_arguments`."""
+    spec, pl = _checked("launchers", model, knobs)
+    return _knobs.launchers(pl.as_dict(), spec)
+
+
+def _model_arguments(spec, trainer="megatron", rotary_base=None) -> list:
+    """The model arguments of ``spec`` for ``trainer`` (``phaze.plan.MODEL_FLAGS``)."""
+    return _knobs.model_arguments(trainer, spec, rotary_base)
 
 
 def megatron_arguments(model, **knobs) -> list:
@@ -185,10 +185,11 @@ def megatron_arguments(model, **knobs) -> list:
     (Megatron-LM switches it off there). Raises :class:`NotLaunchable` for a plan
     Megatron-LM cannot run (module docstring), ``ValueError`` for bad input.
     """
+    rotary = knobs.pop("rotary_base", None)
     spec, pl = _checked("megatron_arguments", model, knobs)
     _refuse("megatron-lm", spec, pl)
     return _knobs.trainer_arguments("megatron-lm", _values(spec, pl),
-                                    _model_arguments(spec) + _moe_arguments(spec))
+                                    _model_arguments(spec, "megatron", rotary))
 
 
 def deepspeed_arguments(model, *, config_path="ds_config.json", **knobs) -> tuple:
@@ -202,10 +203,12 @@ def deepspeed_arguments(model, *, config_path="ds_config.json", **knobs) -> tupl
     ``zero_optimization.overlap_comm``. Raises :class:`NotLaunchable` for a plan DeepSpeed
     cannot run (module docstring), ``ValueError`` for bad input.
     """
+    rotary = knobs.pop("rotary_base", None)
     spec, pl = _checked("deepspeed_arguments", model, knobs)
     _refuse("deepspeed", spec, pl)
     values = dict(_values(spec, pl), config_path=config_path)
-    return (_knobs.trainer_arguments("deepspeed", values, _model_arguments(spec)),
+    return (_knobs.trainer_arguments("deepspeed", values,
+                                     _model_arguments(spec, "deepspeed", rotary)),
             _knobs.ds_config(values))
 
 
@@ -221,40 +224,19 @@ def torchtitan_config(model, **knobs) -> dict:
     accumulates B/(b·d) steps. Raises :class:`NotLaunchable` for a plan torchtitan cannot
     run or phaze does not write for it (module docstring), ``ValueError`` for bad input.
     """
+    knobs.pop("rotary_base", None)   # torchtitan's flavor carries its own
     spec, pl = _checked("torchtitan_config", model, knobs, megatron=False)
     values = _values(spec, pl)
     _refuse("torchtitan", spec, pl, ("emit",))
-    _refuse("torchtitan", spec, pl, ("layout", "trainer"))
+    _refuse("torchtitan", spec, pl)
     return _knobs.torchtitan.config(_knobs.trainer_arguments("torchtitan", values,
                                                   _knobs.torchtitan.model_keys(spec)))
 
 
 def _values(spec, pl) -> dict:
-    """What the argument writers read: the plan's values, the model's layers and whether
-    it has routed experts, its name and its torchtitan flavor (None: none)."""
-    n_experts = getattr(spec, "n_experts", 0) or 0
-    return dict(pl.as_dict(), n_layers=spec.n_layers, n_experts=n_experts, moe=bool(n_experts),
-                model=spec.name, torchtitan_flavor=_knobs.torchtitan.flavor(spec))
-
-
-def _moe_arguments(spec) -> list:
-    """Megatron-Core's mixture-of-experts arguments of ``spec`` (none for a dense model):
-    experts, top-k, expert width, shared experts, the layer pattern and the all-to-all
-    dispatcher phaze prices (the capacity factor, when set, follows: ``phaze.plan``)."""
-    n = getattr(spec, "n_experts", 0)
-    if not n:
-        return []
-    out = ["--num-experts", str(n), "--moe-router-topk", str(spec.experts_per_token),
-           "--moe-ffn-hidden-size", str(spec.expert_ffn_hidden or spec.ffn_hidden),
-           "--moe-token-dispatcher-type", "alltoall"]
-    if spec.n_shared_experts:
-        width = spec.shared_ffn_hidden or spec.expert_ffn_hidden or spec.ffn_hidden
-        out += ["--moe-shared-expert-intermediate-size", str(spec.n_shared_experts * width)]
-    moe = set(spec.moe_layer_ids)
-    if len(moe) != spec.n_layers:
-        pattern = "[" + ",".join("1" if i in moe else "0" for i in range(spec.n_layers)) + "]"
-        out += ["--moe-layer-freq", pattern]
-    return out
+    """What the argument writers read: the plan's values and the model's
+    (``phaze.plan.model_values``)."""
+    return dict(pl.as_dict(), **_knobs.model_values(spec))
 
 
 def _lines(arguments) -> list:
@@ -314,6 +296,9 @@ def emit(trainer, model, **plan) -> str:
         args, config = deepspeed_arguments(spec, **plan)
         head = (f"# Megatron-DeepSpeed launch arguments for {spec.name} on {gpus} GPUs "
                 f"(add data, tokenizer, optimizer and schedule arguments)")
+    env = environment(trainer, **{k: v for k, v in plan.items() if k != "rotary_base"})
+    head += "".join(f"\nunset {name}" if value is None else f"\nexport {name}={value}"
+                    for name, value in env)
     body = " \\\n    ".join([script] + _lines(args))
     text = f"{head}\n{body}\n"
     if config is not None:
@@ -321,7 +306,19 @@ def emit(trainer, model, **plan) -> str:
     return text
 
 
+def environment(trainer, **plan) -> list:
+    """The environment the launch of ``plan`` by ``trainer`` ("megatron", "deepspeed",
+    "torchtitan") needs: (name, value) pairs, value None for "unset"
+    (``phaze.plan.environment``: CUDA_DEVICE_MAX_CONNECTIONS=1 for Megatron-LM's tensor
+    or context parallelism without FSDP, unset under Megatron-FSDP or torch FSDP2)."""
+    recompute = plan.get("recompute")
+    if recompute is True or recompute is False:
+        plan = dict(plan, recompute="full" if recompute else "none")
+    return _knobs.environment(trainer, {k: v for k, v in plan.items() if k in _knobs.NAMES})
+
+
 _REQUIRED_SIG = {name: inspect.Parameter.empty for name in _REQUIRED}
 _knobs.keyword_signature(megatron_arguments, _knobs.NAMES, _REQUIRED_SIG)
 _knobs.keyword_signature(deepspeed_arguments, _knobs.NAMES, _REQUIRED_SIG)
 _knobs.keyword_signature(torchtitan_config, _knobs.NAMES, _REQUIRED_SIG)
+_knobs.keyword_signature(launchers, _knobs.NAMES, _REQUIRED_SIG)

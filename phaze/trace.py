@@ -57,7 +57,19 @@ the window's end (the idle time before it is the wait for the next stage's gradi
 the last backward of the first stage ends at the pipeline's end and every dependency
 still holds. The idle gaps are the bubbles (warm-up, cool-down) and the imbalance of
 stages lighter than the slowest.
-Interleaved schedules (v > 1), expert and context parallelism are not drawn yet.
+Interleaved 1F1B (v > 1, the step model) is drawn chunk by chunk in Megatron-Core's
+order (:func:`interleaved_one_f_one_b`; events "F i.j" of microbatch i, chunk j): each
+chunk operation holds 1/v of its stage's window, and the pipeline ends at the model's
+(m + (p − 1)/v)·slot. Expert and context parallelism are drawn as the step model prices
+them: their all-to-alls and ring passes are inside each forward and backward.
+
+What is traced is exactly the step ``phaze evaluate`` prices (issue 29): the model at
+``seq_len`` (a zoo model's own by default), the same chip and efficiency set; the
+calibrated model's layer schedule is built and priced as the step model builds it
+(Megatron's kernels, the plan's strategy, ``op_latencies(model="calibrated")``). A plan
+``evaluate`` calls infeasible (it does not fit its HBM, or the step model refuses it) is
+refused with its reason. The first stage sends activations and receives gradients, the
+last receives activations and sends gradients.
 """
 from __future__ import annotations
 
@@ -129,6 +141,67 @@ def one_f_one_b(forward_windows, slot, microbatches):
         if not progressed:  # pragma: no cover - the 1F1B order has no cycle
             raise RuntimeError("1F1B order deadlocked")
     return order, fstart, bstart
+
+
+def interleaved_one_f_one_b(forward_window, slot, microbatches, stages, chunks):
+    """Start times (seconds) of Megatron-LM's interleaved 1F1B on ``stages`` devices of
+    ``chunks`` model chunks each (v > 1), every device's forward work ``forward_window``
+    and backward ``slot − forward_window`` per microbatch, split evenly over its chunks.
+
+    Order per device r (Megatron-Core ``schedules.py``
+    ``forward_backward_pipelining_with_interleaving``): (p − r − 1)·2 + (v − 1)·p warm-up
+    chunk forwards (at most m·v), then one forward one backward, then the cool-down
+    backwards; the k-th forward runs chunk (k // p) mod v on microbatch (k // (p·v))·p +
+    k mod p, the k-th backward chunk v − 1 − (k // p) mod v. Chunk j of device r is
+    virtual stage j·p + r: a forward waits for the previous virtual stage's forward of
+    the same microbatch, a backward for the next one's backward (the last virtual stage's
+    for its own forward). Each operation starts when its device and its dependency are
+    free. Returns ``(ops, end)``: ``ops[r]`` the list of ("F"|"B", chunk, microbatch,
+    start) of device r in its order and the last operation's end, which is
+    (m + (p − 1)/v)·slot when m is a multiple of p (Megatron's condition).
+    """
+    p, v, c = int(stages), int(chunks), int(microbatches)
+    f, b = float(forward_window) / v, (float(slot) - float(forward_window)) / v
+    total = c * v
+
+    def op(kind, k):
+        j = (k // p) % v
+        return (kind, j if kind == "F" else v - 1 - j, (k // (p * v)) * p + k % p)
+
+    orders = []
+    for r in range(p):
+        warm = min((p - r - 1) * 2 + (v - 1) * p, total)
+        ops = [op("F", k) for k in range(warm)]
+        for k in range(total - warm):
+            ops += [op("F", warm + k), op("B", k)]
+        ops += [op("B", k) for k in range(total - warm, total)]
+        orders.append(ops)
+    end, placed = {}, [[] for _ in range(p)]
+    pos, free = [0] * p, [0.0] * p
+    remaining = p * 2 * total
+    while remaining:
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(orders[r]):
+                kind, j, i = orders[r][pos[r]]
+                if kind == "F":
+                    dep = (None if r == 0 and j == 0 else
+                           ("F", j, r - 1, i) if r > 0 else ("F", j - 1, p - 1, i))
+                elif r < p - 1:
+                    dep = ("B", j, r + 1, i)
+                else:
+                    dep = ("B", j + 1, 0, i) if j < v - 1 else ("F", j, r, i)
+                if dep is not None and dep not in end:
+                    break
+                start = max(free[r], end[dep] if dep is not None else 0.0)
+                free[r] = end[(kind, j, r, i)] = start + (f if kind == "F" else b)
+                placed[r].append((kind, j, i, start))
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # pragma: no cover - Megatron's order has no cycle
+            raise RuntimeError("interleaved 1F1B order deadlocked")
+    return placed, max(free) if p else 0.0
 
 
 def assign_lanes(starts, finishes, tol=0.0):
@@ -228,40 +301,61 @@ def _study_stages(model, arch, t, p, d, mb, recompute, devices, global_batch, hb
     return stages, slot, c, tail, info, row
 
 
-def _calibrated_stages(model, arch, t, p, d, mb, recompute, global_batch, knobs):
-    """The step model: every stage at the critical stage's slot (module docstring)."""
-    from . import step
-    from .search import arch_row
+def _p2p_words(r, p):
+    """What stage r (0-based) of p moves point to point: (forward, backward) labels (the
+    first stage receives no activations, the last sends no gradients)."""
+    fwd = "send activations" if r == 0 else ("recv activations" if r == p - 1
+                                             else "recv/send activations")
+    bwd = "recv gradients" if r == p - 1 and p == 1 else (
+        "send gradients" if r == p - 1 else "recv gradients" if r == 0
+        else "recv/send gradients")
+    return fwd, bwd
+
+
+def _calibrated_stages(spec, arch, t, p, d, mb, recompute, global_batch, hbm_gib, knobs):
+    """The step model: every stage at the critical stage's slot (module docstring); the
+    plan refused unless ``phaze evaluate`` calls it feasible (it runs and fits)."""
+    from . import search, step
+    from .arch import resolve_chip
 
     rec = recompute if isinstance(recompute, str) else ("full" if recompute else "none")
-    res = step.training_step(model, arch, tensor_parallel=t, pipeline_parallel=p,
+    chip = resolve_chip(arch) if isinstance(arch, str) else arch
+    r = search.evaluate_point(spec, chip, t, p, d, mb, rec, global_batch=global_batch,
+                              hbm_gib=hbm_gib, **knobs)
+    if r["status"] != "ok" or not r["feasible"]:
+        raise ValueError(f"the plan is {'not modelled' if r['status'] == 'not_modelled' else 'infeasible'} "
+                         f"({r['reason']}); there is no step to trace")
+    res = step.training_step(spec, chip, tensor_parallel=t, pipeline_parallel=p,
                              data_parallel=d, microbatch=mb, global_batch=global_batch,
                              recompute=rec, **knobs)
-    if not res.ok:
-        raise ValueError(f"the step model cannot price this plan ({res.reason}); there is no "
-                         f"step to trace")
     b = res.breakdown
     half = b.p2p_s / 2.0
     zero_s = b.slot_s - (b.forward_s + b.backward_s + b.recompute_s + b.p2p_s)
-    fwd = [(_P2P, "recv activations", "p2p", 0.0, half),
-           (_COMPUTE, "F", "forward", half, b.forward_s)]
-    bwd = [(_COMPUTE, "recompute F", "recompute", 0.0, b.recompute_s),
-           (_COMPUTE, "B", "backward", b.recompute_s, b.backward_s),
-           (_P2P, "send/recv gradients", "p2p", b.recompute_s + b.backward_s, half),
-           (_COLL, "ZeRO collectives", "zero", b.recompute_s + b.backward_s + half,
-            max(0.0, zero_s))]
     compute = b.forward_s + b.backward_s + b.recompute_s
-    stages = [{"phi": half + b.forward_s, "forward": fwd, "backward": bwd,
-               "compute_s": compute, "load_s": b.slot_s} for _ in range(p)]
+    stages = []
+    for k in range(p):
+        words = _p2p_words(k, p)
+        fwd = [(_P2P, words[0], "p2p", 0.0, half),
+               (_COMPUTE, "F", "forward", half, b.forward_s)]
+        bwd = [(_COMPUTE, "recompute F", "recompute", 0.0, b.recompute_s),
+               (_COMPUTE, "B", "backward", b.recompute_s, b.backward_s),
+               (_P2P, words[1], "p2p", b.recompute_s + b.backward_s, half),
+               (_COLL, "ZeRO collectives", "zero", b.recompute_s + b.backward_s + half,
+                max(0.0, zero_s))]
+        stages.append({"phi": half + b.forward_s, "forward": fwd, "backward": bwd,
+                       "compute_s": compute, "load_s": b.slot_s})
     tail = [("gradient reduction (data parallel)", "grad_sync", b.dp_allreduce_s, range(p)),
             ("embedding all-reduce", "embedding", b.embedding_allreduce_s,
              sorted({0, p - 1})),
             ("optimizer step", "optimizer", b.optimizer_s, range(p))]
     info = {"cost_model": "calibrated", "time_per_batch_s": res.time_s,
+            "evaluate_time_per_batch_s": r["time_per_batch_s"], "seq_len": spec.seq_len,
+            **knobs,   # the strategy knobs drawn (phaze.plan.STRATEGY)
+            "pipeline_time_s": b.pipeline_s,
             "steady_s": b.steady_s, "bubble_s": b.bubble_s, "grad_sync_s": b.dp_allreduce_s,
             "embedding_allreduce_s": b.embedding_allreduce_s, "optimizer_s": b.optimizer_s,
             "critical_stage": b.critical_stage + 1}
-    return stages, b.slot_s, b.microbatches, tail, info, arch_row(arch)
+    return stages, b.slot_s, b.microbatches, tail, info, chip.row
 
 
 def _layer_plan(spec, mb, t, row, gap):
@@ -269,16 +363,42 @@ def _layer_plan(spec, mb, t, row, gap):
     ("forward", "backward"): (graph, schedule, start_s, dur_s, lanes), where ``lanes[i]``
     lists the (lane kind, index) operator i occupies. The same for every stage: computed
     once per trace."""
-    from . import _config, cost, schedule
-    from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
+    from . import cost
     from .search import model_graph
 
-    layer = model_graph(spec, mb, t).layers[1]            # the transformer block
+    return _layer_lanes(model_graph(spec, mb, t).layers[1], row, gap,
+                        lambda g: cost.op_latencies(g, row))
+
+
+def _layer_plan_calibrated(spec, mb, t, row, gap, knobs, arch):
+    """:func:`_layer_plan` on the calibrated model the pipeline lanes use: the layer as the
+    step model builds it (Megatron's kernels, the plan's sequence parallelism, flash
+    attention, datatype, expert and context parallelism; the first MoE block of a mixture
+    of experts) priced by ``phaze.cost.op_latencies(model="calibrated")`` with the chip's
+    efficiency set."""
+    from . import cost, graph
+    from .arch import resolve_chip
+
+    chip = resolve_chip(arch) if isinstance(arch, str) else arch
+    eff = chip.efficiency_set() if hasattr(chip, "efficiency_set") else None
+    mg = graph.build_layers(spec, mb, t, **_plan.layer_graph_keywords(knobs, t, spec.is_moe))
+    blocks = [lay for lay in mg.layers[1:-1]]
+    layer = next((lay for lay in blocks if lay.kind == "moe_block"), blocks[0])
+    return _layer_lanes(layer, row, gap, lambda g: cost.op_latencies(
+        g, row, model="calibrated", efficiency=eff))
+
+
+def _layer_lanes(layer, row, gap, latencies):
+    """The certified schedule of ``layer`` (forward and backward graphs) on ``row``'s
+    cores with operator latencies ``latencies(graph) -> (single, intra)``."""
+    from . import _config, schedule
+    from .graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR
+
     ntc, nvc = int(row["num_tc"][0]), int(row["num_vc"][0])
     gap = _config.SCHEDULE_GAP if gap is None else gap
     plan = {}
     for direction, g in (("forward", layer.forward), ("backward", layer.backward)):
-        single, intra = cost.op_latencies(g, row)
+        single, intra = latencies(g)
         single = np.ascontiguousarray(single[:, 0], dtype=np.float64)
         intra = np.ascontiguousarray(intra[:, 0], dtype=np.float64)
         sch = schedule.schedule_layer(g, single, intra, ntc, nvc, gap=gap)
@@ -340,7 +460,7 @@ def _layer_schedule(tr, pid, plan, row, offsets):
 
 def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_parallel,
            microbatch=1, recompute=False, devices=None, global_batch=4096, hbm_gib=None,
-           optimizer="sgd", calibrated=True, layer_schedule=True, gap=None,
+           optimizer="sgd", calibrated=True, layer_schedule=True, gap=None, seq_len=None,
            **knobs) -> dict:
     """The Chrome/Perfetto trace (a JSON-ready dict) of one training step of a plan.
 
@@ -351,13 +471,14 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
     ``calibrated`` (the default, as ``phaze evaluate``) chooses the step model, False the
     study's (module docstring); the step model also takes the strategy knobs of
     :func:`phaze.step.training_step` (``phaze.plan.STRATEGY``, keyword-only: the signature
-    lists them) at the values the trace draws (a knob's ``trace_values``: plain 1F1B, no
-    expert or context parallelism, balanced routing), the study's model none of them;
+    lists them) at the values the trace draws (a knob's ``trace_values``: even pipeline
+    splits), the study's model none of them;
     ``layer_schedule`` adds the per-stage operator schedule of one transformer layer
     (``gap``: its accepted schedule gap, default ``phaze._config.SCHEDULE_GAP``).
 
-    ``devices``, ``hbm_gib`` and ``optimizer`` act on the study's model only (the step
-    model prices a plan's time on t·p·d GPUs of the preset; its memory is not drawn).
+    ``seq_len``: tokens per sample (default the model's own), as ``phaze evaluate``;
+    ``hbm_gib`` the HBM the plan must fit (default the chip's); ``devices`` and
+    ``optimizer`` act on the study's model only.
     The trace holds about 5·p·c pipeline events (c microbatches per pipeline: the
     global batch / (microbatch·d)), some 100 bytes each, plus p times one layer's
     operators.
@@ -381,11 +502,14 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
         if knob.trace_values is not None and value not in knob.trace_values:
             raise ValueError(knob.trace_note or f"{name}: phaze trace does not draw "
                              f"{knob.title} {value} yet")
+    from .search import resolve_models
+
+    spec = resolve_models(model, seq_len)[0]   # the model as priced (its sequence)
     if calibrated:
         if isinstance(recompute, (bool, np.bool_)):
             recompute = "full" if recompute else "none"
         stages, slot, c, tail, info, row = _calibrated_stages(
-            model, arch, t, p, d, mb, recompute, global_batch, knobs)
+            spec, arch, t, p, d, mb, recompute, global_batch, hbm_gib, knobs)
     else:
         if recompute not in (True, False) and not isinstance(recompute, np.bool_):
             raise ValueError(f"recompute must be True or False for the study's model, got "
@@ -396,34 +520,16 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
             raise ValueError(f"the study's model has no {', '.join(lacking)} choice; use "
                              f"calibrated=True")
         stages, slot, c, tail, info, row = _study_stages(
-            model, arch, t, p, d, mb, bool(recompute), devices, global_batch, hbm_gib,
+            spec, arch, t, p, d, mb, bool(recompute), devices, global_batch, hbm_gib,
             optimizer)
-    from .search import resolve_models
-
-    spec = resolve_models(model)[0]
     tr = _Trace()
-    order, fstart, bstart = one_f_one_b([s["phi"] for s in stages], slot, c)
-    first_f, first_b = [], []
-    for r, st in enumerate(stages):
-        pid = r + 1
-        tr.meta(pid, f"stage {r + 1} (pipeline)", sort=2 * r)
-        tr.meta(pid, "compute", tid=_COMPUTE, sort=_COMPUTE)
-        tr.meta(pid, "p2p", tid=_P2P, sort=_P2P)
-        tr.meta(pid, "collectives and optimizer", tid=_COLL, sort=_COLL)
-        # Forward work starts with its window, backward work ends with its window (the
-        # slack before it is the wait for the gradient; module docstring).
-        used = max(off + dur for _, _, _, off, dur in st["backward"])
-        shift = max(0.0, (slot - st["phi"]) - used)
-        for kind, i in order[r]:
-            base = fstart[r][i] if kind == "F" else bstart[r][i] + shift
-            for tid, label, cat, off, dur in st["forward" if kind == "F" else "backward"]:
-                tr.span(pid, tid, f"{label} {i}", cat, base + off, dur, microbatch=i, stage=r + 1)
-        fw_off = next(off for tid, lab, cat, off, dur in st["forward"] if cat == "forward")
-        bw_off = shift + next(off for tid, lab, cat, off, dur in st["backward"]
-                              if cat == "backward")
-        first_f.append(fstart[r][0] + fw_off if c else 0.0)
-        first_b.append(bstart[r][0] + bw_off if c else 0.0)
-    clock = (c + p - 1) * slot
+    v = _plan.pipeline_chunks(knobs) if calibrated else 1
+    if v > 1:
+        first_f, first_b = _draw_interleaved(tr, stages, slot, c, p, v)
+        clock = info["pipeline_time_s"]
+    else:
+        first_f, first_b = _draw_one_f_one_b(tr, stages, slot, c, p)
+        clock = (c + p - 1) * slot
     pipeline_end = clock
     for name, cat, dur, where in tail:
         for r in where:
@@ -431,7 +537,8 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
         clock += dur
     layers = []
     if layer_schedule:
-        plan = _layer_plan(spec, mb, t, row, gap)
+        plan = (_layer_plan_calibrated(spec, mb, t, row, gap, knobs, arch) if calibrated
+                else _layer_plan(spec, mb, t, row, gap))
         for r in range(p):
             pid = p + 1 + r
             tr.meta(pid, f"stage {r + 1} · layer schedule on {t}-way slice", sort=2 * r + 1)
@@ -446,6 +553,67 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
                    "(seconds x 1e6)")
     return {"traceEvents": tr.events, "displayTimeUnit": "ms",
             "otherData": {"phaze": summary}}
+
+
+def _stage_meta(tr, r):
+    pid = r + 1
+    tr.meta(pid, f"stage {r + 1} (pipeline)", sort=2 * r)
+    tr.meta(pid, "compute", tid=_COMPUTE, sort=_COMPUTE)
+    tr.meta(pid, "p2p", tid=_P2P, sort=_P2P)
+    tr.meta(pid, "collectives and optimizer", tid=_COLL, sort=_COLL)
+    return pid
+
+
+def _draw_interleaved(tr, stages, slot, c, p, v):
+    """Draw Megatron's interleaved 1F1B (:func:`interleaved_one_f_one_b`): each chunk
+    operation holds 1/v of its stage's forward (or backward) window contents, the
+    backward contents ending with the window. Returns each stage's first forward and
+    first backward computation starts (seconds)."""
+    first_f, first_b = [], []
+    for r, st in enumerate(stages):
+        pid = _stage_meta(tr, r)
+        placed, _ = interleaved_one_f_one_b(st["phi"], slot, c, p, v)
+        ops = placed[r]
+        used = max(off + dur for _, _, _, off, dur in st["backward"]) / v
+        shift = max(0.0, (slot - st["phi"]) / v - used)
+        ff = fb = None
+        for kind, j, i, start in ops:
+            base = start if kind == "F" else start + shift
+            for tid, label, cat, off, dur in st["forward" if kind == "F" else "backward"]:
+                tr.span(pid, tid, f"{label} {i}.{j}", cat, base + off / v, dur / v,
+                        microbatch=i, chunk=j, virtual_stage=j * p + r + 1, stage=r + 1)
+            if kind == "F" and ff is None:
+                ff = start + next(off for _, _, cat, off, _ in st["forward"]
+                                  if cat == "forward") / v
+            if kind == "B" and fb is None:
+                fb = base + next(off for _, _, cat, off, _ in st["backward"]
+                                 if cat == "backward") / v
+        first_f.append(ff or 0.0)
+        first_b.append(fb or 0.0)
+    return first_f, first_b
+
+
+def _draw_one_f_one_b(tr, stages, slot, c, p):
+    """Draw plain 1F1B (:func:`one_f_one_b`); returns each stage's first forward and first
+    backward computation starts (seconds)."""
+    order, fstart, bstart = one_f_one_b([s["phi"] for s in stages], slot, c)
+    first_f, first_b = [], []
+    for r, st in enumerate(stages):
+        pid = _stage_meta(tr, r)
+        # Forward work starts with its window, backward work ends with its window (the
+        # slack before it is the wait for the gradient; module docstring).
+        used = max(off + dur for _, _, _, off, dur in st["backward"])
+        shift = max(0.0, (slot - st["phi"]) - used)
+        for kind, i in order[r]:
+            base = fstart[r][i] if kind == "F" else bstart[r][i] + shift
+            for tid, label, cat, off, dur in st["forward" if kind == "F" else "backward"]:
+                tr.span(pid, tid, f"{label} {i}", cat, base + off, dur, microbatch=i, stage=r + 1)
+        fw_off = next(off for tid, lab, cat, off, dur in st["forward"] if cat == "forward")
+        bw_off = shift + next(off for tid, lab, cat, off, dur in st["backward"]
+                              if cat == "backward")
+        first_f.append(fstart[r][0] + fw_off if c else 0.0)
+        first_b.append(bstart[r][0] + bw_off if c else 0.0)
+    return first_f, first_b
 
 
 def write(path, model, arch="tpuv4", **plan) -> dict:

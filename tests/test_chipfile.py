@@ -569,8 +569,10 @@ def test_cli_search_arch_on_a_small_model(capsys, tmp_path):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
+    # the summary names the sequence searched (issue 29 item 8)
     assert lines[0].startswith("phaze search: opt-350m on 16 x a100-80g (fixed system), "
-                               "global batch 64: 8 of 8 points evaluated")
+                               "global batch 64, sequence 2,048 tokens: 8 of 8 points "
+                               "evaluated")
     assert lines[1].startswith("a100-80g: 432 TC 16x16, 432 VC x16, 40 MiB buffer")
     assert "best plan:" in out and "layers per stage" in out
     assert "vs tpuv4" not in out and "Pareto" not in out and "baselines" not in out

@@ -87,9 +87,10 @@ def test_deepspeed_arguments_and_config():
     (launch.megatron_arguments, dict(model="gpt3-175b", tensor_parallel=8, pipeline_parallel=17,
                                      data_parallel=16, microbatch=1, global_batch=4096),
      "not divisible by p = 17"),
-    (launch.megatron_arguments, dict(model="gpt2-xl", tensor_parallel=1, pipeline_parallel=1,
-                                     data_parallel=8, microbatch=1, global_batch=64,
-                                     zero_stage=2), "no ZeRO stage 2"),
+    # Megatron-Core's ZeRO 2-3 is Megatron-FSDP, which runs without pipeline parallelism
+    (launch.megatron_arguments, dict(model="gpt2-xl", tensor_parallel=1, pipeline_parallel=2,
+                                     data_parallel=4, microbatch=1, global_batch=64,
+                                     zero_stage=2), "runs without pipeline parallelism"),
     (launch.megatron_arguments, dict(model="llama2-7b", tensor_parallel=1, pipeline_parallel=4,
                                      data_parallel=1, microbatch=1, global_batch=6,
                                      virtual_stages=2), "divisible by p = 4"),
@@ -193,6 +194,11 @@ def test_context_and_expert_parallel_arguments():
     with pytest.raises(launch.NotLaunchable, match="emit megatron"):
         launch.deepspeed_arguments("mixtral-8x7b", tensor_parallel=1, pipeline_parallel=1,
                                    data_parallel=8, microbatch=1, global_batch=8)
-    with pytest.raises(launch.NotLaunchable, match="multi-head latent attention"):
-        launch.megatron_arguments("deepseek-v2-lite", tensor_parallel=1, pipeline_parallel=1,
-                                  data_parallel=8, microbatch=1, global_batch=8)
+    # multi-head latent attention is written now (issue 29: Megatron-Core's MLA arguments);
+    # Megatron-DeepSpeed has none and refuses it
+    args = launch.megatron_arguments("deepseek-v2-lite", tensor_parallel=1, pipeline_parallel=1,
+                                     data_parallel=8, microbatch=1, global_batch=8)
+    assert "--multi-latent-attention" in args
+    with pytest.raises(launch.NotLaunchable, match="multi-head latent attention|mixture"):
+        launch.deepspeed_arguments("deepseek-v2-lite", tensor_parallel=1, pipeline_parallel=1,
+                                   data_parallel=8, microbatch=1, global_batch=8)

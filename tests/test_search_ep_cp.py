@@ -158,11 +158,20 @@ def test_cli_help_documents_ep_cp(capsys):
         assert word in text, word
 
 
-def test_cli_trace_refuses_ep_cp(capsys, tmp_path):
+def test_cli_trace_draws_ep_cp(capsys, tmp_path):
+    """phaze trace draws context parallelism now (issue 29); without flash attention the
+    plan is refused with evaluate's reason, in one sentence."""
     rc = cli.main(["trace", "--model", "llama3-8b", "--arch", "a100-80g", "--tp", "1", "--pp",
                    "1", "--dp", "2", "--cp", "2", "-o", str(tmp_path / "t.json")])
     err = capsys.readouterr().err
-    assert rc == 2 and "--cp belongs to phaze evaluate" in err and err.count("\n") == 1
+    assert rc == 2 and "needs flash attention" in err and err.count("\n") == 1
+    rc = cli.main(["trace", "--model", "llama2-7b", "--arch", "h200", "--tp", "1", "--pp",
+                   "2", "--dp", "2", "--cp", "2", "--flash-attention", "--global-batch", "16",
+                   "--no-layer-schedule", "-o", str(tmp_path / "t.json")])
+    assert rc == 0, capsys.readouterr().err
+    import json
+    assert json.loads((tmp_path / "t.json").read_text())["otherData"]["phaze"][
+        "context_parallel"] == 2
 
 
 def test_cli_search_emit_writes_ep_and_cp(capsys):

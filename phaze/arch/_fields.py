@@ -212,8 +212,15 @@ def check_fp8_rate(value, where: str = "fp8_rate") -> float:
     return f
 
 
+def _squeezed(name: str) -> str:
+    """A field name without its spelling of units ("hbm_gb_per_s" and "hbm_gbps" alike)."""
+    return str(name).lower().replace("_per_", "p").replace("_", "").replace("-", "")
+
+
 def _unknown(where, field, allowed, what) -> ValueError:
-    near = difflib.get_close_matches(str(field), allowed, n=1)
+    # the same name spelt another way (units run together) first, then the nearest text
+    same = [a for a in allowed if _squeezed(a) == _squeezed(field)]
+    near = same or difflib.get_close_matches(str(field), allowed, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     return ValueError(f"{where}: unknown {what} {show(field)}{hint}; allowed: "
                       f"{', '.join(allowed)}")

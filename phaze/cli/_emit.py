@@ -9,22 +9,50 @@ import sys
 from .. import plan as _plan
 
 
-def emit_plan(args, model, knobs) -> int:
-    """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``); a plan the
-    trainer cannot launch is one sentence and exit status 2 (a ValueError)."""
-    from .. import launch
+def hf_rotary_base(path):
+    """The ``rope_theta`` of a Hugging Face config.json (None when it has none): the
+    rotary base the emitted arguments name (the ModelSpec does not carry it)."""
+    import json
 
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for c in (cfg, cfg.get("text_config") or {}):
+        if isinstance(c.get("rope_theta"), (int, float)):
+            return c["rope_theta"]
+    return None
+
+
+def emit_plan(args, model, knobs, result=None) -> int:
+    """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``) for the
+    model as priced (``--seq-len`` applied); a plan the trainer cannot launch, or one
+    ``result`` (evaluate's dict of the same plan) calls infeasible, is one sentence and
+    exit status 2 (a ValueError)."""
+    from .. import launch, models
+
+    spec = models.resolve(model)
+    if getattr(args, "seq_len", None) and spec.seq_len != args.seq_len:
+        spec = spec.with_(seq_len=args.seq_len)   # the model as priced
+    model = spec
     recompute = getattr(args, "recompute", False)
     plan = dict(tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
                 data_parallel=args.data_parallel, microbatch=args.microbatch,
                 global_batch=args.global_batch,
                 recompute=recompute if isinstance(recompute, str) else bool(recompute))
     plan.update(knobs)
+    if getattr(args, "hf_config", None):
+        plan["rotary_base"] = hf_rotary_base(args.hf_config)
     try:
         text = launch.emit(args.emit, model, **plan)
     except launch.NotLaunchable as exc:
         trainer = _trainer_title(args.emit)
         raise ValueError(f"--emit {args.emit}: {trainer} cannot launch this plan: {exc}") from None
+    if result is not None and (result.get("status") != "ok" or not result.get("feasible")):
+        word = "not modelled" if result.get("status") == "not_modelled" else "infeasible"
+        raise ValueError(f"--emit {args.emit}: the plan is {word}, so no trainer can run "
+                         f"it: {result.get('reason') or 'it does not fit'}")
     sys.stdout.write(text)
     return 0
 
@@ -52,6 +80,10 @@ def emit_best_plans(args, result, model_list) -> int:
     inputs = result.metadata.get("inputs", {})
     trainer = _trainer_title(args.emit)
     status = 0
+    # the --hf-config models (after the zoo names, in order): their configs' rope_theta
+    hf = [m for m in model_list if not isinstance(m, str)]
+    rotary = {m.name: hf_rotary_base(path)
+              for m, path in zip(hf, getattr(args, "hf_config", None) or [])}
     for spec in (models.resolve(m) for m in model_list):
         if args.seq_len and spec.seq_len != args.seq_len:
             spec = spec.with_(seq_len=args.seq_len)   # the model as searched
@@ -68,6 +100,8 @@ def emit_best_plans(args, result, model_list) -> int:
                      **{name: inputs.get(name) for name in _plan.GRIDS
                         if _plan.KNOB[name].search == "one"})
         knobs["precision"] = str(knobs["precision"] or "bf16")
+        if rotary.get(spec.name) is not None:
+            knobs["rotary_base"] = rotary[spec.name]
         try:
             sys.stdout.write(launch.emit(args.emit, spec, **knobs))
         except launch.NotLaunchable as exc:

@@ -15,6 +15,7 @@ import sys
 
 from . import _compare
 from . import _emit as _cli_emit
+from . import _plot
 from .. import plan as _plan
 
 
@@ -143,7 +144,10 @@ def _add_search_arguments(p) -> None:
                         "the config's _name_or_path or model_type)")
     p.add_argument("--seq-len", type=int, metavar="TOKENS",
                    help="tokens per sample for every model (default: the model's own; a Hugging "
-                        "Face config's own is its full context, e.g. 131,072 for Llama 3.1)")
+                        "Face config's own is its pre-training context: rope_scaling's "
+                        "original_max_position_embeddings when positions are stretched, 8,192 "
+                        "for Llama 3.1, else max_position_embeddings, 131,072 for Qwen2.5-7B; "
+                        "the summary names each model's)")
     p.add_argument("--devices", type=int, default=1024, help="accelerators (default 1024)")
     _plan.add_search_options(p, ("global_batch", "microbatch"))
     p.add_argument("--hbm-gib", default=None,
@@ -170,14 +174,22 @@ def _add_search_arguments(p) -> None:
                         "beat the best found (same best; the Pareto front may be partial), "
                         "'front' only what an architecture of no more area beats (same best "
                         "and exact Pareto front)")
-    p.add_argument("--out", help="result file: .csv, .csv.gz, .json or .parquet (written per chunk)")
+    p.add_argument("--out", help="result file: .csv, .csv.gz, .json or .parquet (written per "
+                                 "chunk; beside it OUT.meta.json, the journal and run record, "
+                                 "OUT.lock and, for .json/.parquet, OUT.rows.csv.gz: every row)")
     p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
     p.add_argument("--emit", choices=_EMITTERS,
-                   help="after the summary, print each model's best plan as launch arguments: "
-                        "Megatron-LM, or Megatron-DeepSpeed with its ds_config JSON "
-                        "(phaze.launch); a plan the trainer cannot launch is one sentence")
+                   help="search only plans this trainer launches and, after the summary, "
+                        "print each model's best plan as its launch arguments: Megatron-LM, "
+                        "Megatron-DeepSpeed with its ds_config JSON, or torchtitan's job "
+                        "config (phaze.launch); a model the trainer cannot run is one sentence")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out (never one another search is writing)")
+    p.add_argument("--from-meta", metavar="FILE",
+                   help="re-run the search a result recorded (its .meta.json or .json, or "
+                        "the result file beside it): the same models (their full specs), "
+                        "chip or space and knobs; only --out, --force, --emit and the "
+                        "worker options may be given with it")
     p.add_argument("--address", help="Dask scheduler tcp://HOST:PORT (needs phaze[dask])")
     p.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
     p.add_argument("--serial", action="store_true", help="run in this process (no worker pool)")
@@ -233,6 +245,10 @@ def _cmd_search(args) -> int:
     from . import _lists as lists
     from .. import arch, search
 
+    if args.from_meta:
+        from ._rerun import search_from_meta
+        return search_from_meta(args, build_parser().parse_args(["search", "--model", "x"]),
+                                _fixed_system_summary)
     model_list = _models_from_args(args)
     _check_tp(model_list, _int_list(args.tensor_parallel))
     every = args.space_every
@@ -259,6 +275,13 @@ def _cmd_search(args) -> int:
         if recompute is not None and "selective" in recompute:
             raise ValueError("--recompute selective is not in the study's model (--study has "
                              "none and full)")
+    if args.emit and not args.study:
+        # --emit X: the search's plans are those X launches (phaze.plan.search_grids)
+        from .. import models as _models
+        specs = [_models.resolve(m) for m in model_list]
+        specs = [s.with_(seq_len=args.seq_len) if args.seq_len and s.seq_len != args.seq_len
+                 else s for s in specs]
+        knobs = _plan.search_grids(args.emit, knobs, specs)
     # what every search of this command takes (one chip or space, or each chip compared)
     common = dict(devices=args.devices, global_batch=args.global_batch,
                   microbatch=_int_list(args.microbatch), hbm_gib=hbm, recompute=recompute,
@@ -272,12 +295,17 @@ def _cmd_search(args) -> int:
         return _compare.compare_chips(args, chips, model_list, common)
     try:
         result = search.search(model_list, arch=args.arch, space=space, out=args.out,
-                               resume=args.resume, baselines=not args.no_baselines, **common)
+                               resume=args.resume, baselines=not args.no_baselines,
+                               provenance=dict(command=getattr(args, "argv", None),
+                                               config_paths=args.hf_config,
+                                               space_every=every if args.arch is None
+                                               else None), **common)
     except KeyboardInterrupt:
-        if args.out:
-            print(f"phaze search: interrupted; finished chunks are in {args.out} "
-                  f"(continue with --resume)", file=sys.stderr)
-        raise
+        # one line (main() would say "interrupted" again)
+        print("phaze search: interrupted" + (f"; finished chunks are in {args.out} (continue "
+                                             f"with --resume)" if args.out else ""),
+              file=sys.stderr)
+        return 130
     except search.ChunkFailed as exc:
         # Not bad input but no traceback either: say which chunk, and what is kept.
         kept = (f"; finished chunks are in {args.out} (continue with --resume)" if args.out
@@ -300,9 +328,13 @@ def _fixed_system_summary(result) -> str:
 
     meta, best = result.metadata, result.best
     inp, chip = meta.get("inputs", {}), meta.get("chip") or {}
+    seqs = inp.get("seq_len") if isinstance(inp.get("seq_len"), dict) else {}
+    seq_txt = (f", sequence {next(iter(seqs.values())):,} tokens"
+               if len(set(seqs.values())) == 1 else
+               "".join(f", {n} sequence {v:,} tokens" for n, v in seqs.items()))
     lines = [f"phaze search: {', '.join(result.models)} on {inp.get('devices')} x "
              f"{chip.get('name', 'one chip')} (fixed system), global batch "
-             f"{inp.get('global_batch')}: {meta.get('points_evaluated'):,} of "
+             f"{inp.get('global_batch')}{seq_txt}: {meta.get('points_evaluated'):,} of "
              f"{meta.get('points_total'):,} points evaluated ({meta.get('points_pruned'):,} "
              f"pruned) in {meta.get('sweep_time_s', 0):.1f} s"]
     if chip:
@@ -315,7 +347,8 @@ def _fixed_system_summary(result) -> str:
     lines.append(cost_model_line(meta))
     lines.append(f"best plan{'s' if len(result.models) > 1 else ''}:")
     lines.append(f"{'model':<18} {'t':>3} {'p':>4} {'d':>5} {'mb':>3} {'HBM':>5} "
-                 f"{_plan.summary_header()} {'samples/s':>11} {'tokens/s':>13}  layers per stage")
+                 f"{_plan.summary_header()} {'samples/s':>11} {'tokens/s':>13} {'MFU':>6}  "
+                 f"layers per stage (embedding and head included)")
     for model in result.models:
         r = (best.get("plans") or {}).get(model)
         if r is None or not r.get("feasible"):
@@ -325,8 +358,14 @@ def _fixed_system_summary(result) -> str:
         lines.append(f"{model:<18} {r['tensor_parallel']:>3} {r['pipeline_parallel']:>4} "
                      f"{r['data_parallel']:>5} {r['microbatch']:>3} {r['hbm_gib']:>5g} "
                      f"{knob_text(r)} {r['samples_per_s']:>11,.1f} "
-                     f"{r['tokens_per_s']:>13,.0f}  {r['stage_layers']}")
+                     f"{r['tokens_per_s']:>13,.0f} {_mfu_text(r.get('mfu')):>6}  "
+                     f"{r['stage_layers']}")
     return "\n".join(lines)
+
+
+def _mfu_text(fraction) -> str:
+    """MFU as a percentage ("n/a" when unknown)."""
+    return "n/a" if fraction is None else f"{100 * float(fraction):.1f}%"
 
 
 def _add_evaluate_arguments(p) -> None:
@@ -336,7 +375,9 @@ def _add_evaluate_arguments(p) -> None:
                                   "_name_or_path or model_type)")
     p.add_argument("--seq-len", type=int, metavar="TOKENS",
                    help="tokens per sample (default: the model's own; a Hugging Face config's "
-                        "own is its full context)")
+                        "own is its pre-training context: rope_scaling's "
+                        "original_max_position_embeddings, e.g. 8,192 for Llama 3.1, else "
+                        "max_position_embeddings)")
     p.add_argument("--arch", default="tpuv4", metavar="NAME|FILE",
                    help="architecture: a preset or a chip file (default tpuv4; see `phaze archs`)")
     _plan.add_evaluate_options(p, ("tensor_parallel", "pipeline_parallel", "data_parallel",
@@ -398,7 +439,10 @@ def _cmd_evaluate(args) -> int:
     model = args.model or models.from_hf_config(args.hf_config, name=args.name,
                                                 seq_len=args.seq_len)
     if getattr(args, "emit", None):
-        return _cli_emit.emit_plan(args, model, _strategy_knobs(args))
+        if getattr(args, "study", False):
+            raise ValueError("--emit writes the plan the calibrated model prices: drop --study")
+        return _cli_emit.emit_plan(args, model, _strategy_knobs(args),
+                                   result=_calibrated_result(args, model))
     if getattr(args, "study", False) and getattr(args, "calibrated", False):
         raise ValueError("--study and --calibrated name two cost models: give one of them")
     if not getattr(args, "study", False):
@@ -512,25 +556,32 @@ def _evaluate_calibrated(args, model) -> int:
         words.append(f"{knob.title} {text}")
     print("  " + ", ".join(words) + ", optimizer Adam")
     titles = {t.id: t.title for t in _plan.TRAINERS}
+    refused = r.get("not_launchable") or {}
+    first = next(iter(refused.items()), None)
     print("  launchable by: " + (", ".join(titles.get(x, x) for x in r["trainers"])
-                                 or "no trainer (DeepSpeed refuses ZeRO 2-3 with pipeline "
-                                    "parallelism and has no interleaving; Megatron-LM has "
-                                    "ZeRO 0-1 only)"))
+                                 or "no trainer" + (f" ({titles.get(first[0], first[0])}: "
+                                                    f"{first[1]})" if first else "")))
     if r["status"] != "ok":
-        print(f"{'not modelled' if r['status'] == 'not_modelled' else 'infeasible'}: "
-              f"{r['reason']}")
+        reason = str(r["reason"])
+        if r["status"] == "not_modelled" and reason.startswith("not modelled yet: "):
+            reason = reason[len("not modelled yet: "):]
+        print(f"{'not modelled yet' if r['status'] == 'not_modelled' else 'infeasible'}: "
+              f"{reason}")
         return 0
     b = r["breakdown"]
-    print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} samples/s   "
-          f"{r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f}%")
+    if not r["feasible"]:
+        # the reason first; the rates are what the step would take if it fitted (no MFU)
+        print(f"infeasible: {r['reason']}")
+        print(f"time per batch {r['time_per_batch_s']:.6g} s if it fitted")
+    else:
+        print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} "
+              f"samples/s   {r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f}%")
     print(f"  pipeline steady {b['steady_s']:.6g} s + bubble {b['bubble_s']:.6g} s + gradient "
           f"reduction {b['gradient_reduction_s']:.6g} s + embedding all-reduce "
           f"{b['embedding_allreduce_s']:.6g} s + optimizer {b['optimizer_s']:.6g} s")
     print(f"  per microbatch on critical stage {b['critical_stage']}: forward "
           f"{b['forward_s']:.6g} s + backward {b['backward_s']:.6g} s + recompute "
           f"{b['recompute_s']:.6g} s + p2p {b['p2p_s']:.6g} s")
-    if not r["feasible"]:
-        print(f"infeasible: {r['reason']}")
     print(f"microbatches per pipeline {r['microbatches_per_pipeline']} (global batch "
           f"{r['global_batch']} / (microbatch {r['microbatch']} x d {r['data_parallel']})), "
           f"sequence {r['seq_len']:,} tokens")
@@ -584,16 +635,18 @@ def _cmd_trace(args) -> int:
     if args.study:
         _check_study_knobs(args)   # the study's model has none of the step's knobs
     calibrated = not args.study    # the training-step model is the default, as in evaluate
-    model = args.model or models.from_hf_config(args.hf_config)
+    model = args.model or models.from_hf_config(args.hf_config, name=args.name,
+                                                seq_len=args.seq_len)
     recompute = {None: False, "none": False, "full": True}.get(args.recompute, args.recompute)
     if calibrated and not isinstance(recompute, str):
         recompute = "full" if recompute else "none"
     plan = dict(tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
                 data_parallel=args.data_parallel, microbatch=args.microbatch, recompute=recompute,
                 global_batch=args.global_batch, calibrated=calibrated,
-                layer_schedule=args.layer_schedule)
+                layer_schedule=args.layer_schedule, hbm_gib=args.hbm_gib,
+                seq_len=args.seq_len if args.model else None)   # the step evaluate prices
     if not calibrated:
-        plan.update(devices=args.devices, hbm_gib=args.hbm_gib, optimizer=args.optimizer or "sgd")
+        plan.update(devices=args.devices, optimizer=args.optimizer or "sgd")
     plan.update(_strategy_knobs(args))
     try:
         info = trace.write(args.out, model, args.arch, **plan)
@@ -609,70 +662,6 @@ def _cmd_trace(args) -> int:
 def _add_plot_arguments(p) -> None:
     p.add_argument("file", help="result file of phaze search (.csv, .csv.gz, .json, .parquet)")
     p.add_argument("-o", "--out", default="pareto.png", help="image to write (default pareto.png)")
-
-
-def _cmd_plot(args) -> int:
-    """``phaze plot``: throughput (or normalised score) vs area of a result file."""
-    from .. import search
-
-    import numpy as np
-
-    result = search.load_result(args.file)
-    per_arch, front = result.per_arch(), result.pareto()
-    if not (per_arch["score"] > 0).any() and not (np.asarray(front["score"]) > 0).any():
-        raise ValueError(f"{args.file} has nothing to plot: it holds no feasible architecture "
-                         f"and no Pareto front")
-    try:
-        _plot_result(result, args.out, per_arch, front)
-    except OSError as exc:
-        raise OSError(exc.errno, f"-o/--out: cannot write the image {args.out!r} "
-                                 f"({exc.strerror})") from None
-    print(f"wrote {args.out}")
-    return 0
-
-
-def _plot_result(result, out_path, per_arch, front) -> None:
-    """Throughput (or normalised score) vs area: every architecture (``per_arch``, from
-    ``result.per_arch()``), the frontier (``front``, ``result.pareto()``: the stored front
-    of a loaded file, as a .json keeps only the top rows), baselines."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("plotting needs matplotlib: pip install 'phaze[plot]'") from None
-    several = len(result.models) > 1
-    partial = result.metadata.get("pareto_exact") is False
-    ylabel = "mean normalised throughput" if several else "samples/s"
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ok = per_arch["score"] > 0
-    ax.scatter(per_arch["area_mm2"][ok], per_arch["score"][ok], s=6, c="0.7", label="architectures")
-    if front["arch_id"].size:
-        ax.step(front["area_mm2"], front["score"], where="post", c="C3", lw=1.5, marker=".",
-                label="Pareto front (partial: --prune best)" if partial else "Pareto front")
-    best = result.best or {}
-    best_y = best.get("score") if several else best.get("samples_per_s")
-    if best.get("feasible") and best_y is not None and best.get("area_mm2") is not None:
-        ax.scatter([best["area_mm2"]], [best_y], marker="o", s=60, c="C3", zorder=5,
-                   label="best")
-    if not several:
-        name = result.models[0]
-        markers = {"tpuv4_searched": ("*", "C0"), "tpuv4_fixed": ("X", "C1"),
-                   "block_optimal": ("^", "C2")}
-        for key, (marker, color) in markers.items():
-            row = (result.baselines.get(key, {}).get("models", {}) or {}).get(name)
-            if row and row.get("feasible") and row.get("area_mm2") is not None:
-                ax.scatter([row["area_mm2"]], [row["samples_per_s"]], marker=marker, s=90, c=color,
-                           zorder=6, label=key.replace("_", " "))
-    ax.set_xlabel("area (mm²)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(f"phaze search: {', '.join(result.models)}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=120)
-    plt.close(fig)
 
 
 def _cmd_validate(args) -> int:
@@ -730,6 +719,20 @@ SEARCH_LEGEND = _SEARCH_LEGEND.format(knobs="\n".join(
        f"{', '.join(_plan.summary_cells({})[1:])})"]))
 
 
+def _unrecognized(parser, args, extra) -> None:
+    """argparse's error for arguments the sub-command does not take, from that
+    sub-command's parser (its usage, not the top-level one), naming the closest flag."""
+    import difflib
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    p = sub.choices.get(args.command, parser)
+    flags = [f for a in p._actions for f in a.option_strings]
+    first = next((x.split("=")[0] for x in extra if x.startswith("-")), None)
+    close = difflib.get_close_matches(first, flags, n=1) if first else []
+    p.error(f"unrecognized arguments: {' '.join(extra)}"
+            + (f" (did you mean {close[0]}?)" if close else ""))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``phaze`` argument parser: one sub-command per job, each with its handler."""
     from .. import __version__
@@ -775,7 +778,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="plot throughput vs area from a result file")
     _add_plot_arguments(p)
-    p.set_defaults(func=_cmd_plot)
+    p.set_defaults(func=_plot.cmd_plot)
 
     p = sub.add_parser("validate", help="predicted vs published training runs (calibrated model)")
     p.add_argument("file", nargs="?", default=None,
@@ -801,7 +804,10 @@ def main(argv=None) -> int:
     disk, 130 interrupted, 141 output pipe closed). Every error is one line on stderr,
     never a traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, args, extra)   # the sub-command's usage, a close flag named
+    args.argv = ["phaze", *(sys.argv[1:] if argv is None else argv)]   # recorded by search
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:

@@ -9,8 +9,11 @@ def _ds_zero(v, c):
 
 
 def _ds_overlap(v, c):
-    if v["overlap_grad_reduce"] and v["zero_stage"] >= 1:
-        c["zero_optimization"]["overlap_comm"] = True
+    # Written at every sharded stage: DeepSpeed's default is false, but true at ZeRO-3
+    # (deepspeed/runtime/zero/config.py: overlap_comm None → True for stage 3), so a
+    # plan priced without overlap must say false there.
+    if v["zero_stage"] >= 1:
+        c["zero_optimization"]["overlap_comm"] = bool(v["overlap_grad_reduce"])
 
 
 def _ds_precision(v, c):

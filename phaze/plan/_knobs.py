@@ -10,37 +10,18 @@ import numpy as np
 
 from .. import precision as _precision
 from ._knob import Knob, Rule, Trainer
+from ._rows import _ROWS
 
 
 _MEGATRON_CORE = "Megatron-Core"
 
 #: The knob table, in :class:`Plan` field order (the order of ``training_step``'s plan).
 KNOBS = (
-    Knob("tensor_parallel", int, 1, "a positive integer", minimum=1, flags=("--tp",),
-         required=True, devices_factor=True, file_key="t", file_rank=0, metavar="TP",
-         search_metavar="TP",
-         help="tensor-parallel width t", search="grid", search_default="1,2,4,8",
-         search_help="tensor-parallel widths (default 1,2,4,8)",
-         megatron="--tensor-model-parallel-size", deepspeed="--tensor-model-parallel-size",
-         torchtitan="--parallelism.tensor_parallel_degree (--parallelism."
-                    "enable_async_tensor_parallel with --compile.enable: async TP)"),
-    Knob("pipeline_parallel", int, 1, "a positive integer", minimum=1, flags=("--pp",),
-         required=True, devices_factor=True, file_key="p", file_rank=1, metavar="PP",
-         help="pipeline stages p", megatron="--pipeline-model-parallel-size",
-         deepspeed="--pipeline-model-parallel-size (p = 1: --no-pipeline-parallel)",
-         torchtitan="--parallelism.pipeline_parallel_degree (p > 1: --parallelism."
-                    "pipeline_parallel_layers_per_stage L/(p·v), --parallelism."
-                    "pipeline_parallel_first_stage_less_layers 0, --parallelism."
-                    "pipeline_parallel_last_stage_less_layers 0)"),
-    Knob("data_parallel", int, 1, "a positive integer", minimum=1, flags=("--dp",),
-         required=True, devices_factor=True, file_key="d", file_rank=2, metavar="DP",
-         help="data-parallel degree d",
-         megatron="(the world size / (t·cp·p); --global-batch-size / --micro-batch-size)",
-         deepspeed="(the world size / (t·p); ds_config train_batch_size)",
-         torchtitan="--parallelism.data_parallel_shard_degree (ZeRO 3, FSDP2) | "
-                    "--parallelism.data_parallel_replicate_degree (ZeRO 0, DDP)"),
+    _ROWS["tensor_parallel"],
+    _ROWS["pipeline_parallel"],
+    _ROWS["data_parallel"],
     Knob("expert_parallel", int, 1, "a positive integer", minimum=1, flags=("--ep",),
-         metavar="N", study=1, calibrated_only=True, trace_values=(1,),
+         metavar="N", study=1, calibrated_only=True,
          file_key="ep", file_rank=22, file_optional=True,
          help="expert-parallel width (a mixture of experts: divides its routed experts and "
               "cp*d; default 1; calibrated model only)",
@@ -55,7 +36,7 @@ KNOBS = (
          torchtitan="--parallelism.expert_parallel_degree (with --parallelism."
                     "expert_tensor_parallel_degree t)"),
     Knob("context_parallel", int, 1, "a positive integer", minimum=1, flags=("--cp",),
-         metavar="N", study=1, calibrated_only=True, trace_values=(1,), devices_factor=True,
+         metavar="N", study=1, calibrated_only=True, devices_factor=True,
          file_key="cp", file_rank=21, file_optional=True,
          help="context-parallel width (ring attention over N ranks: needs --flash-attention "
               "and the sequence divisible by 2N; t*cp*p*d devices; default 1; calibrated "
@@ -69,56 +50,13 @@ KNOBS = (
                 "attention passes K/V round the cp ranks (t*cp*p*d devices)",
          grid_rank=7, title="context parallel",
          megatron="--context-parallel-size", torchtitan="--parallelism.context_parallel_degree"),
-    Knob("capacity_factor", float, None, "None or a positive number", optional=True,
-         flags=("--capacity-factor",), metavar="F", study=None, calibrated_only=True,
-         study_lacks="mixture-of-experts routing", trace_values=(None,),
-         help="MoE expert capacity factor (tokens dropped or padded to it; default: balanced "
-              "routing; calibrated model only)",
-         search="one", search_metavar="F",
-         search_help="MoE expert capacity factor (default: balanced routing)",
-         grid_rank=8, title="MoE capacity factor",
-         megatron="--moe-expert-capacity-factor"),
-    Knob("microbatch", int, 1, "a positive integer", minimum=1, flags=("--microbatch",),
-         help=None, evaluate_default=1, file_key="microbatch", file_rank=3, search="grid",
-         search_default="1,2,4,8",
-         search_help="microbatch sizes (default 1,2,4,8)",
-         megatron="--micro-batch-size", deepspeed="--micro-batch-size (ds_config "
-         "train_micro_batch_size_per_gpu)", torchtitan="--training.local_batch_size (p > 1: "
-         "--parallelism.pipeline_parallel_microbatch_size, the local batch B/d)"),
-    Knob("global_batch", int, 4096, "a positive integer", minimum=1,
-         flags=("--global-batch",), help=None, search="one", search_default=4096,
-         evaluate_default=4096, file_key="global_batch", file_rank=4,
-         search_help="samples per batch (default 4096)",
-         megatron="--global-batch-size", deepspeed="--global-batch-size (ds_config "
-         "train_batch_size)", torchtitan="--training.global_batch_size"),
-    Knob("recompute", str, "none", "one of none, selective, full, op",
-         choices=("none", "selective", "full", "op"), flags=("--recompute",), const="full",
-         file_key="recompute", file_rank=6,
-         help="activation recomputation: none (the default when absent), selective "
-              "(attention core only; calibrated model only), full (bare --recompute) or op "
-              "(torchtitan's per-op selective checkpointing: the elementwise operators and "
-              "every second matmul re-run; calibrated model only, not searched)",
-         search="grid", search_metavar="MODES",
-         search_help="activation recomputation modes, comma-separated: none, selective, full "
-                     "(default all three; --study: none,full); off = none, on = full, both "
-                     "= none,full",
-         column=True, column_rank=0, short="rc", width=9, phrase="recompute {}",
-         legend="activation recomputation mode: none; selective (the attention core re-runs\n"
-                "before its backward, Korthikanti et al. 2022); full (every transformer layer\n"
-                "re-runs its forward before the backward: least activation memory). With\n"
-                "--study: full = every stage but the last re-runs its forward, none = not",
-         grid_rank=0, title="recompute",
-         megatron="--recompute-granularity full|selective (full: --recompute-method uniform "
-                  "--recompute-num-layers 1)",
-         deepspeed="--checkpoint-activations --deepspeed-activation-checkpointing (full); "
-                   "--recompute-granularity selective",
-         torchtitan="--activation_checkpoint.mode none|selective|full (selective: "
-                    "--activation_checkpoint.selective_ac_option op)"),
+    _ROWS["capacity_factor"],
+    _ROWS["microbatch"],
+    _ROWS["global_batch"],
+    _ROWS["recompute"],
     Knob("virtual_stages", int, 1, "a positive integer", minimum=1,
          flags=("--virtual-stages",), metavar="V", study=1, calibrated_only=True,
-         file_key="virtual_stages", file_rank=5, trace_values=(1,),
-         trace_note="phaze trace draws plain 1F1B; interleaved schedules (virtual_stages > 1) "
-                    "are not drawn yet",
+         file_key="virtual_stages", file_rank=5,
          help="interleaved 1F1B with V model chunks per device (default 1; V > 1 calibrated "
               "model only)",
          search="grid", search_metavar="V,...|all", grid_none="every valid v",
@@ -129,32 +67,7 @@ KNOBS = (
          grid_rank=3, title="virtual stages",
          megatron="--num-layers-per-virtual-pipeline-stage (L / (p·v))",
          torchtitan="--parallelism.pipeline_parallel_schedule Interleaved1F1B"),
-    # Source: Megatron-Core megatron/training/arguments.py (--account-for-embedding-in-
-    # pipeline-split, --account-for-loss-in-pipeline-split: the embedding and the loss
-    # each count as one layer when the layers are split over the (virtual) stages;
-    # megatron/core/transformer/transformer_block.py get_num_layers_to_build).
-    Knob("account_for_embedding", bool, False, "True or False",
-         flags=("--account-for-embedding",), study=False, calibrated_only=True,
-         file_key="account_for_embedding", file_rank=20, file_optional=True,
-         trace_values=(False,),
-         trace_note="phaze trace draws even pipeline splits only",
-         help="split the layers over the pipeline stages counting the embedding and the "
-              "loss as one layer each (Megatron-Core's --account-for-embedding-in-pipeline-"
-              "split --account-for-loss-in-pipeline-split): (L + 2)/(p·v) per chunk, the "
-              "first and last one fewer, e.g. Llama 3 405B's 126 layers over 16 stages "
-              "(calibrated model only)",
-         search="grid", search_metavar="off,on", grid_none="both",
-         search_help="pipeline splits counting the embedding and loss as layers: off, on or "
-                     "off,on (default both; on adds the p that divide L + 2, not L)",
-         column=True, column_rank=12, short="ae", width=3,
-         legend="embedding and loss counted as pipeline layers ((L + 2)/(p·v) per chunk, the\n"
-                "first and last one fewer): on / off",
-         grid_rank=20, title="embedding in pipeline split",
-         megatron="--account-for-embedding-in-pipeline-split "
-                  "--account-for-loss-in-pipeline-split",
-         deepspeed="",
-         torchtitan="--parallelism.pipeline_parallel_first_stage_less_layers 1 "
-                    "--parallelism.pipeline_parallel_last_stage_less_layers 1"),
+    _ROWS["account_for_embedding"],
     Knob("sequence_parallel", bool, False, "True or False", flags=("--sequence-parallel",),
          study=False, calibrated_only=True, noop_note="no-op at t = 1",
          file_key="sequence_parallel", file_rank=7,
@@ -167,28 +80,7 @@ KNOBS = (
          grid_rank=1, title="sequence parallel",
          megatron="--sequence-parallel", deepspeed="--sequence-parallel",
          torchtitan="(part of its tensor-parallel plan: SequenceParallel norms)"),
-    Knob("precision", str, "bf16", "one of " + ", ".join(_precision.DTYPES),
-         choices=_precision.DTYPES,
-         flags=("--dtype", "--precision"), study="bf16", calibrated_only=True,
-         study_lacks="precision choice", file_key="precision", file_rank=8,
-         help="training datatype (default bf16; fp8 = Transformer Engine's delayed scaling, "
-              "fp8-current (TE's current scaling), fp8-tensorwise / fp8-rowwise (torchao's), "
-              "fp8-blockwise, mxfp8 / mxfp6 / mxfp4, nvfp4: "
-              "the linear layers' GEMMs at the chip's rate for the type, their quantisation "
-              "priced; a chip without the type is refused; calibrated model only; "
-              "--precision is the same flag)",
-         search="one",
-         search_help="training datatype of the calibrated model (default bf16; fp8: the "
-                     "linear layers' GEMMs in fp8 at the chip's fp8 rate, master weights and "
-                     "optimizer state fp32; --precision is the same flag)",
-         grid_rank=9, title="precision",
-         megatron="--bf16 | --fp16 | --bf16 --fp8-format hybrid [--fp8-recipe tensorwise "
-                  "(fp8-current)] | --fp8-format e4m3 --fp8-recipe blockwise | mxfp8 | --bf16 "
-                  "--fp4-format e2m1 --fp4-recipe nvfp4",
-         deepspeed="--bf16 | --fp16 (ds_config bf16.enabled / fp16.enabled)",
-         torchtitan="--training.mixed_precision_param bfloat16 (fp8-tensorwise / "
-                    "fp8-rowwise: --model.converters quantize.linear.float8 with "
-                    "--quantize.linear.float8.recipe_name; mxfp8: quantize.linear.mx)"),
+    _ROWS["precision"],
     Knob("flash_attention", bool, False, "True or False", flags=("--flash-attention",),
          study=False, calibrated_only=True, file_key="flash_attention", file_rank=9,
          file_optional=True,
@@ -206,12 +98,15 @@ KNOBS = (
               "distributed optimizer; > 0: calibrated model only)",
          search="grid", search_metavar="Z,...", grid_none="all four",
          search_help="ZeRO stages over the data-parallel group, e.g. 0,1 (default 0,1,2,3; "
-                     "plans are those Megatron-LM launches)",
+                     "plans are those some trainer launches; --emit X: those X launches)",
          column=True, column_rank=3, short="zero", width=4,
          legend="ZeRO stage over the d data-parallel ranks (1 = Megatron-LM's distributed\n"
                 "optimizer: optimizer state sharded; 2 also gradients; 3 also weights)",
          grid_rank=4, title="ZeRO",
-         megatron="--use-distributed-optimizer (stage 1)",
+         megatron="--use-distributed-optimizer (stage 1); --use-megatron-fsdp "
+                  "--data-parallel-sharding-strategy optim_grads (2) | optim_grads_params "
+                  "(3) --ckpt-format fsdp_dtensor; 3 without resharding: --use-torch-fsdp2 "
+                  "--torch-fsdp2-no-reshard-after-forward",
          deepspeed="--deepspeed --deepspeed_config FILE --zero-stage N (ds_config "
                    "zero_optimization.stage)",
          torchtitan="--parallelism.data_parallel_shard_degree (FSDP2, stage 3)"),
@@ -228,98 +123,10 @@ KNOBS = (
          megatron="--overlap-grad-reduce",
          deepspeed="ds_config zero_optimization.overlap_comm (ZeRO >= 1)",
          torchtitan="(FSDP2 overlaps its reduce-scatters by default)"),
-    # Sources (docs/fidelity-sources.md, "Sharded data parallelism and overlap (issue
-    # 25)"): Megatron-Core megatron/core/distributed/distributed_data_parallel_config.py
-    # (overlap_param_gather: the distributed optimizer's parameter all-gathers overlapped
-    # with the next forward, bucket by bucket); PyTorch FSDP2 fully_shard (implicit forward
-    # prefetch of the next module's all-gather, explicit backward prefetch;
-    # reshard_after_forward) and DeepSpeed ZeRO-3 (stage3_prefetch_bucket_size).
-    Knob("overlap_param_gather", bool, False, "True or False",
-         flags=("--overlap-param-gather",), study=False, calibrated_only=True,
-         file_key="overlap_param_gather", file_rank=13, file_optional=True,
-         help="overlap the parameter all-gathers with compute: ZeRO-1/2 (Megatron's "
-              "distributed optimizer) the gather after the optimizer with the next forward; "
-              "ZeRO-3/FSDP each layer's gather prefetched during the previous layer's "
-              "forward or backward (calibrated model only)",
-         search="grid", search_metavar="off,on", grid_none="both",
-         search_help="overlap the parameter all-gathers with compute: off, on or off,on "
-                     "(default both; overlap never costs time, so on wins where allowed)",
-         column=True, column_rank=8, short="opg", width=3,
-         legend="overlap-param-gather: parameter all-gathers overlap compute (ZeRO-1/2: "
-                "with the next\nforward; ZeRO-3/FSDP: prefetched one layer ahead) (on / off)",
-         grid_rank=11, title="overlap param gather",
-         megatron="--overlap-param-gather (with --use-distributed-optimizer "
-                  "--overlap-grad-reduce)",
-         deepspeed="ds_config zero_optimization.overlap_comm (ZeRO-3: prefetch of "
-                   "stage3_prefetch_bucket_size)",
-         torchtitan="(FSDP2 prefetches the next module's all-gather by default)"),
-    Knob("reshard_after_forward", bool, True, "True or False",
-         flags=("--reshard-after-forward",), study=True, calibrated_only=True,
-         file_key="reshard_after_forward", file_rank=14, file_optional=True,
-         help="ZeRO-3/FSDP: free each layer's gathered parameters after its forward and "
-              "gather them again for its backward (default on, FSDP's FULL_SHARD; off: "
-              "SHARD_GRAD_OP, the stage's parameters stay gathered from forward to backward; "
-              "calibrated model only)",
-         search="one", search_metavar="on|off",
-         search_help="ZeRO-3/FSDP: reshard the parameters after the forward (default on)",
-         grid_rank=12, title="reshard after forward",
-         megatron="(Megatron-FSDP: --data-parallel-sharding-strategy optim_grads_params)",
-         deepspeed="(ZeRO-3 always reshards: stage3_max_reuse_distance)",
-         torchtitan="--parallelism.fsdp_reshard_after_forward always|never"),
-    # Sources (docs/fidelity-sources.md, "Tensor-parallel communication overlap (issue 25)"):
-    # Megatron-LM megatron/training/arguments.py (--tp-comm-overlap: asserts
-    # --sequence-parallel), Transformer Engine transformer_engine/pytorch/module/base.py
-    # (initialize_ub: ring_exchange qkv/fc1 fprop and proj/fc2 dgrad, pipeline proj/fc2
-    # fprop in num_splits = 4, bulk qkv/fc1 dgrad and wgrad); torchtitan
-    # --parallelism.enable_async_tensor_parallel (torch micro-pipeline TP,
-    # torch/distributed/_symmetric_memory: _fused_all_gather_matmul /
-    # _fused_matmul_reduce_scatter, one chunk per rank).
-    Knob("tp_comm_overlap", bool, False, "True or False",
-         flags=("--tp-comm-overlap",), study=False, calibrated_only=True,
-         noop_note="no-op at t = 1", file_key="tp_comm_overlap", file_rank=15,
-         file_optional=True,
-         help="overlap sequence parallelism's all-gathers and reduce-scatters with the GEMMs "
-              "beside them, split into chunks (Megatron-Core --tp-comm-overlap, Transformer "
-              "Engine userbuffers; torchtitan's async TP); needs sequence parallelism at "
-              "t > 1 (calibrated model only)",
-         search="grid", search_metavar="off,on", grid_none="both",
-         search_help="tensor-parallel communication overlap: off, on or off,on (default "
-                     "both; overlap never costs time, so on wins where sequence parallelism "
-                     "runs)",
-         column=True, column_rank=11, short="tpo", width=3,
-         legend="tp-comm-overlap: sequence parallelism's collectives overlap their GEMMs "
-                "(on / off)",
-         grid_rank=13, title="tensor-parallel comm overlap",
-         megatron="--tp-comm-overlap (with --sequence-parallel; Transformer Engine "
-                  "userbuffers)",
-         torchtitan="--parallelism.enable_async_tensor_parallel (with --compile)"),
-    # Sources (docs/fidelity-sources.md, "Gradient-reduction datatype"): Megatron-LM
-    # d98e8a6 megatron/core/distributed/param_and_grad_buffer.py (grad_dtype = torch.float
-    # if grad_reduce_in_fp32 else param.dtype), megatron/training/arguments.py
-    # (--grad-reduce-in-bf16, --accumulate-allreduce-grads-in-fp32; --bf16 forces fp32
-    # unless --grad-reduce-in-bf16), megatron/training/training.py (grad_reduce_in_fp32 =
-    # args.accumulate_allreduce_grads_in_fp32); DeepSpeed edaa722 deepspeed/runtime/engine.py
-    # (communication_data_type: the config's, else fp16/bf16 as trained);
-    # torchtitan b5bcd76 torchtitan/config/configs.py (mixed_precision_reduce: "float32").
-    Knob("grad_reduce_dtype", str, "fp32", "one of fp32, bf16, fp16",
-         choices=("fp32", "bf16", "fp16"), flags=("--grad-reduce-dtype",), study="fp32",
-         calibrated_only=True, study_lacks="gradient-reduction datatype choice",
-         file_key="grad_reduce_dtype", file_rank=23, file_optional=True,
-         help="datatype of the data-parallel gradient reduction and of the gradient buffer "
-              "(default fp32: fp32 main gradients, 4 B/param; bf16 or fp16: 2 B/param, as "
-              "Megatron-Core's grad_reduce_in_fp32=False; calibrated model only)",
-         search="one",
-         search_help="datatype of the data-parallel gradient reduction and gradient buffer "
-                     "(default fp32; bf16, fp16: half the bytes; Megatron-LM reduces in "
-                     "fp32 or the parameters' datatype)",
-         grid_rank=10, title="gradient reduction",
-         megatron="Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32; --bf16: "
-                  "fp32 by default, bf16 with --grad-reduce-in-bf16; --fp16: fp16 by "
-                  "default, fp32 with --accumulate-allreduce-grads-in-fp32",
-         deepspeed="ds_config communication_data_type fp32|bf16|fp16 (absent: the training "
-                   "datatype)",
-         torchtitan="--training.mixed_precision_reduce float32 (FSDP2 "
-                    "MixedPrecisionPolicy.reduce_dtype; float32 its only value)"),
+    _ROWS["overlap_param_gather"],
+    _ROWS["reshard_after_forward"],
+    _ROWS["tp_comm_overlap"],
+    _ROWS["grad_reduce_dtype"],
 )
 
 #: Knob by name.
@@ -497,9 +304,52 @@ RULES = (
          lambda v: v["virtual_stages"] > 1 and _microbatches(v) % v["pipeline_parallel"],
          lambda v: f"Megatron-LM's interleaved schedule needs the {_microbatches(v)} "
                    f"microbatches per pipeline divisible by p = {v['pipeline_parallel']}"),
-    Rule("megatron-lm", "trainer", ("zero_stage",), lambda v: v["zero_stage"] >= 2,
-         lambda v: f"Megatron-LM has no ZeRO stage {v['zero_stage']} (its distributed "
-                   f"optimizer is ZeRO-1); emit deepspeed for ZeRO 2-3"),
+    # What every trainer needs (Megatron-LM asserts the batch in megatron/training/
+    # arguments.py; DeepSpeed: train_batch_size = micro × accumulation × data parallel):
+    # the model's heads are read when the values carry its ``valid_tp`` (model_values).
+    Rule("any", "shared", ("global_batch", "microbatch", "data_parallel"),
+         lambda v: v["global_batch"] % (v["microbatch"] * v["data_parallel"]),
+         lambda v: f"the global batch {v['global_batch']} is not divisible by microbatch × "
+                   f"data parallel = {v['microbatch']} × {v['data_parallel']} = "
+                   f"{v['microbatch'] * v['data_parallel']}, which every trainer requires"),
+    Rule("any", "shared", ("tensor_parallel",),
+         lambda v: "valid_tp" in v and not v["valid_tp"](v["tensor_parallel"]),
+         lambda v: f"tensor parallel {v['tensor_parallel']} does not divide the heads "
+                   f"({v.get('heads')}) and key/value heads ({v.get('kv_heads')}) of "
+                   f"{v.get('model')}"),
+    # Megatron-Core's ZeRO 2-3 is Megatron-FSDP (--use-megatron-fsdp
+    # --data-parallel-sharding-strategy optim_grads | optim_grads_params, arguments.py at
+    # d98e8a6; its guide docs/user-guide/features/megatron_fsdp.md composes it with TP, CP
+    # and EP, not PP) or, for ZeRO 3 without resharding, torch FSDP2 (--use-torch-fsdp2
+    # --torch-fsdp2-no-reshard-after-forward: arguments.py asserts p = 1, ep = 1, untied
+    # embeddings, no fp16).
+    Rule("megatron-lm", "trainer", ("zero_stage", "pipeline_parallel"),
+         lambda v: v["zero_stage"] >= 2 and v["pipeline_parallel"] > 1,
+         lambda v: f"Megatron-Core's ZeRO {v['zero_stage']} (Megatron-FSDP) runs without "
+                   f"pipeline parallelism (p = {v['pipeline_parallel']}); use ZeRO 0-1 with a "
+                   f"pipeline"),
+    Rule("megatron-lm", "trainer", ("zero_stage", "reshard_after_forward", "expert_parallel",
+                                    "precision"),
+         lambda v: v["zero_stage"] == 3 and not v["reshard_after_forward"] and (
+             v["expert_parallel"] > 1 or v["precision"] == "fp16"
+             or v.get("tied_embeddings", False)),
+         lambda v: "Megatron-Core's ZeRO 3 without resharding after the forward is torch "
+                   "FSDP2 (--use-torch-fsdp2), which needs expert parallel 1, no fp16 and "
+                   "untied embeddings (megatron/training/arguments.py)"),
+    # Megatron-Core's MoE layer refuses tensor parallelism without sequence parallelism at
+    # its first training step (megatron/core/transformer/moe/moe_layer.py at d98e8a6).
+    Rule("megatron-lm", "trainer", ("tensor_parallel", "sequence_parallel"),
+         lambda v: v.get("moe", False) and v["tensor_parallel"] > 1
+         and not v["sequence_parallel"],
+         lambda v: f"Megatron-Core runs a mixture of experts at tensor parallel "
+                   f"{v['tensor_parallel']} only with sequence parallelism: turn it on"),
+    # --overlap-param-gather: "Must use --overlap-param-gather with --overlap-grad-reduce"
+    # (arguments.py); at ZeRO 0 there is no parameter gather.
+    Rule("megatron-lm", "emit", ("overlap_param_gather", "overlap_grad_reduce", "zero_stage"),
+         lambda v: v["overlap_param_gather"] and v["zero_stage"] >= 1
+         and not v["overlap_grad_reduce"] and not _torch_fsdp2(v),
+         lambda v: "Megatron-LM overlaps the parameter gathers (--overlap-param-gather) only "
+                   "together with the gradient reduction: turn overlap_grad_reduce on"),
     Rule("deepspeed", "emit", ("expert_parallel", "context_parallel"),
          lambda v: v["expert_parallel"] > 1 or v["context_parallel"] > 1 or v.get("moe", False),
          lambda v: "the Megatron-DeepSpeed arguments written here have no mixture of experts, "
@@ -651,6 +501,28 @@ from ._deepspeed import DS_CONFIG, ds_config  # noqa: E402,F401  (DeepSpeed's ds
 MODEL_ARGUMENTS = "<model>"
 
 
+def _torch_fsdp2(v) -> bool:
+    """Megatron-Core's ZeRO 3 without resharding after the forward: torch FSDP2."""
+    return v["zero_stage"] == 3 and not v["reshard_after_forward"]
+
+
+def _zero_megatron(v) -> list:
+    # ZeRO 1: the distributed optimizer; 2 and 3: Megatron-FSDP (its checkpoints are
+    # fsdp_dtensor: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"); 3
+    # without resharding: torch FSDP2 (no gradient-accumulation fusion, torch_dist
+    # checkpoints: arguments.py asserts both).
+    if v["zero_stage"] == 1:
+        return ["--use-distributed-optimizer"]
+    if _torch_fsdp2(v):
+        return ["--use-torch-fsdp2", "--torch-fsdp2-no-reshard-after-forward",
+                "--no-gradient-accumulation-fusion", "--ckpt-format", "torch_dist"]
+    if v["zero_stage"] >= 2:
+        return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                "optim_grads" if v["zero_stage"] == 2 else "optim_grads_params",
+                "--ckpt-format", "fsdp_dtensor"]
+    return []
+
+
 def _given(flag, value) -> list:
     return [flag, str(value)]
 
@@ -711,10 +583,13 @@ ARGUMENTS = {
         ("sequence_parallel", lambda v: ["--sequence-parallel"]
          if v["sequence_parallel"] and v["tensor_parallel"] > 1 else []),
         ("recompute", _recompute_megatron),
-        ("zero_stage", lambda v: ["--use-distributed-optimizer"] if v["zero_stage"] == 1 else []),
+        ("zero_stage", _zero_megatron),
         ("flash_attention", lambda v: ["--use-flash-attn"] if v["flash_attention"] else []),
         ("overlap_grad_reduce", lambda v: ["--overlap-grad-reduce"]
          if v["overlap_grad_reduce"] else []),
+        ("overlap_param_gather", lambda v: ["--overlap-param-gather"]
+         if v["overlap_param_gather"] and v["zero_stage"] >= 1 and v["overlap_grad_reduce"]
+         and not _torch_fsdp2(v) else []),
         ("tp_comm_overlap", lambda v: ["--tp-comm-overlap"]
          if v["tp_comm_overlap"] and v["sequence_parallel"] and v["tensor_parallel"] > 1
          else []),
@@ -855,6 +730,52 @@ def torchtitan_notes(v) -> list:
         out.append("phaze's selective recomputation (Megatron's core attention) is written "
                    "as torchtitan's per-op selective checkpointing, its nearest policy")
     return out
+
+
+def environment(trainer: str, values: dict) -> list:
+    """The environment a trainer's launch needs for the plan ``values``: (name, value)
+    pairs, value None meaning "unset". Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1
+    for tensor or context parallelism before Blackwell (one stream keeps the
+    communication kernels in order; on Blackwell it is allowed, not required) unless
+    FSDP runs, which asserts it is not 1 (megatron/training/arguments.py at d98e8a6)."""
+    v = _values(values)
+    if trainer not in ("megatron-lm", "megatron"):
+        return []
+    if v["zero_stage"] >= 2:
+        return [("CUDA_DEVICE_MAX_CONNECTIONS", None)]
+    if v["tensor_parallel"] > 1 or v["context_parallel"] > 1:
+        return [("CUDA_DEVICE_MAX_CONNECTIONS", "1")]
+    return []
+
+
+def search_contexts(name, value) -> list:
+    """Where the search's plan set holds a plan of knob ``name`` at ``value`` that a
+    single-knob test must check (``phaze.step``'s enumeration): interleaving only beside
+    a pipeline; ZeRO 3 at p = 1 and, where torchtitan's FSDP2 takes it, beside a pipeline
+    (ZeRO 2 never beside one); every other value at the default plan."""
+    if name == "virtual_stages" and value > 1:
+        return [{"pipeline_parallel": 2}]
+    if name == "zero_stage" and value == 3:
+        return [{}, {"pipeline_parallel": 2, "data_parallel": 2}]
+    return [{}]
+
+
+def pipeline_chunks(values: dict) -> int:
+    """Model chunks per pipeline stage of the plan ``values`` (v; 1: plain 1F1B)."""
+    return int(_values(values)["virtual_stages"])
+
+
+def layer_graph_keywords(values: dict, tensor_parallel: int, moe: bool) -> dict:
+    """``phaze.graph.build_layers``' keywords of the plan ``values`` as the step model
+    builds its layers (Megatron's kernels; sequence parallelism at t > 1 only, always for
+    a mixture of experts there; the datatype, flash attention, expert and context
+    parallel widths and the capacity factor)."""
+    v = _values(values)
+    return dict(sequence_parallel=tensor_parallel > 1 and (bool(v["sequence_parallel"]) or moe),
+                flash_attention=bool(v["flash_attention"]), kernels="megatron",
+                dtype=v["precision"], expert_parallel=int(v["expert_parallel"]),
+                context_parallel=int(v["context_parallel"]),
+                capacity_factor=v["capacity_factor"])
 
 
 def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list:

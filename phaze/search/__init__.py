@@ -36,10 +36,12 @@ from ._driver import search
 from ._executors import ChunkFailed
 from ._inputs import arch_row, resolve_models
 from ._point import evaluate_point
+from ._replay import read_meta, replay
 from ._report import SearchResult, cost_model_line, format_summary, knob_text, load_result
 from ._table import TABLE_COLUMNS, json_safe
 
 __all__ = ["search", "evaluate_point", "SearchResult", "load_result", "format_summary",
+           "read_meta", "replay",
            "BASELINE_NAMES", "BASELINE_TITLES", "FIXED_STRATEGIES", "ChunkFailed", "TABLE_COLUMNS",
            "json_safe", "cost_model_line", "knob_text", "model_graph", "chain_static",
            "arch_row", "resolve_models"]

@@ -25,16 +25,26 @@ from .. import plan as _plan
 from ..arch import resolve_chip
 from ..precision import is_low_precision
 from .._validate import nonneg_float, one_of, positive_int
-from . import _chunk, _executors, _files
+from . import _chunk, _executors, _files, _replay
 from ._models import cost_model
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
 from ._inputs import (check_expert_grid, check_some_width, int_tuple, resolve_hbm,
                       resolve_models, resolve_prune, resolve_recompute, resolve_space,
                       resolve_strategy_grids, space_ids, valid_widths)
-from ._report import SearchResult, choose_best, per_arch
+from ._report import SearchResult, choose_best, per_arch, pruned_min_area
 from ._settings import ChunkTask, SearchSettings
 from ._table import concat_tables, expand, fill_mfu, recompute_rank, take
+
+
+def _columns(stream) -> int:
+    """Columns of the terminal ``stream`` writes to (80 when it cannot tell)."""
+    import os
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError, TypeError):
+        return 80
 
 
 class _Progress:
@@ -70,7 +80,8 @@ class _Progress:
         if not self.enabled:
             return
         isatty = getattr(self.stream, "isatty", None)
-        self._plain = not (callable(isatty) and isatty())
+        # a terminal of no width (a pane squeezed to 0 columns) draws no bar: plain lines
+        self._plain = not (callable(isatty) and isatty()) or _columns(self.stream) < 1
         if not self._plain:
             from tqdm import tqdm
 
@@ -140,7 +151,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
            hbm_gib=_STUDY_HBM_GIB, recompute=None, tensor_parallel=(1, 2, 4, 8),
            space=None, optimizer=None, prune=False, executor=None, progress=None, *, out=None,
            resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
-           force=False, arch=None, seq_len=None, study=False, **knobs) -> SearchResult:
+           force=False, arch=None, seq_len=None, study=False, provenance=None,
+           **knobs) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -196,6 +208,11 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
 
     Throughput: samples/s = global_batch / time per batch (seconds), tokens/s =
     samples/s × the model's seq_len.
+
+    ``metadata["run"]`` records what repeats the run (``_replay.run_record``: the time,
+    phaze's version and git commit, every ModelSpec, the chip); ``provenance`` (a dict:
+    ``command``, ``config_paths``, ``space_every``, ``from_meta``) adds what only the
+    caller knows (``phaze search`` passes its command line).
     """
     wall0 = time.perf_counter()
     model_list = resolve_models(models, seq_len)
@@ -280,14 +297,16 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     try:
         return _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped,
                     executor=executor, workers=workers, address=address, prune=prune,
-                    baselines=baselines, progress=progress, wall0=wall0, chip=chip)
+                    baselines=baselines, progress=progress, wall0=wall0, chip=chip,
+                    run=_replay.run_record(model_list, chip, provenance))
     finally:
         if journal is not None:
             journal.close()
 
 
 def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped, *, executor,
-         workers, address, prune, baselines, progress, wall0, chip=None) -> SearchResult:
+         workers, address, prune, baselines, progress, wall0, chip=None,
+         run=None) -> SearchResult:
     """The sweep proper once the inputs are checked and the result file (if any) is locked."""
     n_archs = archs.shape[0]
     sweep = _Sweep(settings, archs, ids, chunk_archs, journal, want_block=bool(baselines),
@@ -359,9 +378,14 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         "resumed_chunks": sweep.n_chunks - len(sweep.todo),
         # --prune best may skip points of smaller area that are on the front.
         "pareto_exact": prune != "best",
+        # ... the front then keeps only what is surely on it (_report.pruned_min_area)
+        "pruned_min_area_mm2": (pruned_min_area(table, archs, ids, settings.points_per_arch)
+                                if prune == "best" else None),
     }
     if chip is not None:
         metadata["chip"] = chip.to_dict()  # the fixed system, as a chip file
+    if run is not None:
+        metadata["run"] = run              # what repeats the run (_replay)
     result = SearchResult(table=table, best=best, baselines=base, metadata=metadata,
                           models=model_names)
     if journal is not None:

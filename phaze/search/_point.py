@@ -291,7 +291,11 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     res = step.training_step(spec, chip, **pl.as_dict())
     gib = 2 ** 30
     plan = dict(res.plan)
-    plan["trainers"] = list(plan.get("trainers", ()))
+    # who launches it with the arguments phaze writes: the plan and the model's rules
+    # (phaze.plan.launchers), the one answer evaluate, --emit and the search share
+    plan["trainers"] = list(_plan.launchers(pl.as_dict(), spec))
+    plan["not_launchable"] = {t.id: _plan.launch_refusal(t.id, pl.as_dict(), spec)
+                              for t in _plan.TRAINERS if t.id not in plan["trainers"]}
     flops = model_flops_per_sample(spec)
     out = {"model": spec.name, "arch": arch_name, "cost_model": "calibrated",
            "schedule": pl.schedule,

@@ -80,6 +80,13 @@ class SearchResult:
             if cols["score"][i] > top and cols["score"][i] > 0:
                 keep.append(i)
                 top = cols["score"][i]
+        # --prune best skipped points whose bound was below the best found: a front point
+        # is surely on the exhaustive front only when no skipped architecture has less
+        # area, or when nothing skipped can beat it (it reaches the best)
+        limit = self.metadata.get("pruned_min_area_mm2")
+        if self.metadata.get("pareto_exact") is False and limit is not None and keep:
+            best = max(cols["score"][i] for i in keep)
+            keep = [i for i in keep if cols["area_mm2"][i] < limit or cols["score"][i] >= best]
         return {k: v[keep] for k, v in cols.items()}
 
     def save(self, path) -> Path:
@@ -372,3 +379,17 @@ def _percent(fraction) -> str:
     except (TypeError, ValueError):
         return "n/a"
     return f"{100 * value:.1f}%" if math.isfinite(value) else "n/a"
+
+
+def pruned_min_area(table, archs, ids, points_per_arch):
+    """The least area (mm²) of an architecture of the space (rows ``archs``, ids ``ids``)
+    not every one of whose ``points_per_arch`` points has a row in ``table`` (some were
+    pruned), or None when none was pruned: what :meth:`SearchResult.pareto` needs to keep
+    only points of the exhaustive front after ``--prune best``."""
+    from ..arch import area_mm2
+
+    ev, counts = np.unique(np.asarray(table["arch_id"], dtype=np.int64), return_counts=True)
+    full = set(ev[counts >= points_per_arch].tolist())
+    mask = np.array([int(i) not in full for i in ids], dtype=bool)
+    return float(area_mm2(archs[mask]).min()) if mask.any() else None
+

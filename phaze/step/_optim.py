@@ -3,7 +3,7 @@ mixed-precision step) and Muon (momentum orthogonalised by Newton–Schulz itera
 Adam on the parameters that are not weight matrices), each with its state datatype.
 Private: ``_layers.plan_records`` and ``_plans`` read :data:`OPTIMIZERS`.
 
-Per parameter (docs/fidelity-sources.md §20):
+Per parameter (docs/fidelity-sources.md §21):
 
 - **State bytes** (the memory of ``MemoryBreakdown.optimizer_state``): Adam keeps fp32
   master weights (4) and two moments (2 × s bytes, s = 4 fp32 or 2 bf16: Megatron-Core's

@@ -1,0 +1,122 @@
+"""Who launches a plan, from the launchability rules of ``phaze.plan._knobs`` and the
+model arguments of ``phaze.plan._model_flags``: the one source of truth that
+``phaze.launch`` (its refusals), ``phaze evaluate`` (its "launchable by" line) and
+``phaze search --emit`` (its narrowed grids) read (issue 29 items 4-6)."""
+from __future__ import annotations
+
+from ._knobs import _JUDGED, KNOB, TRAINERS, refusal, search_contexts as _contexts
+
+
+def model_values(spec) -> dict:
+    """What the launchability rules read of a model (beside the plan's knobs): its
+    layers, routed experts (``moe``: it has some), heads, key/value heads, whether a
+    tensor-parallel width divides them (``valid_tp``), its untied embeddings, name and
+    torchtitan flavor (None: none)."""
+    from . import _torchtitan
+    n_experts = getattr(spec, "n_experts", 0) or 0
+    return dict(n_layers=spec.n_layers, n_experts=n_experts, moe=bool(n_experts),
+                heads=spec.heads, kv_heads=spec.kv_heads,
+                valid_tp=spec.valid_tensor_parallel,
+                tied_embeddings=bool(getattr(spec, "tied_embeddings", True)),
+                model=spec.name, torchtitan_flavor=_torchtitan.flavor(spec))
+
+
+#: The emitter of each trainer (``phaze.launch``'s name → trainer id) and back.
+_EMITTER = {"megatron": "megatron-lm", "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
+
+
+def launch_refusal(trainer: str, values: dict, spec=None):
+    """Why ``trainer`` (an id of :data:`TRAINERS` or its ``emit`` name) cannot be handed
+    the plan ``values`` (its knobs; absent ones at their defaults) of the model ``spec``
+    (None: the model-level rules are skipped), in one sentence, or None: the one source
+    of truth of "who launches this plan" (the shared rules, then the trainer's layout,
+    trainer and emit rules, then the model arguments phaze writes for it). ``phaze.launch``
+    refuses by it, ``phaze evaluate`` prints its "launchable by" line from it
+    (:func:`launchers`) and ``phaze search --emit`` narrows its grids by it
+    (:func:`search_grids`)."""
+    trainer = _EMITTER.get(trainer, trainer)
+    v = dict(values)
+    if spec is not None:
+        v = {**model_values(spec), **v}
+        if trainer in ("megatron-lm", "deepspeed"):
+            from ._model_flags import model_refusal
+            why = model_refusal("megatron" if trainer == "megatron-lm" else "deepspeed", spec)
+            if why is not None:
+                return why
+    why = refusal("any", v, ("shared",))
+    if why is None:
+        kinds = ("layout", "trainer", "emit") if spec is not None else ("trainer", "emit")
+        why = refusal(trainer, v, kinds)
+    return why
+
+
+def launchers(values: dict, spec=None) -> tuple:
+    """The trainers (ids, in :data:`TRAINERS` order) that launch the plan ``values`` of the
+    model ``spec`` with the arguments phaze writes: those :func:`launch_refusal` does not
+    refuse."""
+    return tuple(t for t in _JUDGED if launch_refusal(t, values, spec) is None)
+
+
+def _refused(tid, bases, values):
+    """The first sentence by which trainer ``tid`` refuses ``values`` (its trainer and
+    emit rules) for one of the models of ``bases`` (their :func:`model_values`), or None."""
+    for base in bases:
+        why = refusal(tid, {**base, **values}, ("trainer", "emit"))
+        if why is not None:
+            return why
+    return None
+
+
+def search_grids(trainer: str, grids: dict, models=()) -> dict:
+    """The search's strategy grids (``grids``: knob name → a tuple, or None for every
+    value; the one-value knobs their value) narrowed to the plans ``trainer`` launches
+    (``phaze search --emit``), by :func:`launch_refusal`: a grid value the trainer
+    refuses with every other knob at its default (or, for the ZeRO stage, beside a
+    pipeline: the search's plan set keeps ZeRO 3 with pipeline parallelism where
+    torchtitan's FSDP2 takes it, so a trainer that refuses it there is searched without
+    ZeRO 3) is dropped; an open width a trainer takes only at 1 becomes (1,). A one-value
+    knob, or a model, the trainer refuses is ``ValueError`` in one sentence."""
+    tid = _EMITTER.get(trainer, trainer)
+    title = next(t.title for t in TRAINERS if t.id == tid)
+    out = dict(grids)
+    bases = [model_values(spec) for spec in models] or [
+        dict(n_layers=1, n_experts=0, moe=False)]
+    for spec in models:
+        # the model itself (its arguments, its flavor, its experts), at the default plan
+        why = None
+        if tid in ("megatron-lm", "deepspeed"):
+            from ._model_flags import model_refusal
+            why = model_refusal("megatron" if tid == "megatron-lm" else "deepspeed", spec)
+        why = why or refusal(tid, {**model_values(spec)}, ("emit",))
+        if why is not None:
+            raise ValueError(f"--emit {trainer}: {title} cannot launch {spec.name}: {why}")
+    for name, value in grids.items():
+        k = KNOB.get(name)
+        if k is None:
+            continue
+        if k.search == "one":
+            why = _refused(tid, bases, {name: value} if value is not None else {})
+            if why is not None:
+                raise ValueError(f"--emit {trainer}: {k.flag} {value}: {why}")
+            continue
+        if k.type is bool:
+            values = (False, True) if value is None else tuple(value)
+        elif k.choices is not None:
+            values = tuple(k.choices) if value is None else tuple(value)
+        else:
+            values = (1, 2) if value is None else tuple(value)
+        keep = []
+        for x in values:
+            if all(_refused(tid, bases, {name: x, **at}) is None for at in _contexts(name, x)):
+                keep.append(x)
+        if not keep:
+            why = _refused(tid, bases, {name: values[0]})
+            raise ValueError(f"--emit {trainer}: {title} launches none of the {k.flag} values "
+                             f"searched: {why}")
+        if value is None and k.type is int and k.choices is None:
+            out[name] = None if len(keep) == len(values) else (1,)
+        elif value is None and len(keep) == len(values):
+            out[name] = None
+        else:
+            out[name] = tuple(keep)
+    return out
