@@ -286,7 +286,8 @@ def emit(trainer, model, **plan) -> str:
         if recompute is True or recompute is False:
             plan = dict(plan, recompute="full" if recompute else "none")
         return _torchtitan_text(spec, plan, gpus)
-    script = "pretrain_gpt.py" if getattr(spec, "causal", True) else "pretrain_bert.py"
+    script = ("pretrain_bert.py" if not getattr(spec, "causal", True) else
+              "pretrain_mamba.py" if _knobs.hybrid_pattern(spec) else "pretrain_gpt.py")
     if trainer == "megatron":
         args = megatron_arguments(spec, **plan)
         head = (f"# Megatron-LM launch arguments for {spec.name} on {gpus} GPUs "

@@ -50,7 +50,8 @@ from ._knobs import (ARGUMENTS, COLUMNS, DS_CONFIG, GRIDS, KNOB, KNOBS, MODEL_AR
                      study_value, torchtitan_notes, trainer_arguments, trainers)
 from ._launchers import launch_refusal, launchers, model_values, search_grids
 from ._knobs import environment, layer_graph_keywords, pipeline_chunks
-from ._model_flags import MODEL_FLAGS, ROTARY_BASE, ModelFlag, model_arguments, model_refusal
+from ._model_flags import (MODEL_FLAGS, ROTARY_BASE, ModelFlag, hybrid_pattern, model_arguments,
+                           model_refusal)
 from . import _torchtitan as torchtitan
 from ._use import (RECOMPUTE_WORDS, SWITCH_WORDS, add_evaluate_options, add_search_options,
                    grid, grid_words, int_tuple, keyword_signature, legend_lines, search_values,
@@ -61,7 +62,8 @@ __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS",
            "RULES", "trainers", "launchable", "refusal", "launchers", "launch_refusal",
            "search_grids", "model_values", "environment", "layer_graph_keywords",
            "pipeline_chunks", "MODEL_FLAGS", "ModelFlag",
-           "ROTARY_BASE", "model_arguments", "model_refusal", "ARGUMENTS", "DS_CONFIG",
+           "ROTARY_BASE", "model_arguments", "model_refusal", "hybrid_pattern", "ARGUMENTS",
+           "DS_CONFIG",
            "MODEL_ARGUMENTS", "trainer_arguments", "ds_config", "check", "check_keywords",
            "grid", "study_value", "differs_from_study", "devices_of", "model_expert_grid",
            "check_expert_grid", "add_evaluate_options", "add_search_options", "search_values",

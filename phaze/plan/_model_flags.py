@@ -79,6 +79,49 @@ def _positions(spec) -> int:
     return spec.seq_len
 
 
+#: Megatron-Core's hybrid layer symbols (``--hybrid-override-pattern``, one per layer):
+#: a Mamba-2 mixer, an attention layer, an MLP, a mixture of experts.
+HYBRID_SYMBOLS = {("mamba", "none"): "M", ("attention", "none"): "*", ("none", "dense"): "-",
+                  ("none", "moe"): "E"}
+
+
+def hybrid_pattern(spec):
+    """Megatron-Core's ``--hybrid-override-pattern`` of a model whose every layer is one
+    sublayer of :data:`HYBRID_SYMBOLS` (Nemotron-H), with a Mamba layer among them; None
+    for any other model (a layer of a mixer and a feed-forward block has no symbol)."""
+    kinds = getattr(spec, "layer_kinds", None)
+    if not kinds or not any(k[0] == "mamba" for k in kinds):
+        return None
+    if any(k not in HYBRID_SYMBOLS for k in kinds):
+        return None
+    return "".join(HYBRID_SYMBOLS[k] for k in kinds)
+
+
+def _mixer_arguments(spec):
+    """The arguments of a model's token mixers other than full attention, or None when
+    Megatron-Core has none for them: a hybrid Mamba model's pattern; sliding-window
+    attention on every layer (Mistral: ``--window-size W,0``, Megatron-Core's window_size
+    (left, right) as its GPT-OSS recipe maps Hugging Face's sliding_window) or on all but
+    every n-th layer (GPT-OSS, Gemma: ``--window-attn-skip-freq n``, full attention on the
+    layers numbered from 1 that n divides). Chunked attention has no argument here."""
+    pattern = hybrid_pattern(spec)
+    if pattern:
+        return ["--hybrid-override-pattern", pattern]
+    mixers = getattr(spec, "mixers", None) or ("attention",)
+    if set(mixers) == {"attention"}:
+        return []
+    if set(mixers) - {"attention", "sliding"}:
+        return None
+    window = ["--window-size", f"{spec.sliding_window},0"]
+    full = [i + 1 for i, m in enumerate(mixers) if m == "attention"]
+    if not full:
+        return window
+    n = full[0]
+    if full != list(range(n, len(mixers) + 1, n)):
+        return None
+    return window + ["--window-attn-skip-freq", str(n)]
+
+
 def _moe_layer_freq(spec) -> list:
     moe = set(spec.moe_layer_ids)
     if len(moe) == spec.n_layers:
@@ -219,10 +262,32 @@ MODEL_FLAGS = (
     ModelFlag(("layer_ffns",),
               lambda s: getattr(s, "layer_ffns", None) is None,
               lambda s, r: [] if set(getattr(s, "layer_ffns", None) or ()) <= {"dense", "moe"}
-              else None, None, "a per-layer pattern of feed-forward kinds"),
-    ModelFlag(("layer_mixers",),
+              or hybrid_pattern(s) else None, None, "a per-layer pattern of feed-forward kinds"),
+    ModelFlag(("layer_mixers", "sliding_window"),
               lambda s: set(getattr(s, "layer_mixers", None) or ("attention",)) == {"attention"},
-              None, None, "token mixers other than full attention"),
+              lambda s, r: _mixer_arguments(s), None,
+              "token mixers other than full attention"),
+    # Mamba-2 sizes (Megatron-Core's hybrid model: --mamba-state-dim, --mamba-head-dim,
+    # --mamba-num-groups, --mamba-num-heads; its MambaMixer's d_conv 4 and chunk_size 128
+    # have no flag, so another value is refused)
+    ModelFlag(("mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv",
+               "mamba_chunk"), lambda s: not getattr(s, "mamba_heads", 0),
+              lambda s, r: [] if not getattr(s, "mamba_heads", 0) else
+              None if (s.mamba_conv, s.mamba_chunk) != (4, 128) else
+              ["--mamba-state-dim", str(s.mamba_state), "--mamba-head-dim",
+               str(s.mamba_head_dim), "--mamba-num-groups", str(s.mamba_groups),
+               "--mamba-num-heads", str(s.mamba_heads)], None, "Mamba-2 mixers"),
+    # GPT-OSS's learned attention sinks: Megatron-Core's softmax_type "learnable"
+    ModelFlag(("attention_sinks",), lambda s: not getattr(s, "attention_sinks", False),
+              lambda s, r: ["--softmax-type", "learnable"]
+              if getattr(s, "attention_sinks", False) else [], None, "attention sinks"),
+    # A router bias: DeepSeek-V3's aux-loss-free expert bias (sigmoid scores, group-limited
+    # routing) is --moe-router-enable-expert-bias with --moe-router-score-function sigmoid;
+    # GPT-OSS's router carries a bias with its linear layers' (no --disable-bias-linear).
+    ModelFlag(("router_bias",), lambda s: not getattr(s, "router_bias", False),
+              lambda s, r: ["--moe-router-enable-expert-bias", "--moe-router-score-function",
+                            "sigmoid"] if getattr(s, "router_bias", False) and not s.bias
+              else [], None, "a router bias"),
     # Multi-head latent attention (arguments.py: --kv-lora-rank, --q-lora-rank (None: the
     # queries are not compressed), --qk-head-dim (the part without position),
     # --qk-pos-emb-head-dim (the rotary part), --v-head-dim; TransformerConfig's
@@ -256,6 +321,13 @@ def _neutral(value, default) -> bool:
         any(default is e or (type(default) is type(e) and default == e) for e in _EMPTY)
 
 
+def _short(value) -> str:
+    """A field's value for a sentence: a long per-layer tuple as its distinct values."""
+    if isinstance(value, tuple) and len(value) > 6:
+        return f"{len(value)} layers of {', '.join(dict.fromkeys(map(str, value)))}"
+    return repr(value)
+
+
 def model_refusal(trainer: str, spec):
     """The sentence saying why ``trainer`` ("megatron" or "deepspeed") cannot be told the
     model ``spec`` (a row it cannot express at a non-neutral value, or a ModelSpec field
@@ -269,7 +341,7 @@ def model_refusal(trainer: str, spec):
             continue
         if write is None or write(spec, None) is None:
             return (f"the {title} arguments written here cannot express {row.title} "
-                    f"({', '.join(f'{f}={getattr(spec, f, None)!r}' for f in row.fields)}) of "
+                    f"({', '.join(f'{f}={_short(getattr(spec, f, None))}' for f in row.fields)}) of "
                     f"{spec.name}" + ("; emit megatron" if trainer == "deepspeed"
                                       and row.megatron is not None else ""))
     for f in dataclasses.fields(spec):
