@@ -459,3 +459,42 @@ def test_kernels_equal_their_mirror_under_muon():
                     mem_n = np.zeros(1, dtype=kern.MEMORY)
                     assert kern.stage_memory(r, pl, sizes[vi:vi + 1], prefix, mem) == \
                         naive_step.stage_memory(r, pl[0], sizes[vi], prefix, mem_n[0])
+
+
+def test_training_step_prices_muon_as_the_search_does():
+    """training_step(optimizer="muon") is the plan the Muon search returns, bit for bit;
+    ZeRO 2-3 is refused in one sentence."""
+    m = OSS
+    best = _muon_plan(m, "muon", "fp32", 1)[0]
+    r = step.training_step(m, "h100-sxm", tensor_parallel=1, pipeline_parallel=1,
+                           data_parallel=int(best["data_parallel"]), microbatch=1,
+                           global_batch=8, recompute="full", flash_attention=True,
+                           zero_stage=1, optimizer="muon")
+    assert r.ok and r.time_s == best["time_s"]
+    assert r.breakdown.optimizer_s == best["optimizer_s"]
+    bad = step.training_step(m, "h100-sxm", tensor_parallel=1, pipeline_parallel=1,
+                             data_parallel=4, microbatch=1, global_batch=8, zero_stage=3,
+                             optimizer="muon")
+    assert not bad.ok and "ZeRO 0 or 1" in bad.reason
+
+
+def test_optimizer_on_the_command_line(capsys):
+    from phaze import cli
+    base = ["evaluate", "--model", "qwen3-30b-a3b", "--arch", "h100-sxm", "--tp", "1", "--pp",
+            "1", "--dp", "8", "--ep", "8", "--microbatch", "1", "--global-batch", "64",
+            "--recompute", "full", "--flash-attention", "--zero-stage", "1"]
+    assert cli.main(base + ["--optimizer", "muon"]) == 0
+    out = capsys.readouterr().out
+    assert "optimizer Muon" in out
+    assert cli.main(base + ["--optimizer", "muon", "--emit", "megatron"]) == 0
+    out = capsys.readouterr().out
+    assert "--optimizer muon" in out and "--use-distributed-optimizer" in out
+    llama = ["evaluate", "--model", "llama3-8b", "--arch", "h100-sxm", "--tp", "1", "--pp",
+             "1", "--dp", "8", "--microbatch", "1", "--global-batch", "64", "--recompute",
+             "full", "--flash-attention", "--zero-stage", "1", "--optimizer", "muon"]
+    assert cli.main(llama + ["--emit", "torchtitan"]) != 0
+    err = capsys.readouterr().err
+    assert "Muon" in err and "\n" not in err.strip()
+    assert cli.main(["search", "--model", "gpt3-175b", "--devices", "8", "--arch", "a100-80g",
+                     "--optimizer", "muon", "--study"]) != 0
+    assert "the calibrated model's" in capsys.readouterr().err

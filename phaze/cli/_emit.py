@@ -42,6 +42,8 @@ def emit_plan(args, model, knobs, result=None) -> int:
                 global_batch=args.global_batch,
                 recompute=recompute if isinstance(recompute, str) else bool(recompute))
     plan.update(knobs)
+    if getattr(args, "optimizer", None) not in (None, "sgd"):
+        plan["optimizer"] = args.optimizer      # the command line's --optimizer (the knob's)
     if getattr(args, "hf_config", None):
         plan["rotary_base"] = hf_rotary_base(args.hf_config)
     try:
@@ -99,6 +101,8 @@ def emit_best_plans(args, result, model_list) -> int:
         knobs.update(global_batch=int(inputs.get("global_batch", args.global_batch)),
                      **{name: inputs.get(name) for name in _plan.GRIDS
                         if _plan.KNOB[name].search == "one"})
+        if inputs.get("optimizer") in _plan.KNOB["optimizer"].choices:
+            knobs["optimizer"] = inputs["optimizer"]
         knobs["precision"] = str(knobs["precision"] or "bf16")
         if rotary.get(spec.name) is not None:
             knobs["rotary_base"] = rotary[spec.name]

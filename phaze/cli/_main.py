@@ -159,9 +159,10 @@ def _add_search_arguments(p) -> None:
     # The knobs (phaze.plan's table): recomputation modes and the strategy grids, the
     # tensor-parallel widths.
     _plan.add_search_options(p, ("recompute", *_plan.GRIDS, "tensor_parallel"))
-    p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
-                   help="optimizer (default: adam, the only one the calibrated model prices; "
-                        "--study: sgd, the study's)")
+    p.add_argument("--optimizer", choices=("sgd", "adam", "muon"), default=None,
+                   help="optimizer (default: adam; muon: the calibrated model's Newton-Schulz "
+                        "orthogonalised momentum, ZeRO 0-1; --study: sgd or adam, sgd "
+                        "its default)")
     p.add_argument("--space-every", type=int, default=1, metavar="K",
                    help="keep every K-th architecture of the default space (quick looks)")
     p.add_argument("--arch", metavar="NAME|FILE[,NAME|FILE...]",
@@ -265,8 +266,11 @@ def _cmd_search(args) -> int:
                     if _plan.KNOB[name].search == "grid" else getattr(args, name))
              for name in _plan.GRIDS}
     if args.optimizer == "sgd" and not args.study:
-        raise ValueError("--optimizer sgd is the study's: the calibrated model prices Adam "
-                         "only (add --study for sgd)")
+        raise ValueError("--optimizer sgd is the study's: the calibrated model prices adam "
+                         "and muon (add --study for sgd)")
+    if args.optimizer == "muon" and args.study:
+        raise ValueError("--optimizer muon is the calibrated model's: the study's prices sgd "
+                         "and adam (drop --study for muon)")
     if args.study:
         given = [_plan.KNOB[name].flag for name in _plan.GRIDS if getattr(args, name) is not None]
         if given:
@@ -385,9 +389,9 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--devices", type=int, help="devices available (default t·p·d)")
     _plan.add_evaluate_options(p, ("global_batch",))
     p.add_argument("--hbm-gib", type=float, help="HBM per chip, GiB (default: the chip's own)")
-    p.add_argument("--optimizer", choices=("sgd", "adam"), default=None,
-                   help="optimizer (default: adam, the calibrated model's only one; --study: "
-                        "sgd, the study's)")
+    p.add_argument("--optimizer", choices=("sgd", "adam", "muon"), default=None,
+                   help="optimizer (default: adam; muon: Newton-Schulz orthogonalised "
+                        "momentum, ZeRO 0-1; --study: sgd, the study's, or adam)")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.add_argument("--emit", choices=_EMITTERS,
                    help="print the plan's launch arguments instead: Megatron-LM, or "
@@ -518,16 +522,16 @@ def _calibrated_result(args, model) -> dict:
     used = _plan.devices_of(vars(args))
     if args.devices is not None and args.devices < used:
         raise ValueError(f"--devices {args.devices} is fewer than t·cp·p·d = {used}")
-    if args.optimizer not in (None, "adam"):
-        raise ValueError("--optimizer sgd is the study's: the calibrated model prices Adam "
-                         "only (add --study for sgd)")
+    if args.optimizer not in (None, "adam", "muon"):
+        raise ValueError("--optimizer sgd is the study's: the calibrated model prices adam "
+                         "and muon (add --study for sgd)")
     # --seq-len as the study's path reads it (a --hf-config model already has it).
     out = search.evaluate_point(
         model, resolve_chip(args.arch), args.tensor_parallel, args.pipeline_parallel,
         args.data_parallel, args.microbatch,
         args.recompute or "none", devices=args.devices, global_batch=args.global_batch,
         hbm_gib=args.hbm_gib, seq_len=args.seq_len if args.model else None,
-        **{name: getattr(args, name) for name in _EVALUATE_KNOBS})
+        optimizer=args.optimizer, **{name: getattr(args, name) for name in _EVALUATE_KNOBS})
     return out
 
 
@@ -554,7 +558,7 @@ def _evaluate_calibrated(args, model) -> int:
         if value is True and r.get(f"{name}_effective") is False and knob.noop_note:
             text += f" ({knob.noop_note})"
         words.append(f"{knob.title} {text}")
-    print("  " + ", ".join(words) + ", optimizer Adam")
+    print("  " + ", ".join(words) + f", optimizer {r['optimizer'].title()}")
     titles = {t.id: t.title for t in _plan.TRAINERS}
     refused = r.get("not_launchable") or {}
     first = next(iter(refused.items()), None)

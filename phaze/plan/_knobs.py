@@ -127,6 +127,8 @@ KNOBS = (
     _ROWS["reshard_after_forward"],
     _ROWS["tp_comm_overlap"],
     _ROWS["grad_reduce_dtype"],
+    _ROWS["optimizer"],
+    _ROWS["optimizer_state_dtype"],
 )
 
 #: Knob by name.
@@ -368,6 +370,30 @@ RULES = (
                    f"({PARAMETER_DTYPE[v['precision']]} under {v['precision']} training), not "
                    f"in {v['grad_reduce_dtype']}; emit deepspeed (ds_config "
                    f"communication_data_type)"),
+    # Muon (phaze/step/_optim.py): Megatron-LM's --optimizer muon, at ZeRO 0 or with the
+    # layer-wise distributed optimizer (ZeRO 1); DeepSpeed's and torchtitan's optimizers
+    # have no Muon. Megatron-LM's precision-aware optimizer keeps Adam's moments in fp32,
+    # fp16 or fp8.
+    Rule("megatron-lm", "trainer", ("optimizer", "zero_stage"),
+         lambda v: v["optimizer"] == "muon" and v["zero_stage"] >= 2,
+         lambda v: f"Muon needs whole weight matrices on the rank that updates them: ZeRO "
+                   f"stage {v['zero_stage']} shards them (ZeRO 0 or 1 only)"),
+    Rule("deepspeed", "trainer", ("optimizer",), lambda v: v["optimizer"] == "muon",
+         lambda v: "DeepSpeed has no Muon optimizer; emit megatron"),
+    Rule("torchtitan", "trainer", ("optimizer",), lambda v: v["optimizer"] == "muon",
+         lambda v: "torchtitan's optimizers (AdamW, Adam) have no Muon; emit megatron"),
+    Rule("megatron-lm", "emit", ("optimizer_state_dtype", "optimizer"),
+         lambda v: v["optimizer_state_dtype"] == "bf16" or (
+             v["optimizer"] == "muon" and v["optimizer_state_dtype"] != "fp32"),
+         lambda v: f"the Megatron-LM arguments written here keep Adam's moments in fp32 or "
+                   f"fp16 (--exp-avg-dtype) and Muon's momentum in fp32, not "
+                   f"{v['optimizer_state_dtype']}"),
+    Rule("deepspeed", "emit", ("optimizer_state_dtype",),
+         lambda v: v["optimizer_state_dtype"] != "fp32",
+         lambda v: "the ds_config written here keeps fp32 optimizer state; emit megatron"),
+    Rule("torchtitan", "emit", ("optimizer_state_dtype",),
+         lambda v: v["optimizer_state_dtype"] != "fp32",
+         lambda v: "the torchtitan job config written here keeps fp32 optimizer state"),
     Rule("deepspeed", "emit", ("account_for_embedding", "pipeline_parallel"),
          lambda v: v["account_for_embedding"] and v["pipeline_parallel"] > 1,
          lambda v: "the Megatron-DeepSpeed arguments written here split the layers evenly "
@@ -599,6 +625,11 @@ ARGUMENTS = {
          if v["moe"] and v["capacity_factor"] is not None else []),
         ("precision", _precision_megatron),
         ("grad_reduce_dtype", _grad_reduce_megatron),
+        ("optimizer", lambda v: ["--optimizer", "muon"] if v["optimizer"] == "muon" else []),
+        ("optimizer_state_dtype", lambda v: ["--use-precision-aware-optimizer",
+                                             "--exp-avg-dtype", v["optimizer_state_dtype"],
+                                             "--exp-avg-sq-dtype", v["optimizer_state_dtype"]]
+         if v["optimizer_state_dtype"] != "fp32" else []),
     ),
     "deepspeed": (
         ("tensor_parallel", lambda v: _given("--tensor-model-parallel-size",

@@ -245,3 +245,38 @@ _ROWS["grad_reduce_dtype"] = Knob(
     torchtitan="--training.mixed_precision_reduce float32 (FSDP2 "
                "MixedPrecisionPolicy.reduce_dtype; float32 its only value)")
 
+
+# Sources (docs/fidelity-sources.md §21; phaze/step/_optim.py): Megatron-LM
+# megatron/training/arguments.py --optimizer adam|sgd|muon (muon with
+# --use-distributed-optimizer: the layer-wise distributed Muon), --muon-num-ns-steps (5),
+# --muon-scalar-optimizer adam; --use-precision-aware-optimizer --exp-avg-dtype
+# --exp-avg-sq-dtype (fp32, fp16, fp8) for Adam's moments.
+# The command line's --optimizer (phaze evaluate / search) is the cost models' one option
+# (cli/_main.py): sgd and adam for the study's model, adam and muon for this one.
+_ROWS["optimizer"] = Knob(
+    "optimizer", str, "adam", "one of adam, muon", choices=("adam", "muon"),
+    study="adam", calibrated_only=True, study_lacks="Muon optimizer",
+    file_key="optimizer", file_rank=24, file_optional=True,
+    help="the optimizer: adam (AdamW, default) or muon (momentum orthogonalised by five "
+         "Newton-Schulz iterations on each layer weight matrix, Adam on the embedding and "
+         "head; ZeRO 0-1 only)",
+    title="optimizer",
+    megatron="--optimizer adam|muon (muon at ZeRO 1: with --use-distributed-optimizer)",
+    deepspeed="(ds_config optimizer type; no Muon)",
+    torchtitan="--optimizer.name AdamW (no Muon)")
+
+_ROWS["optimizer_state_dtype"] = Knob(
+    "optimizer_state_dtype", str, "fp32", "one of fp32, bf16, fp16",
+    choices=("fp32", "bf16", "fp16"), flags=("--optimizer-state-dtype",), study="fp32",
+    calibrated_only=True, study_lacks="optimizer state datatype choice",
+    file_key="optimizer_state_dtype", file_rank=25, file_optional=True,
+    help="datatype of the optimizer's moments or momentum (default fp32: Adam 12 B/param "
+         "with its fp32 master weights; bf16 or fp16: 8 B; Muon 8 or 6 B; calibrated "
+         "model only)",
+    search="one",
+    search_help="datatype of the optimizer's moments (default fp32; bf16, fp16: half the "
+                "bytes, DeepSeek-V3's bf16 moments)",
+    grid_rank=22, title="optimizer state",
+    megatron="--use-precision-aware-optimizer --exp-avg-dtype fp16 --exp-avg-sq-dtype fp16 "
+             "(fp16; Megatron-LM takes fp32, fp16 or fp8 moments)",
+    deepspeed="", torchtitan="")

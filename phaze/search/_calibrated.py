@@ -80,7 +80,8 @@ def layer_table(cfg, model_index, microbatch, archs):
         tensor_parallel=tuple(cfg.widths[model_index]),
         sequence_parallel=tuple(cfg.sequence_parallel),
         flash_attention=tuple(cfg.flash_attention), precision=cfg.precision,
-        fp8_rate=cfg.fp8_rate, **_parallel_grids(cfg, model_index))
+        fp8_rate=cfg.fp8_rate, optimizer=cfg.optimizer,
+        optimizer_state_dtype=cfg.optimizer_state_dtype, **_parallel_grids(cfg, model_index))
 
 
 def lower_bounds(cfg, table, recompute, rows=None) -> np.ndarray:
@@ -354,6 +355,8 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     zero_stage=zero, overlap_grad_reduce=ogr,
                                     precision=cfg.precision,
                                     grad_reduce_dtype=cfg.grad_reduce_dtype,
+                                    optimizer=cfg.optimizer,
+                                    optimizer_state_dtype=cfg.optimizer_state_dtype,
                                     overlap_param_gather=True in cfg.overlap_param_gather,
                                     reshard_after_forward=cfg.reshard_after_forward,
                                     # Megatron's overlap runs on sequence parallelism:

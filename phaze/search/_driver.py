@@ -243,10 +243,11 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     widths_all = int_tuple("tensor_parallel", tensor_parallel)
     prune = resolve_prune(prune)
     optimizer = one_of("optimizer", model.optimizer if optimizer is None else optimizer,
-                       ("sgd", "adam"))
+                       ("sgd", "adam", "muon"))
     if optimizer not in model.optimizers:
-        raise ValueError(f"optimizer: {model.title} prices Megatron-LM's Adam (mixed "
-                         f"precision) only; {optimizer!r} needs study=True")
+        raise ValueError(f"optimizer: {model.title} prices {' and '.join(model.optimizers)}; "
+                         f"{optimizer!r} is " + ("the study's (study=True)" if optimizer == "sgd"
+                                                 else "the calibrated model's (study off)"))
     gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
     chunk_archs = positive_int("chunk_archs", chunk_archs or _config.SEARCH_CHUNK_ARCHS)
     if address is not None and executor is None:

@@ -74,15 +74,17 @@ class CostModel:
                     and value != knob.default:
                 parts.append(f"{knob.title} {value:g}" if knob.type is float
                              else f"{knob.title} {value}")
+        optimizer = {"adam": "Adam", "muon": "Muon"}.get((meta.get("inputs") or {}).get("optimizer"),
+                                                   "Adam")
         return (f"cost model: calibrated (Megatron-LM training step, phaze.step; "
-                f"{grids.get('precision', 'bf16')}, Adam); searched: {'; '.join(parts)}")
+                f"{grids.get('precision', 'bf16')}, {optimizer}); searched: {'; '.join(parts)}")
 
 
 #: The cost models by name.
 COST_MODELS = {
     "calibrated": CostModel(
         name="calibrated", title="the calibrated model", choose="leave study off",
-        recompute_modes=RECOMPUTE_MODES, optimizer="adam", optimizers=("adam",),
+        recompute_modes=RECOMPUTE_MODES, optimizer="adam", optimizers=("adam", "muon"),
         experts=True, strategy_knobs=True, schedule=False),
     "study": CostModel(
         name="study", title="the study's model", choose="pass study=True",

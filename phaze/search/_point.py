@@ -35,8 +35,9 @@ def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
 
 #: The keyword defaults of the calibrated step model's strategy knobs (``phaze.plan.STRATEGY``):
 #: the table's, precision None (= "bf16", which the study's model also accepts).
-_STEP_KNOBS = {**{name: _plan.KNOB[name].default for name in _plan.STRATEGY},
-               "precision": None}
+#: (``optimizer`` is evaluate_point's own keyword: the study's model prices sgd and adam.)
+_STEP_KNOBS = {**{name: _plan.KNOB[name].default for name in _plan.STRATEGY
+                  if name != "optimizer"}, "precision": None}
 
 
 def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
@@ -78,7 +79,8 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     its load's compute and communication seconds per microbatch; devices_used). Units
     are in the key: ``_s`` seconds, ``_bytes`` bytes, ``_gib`` GiB.
     """
-    _plan.check_keywords("evaluate_point", knobs, _plan.STRATEGY)
+    _plan.check_keywords("evaluate_point", knobs, tuple(n for n in _plan.STRATEGY
+                                                        if n != "optimizer"))
     knobs = {**_STEP_KNOBS, **knobs}
     # The one choice of the cost model (``_models``), then its evaluation (:data:`EVALUATE`).
     return EVALUATE[cost_model(study).name](
@@ -99,8 +101,10 @@ def _evaluate_calibrated(model, arch, tensor_parallel, pipeline_parallel, data_p
         raise ValueError("stages: the calibrated step model splits the transformer layers "
                          "evenly, as Megatron-LM does (pass study=True for uneven stages)")
     if optimizer not in (None, *COST_MODELS["calibrated"].optimizers):
-        raise ValueError(f"optimizer: the calibrated step model prices Adam only, got "
+        raise ValueError(f"optimizer: the calibrated step model prices Adam and Muon, got "
                          f"{optimizer!r} (pass study=True for 'sgd')")
+    if optimizer is not None:
+        knobs = dict(knobs, optimizer=optimizer)
     return evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
                          microbatch, recompute, devices=devices, global_batch=global_batch,
                          hbm_gib=hbm_gib, seq_len=seq_len, **knobs)
@@ -138,7 +142,7 @@ def _evaluate_study(model, arch, tensor_parallel, pipeline_parallel, data_parall
         raise ValueError(f"recompute must be True or False, got {recompute!r}")
     recompute = bool(recompute)
     devices = t * p * d if devices is None else positive_int("devices", devices)
-    optimizer = one_of("optimizer", optimizer, ("sgd", "adam"))
+    optimizer = one_of("optimizer", optimizer, COST_MODELS["study"].optimizers)
     gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
     hbm = float(row["hbm_gib"][0]) if hbm_gib is None else positive_float("hbm_gib", hbm_gib)
     if not model.valid_tensor_parallel(t):
@@ -299,7 +303,7 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     flops = model_flops_per_sample(spec)
     out = {"model": spec.name, "arch": arch_name, "cost_model": "calibrated",
            "schedule": pl.schedule,
-           "optimizer": "adam", "devices": used if devices is None else int(devices),
+           "optimizer": pl.optimizer, "devices": used if devices is None else int(devices),
            "seq_len": spec.seq_len, **plan, "hbm_gib": float(row["hbm_gib"][0]),
            "status": res.status, "reason": res.reason, "feasible": False,
            "model_flops_per_sample": flops, "mfu": 0.0}

@@ -363,8 +363,8 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
     copy = OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype]
     out["opt_bytes"] = _optim.hbm_bytes(optimizer, optimizer_state_dtype, precision) + copy
     out["opt_bytes_eh"] = _optim.hbm_bytes("adam", optimizer_state_dtype, precision) + copy
-    out["state_bytes"] = float(_optim.OPTIMIZERS[optimizer].state[optimizer_state_dtype])
-    out["state_bytes_eh"] = float(_optim.OPTIMIZERS["adam"].state[optimizer_state_dtype])
+    out["state_bytes"] = _optim.state_bytes(optimizer, optimizer_state_dtype)
+    out["state_bytes_eh"] = _optim.state_bytes("adam", optimizer_state_dtype)
     out["opt_kernels"] = _optim.kernels(optimizer, precision) + (
         _optim.kernels("adam", precision) if _optim.OPTIMIZERS[optimizer].matrices else 0.0)
     out["n_tiny"] = 2 if precision == "fp16" else 1

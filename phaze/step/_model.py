@@ -232,6 +232,7 @@ import numpy as np
 
 from . import _kernels as _kern
 from . import _layers
+from . import _optim
 from . import _plans as _search
 from .. import collectives, cost, graph, models
 from .. import plan as _plan
@@ -533,6 +534,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     if m_spec.is_moe and t > 1 and not sp:
         return _not("infeasible", f"a mixture of experts with tensor parallel {t} > 1 needs "
                                   f"sequence parallelism (Megatron-Core)", plan)
+    if _optim.refusal(pl.optimizer, zero):
+        return _not("infeasible", _optim.refusal(pl.optimizer, zero), plan)
     if cp > 1 and graph.ring_attention_refusal(m_spec):
         return _not("not_modelled", graph.ring_attention_refusal(m_spec), plan)
     if cp > 1 and not flash:
@@ -570,12 +573,15 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
     pricer = cost.prepare(row, model="calibrated", efficiency=eff)
-    lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate, tpo)
+    ns_steps = _optim.NS_STEPS if _optim.OPTIMIZERS[pl.optimizer].matrices else 0
+    lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate, tpo,
+                                       ns_steps)
     prefix = _layers.kind_prefix(m_spec)
     plan_rec = _layers.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,
                                     pl.grad_reduce_dtype, bool(pl.overlap_param_gather),
-                                    bool(pl.reshard_after_forward), acct).reshape(1)
+                                    bool(pl.reshard_after_forward), acct, pl.optimizer,
+                                    pl.optimizer_state_dtype).reshape(1)
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)
     cell = np.zeros(1, dtype=_kern.CELL_NODES)
     _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell)

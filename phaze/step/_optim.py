@@ -6,9 +6,10 @@ Private: ``_layers.plan_records`` and ``_plans`` read :data:`OPTIMIZERS`.
 Per parameter (docs/fidelity-sources.md §21):
 
 - **State bytes** (the memory of ``MemoryBreakdown.optimizer_state``): Adam keeps fp32
-  master weights (4) and two moments (2 × s bytes, s = 4 fp32 or 2 bf16: Megatron-Core's
-  ``--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``;
-  DeepSeek-V3 §3.3.2 keeps the moments in bf16): 12 or 8. Muon keeps the master weights
+  master weights (4) and two moments (2 × s bytes, s = 4 fp32 or 2 for bf16 / fp16:
+  Megatron-Core's precision-aware optimizer, ``--use-precision-aware-optimizer
+  --exp-avg-dtype fp16 --exp-avg-sq-dtype fp16``; DeepSeek-V3 §3.3.2 keeps the moments in
+  bf16): 12 or 8. Muon keeps the master weights
   and one momentum buffer: 8 or 6; the embedding, the output head (and the norms and
   biases, counted with the layers: < 0.1 % of them) run Adam (Megatron-Core's
   ``--muon-scalar-optimizer adam``), so the embedding's and head's state is Adam's.
@@ -36,7 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Datatypes of the optimizer's state (moments or momentum), bytes per element.
-STATE_DTYPES = {"fp32": 4, "bf16": 2}
+STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: The fp32 master weights every optimizer keeps, bytes per parameter.
+MASTER_BYTES = 4
 #: Newton–Schulz iterations of a Muon step.
 NS_STEPS = 5
 
@@ -44,7 +47,8 @@ NS_STEPS = 5
 @dataclass(frozen=True)
 class Optimizer:
     """One optimizer: ``matrices`` (True: the layers' weight matrices are orthogonalised,
-    Muon), ``state`` (state bytes per parameter of the layers, by state dtype),
+    Muon), ``moments`` (state elements per parameter beside the fp32 master weights: two
+    for Adam, one momentum for Muon; :func:`state_bytes`),
     ``hbm`` (HBM bytes per parameter of its elementwise step at fp32 state, bf16 training),
     ``hbm_per_state_byte`` (how many state bytes the step reads and writes per parameter:
     the HBM bytes fall by that × (4 − s) at s bytes per state element), ``kernels``
@@ -53,7 +57,7 @@ class Optimizer:
 
     name: str
     matrices: bool
-    state: dict
+    moments: int
     hbm: int
     hbm_per_state_byte: int
     kernels: int
@@ -61,11 +65,16 @@ class Optimizer:
 
 
 OPTIMIZERS = {
-    "adam": Optimizer("adam", False, {"fp32": 12, "bf16": 8}, 42, 4, 4, (0, 1, 2, 3)),
-    "muon": Optimizer("muon", True, {"fp32": 8, "bf16": 6}, 46, 3, 6, (0, 1)),
+    "adam": Optimizer("adam", False, 2, 42, 4, 4, (0, 1, 2, 3)),
+    "muon": Optimizer("muon", True, 1, 46, 3, 6, (0, 1)),
 }
 #: fp16 training adds the loss scaler's unscale and inf check: 8 bytes and one kernel.
 FP16_EXTRA_BYTES, FP16_EXTRA_KERNELS = 8, 1
+
+
+def state_bytes(name: str, state_dtype: str) -> float:
+    """Optimizer state bytes per parameter: the master weights and the moments."""
+    return float(MASTER_BYTES + OPTIMIZERS[name].moments * STATE_DTYPES[state_dtype])
 
 
 def hbm_bytes(name: str, state_dtype: str, precision: str) -> float:
