@@ -161,6 +161,43 @@ cdef inline double split_all_to_all(double nbytes, int64_t n, int64_t nodes,
     return alpha + (intra if intra > inter else inter)
 
 
+cdef inline double dedup_all_to_all(double nbytes, double token_bytes, int64_t topk,
+                                    int64_t node_limit, int64_t n, int64_t nodes,
+                                    const Fabric* f) noexcept nogil:
+    """The token dispatch of DeepEP's normal kernels (deepseek-ai/DeepEP: each token crosses
+    to each destination node once over RDMA, through the rank's own NIC, then reaches its
+    experts' GPUs over NVLink) on n ranks over ``nodes`` nodes: ``nbytes`` the rank's k
+    routed copies (as :func:`split_all_to_all` takes them), ``token_bytes`` one copy of its
+    tokens. The network carries each token once per distinct remote node its k = ``topk``
+    copies reach — (nodes − 1)·(1 − (1 − 1/nodes)^k) on average under balanced routing, at
+    most ``node_limit``·(nodes − 1)/nodes with DeepSeek-V3's node-limited routing (0: no
+    limit); the in-node link the copies for peers of the node plus the forwarding of the
+    copies that arrived for the node's other GPUs. Both at once; α of one ring pass."""
+    cdef int64_t g, x, _k
+    cdef double alpha, intra, inter, miss, remote, limit
+    if n <= 1:
+        return 0.0
+    if nodes <= 1:
+        return ring(nbytes, n, 1, 1, f)
+    g = n // nodes
+    if g < 1:
+        g = 1
+    x = nodes - 1
+    alpha = f.coll_latency_s + <double>(n - 1 - x) * f.link_step_s + <double>x * f.net_step_s
+    miss = 1.0
+    for _k in range(topk):
+        miss *= 1.0 - 1.0 / <double>nodes
+    remote = <double>x * (1.0 - miss)
+    if node_limit > 0:
+        limit = <double>node_limit * <double>x / <double>nodes
+        if limit < remote:
+            remote = limit
+    inter = token_bytes * remote / f.net_bw
+    intra = (<double>(g - 1) / <double>n * nbytes
+             + <double>(n - g) / <double>n * <double>(g - 1) / <double>g * nbytes) / f.link_bw
+    return alpha + (intra if intra > inter else inter)
+
+
 cdef inline double placed(int64_t kind, double nbytes, int64_t n, int64_t nodes,
                           const Fabric* f) noexcept nogil:
     """A collective of ``kind`` over n ranks on ``nodes`` nodes (0 for none)."""

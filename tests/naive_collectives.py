@@ -99,6 +99,31 @@ def split_all_to_all_seconds(nbytes, n, nodes, fabric):
     return alpha + max(intra, inter)
 
 
+def dedup_all_to_all_seconds(nbytes, token_bytes, topk, node_limit, n, nodes, fabric):
+    """DeepEP's dispatch on n ranks over ``nodes`` nodes: each token once per distinct remote
+    node its ``topk`` copies reach (expected under balanced routing, at most
+    ``node_limit``·(nodes − 1)/nodes), through the rank's NIC; over the link the copies for
+    the node's peers and the forwarding of those that arrived for the node's other GPUs."""
+    if n <= 1:
+        return 0.0
+    if nodes <= 1:
+        return _ring(nbytes, n, 1, 1, fabric)
+    g = max(n // nodes, 1)
+    x = nodes - 1
+    alpha = fabric["coll_latency_s"] + (n - 1 - x) * fabric["link_step_s"] \
+        + x * fabric["net_step_s"]
+    miss = 1.0
+    for _ in range(topk):      # the product in order, as the C loop forms it
+        miss *= 1.0 - 1.0 / nodes
+    remote = x * (1.0 - miss)
+    if node_limit > 0:
+        remote = min(remote, node_limit * x / nodes)
+    inter = float(token_bytes) * remote / fabric["net_bw"]
+    intra = ((g - 1) / n * float(nbytes) + (n - g) / n * (g - 1) / g * float(nbytes)) \
+        / fabric["link_bw"]
+    return alpha + max(intra, inter)
+
+
 def all_to_all_seconds(nbytes, n, nodes, fabric):
     """All-to-all of the ``nbytes`` a rank holds over n ranks, priced as one ring pass."""
     return _ring(nbytes, n, nodes, 1, fabric)

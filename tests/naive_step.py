@@ -154,7 +154,7 @@ def stage_params(r, p, counts, sz):
     return n // sz["elem_bytes"], ne // sz["elem_bytes"]
 
 
-def layer_times(cp, ep, stage, lt, sz, rp):
+def layer_times(cp, ep, stage, lt, sz, rp, dispatch=0):
     """Forward and backward seconds of one layer of each kind (two lists, one microbatch)
     on a stage (a :data:`STAGE_NODES` record) whose context-parallel ring spans
     ``stage.cp_nodes`` nodes and expert-parallel group ``stage.ep_nodes``: the priced
@@ -174,7 +174,12 @@ def layer_times(cp, ep, stage, lt, sz, rp):
             if xb > 0.0:
                 b += xb
         if ep > 1 and (sz["k_a2a_f_n"][q] or sz["k_a2a_b_n"][q]):
-            a = coll.split_all_to_all_seconds(sz["a2a_bytes"], ep, stage["ep_nodes"], rp)
+            if dispatch == 1:
+                a = coll.dedup_all_to_all_seconds(sz["a2a_bytes"], sz["a2a_token_bytes"],
+                                                  sz["topk"], sz["node_limit"], ep,
+                                                  stage["ep_nodes"], rp)
+            else:
+                a = coll.split_all_to_all_seconds(sz["a2a_bytes"], ep, stage["ep_nodes"], rp)
             f += sz["k_a2a_f_n"][q] * a
             b += sz["k_a2a_b_n"][q] * a
         kf.append(f)
@@ -382,7 +387,7 @@ def step_time(plan, cell, stages, lt, rp, sz, kind_prefix, slots, bd):
         dpn = stages[r]["dp_nodes"]
         edpn = stages[r]["edp_nodes"]
         counts = stage_kinds(r, p, v, n_layers, kind_prefix, plan["acct"], sz)
-        kf, kb = layer_times(cp, ep, stages[r], lt, sz, rp)
+        kf, kb = layer_times(cp, ep, stages[r], lt, sz, rp, plan["dispatch"])
         f, bw, rec = stage_sums(r, p, counts, kf, kb, lt, rec_mode)
         comm = stage_comm(r, p, v, slots[:, 5])
         extra = 0.0
@@ -756,7 +761,7 @@ def stage_slot_bound(r, pl, stage, lt, sz, rp, kind_prefix):
     :func:`step_time` forms it."""
     D = pl["cp"] * pl["d"]
     counts = stage_kinds(r, pl["p"], pl["v"], pl["n_layers"], kind_prefix, pl["acct"], sz)
-    kf, kb = layer_times(pl["cp"], pl["ep"], stage, lt, sz, rp)
+    kf, kb = layer_times(pl["cp"], pl["ep"], stage, lt, sz, rp, pl["dispatch"])
     f, bw, rec = stage_sums(r, pl["p"], counts, kf, kb, lt, pl["rec_mode"])
     return f + bw + rec + sharded_comm(r, pl["p"], counts, kf, kb, lt, sz,
                                        pl["rec_mode"], pl["zero"], pl["ogr"], bool(pl["opg"]),

@@ -498,3 +498,72 @@ def test_optimizer_on_the_command_line(capsys):
     assert cli.main(["search", "--model", "gpt3-175b", "--devices", "8", "--arch", "a100-80g",
                      "--optimizer", "muon", "--study"]) != 0
     assert "the calibrated model's" in capsys.readouterr().err
+
+
+# -- DeepEP's dispatch ---------------------------------------------------------------------
+
+GROUPED = ModelSpec(
+    name="tiny-grouped", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=128,
+    vocab=500, seq_len=256, activation="swiglu", norm="rmsnorm", position="rotary",
+    bias=False, tied_embeddings=False, n_experts=16, experts_per_token=4,
+    expert_ffn_hidden=64, n_expert_groups=4, topk_groups=2, router_bias=True)
+
+
+def test_deepep_dispatch_by_hand():
+    """ep = 8 over four nodes of two GPUs: Megatron-Core's all-to-all sends every routed
+    copy, 6/8 of them through the NIC; DeepEP sends each token once per distinct remote
+    node, at most topk_groups·(nodes − 1)/nodes = 1.5 (node-limited), against
+    3·(1 − (3/4)^4) = 2.05 unlimited. The forward's difference is its all-to-alls' (two)."""
+    import naive_collectives as nc
+    row = make_archs(base="h100-sxm", node_size=2)
+    kw = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, expert_parallel=8,
+              microbatch=1, global_batch=8, recompute="none", flash_attention=True)
+    a = step.training_step(GROUPED, row, **kw, moe_dispatcher="alltoall")
+    d = step.training_step(GROUPED, row, **kw, moe_dispatcher="deepep")
+    assert a.ok and d.ok
+    table = _plans.layer_table(GROUPED, row, microbatch=1, tensor_parallel=(1,),
+                               sequence_parallel=(False,), flash_attention=(True,),
+                               context_parallel=(1,), expert_parallel=(8,))
+    sz = table.sizes("none")[0]
+    rp = table.rp[0]
+    assert sz["a2a_token_bytes"] == 256 * 64 * 2 and sz["topk"] == 4
+    assert sz["node_limit"] == 2
+    split = nc.split_all_to_all_seconds(sz["a2a_bytes"], 8, 4, rp)
+    dedup = nc.dedup_all_to_all_seconds(sz["a2a_bytes"], sz["a2a_token_bytes"], 4, 2, 8, 4, rp)
+    g, x = 2, 3
+    alpha = rp["coll_latency_s"] + (8 - 1 - x) * rp["link_step_s"] + x * rp["net_step_s"]
+    inter = sz["a2a_token_bytes"] * 1.5 / rp["net_bw"]
+    intra = (1 / 8 + 6 / 8 * 1 / 2) * sz["a2a_bytes"] / rp["link_bw"]
+    assert dedup == pytest.approx(alpha + max(inter, intra), rel=1e-12)
+    n_f = int(sz["k_a2a_f_n"][0])
+    assert n_f == 2
+    assert a.breakdown.forward_s - d.breakdown.forward_s == pytest.approx(
+        GROUPED.n_layers * n_f * (split - dedup), rel=1e-9)
+
+
+def test_kernels_equal_their_mirror_under_deepep():
+    m = GROUPED
+    rows = np.concatenate([make_archs(base="h100-sxm", node_size=2),
+                           make_archs(base="h100-sxm", node_size=4, net_gb_per_s=12.5)])
+    table = _plans.layer_table(m, rows, microbatch=1, tensor_parallel=(1, 2))
+    prefix = _layers.kind_prefix(m)
+    sizes = table.sizes("full")
+    for vi, (t, sp, _f, cp, ep, _mg) in enumerate(table.variants):
+        for p, d, zero in ((1, 8, 1), (2, 4, 0), (1, 16, 3)):
+            if (cp * d) % ep:
+                continue
+            pl = _layers.plan_records(p, t, d, cp, ep, 1, 16 // d, m.n_layers, zero, True,
+                                      "full", sp, "bf16", "fp32", True, True, False, "adam",
+                                      "fp32", "deepep").reshape(1)
+            for row in range(rows.shape[0]):
+                stages = np.zeros(p, dtype=kern.STAGE_NODES)
+                cell = np.zeros(1, dtype=kern.CELL_NODES)
+                kern.stage_geometry(p, t, d, cp, ep, int(rows["node_size"][row]), stages, cell)
+                lt = table.times[vi, row:row + 1]
+                got = kern.step_time(pl, cell, stages, lt, table.rp[row:row + 1],
+                                     sizes[vi:vi + 1], prefix, np.empty((p, 6)),
+                                     np.zeros(1, dtype=kern.BREAKDOWN))
+                want = naive_step.step_time(pl[0], cell[0], stages, lt[0], table.rp[row],
+                                            sizes[vi], prefix, np.empty((p, 6)),
+                                            np.zeros(1, dtype=kern.BREAKDOWN)[0])
+                assert got == want

@@ -129,6 +129,7 @@ KNOBS = (
     _ROWS["grad_reduce_dtype"],
     _ROWS["optimizer"],
     _ROWS["optimizer_state_dtype"],
+    _ROWS["moe_dispatcher"],
 )
 
 #: Knob by name.
@@ -388,6 +389,10 @@ RULES = (
          lambda v: f"the Megatron-LM arguments written here keep Adam's moments in fp32 or "
                    f"fp16 (--exp-avg-dtype) and Muon's momentum in fp32, not "
                    f"{v['optimizer_state_dtype']}"),
+    Rule("torchtitan", "emit", ("moe_dispatcher",),
+         lambda v: v["moe_dispatcher"] == "deepep" and v.get("moe", False),
+         lambda v: "the torchtitan job config written here dispatches tokens by all-to-all; "
+                   "emit megatron for DeepEP"),
     Rule("deepspeed", "emit", ("optimizer_state_dtype",),
          lambda v: v["optimizer_state_dtype"] != "fp32",
          lambda v: "the ds_config written here keeps fp32 optimizer state; emit megatron"),
@@ -626,6 +631,11 @@ ARGUMENTS = {
         ("precision", _precision_megatron),
         ("grad_reduce_dtype", _grad_reduce_megatron),
         ("optimizer", lambda v: ["--optimizer", "muon"] if v["optimizer"] == "muon" else []),
+        ("moe_dispatcher", lambda v: ([] if not v["moe"] else
+                                      ["--moe-token-dispatcher-type", "flex",
+                                       "--moe-enable-deepep"]
+                                      if v["moe_dispatcher"] == "deepep" else
+                                      ["--moe-token-dispatcher-type", "alltoall"])),
         ("optimizer_state_dtype", lambda v: ["--use-precision-aware-optimizer",
                                              "--exp-avg-dtype", v["optimizer_state_dtype"],
                                              "--exp-avg-sq-dtype", v["optimizer_state_dtype"]]

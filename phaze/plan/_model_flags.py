@@ -229,8 +229,8 @@ MODEL_FLAGS = (
                str(s.experts_per_token)], None, "a mixture of experts"),
     ModelFlag(("expert_ffn_hidden",), lambda s: not s.n_experts,
               lambda s, r: [] if not s.n_experts else
-              ["--moe-ffn-hidden-size", str(s.expert_ffn_hidden or s.ffn_hidden),
-               "--moe-token-dispatcher-type", "alltoall"], None, "expert width"),
+              ["--moe-ffn-hidden-size", str(s.expert_ffn_hidden or s.ffn_hidden)], None,
+              "expert width"),
     ModelFlag(("n_shared_experts", "shared_ffn_hidden"), lambda s: not s.n_shared_experts,
               lambda s, r: [] if not s.n_shared_experts else
               ["--moe-shared-expert-intermediate-size", str(_shared_width(s))], None,

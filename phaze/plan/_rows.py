@@ -255,7 +255,6 @@ _ROWS["grad_reduce_dtype"] = Knob(
 # (cli/_main.py): sgd and adam for the study's model, adam and muon for this one.
 _ROWS["optimizer"] = Knob(
     "optimizer", str, "adam", "one of adam, muon", choices=("adam", "muon"),
-    study="adam", calibrated_only=True, study_lacks="Muon optimizer",
     file_key="optimizer", file_rank=24, file_optional=True,
     help="the optimizer: adam (AdamW, default) or muon (momentum orthogonalised by five "
          "Newton-Schulz iterations on each layer weight matrix, Adam on the embedding and "
@@ -279,4 +278,23 @@ _ROWS["optimizer_state_dtype"] = Knob(
     grid_rank=22, title="optimizer state",
     megatron="--use-precision-aware-optimizer --exp-avg-dtype fp16 --exp-avg-sq-dtype fp16 "
              "(fp16; Megatron-LM takes fp32, fp16 or fp8 moments)",
+    deepspeed="", torchtitan="")
+
+# Sources (docs/fidelity-sources.md §22): deepseek-ai/DeepEP README (normal kernels: a
+# token to each destination node once over RDMA, then NVLink forwarding); Megatron-LM
+# arguments.py --moe-token-dispatcher-type allgather|alltoall|flex with --moe-enable-deepep.
+_ROWS["moe_dispatcher"] = Knob(
+    "moe_dispatcher", str, "alltoall", "one of alltoall, deepep",
+    choices=("alltoall", "deepep"), flags=("--moe-dispatcher",), study="alltoall",
+    calibrated_only=True, study_lacks="MoE token dispatcher choice",
+    file_key="moe_dispatcher", file_rank=26, file_optional=True,
+    help="the MoE token dispatcher (a mixture of experts at ep > 1): alltoall (Megatron-Core's "
+         "all-to-all, every routed copy sent on its own; default) or deepep (each token "
+         "once per remote node, forwarded over NVLink; node-limited routing caps the "
+         "nodes); calibrated model only",
+    search="one",
+    search_help="the MoE token dispatcher (default alltoall; deepep: each token once per "
+                "remote node)",
+    grid_rank=23, title="MoE dispatcher",
+    megatron="--moe-token-dispatcher-type alltoall | flex with --moe-enable-deepep",
     deepspeed="", torchtitan="")

@@ -118,7 +118,7 @@ def plans_over_hbm(cfg, table, recompute, rows) -> list:
         hbm_bytes=np.concatenate(caps),
         virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
         zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
-        grad_reduce_dtype=cfg.grad_reduce_dtype,
+        grad_reduce_dtype=cfg.grad_reduce_dtype, moe_dispatcher=cfg.moe_dispatcher,
         overlap_param_gather=tuple(cfg.overlap_param_gather),
         reshard_after_forward=cfg.reshard_after_forward,
         account_for_embedding=tuple(cfg.account_for_embedding),
@@ -357,6 +357,7 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     grad_reduce_dtype=cfg.grad_reduce_dtype,
                                     optimizer=cfg.optimizer,
                                     optimizer_state_dtype=cfg.optimizer_state_dtype,
+                                    moe_dispatcher=cfg.moe_dispatcher,
                                     overlap_param_gather=True in cfg.overlap_param_gather,
                                     reshard_after_forward=cfg.reshard_after_forward,
                                     # Megatron's overlap runs on sequence parallelism:

@@ -35,9 +35,8 @@ def even_stages(n_layers_total: int, n_blocks: int, p: int) -> list:
 
 #: The keyword defaults of the calibrated step model's strategy knobs (``phaze.plan.STRATEGY``):
 #: the table's, precision None (= "bf16", which the study's model also accepts).
-#: (``optimizer`` is evaluate_point's own keyword: the study's model prices sgd and adam.)
-_STEP_KNOBS = {**{name: _plan.KNOB[name].default for name in _plan.STRATEGY
-                  if name != "optimizer"}, "precision": None}
+_STEP_KNOBS = {**{name: _plan.KNOB[name].default for name in _plan.STRATEGY},
+               "precision": None}
 
 
 def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
@@ -79,8 +78,7 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     its load's compute and communication seconds per microbatch; devices_used). Units
     are in the key: ``_s`` seconds, ``_bytes`` bytes, ``_gib`` GiB.
     """
-    _plan.check_keywords("evaluate_point", knobs, tuple(n for n in _plan.STRATEGY
-                                                        if n != "optimizer"))
+    _plan.check_keywords("evaluate_point", knobs, _plan.STRATEGY)
     knobs = {**_STEP_KNOBS, **knobs}
     # The one choice of the cost model (``_models``), then its evaluation (:data:`EVALUATE`).
     return EVALUATE[cost_model(study).name](
@@ -103,11 +101,9 @@ def _evaluate_calibrated(model, arch, tensor_parallel, pipeline_parallel, data_p
     if optimizer not in (None, *COST_MODELS["calibrated"].optimizers):
         raise ValueError(f"optimizer: the calibrated step model prices Adam and Muon, got "
                          f"{optimizer!r} (pass study=True for 'sgd')")
-    if optimizer is not None:
-        knobs = dict(knobs, optimizer=optimizer)
     return evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
                          microbatch, recompute, devices=devices, global_batch=global_batch,
-                         hbm_gib=hbm_gib, seq_len=seq_len, **knobs)
+                         hbm_gib=hbm_gib, seq_len=seq_len, optimizer=optimizer, **knobs)
 
 
 def _evaluate_study(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
@@ -229,10 +225,11 @@ EVALUATE = {"calibrated": _evaluate_calibrated, "study": _evaluate_study}
 
 def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                   recompute, *, devices=None, global_batch=4096, hbm_gib=None, seq_len=None,
-                  **knobs) -> dict:
+                  optimizer=None, **knobs) -> dict:
     """One plan through the calibrated training step (``phaze.step.training_step``), as one
     JSON-ready dict (what ``phaze evaluate`` prints; units in the keys). The strategy
-    knobs as :func:`evaluate_point` takes them (None: the table's default).
+    knobs as :func:`evaluate_point` takes them (None: the table's default); ``optimizer``
+    "adam" (None: the default) or "muon".
 
     Keys: model, arch (the chip's name, or "row" for a structured row), cost_model
     ("calibrated"), schedule ("1F1B" | "interleaved 1F1B"), optimizer ("adam"), devices,
@@ -288,7 +285,9 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
         raise ValueError(f"tensor_parallel {t} must divide heads ({spec.heads}) and kv_heads "
                          f"({spec.kv_heads}) of {spec.name}")
     pl = _plan.Plan(tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
-                    microbatch=microbatch, global_batch=global_batch, recompute=rc, **values)
+                    microbatch=microbatch, global_batch=global_batch, recompute=rc,
+                    optimizer=_plan.KNOB["optimizer"].default if optimizer is None
+                    else optimizer, **values)
     used = pl.devices
     if devices is not None and positive_int("devices", devices) < used:
         raise ValueError(f"devices {devices} is fewer than t·cp·p·d = {used}")

@@ -33,7 +33,8 @@ structs that read them; the import checks that each dtype is its struct's layout
   embedding (elements), the embedding's and head's stashes, the recomputation workspace,
   the number of layer kinds, the bytes of one all-to-all, the kind and number of the
   multi-token-prediction layers the last stage runs after its own (DeepSeek-V3's MTP
-  modules' transformer layers; ``mtp_n`` 0 without); per kind its parameter bytes
+  modules' transformer layers; ``mtp_n`` 0 without), one copy of the routed tokens' bytes,
+  the experts per token and the node limit of the routing (DeepEP's dispatch); per kind its parameter bytes
   (and its routed experts' part), its stash under the recomputation mode, its FP8 weight
   copies (of the routed experts apart), how many all-to-alls it runs forward and
   backward, and its K/V exchange bytes forward and backward.
@@ -48,7 +49,8 @@ structs that read them; the import checks that each dtype is its struct's layout
   layers and of the embedding and head (``state_bytes``, ``state_bytes_eh``: 12 for Adam's
   fp32 master weights and moments; Muon keeps one momentum and runs Adam on the embedding
   and head) and its HBM bytes per parameter of the embedding and head (``opt_bytes_eh``;
-  ``opt_bytes`` the layers').
+  ``opt_bytes`` the layers'), and the MoE token dispatcher (``dispatch``: 0 Megatron-Core's
+  all-to-all, 1 DeepEP).
 - :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
   Megatron's rank layout on the row's nodes (``geometry``, ``group_geometry``):
   per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
@@ -114,7 +116,8 @@ LAYER_TIMES = np.dtype(_fields("f8", ("emb_f", "emb_b", "head_f", "head_b", "sen
 #: are counts; ``k_*``: per layer kind).
 SIZES = np.dtype(_fields("i8", (
     "emb_pb", "head_pb", "elem_bytes", "act_bytes", "word_elements", "emb_stash",
-    "head_stash", "workspace", "n_kinds", "a2a_bytes", "mtp_kind", "mtp_n"))
+    "head_stash", "workspace", "n_kinds", "a2a_bytes", "mtp_kind", "mtp_n",
+    "a2a_token_bytes", "topk", "node_limit"))
     + [(n, "i8", (K_MAX,)) for n in ("k_pb", "k_exp_pb", "k_stash", "k_fp8_w", "k_exp_fp8_w",
                                       "k_a2a_f_n", "k_a2a_b_n", "k_ring_f", "k_ring_b")])
 #: One plan as the kernels price it.
@@ -123,7 +126,7 @@ PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8
                  ("rec_mode", "i8"), ("sp", "u1"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
                  ("n_tiny", "i8"), ("grad_bytes", "i8"), ("opg", "u1"), ("reshard", "u1"),
                  ("acct", "i8"), ("state_bytes", "f8"), ("state_bytes_eh", "f8"),
-                 ("opt_bytes_eh", "f8")])
+                 ("opt_bytes_eh", "f8"), ("dispatch", "u1")])
 #: Megatron's rank layout per stage (see the module docstring).
 STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
                                       "edp_nodes")))
@@ -178,6 +181,9 @@ cdef packed struct Sizes:
     int64_t a2a_bytes
     int64_t mtp_kind
     int64_t mtp_n
+    int64_t a2a_token_bytes
+    int64_t topk
+    int64_t node_limit
     int64_t k_pb[KM]
     int64_t k_exp_pb[KM]
     int64_t k_stash[KM]
@@ -211,6 +217,7 @@ cdef packed struct Plan:
     double state_bytes
     double state_bytes_eh
     double opt_bytes_eh
+    unsigned char dispatch
 
 cdef packed struct StageNodes:
     int64_t mask
@@ -443,19 +450,23 @@ cdef inline void stage_params(int64_t r, int64_t p, const int64_t* counts, const
     en[0] = ne // sz.elem_bytes
 
 
-cdef inline void layer_times(int64_t cp, int64_t ep, const StageNodes* stage,
-                             const LayerTimes* lt, const Sizes* sz, const RowParams* rp,
-                             double* kf, double* kb) noexcept nogil:
+cdef inline void layer_times(int64_t cp, int64_t ep, int64_t dispatch,
+                             const StageNodes* stage, const LayerTimes* lt, const Sizes* sz,
+                             const RowParams* rp, double* kf, double* kb) noexcept nogil:
     """Forward (``kf[k]``) and backward (``kb[k]``) seconds of one layer of each kind (one
     microbatch) on a stage whose context-parallel ring spans ``stage.cp_nodes`` nodes and
     expert-parallel group ``stage.ep_nodes``: the priced operators (``lt``), plus a kind's
     K/V exchange's excess over the flash attention it runs concurrently with (max(0,
     exchange − attention), forward and backward; the exchange ``_ring.p2p``), plus its
     all-to-alls (``_ring.split_all_to_all`` over the ep ranks: the peers in the node over
-    the link, the others through each rank's own NIC)."""
+    the link, the others through each rank's own NIC; ``dispatch`` 1, DeepEP's dispatch:
+    ``_ring.dedup_all_to_all``, each token once per remote node)."""
     cdef double xf, xb, a = 0.0
     cdef int64_t q
-    if ep > 1:
+    if ep > 1 and dispatch == 1:
+        a = _ring.dedup_all_to_all(<double>sz.a2a_bytes, <double>sz.a2a_token_bytes, sz.topk,
+                                   sz.node_limit, ep, stage.ep_nodes, fab(rp))
+    elif ep > 1:
         a = _ring.split_all_to_all(<double>sz.a2a_bytes, ep, stage.ep_nodes, fab(rp))
     for q in range(sz.n_kinds):
         kf[q] = lt.k_f[q]
@@ -692,7 +703,7 @@ cdef void stage_work(int64_t r, const Plan* plan, const StageNodes* stage,
     cdef double kf[KM]
     cdef double kb[KM]
     stage_kinds(r, plan.p, plan.v, plan.n_layers, plan.acct, sz, kind_prefix, counts)
-    layer_times(plan.cp, plan.ep, stage, lt, sz, rp, kf, kb)
+    layer_times(plan.cp, plan.ep, plan.dispatch, stage, lt, sz, rp, kf, kb)
     stage_sums(r, plan.p, counts, kf, kb, lt, sz, plan.rec_mode, f, bw, rec)
     extra[0] = 0.0
     if plan.zero >= 2 and D > 1:

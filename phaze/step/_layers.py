@@ -37,6 +37,10 @@ GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: ``main_grad.float()`` reads 2 and writes 4 B (a no-op view for an fp32 buffer), zeroing
 #: the buffer writes 2 B instead of 4: + 6 − 2. Norm, unscale and Adam read the fp32 copy.
 OPTIMIZER_GRAD_COPY_BYTES = {"fp32": 0, "bf16": 4, "fp16": 4}
+#: MoE token dispatchers and their kernel codes (``step._kernels.layer_times``):
+#: Megatron-Core's all-to-all (every routed copy sent on its own) and DeepEP's
+#: (``_ring.dedup_all_to_all``: each token once per remote node, forwarded over NVLink).
+MOE_DISPATCHERS = {"alltoall": 0, "deepep": 1}
 #: Recomputation modes and their kernel codes.
 RECOMPUTE_CODES = {"none": kern.REC_NONE, "selective": kern.REC_SELECTIVE, "full": kern.REC_FULL,
                    "op": kern.REC_OP}
@@ -343,7 +347,8 @@ def kind_prefix(m_spec) -> np.ndarray:
 
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
                  precision, grad_reduce_dtype="fp32", opg=False, reshard=True,
-                 acct=False, optimizer="adam", optimizer_state_dtype="fp32") -> np.ndarray:
+                 acct=False, optimizer="adam", optimizer_state_dtype="fp32",
+                 moe_dispatcher="alltoall") -> np.ndarray:
     """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
     (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
     parameter, its kernels and its tiny all-reduces follow from them;
@@ -352,7 +357,8 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
     the parameter all-gathers, ``reshard`` ZeRO-3's resharding after the forward, ``acct``
     the pipeline split counting the embedding and loss as layers; ``optimizer`` and
     ``optimizer_state_dtype`` the state and HBM bytes per parameter, ``_optim``: the
-    embedding and head always run Adam)."""
+    embedding and head always run Adam; ``moe_dispatcher`` "alltoall" (Megatron-Core's) or
+    "deepep")."""
     cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp, opg, reshard,
                                acct)
     out = np.zeros(cols[0].shape, dtype=kern.PLAN)
@@ -365,6 +371,7 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
     out["opt_bytes_eh"] = _optim.hbm_bytes("adam", optimizer_state_dtype, precision) + copy
     out["state_bytes"] = _optim.state_bytes(optimizer, optimizer_state_dtype)
     out["state_bytes_eh"] = _optim.state_bytes("adam", optimizer_state_dtype)
+    out["dispatch"] = MOE_DISPATCHERS[moe_dispatcher]
     out["opt_kernels"] = _optim.kernels(optimizer, precision) + (
         _optim.kernels("adam", precision) if _optim.OPTIMIZERS[optimizer].matrices else 0.0)
     out["n_tiny"] = 2 if precision == "fp16" else 1

@@ -581,7 +581,7 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
                                     bool(overlap_grad_reduce), recompute, sp, precision,
                                     pl.grad_reduce_dtype, bool(pl.overlap_param_gather),
                                     bool(pl.reshard_after_forward), acct, pl.optimizer,
-                                    pl.optimizer_state_dtype).reshape(1)
+                                    pl.optimizer_state_dtype, pl.moe_dispatcher).reshape(1)
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)
     cell = np.zeros(1, dtype=_kern.CELL_NODES)
     _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell)

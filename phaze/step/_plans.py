@@ -144,6 +144,16 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
                              f"{sorted(a2a_sizes)}")
     sizes["n_kinds"] = len(blocks)
     sizes["mtp_kind"], sizes["mtp_n"] = mtp_kind(m_spec)
+    if m_spec.is_moe:
+        # DeepEP's dispatch (step._kernels.layer_times): one copy of the tokens this slice
+        # routes, the experts per token, DeepSeek-V3's node limit (its expert groups laid
+        # on nodes, as it trains them: topk_groups of n_expert_groups)
+        tokens = mg.microbatch * (m_spec.seq_len // cp)
+        if mg.sequence_parallel:
+            tokens //= t
+        sizes["a2a_token_bytes"] = tokens * m_spec.hidden * e
+        sizes["topk"] = m_spec.experts_per_token
+        sizes["node_limit"] = m_spec.topk_groups if m_spec.n_expert_groups > 1 else 0
     sizes["a2a_bytes"] = a2a_sizes.pop() if a2a_sizes else 0
     sizes["emb_pb"] = emb.param_bytes
     sizes["head_pb"] = head.param_bytes
@@ -219,7 +229,8 @@ def _bound_args(devices, global_batch, recompute):
 
 def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
                overlap_grad_reduce, grad_reduce_dtype, overlap_param_gather=(False, True),
-               reshard_after_forward=True, account_for_embedding=(False, True)):
+               reshard_after_forward=True, account_for_embedding=(False, True),
+               moe_dispatcher="alltoall"):
     """The checked plan-level settings of a plan search, in :func:`_search_plans`' order
     (devices, global batch, recomputation, v grid, ZeRO grid, overlap grid, the
     :class:`_Sharding` settings)."""
@@ -232,8 +243,9 @@ def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
     accts = _bool_grid("account_for_embedding", account_for_embedding)
     vs_grid = None if virtual_stages is None else sorted(
         _int_grid("virtual_stages", virtual_stages, 1))
+    moe_dispatcher = _plan.check("moe_dispatcher", moe_dispatcher)
     return n_dev, B, recompute, vs_grid, zeros, ogrs, _Sharding(
-        grad_reduce_dtype, True in opgs, reshard, tuple(accts))
+        grad_reduce_dtype, True in opgs, reshard, tuple(accts), moe_dispatcher)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +261,7 @@ class _Sharding:
     overlap_param_gather: bool
     reshard_after_forward: bool
     account_for_embedding: tuple = (False,)
+    moe_dispatcher: str = "alltoall"
 
 
 #: The context-parallel widths ``context_parallel=None`` tries (then kept where the
@@ -410,13 +423,13 @@ class LayerTable:
                    overlap_grad_reduce=(False, True), launchable=True,
                    grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
                    reshard_after_forward=True, account_for_embedding=(False, True),
-                   rows=None) -> np.ndarray:
+                   rows=None, moe_dispatcher="alltoall") -> np.ndarray:
         """:func:`best_plans` on the table's rows (or the row indices ``rows``, repeats
         allowed; ``hbm_bytes`` then one per index), with the table's variants."""
         n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
             devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
             grad_reduce_dtype, overlap_param_gather, reshard_after_forward,
-            account_for_embedding)
+            account_for_embedding, moe_dispatcher)
         archs, rp, ns, times = self._take(rows)
         return _search_plans(self, archs, rp, ns, times, n_dev, B, recompute, hbm_bytes,
                              vs_grid, zeros, ogrs, bool(launchable), sharding)
@@ -502,7 +515,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                fp8_rate=None, launchable=True, expert_parallel=None, context_parallel=None,
                capacity_factor=None, grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
                reshard_after_forward=True, account_for_embedding=(False, True),
-               tp_comm_overlap=(False,), optimizer="adam", optimizer_state_dtype="fp32"):
+               tp_comm_overlap=(False,), optimizer="adam", optimizer_state_dtype="fp32",
+               moe_dispatcher="alltoall"):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -562,7 +576,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
     n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
         devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
-        grad_reduce_dtype, overlap_param_gather, reshard_after_forward, account_for_embedding)
+        grad_reduce_dtype, overlap_param_gather, reshard_after_forward, account_for_embedding,
+        moe_dispatcher)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
                          context_parallel, capacity_factor, tp_comm_overlap, optimizer,
@@ -674,7 +689,8 @@ class _PlanSet:
                                   recompute, var_sp[plan_var], precision, grad_reduce_dtype,
                                   sharding.overlap_param_gather,
                                   sharding.reshard_after_forward, plan_acct,
-                                  table.optimizer, table.optimizer_state_dtype)
+                                  table.optimizer, table.optimizer_state_dtype,
+                                  sharding.moe_dispatcher)
         self.plan_peak = kern.plan_memory(self.plans, plan_var, self.sizes, prefix)
         # the (variant, p, v) classes sharing one slot bound (search_rows)
         _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v,
