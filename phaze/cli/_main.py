@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 from . import _compare
@@ -273,10 +274,10 @@ def _cmd_search(args) -> int:
     try:
         result = search.search(model_list, arch=args.arch, space=space, out=args.out,
                                resume=args.resume, baselines=not args.no_baselines, **common)
-    except KeyboardInterrupt:
-        if args.out:
-            print(f"phaze search: interrupted; finished chunks are in {args.out} "
-                  f"(continue with --resume)", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        if args.out:  # main() prints it: one line
+            raise type(exc)(f"{_stop_word(exc)}; finished chunks are in {args.out} "
+                            f"(continue with --resume)") from None
         raise
     except search.ChunkFailed as exc:
         # Not bad input but no traceback either: say which chunk, and what is kept.
@@ -798,10 +799,11 @@ def _os_error_text(exc: OSError) -> str:
 def main(argv=None) -> int:
     """Run ``phaze`` with ``argv`` (default: the command line); returns the exit status
     (0 done, 2 bad input, 1 an operating-system error such as a read-only or full
-    disk, 130 interrupted, 141 output pipe closed). Every error is one line on stderr,
+    disk, 130 interrupted, 143 terminated (SIGTERM), 141 output pipe closed). Every error is one line on stderr,
     never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = _on_sigterm_raise()
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:
@@ -828,9 +830,34 @@ def main(argv=None) -> int:
         print(f"phaze {args.command}: error: the input cannot be handled: {what}",
               file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"phaze {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"phaze {args.command}: {exc.args[0] if exc.args else _stop_word(exc)}",
+              file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while a command runs: handled as Ctrl-C is (finished chunks are written,
+    the workers stopped), then exit status 143."""
+
+
+def _stop_word(exc) -> str:
+    return "terminated" if isinstance(exc, Terminated) else "interrupted"
+
+
+def _on_sigterm_raise():
+    """Make SIGTERM raise :class:`Terminated` in the main thread; the previous handler
+    (None when not in the main thread, where no handler can be set)."""
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
 
 
 if __name__ == "__main__":  # pragma: no cover
