@@ -6,6 +6,7 @@ that keeps finished chunks, OS errors and damaged files as one sentence, and the
 same rows file whatever the number of workers. Small spaces only: CI is busy.
 """
 import errno
+import math
 import gzip
 import json
 import os
@@ -653,3 +654,107 @@ def test_lost_dask_scheduler_ends_the_run_in_one_sentence():
         scheduler.kill()
         worker.wait()
         scheduler.wait()
+
+
+# ---------------------------------------------------------------------------
+# 11. (issue 30) arithmetic that cannot overflow into an answer
+# ---------------------------------------------------------------------------
+def _random_problem(rng, placement):
+    from phaze.placement._model import MAX_COUNT
+    n_w, n_l = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    widths = np.sort(rng.choice([1, 2, 4, 8, 2 ** 20, 2 ** 40], n_w, replace=False))
+    shape = (n_w, n_l)
+    edge = [1, 2, 3, 2 ** 31, 2 ** 40, 2 ** 61, MAX_COUNT // n_l - 1, MAX_COUNT // n_l]
+    devices = int(rng.choice(edge)) if rng.random() < 0.7 else int(rng.integers(1, 10 ** 6))
+    devices = min(devices, MAX_COUNT // n_l)
+    mb = int(rng.choice([1, 2, 7, 2 ** 31, 2 ** 62 - 1, MAX_COUNT]))
+    return placement.PlacementProblem(
+        widths=widths, forward_s=rng.uniform(1e-6, 1e-2, shape),
+        backward_s=rng.uniform(1e-6, 2e-2, shape), param_bytes=rng.uniform(0, 1e9, shape),
+        activation_bytes=rng.uniform(0, 1e9, shape), tensor_parallel=rng.random(shape) < 0.5,
+        edge_bytes=rng.uniform(0, 1e8, (n_w, n_l - 1)), devices=devices,
+        memory_bytes=float(rng.choice([1e9, 1e12, 1e300])), bandwidth=float(rng.uniform(1e9, 1e12)),
+        microbatches=mb, recompute=bool(rng.random() < 0.5),
+        optimizer=str(rng.choice(["sgd", "adam"])))
+
+
+def test_placement_at_the_limits_never_answers_negative():
+    """Problems at the validators' limits (devices, microbatches, devices × layers up to
+    2**62): every answer positive and finite, the plan within the devices (microbatches
+    near 2**63 gave time_per_batch -4.6e15 and data_parallel -7 before the limits)."""
+    from phaze import placement
+    rng = np.random.default_rng(30)
+    n = 10_000 if os.environ.get("PHAZE_SOAK") else 400
+    for _ in range(n):
+        problem = _random_problem(rng, placement)
+        plan = placement.solve(problem)
+        if not plan.feasible:
+            continue
+        assert math.isfinite(plan.time_per_batch) and plan.time_per_batch > 0
+        assert 1 <= plan.data_parallel <= min(problem.devices, problem.microbatches)
+        assert plan.tensor_parallel >= 1
+        used = plan.data_parallel * sum(a for _, a in plan.stages)
+        assert 1 <= used <= problem.devices
+        lb = placement.lower_bound_time(problem)
+        assert 0 < lb <= plan.time_per_batch * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("field, value, what", [
+    ("microbatches", 2 ** 63 - 1, "microbatches must be an integer from 1 to"),
+    ("devices", 2 ** 62, "devices must be an integer from 1 to"),
+])
+def test_placement_sizes_beyond_the_kernel_are_refused(placement_file, field, value, what):
+    from phaze import placement
+    p = placement.load_phaze_json(placement_file)
+    kw = {f: getattr(p, f) for f in ("widths", "forward_s", "backward_s", "param_bytes",
+                                     "activation_bytes", "tensor_parallel", "edge_bytes",
+                                     "devices", "memory_bytes", "bandwidth", "microbatches")}
+    kw[field] = value
+    with pytest.raises(ValueError, match=what):
+        placement.PlacementProblem(**kw)
+    trusted = placement.PlacementProblem.from_trusted_arrays(**{**kw, field: 0})
+    with pytest.raises(ValueError, match=rf"problems\[0\]\.{field} must be an integer from 1"):
+        placement.solve(trusted)  # was SIGFPE (microbatches 0) in the kernel
+
+
+def test_lower_bound_memory_is_bounded():
+    """devices = microbatches = 2**31: the bound used to build arrays of 2**31 floats."""
+    from phaze import placement
+    t0 = time.monotonic()
+    lb = placement.time_per_batch_lower_bound([1.0, 2.0], [0.1, 0.2], 1e6, [1e10, 1e10],
+                                              2 ** 31, 8, 2 ** 31)
+    assert time.monotonic() - t0 < 2 and lb.shape == (2,) and np.all(lb > 0)
+    # a valid bound: below the exact minimum over every degree of a small case
+    small = placement.time_per_batch_lower_bound([1.0], [0.1], 1e6, [1e10], 10_000, 8, 10_000)
+    d = np.arange(1, 10_001, dtype=np.float64)
+    c = np.ceil(10_000 / d)
+    s = np.minimum(np.floor(10_000 / d), 8)
+    exact = (np.maximum(1.0 * (c + s - 1) / s, 0.1 * c) + 4 * (d - 1) * 1e6 / (1e10 * d)).min()
+    assert small[0] <= exact * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["search", "--model", "bert-large", "--arch", "h100-sxm", "--devices", "2147483648"],
+     "devices must be an integer from 1 to 16,777,216"),
+    (["evaluate", "--model", "bert-large", "--arch", "h100-sxm", "--tp", "1", "--pp", "1",
+      "--dp", "1099511627776", "--global-batch", "1099511627776"],
+     "data_parallel must be an integer from 1 to 16,777,216"),
+    (["search", "--model", "bert-large", "--arch", "h100-sxm", "--hbm-gib", "1e308"],
+     "hbm_gib must be at most"),
+    (["evaluate", "--model", "bert-large", "--arch", "h100-sxm", "--tp", "1", "--pp", "1",
+      "--dp", "8", "--hbm-gib", "1e308"], "hbm_gib must be at most"),
+])
+def test_cli_sizes_beyond_the_limits_are_one_sentence(argv, what, capsys):
+    t0 = time.monotonic()
+    assert cli.main(argv) == 2
+    assert what in _one_sentence(capsys.readouterr().err)
+    assert time.monotonic() - t0 < 10
+
+
+def test_search_with_2_31_devices_under_the_limit_is_quick():
+    """best_plans enumerated range(1, devices + 1): 2**24 devices now cost the divisors
+    of B / b only."""
+    t0 = time.monotonic()
+    r = search.search("bert-large", arch="h100-sxm", devices=2 ** 24, global_batch=64,
+                      microbatch=(1,), executor="serial", progress=False)
+    assert time.monotonic() - t0 < 30 and r.best is not None
