@@ -887,3 +887,23 @@ def test_gzip_crc_error_is_damage_even_on_resume_reads(tmp_path, reference):
         _files.read_rows_csv(path)
     table, _ = _files.read_rows_csv(path, strict=False)
     assert len(table["arch_id"]) == 0  # the unverified member is not used
+
+
+# ---------------------------------------------------------------------------
+# 13. (issue 30) the smaller items
+# ---------------------------------------------------------------------------
+def test_out_through_a_symlink_keeps_the_link(tmp_path, rows, reference):
+    target = tmp_path / "real.csv"
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    search.search(TINY, **_kw(rows, link))
+    assert link.is_symlink() and target.exists()
+    _same(search.load_result(link).table, reference.table)
+
+
+def test_huge_grid_value_is_one_sentence():
+    with pytest.raises(ValueError, match="virtual_stages must hold integers of at most"):
+        search.search("bert-large", arch="h100-sxm", devices=8, global_batch=64,
+                      executor="serial", progress=False, virtual_stages=2 ** 63)
+    with pytest.raises(ValueError, match="hbm_gib must be at most"):
+        search.evaluate_point("bert-large", "h100-sxm", 1, 1, 8, 1, False, hbm_gib=1e308)

@@ -371,7 +371,8 @@ class Journal:
     """
 
     def __init__(self, path, inputs_digest: str, *, resume: bool, force: bool = False):
-        self.path = Path(path)
+        # Through a symlink: write the file it points to (a rename would replace the link).
+        self.path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
         self.format = file_format(self.path)
         self.rows_path = (self.path if self.format in (".csv", ".csv.gz")
                           else self.path.with_name(self.path.name + ".rows.csv.gz"))

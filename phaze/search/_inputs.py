@@ -177,6 +177,14 @@ def resolve_strategy_grids(study, **given) -> dict:
             grids[name] = k.check(k.default if value is None else value)
         else:
             grids[name] = one_of(name, k.default if value is None else value, k.choices)
+    from .._validate import MAX_DEVICES, show
+
+    for name, values in grids.items():  # counts the kernels hold (int64 loops over them)
+        for v in values if isinstance(values, tuple) else ():
+            if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) \
+                    and v > MAX_DEVICES:
+                raise ValueError(f"{name} must hold integers of at most {MAX_DEVICES:,}, "
+                                 f"got {show(v)}")
     return grids
 
 
