@@ -907,3 +907,22 @@ def test_huge_grid_value_is_one_sentence():
                       executor="serial", progress=False, virtual_stages=2 ** 63)
     with pytest.raises(ValueError, match="hbm_gib must be at most"):
         search.evaluate_point("bert-large", "h100-sxm", 1, 1, 8, 1, False, hbm_gib=1e308)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_start_with_sigint_blocked():
+    """A Ctrl-C that reaches a worker still importing printed a KeyboardInterrupt traceback
+    (1 of 50 SIGINTs): workers now start with SIGINT blocked."""
+    seen = []
+
+    def on_result(pid):
+        with open(f"/proc/{pid}/status") as f:
+            blk = [ln for ln in f if ln.startswith("SigBlk:")][0].split()[1]
+        seen.append(int(blk, 16) & (1 << (signal.SIGINT - 1)))
+
+    ex.run_process_pool(_own_pid, lambda c: c, range(2), on_result, workers=2)
+    assert seen and all(seen)
+
+
+def _own_pid(_):
+    return os.getpid()

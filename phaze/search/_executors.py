@@ -238,9 +238,15 @@ class _Pool:
         res_r, res_w = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=_pool_worker, args=(os.getpid(), task_r, res_w),
                                 name=f"phaze-worker-{wid}", daemon=True)
+        # SIGINT blocked while the worker starts (the child inherits the mask): a Ctrl-C
+        # that reaches the process group then cannot print a KeyboardInterrupt traceback
+        # from a worker still importing, before _init_worker ignores SIGINT; the parent
+        # gets its own Ctrl-C as soon as the mask is restored.
+        blocked = _block_sigint()
         try:
             proc.start()
         finally:
+            _restore_sigmask(blocked)
             # The parent keeps only its own ends: a dead worker's pipes then read as closed.
             task_r.close()
             res_w.close()
@@ -305,6 +311,19 @@ class _Pool:
         _reap(workers, STOP_KILL_S)
         for w in workers:
             _close_pipes(w)
+
+
+def _block_sigint():
+    """Block SIGINT in this thread; the previous mask (None where masks do not exist)."""
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - Windows
+        return None
+
+
+def _restore_sigmask(previous) -> None:
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _signal(proc, sig) -> None:
