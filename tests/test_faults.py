@@ -926,3 +926,23 @@ def test_workers_start_with_sigint_blocked():
 
 def _own_pid(_):
     return os.getpid()
+
+
+def test_full_disk_at_the_end_says_every_chunk_is_done(tmp_path, rows, reference, monkeypatch):
+    out = tmp_path / "r.csv"
+    real = _files.Journal._write_rows_file
+    calls = []
+
+    def full(self, table, chunk_ids):
+        calls.append(1)
+        if len(calls) == 2:  # the sorted rewrite at the end (the first call starts the file)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(self, table, chunk_ids)
+
+    monkeypatch.setattr(_files.Journal, "_write_rows_file", full)
+    with pytest.raises(OSError, match="every one of the 3 chunks is done .* --resume"):
+        search.search(TINY, **_kw(rows, out))
+    monkeypatch.setattr(_files.Journal, "_write_rows_file", real)
+    r = search.search(TINY, resume=True, **_kw(rows, out))
+    assert r.metadata["resumed_chunks"] == 3
+    _same(r.table, reference.table)

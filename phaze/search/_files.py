@@ -526,7 +526,10 @@ class Journal:
                 self._write_rows_file(table, chunk_ids)
             self._write_meta({"complete": True, "summary": summary})
         except OSError as exc:
-            raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
+            raise _os_error(exc, f"out: cannot write the sorted rows to {self.rows_path}; every "
+                                 f"one of the {len(self.chunks):,} chunks is done and kept (in "
+                                 f"the order they finished): make room for a copy of the file "
+                                 f"and finish with --resume") from None
 
 
 def save_json(path, summary: dict, top_rows: dict) -> None:
