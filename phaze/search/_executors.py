@@ -238,10 +238,9 @@ class _Pool:
         res_r, res_w = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=_pool_worker, args=(os.getpid(), task_r, res_w),
                                 name=f"phaze-worker-{wid}", daemon=True)
-        # SIGINT blocked while the worker starts (the child inherits the mask): a Ctrl-C
-        # that reaches the process group then cannot print a KeyboardInterrupt traceback
-        # from a worker still importing, before _init_worker ignores SIGINT; the parent
-        # gets its own Ctrl-C as soon as the mask is restored.
+        # SIGINT ignored from the worker's first instruction (_block_sigint): a Ctrl-C that
+        # reaches the process group cannot print a KeyboardInterrupt traceback from a
+        # worker still importing; the parent gets its own Ctrl-C once the mask is restored.
         blocked = _block_sigint()
         try:
             proc.start()
@@ -314,16 +313,29 @@ class _Pool:
 
 
 def _block_sigint():
-    """Block SIGINT in this thread; the previous mask (None where masks do not exist)."""
+    """Block SIGINT in this thread, then (main thread) ignore it: a child started now
+    inherits SIG_IGN across exec, which Python keeps (it installs its own SIGINT handler
+    only where SIGINT is not ignored); a Ctrl-C meanwhile stays pending (a blocked signal
+    is never discarded as ignored) and reaches this process once
+    :func:`_restore_sigmask` has put its handler back. What that needs, or None."""
     try:
-        return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     except (AttributeError, OSError, ValueError):  # pragma: no cover - Windows
         return None
+    try:
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: the mask alone
+        handler = None
+    return mask, handler
 
 
-def _restore_sigmask(previous) -> None:
-    if previous is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+def _restore_sigmask(saved) -> None:
+    if saved is None:
+        return
+    mask, handler = saved
+    if handler is not None:
+        signal.signal(signal.SIGINT, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _signal(proc, sig) -> None:
