@@ -12,6 +12,15 @@ import numpy as np
 #: Largest integer any input may hold: every count ends up in an int64 array or kernel,
 #: where a larger one would wrap around (2**63 - 1 read back as -2**63).
 INT64_MAX = 2 ** 63 - 1
+#: Largest device count (and parallel width product t·cp·p·d) a search or an evaluation
+#: takes: the step model lays Megatron's ranks out one by one (node spans of every
+#: pipeline boundary and data-parallel ring), so a count is also a loop length.
+MAX_DEVICES = 2 ** 24
+#: Largest global batch (samples): the data-parallel degrees of a search are the divisors
+#: of B / b, found in O(√B) steps.
+MAX_GLOBAL_BATCH = 2 ** 40
+#: Largest HBM capacity (GiB): the kernels hold capacities in bytes (GiB · 2**30) as int64.
+MAX_HBM_GIB = 2.0 ** 32
 
 
 def show(value) -> str:
@@ -69,6 +78,15 @@ def positive_float(name: str, value) -> float:
         raise ValueError(f"{name} must be a positive number, got {show(value)}") from None
     if not math.isfinite(f) or f <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {show(value)}")
+    return f
+
+
+def hbm_gib(name: str, value) -> float:
+    """``value`` as a capacity in GiB, > 0 and at most ``MAX_HBM_GIB``, else ValueError."""
+    f = positive_float(name, value)
+    if f > MAX_HBM_GIB:
+        raise ValueError(f"{name} must be at most {MAX_HBM_GIB:,.0f} GiB (2**32: the "
+                         f"capacity in bytes must fit an int64), got {show(value)}")
     return f
 
 

@@ -6,6 +6,7 @@ that keeps finished chunks, OS errors and damaged files as one sentence, and the
 same rows file whatever the number of workers. Small spaces only: CI is busy.
 """
 import errno
+import math
 import gzip
 import json
 import os
@@ -482,3 +483,464 @@ def test_out_that_is_a_folder_is_one_sentence(tmp_path, capsys):
     folder.mkdir()
     rc = cli.main(["search", "--model", "bert-large", "--out", str(folder)])
     assert rc == 2 and "is a folder" in _one_sentence(capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------------------
+# 10. (issue 30) shutdown that always ends
+# ---------------------------------------------------------------------------
+_STOP_SCRIPT = """
+import errno, os, sys, time
+from phaze.search import _executors as ex
+def on_result(r):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+for attempt in range(int(sys.argv[1])):
+    t0 = time.monotonic()
+    try:
+        # bytes(n): n zero bytes, a 24 MB result that takes a while to send through the pipe
+        ex.run_process_pool(bytes, lambda c: 24_000_000, range(8), on_result, workers=2)
+    except OSError:
+        pass
+    print(f"{time.monotonic() - t0:.2f}", flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_pool_stop_after_a_write_error_never_hangs():
+    """A write error while other workers send their MB-sized results: the pool stops and
+    the interpreter exits, every time (concurrent.futures' pool hung in 1 of 4 such stops:
+    its manager thread waited for the rest of a message from a killed worker)."""
+    attempts = int(os.environ.get("PHAZE_SOAK", "0") and 20) or 4
+    proc = subprocess.run([sys.executable, "-c", _STOP_SCRIPT, str(attempts)],
+                          capture_output=True, text=True, timeout=60 + 15 * attempts)
+    assert proc.returncode == 0, proc.stderr
+    seconds = [float(x) for x in proc.stdout.split()]
+    assert len(seconds) == attempts and max(seconds) < 20, seconds
+    assert "Traceback" not in proc.stderr and "leaked" not in proc.stderr, proc.stderr
+
+
+def test_full_disk_with_a_pool_stops_its_workers(tmp_path, rows, monkeypatch):
+    import multiprocessing
+    real = _files.Journal._append_bytes
+    calls = []
+
+    def full(self, data):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(self, data)
+
+    monkeypatch.setattr(_files.Journal, "_append_bytes", full)
+    with pytest.raises(OSError, match="cannot write chunk"):
+        search.search(TINY, space=rows, executor="process", workers=2, progress=False,
+                      baselines=False, chunk_archs=1, out=tmp_path / "r.csv", **SMALL)
+    t0 = time.monotonic()
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("phaze-")]
+    assert time.monotonic() - t0 < 1
+
+
+def test_dead_worker_costs_one_failure_only(tmp_path, capsys):
+    """A worker that dies with two chunks sent to it: the one it ran failed once, the one
+    queued behind it is sent again without a failure."""
+    got = []
+    ex.run_process_pool(_die_once_first, lambda cid: {"chunk_id": cid, "marker": str(tmp_path / "m")},
+                        range(4), got.append, workers=1, per_worker=2)
+    assert sorted(r["chunk_id"] for r in got) == [0, 1, 2, 3]
+    err = capsys.readouterr().err
+    assert err.count("failed") == 1 and "chunk 0 failed (its worker process died" in err
+
+
+def _die_once_first(task):
+    marker = Path(task["marker"])
+    if task["chunk_id"] == 0 and not marker.exists():
+        marker.write_text("died")
+        time.sleep(0.5)  # chunk 1 is queued behind it by now
+        os._exit(3)
+    return {"chunk_id": task["chunk_id"]}
+
+
+_TERM_SCRIPT = """
+import os, sys, time
+from phaze import _config, cli
+from phaze.search import _chunk
+_config.SEARCH_CHUNK_ARCHS = 1
+real = _chunk.run_chunk
+def slow(task):
+    time.sleep(float(os.environ.get("SLOW_S", "0.7")))
+    return real(task)
+_chunk.run_chunk = slow
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _cli_search_args(tmp_path, out):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+                               "vocab_size": 512, "n_positions": 64}))
+    return ["search", "--hf-config", str(cfg), "--devices", "4", "--global-batch", "8",
+            "--microbatch", "1", "--hbm-gib", "0.002", "--tp", "1", "--space-every", "5000",
+            "--serial", "--no-baselines", "--study", "--out", str(out)]
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated"),
+                                             (signal.SIGINT, 130, "interrupted")])
+def test_cli_signal_keeps_chunks_in_one_sentence(tmp_path, sig, code, word):
+    out = tmp_path / "r.csv"
+    args = _cli_search_args(tmp_path, out)
+    proc = subprocess.Popen([sys.executable, "-c", _TERM_SCRIPT, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    meta = Path(str(out) + ".meta.json")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(meta.read_text()).get("chunks"):
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    os.kill(proc.pid, sig)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == code, err
+    line = _one_sentence(err)
+    assert word in line and "finished chunks are in" in line and "--resume" in line
+    # resumed: the same file as a run never interrupted
+    env = dict(os.environ, SLOW_S="0")
+    whole = tmp_path / "w.csv"
+    for more in (args + ["--resume"], _cli_search_args(tmp_path, whole)):
+        subprocess.run([sys.executable, "-c", _TERM_SCRIPT, *more], check=True, env=env,
+                       capture_output=True, timeout=300)
+    assert out.read_bytes() == whole.read_bytes()
+
+
+def _dask_cli():
+    pytest.importorskip("distributed")
+    import shutil
+    if shutil.which("dask") is None:
+        pytest.skip("no dask command to start a scheduler with")
+
+
+def test_lost_dask_scheduler_ends_the_run_in_one_sentence():
+    """kill -9 of the scheduler after the first result: SchedulerLost within the limit,
+    the finished chunk handed over, nothing printed by distributed."""
+    _dask_cli()
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    address = f"tcp://127.0.0.1:{port}"
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scheduler = subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port",
+                                  str(port), "--no-dashboard"], **quiet)
+    worker = subprocess.Popen(["dask", "worker", address, "--nthreads", "1", "--no-dashboard"],
+                              **quiet)
+    got, killed = [], []
+
+    def on_result(r):
+        got.append(r)
+        if len(got) == 1:
+            scheduler.kill()
+            killed.append(time.monotonic())
+
+    try:
+        with pytest.raises(ex.SchedulerLost, match="has not answered for .* 1 chunks had"):
+            ex.run_dask(time.sleep, lambda c: 0.2 if c == 0 else 5, range(6), on_result,
+                        address=address, lost_after_s=5)
+        assert time.monotonic() - killed[0] < 30
+        assert got == [None]
+    finally:
+        worker.kill()
+        scheduler.kill()
+        worker.wait()
+        scheduler.wait()
+
+
+# ---------------------------------------------------------------------------
+# 11. (issue 30) arithmetic that cannot overflow into an answer
+# ---------------------------------------------------------------------------
+def _random_problem(rng, placement):
+    from phaze.placement._model import MAX_COUNT
+    n_w, n_l = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    widths = np.sort(rng.choice([1, 2, 4, 8, 2 ** 20, 2 ** 40], n_w, replace=False))
+    shape = (n_w, n_l)
+    edge = [1, 2, 3, 2 ** 31, 2 ** 40, 2 ** 61, MAX_COUNT // n_l - 1, MAX_COUNT // n_l]
+    devices = int(rng.choice(edge)) if rng.random() < 0.7 else int(rng.integers(1, 10 ** 6))
+    devices = min(devices, MAX_COUNT // n_l)
+    mb = int(rng.choice([1, 2, 7, 2 ** 31, 2 ** 62 - 1, MAX_COUNT]))
+    return placement.PlacementProblem(
+        widths=widths, forward_s=rng.uniform(1e-6, 1e-2, shape),
+        backward_s=rng.uniform(1e-6, 2e-2, shape), param_bytes=rng.uniform(0, 1e9, shape),
+        activation_bytes=rng.uniform(0, 1e9, shape), tensor_parallel=rng.random(shape) < 0.5,
+        edge_bytes=rng.uniform(0, 1e8, (n_w, n_l - 1)), devices=devices,
+        memory_bytes=float(rng.choice([1e9, 1e12, 1e300])), bandwidth=float(rng.uniform(1e9, 1e12)),
+        microbatches=mb, recompute=bool(rng.random() < 0.5),
+        optimizer=str(rng.choice(["sgd", "adam"])))
+
+
+def test_placement_at_the_limits_never_answers_negative():
+    """Problems at the validators' limits (devices, microbatches, devices × layers up to
+    2**62): every answer positive and finite, the plan within the devices (microbatches
+    near 2**63 gave time_per_batch -4.6e15 and data_parallel -7 before the limits)."""
+    from phaze import placement
+    rng = np.random.default_rng(30)
+    n = 10_000 if os.environ.get("PHAZE_SOAK") else 400
+    for _ in range(n):
+        problem = _random_problem(rng, placement)
+        plan = placement.solve(problem)
+        if not plan.feasible:
+            continue
+        assert math.isfinite(plan.time_per_batch) and plan.time_per_batch > 0
+        assert 1 <= plan.data_parallel <= min(problem.devices, problem.microbatches)
+        assert plan.tensor_parallel >= 1
+        used = plan.data_parallel * sum(a for _, a in plan.stages)
+        assert 1 <= used <= problem.devices
+        lb = placement.lower_bound_time(problem)
+        assert 0 < lb <= plan.time_per_batch * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("field, value, what", [
+    ("microbatches", 2 ** 63 - 1, "microbatches must be an integer from 1 to"),
+    ("devices", 2 ** 62, "devices must be an integer from 1 to"),
+])
+def test_placement_sizes_beyond_the_kernel_are_refused(placement_file, field, value, what):
+    from phaze import placement
+    p = placement.load_phaze_json(placement_file)
+    kw = {f: getattr(p, f) for f in ("widths", "forward_s", "backward_s", "param_bytes",
+                                     "activation_bytes", "tensor_parallel", "edge_bytes",
+                                     "devices", "memory_bytes", "bandwidth", "microbatches")}
+    kw[field] = value
+    with pytest.raises(ValueError, match=what):
+        placement.PlacementProblem(**kw)
+    trusted = placement.PlacementProblem.from_trusted_arrays(**{**kw, field: 0})
+    with pytest.raises(ValueError, match=rf"problems\[0\]\.{field} must be an integer from 1"):
+        placement.solve(trusted)  # was SIGFPE (microbatches 0) in the kernel
+
+
+def test_lower_bound_memory_is_bounded():
+    """devices = microbatches = 2**31: the bound used to build arrays of 2**31 floats."""
+    from phaze import placement
+    t0 = time.monotonic()
+    lb = placement.time_per_batch_lower_bound([1.0, 2.0], [0.1, 0.2], 1e6, [1e10, 1e10],
+                                              2 ** 31, 8, 2 ** 31)
+    assert time.monotonic() - t0 < 2 and lb.shape == (2,) and np.all(lb > 0)
+    # a valid bound: below the exact minimum over every degree of a small case
+    small = placement.time_per_batch_lower_bound([1.0], [0.1], 1e6, [1e10], 10_000, 8, 10_000)
+    d = np.arange(1, 10_001, dtype=np.float64)
+    c = np.ceil(10_000 / d)
+    s = np.minimum(np.floor(10_000 / d), 8)
+    exact = (np.maximum(1.0 * (c + s - 1) / s, 0.1 * c) + 4 * (d - 1) * 1e6 / (1e10 * d)).min()
+    assert small[0] <= exact * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["search", "--model", "bert-large", "--arch", "h100-sxm", "--devices", "2147483648"],
+     "devices must be an integer from 1 to 16,777,216"),
+    (["evaluate", "--model", "bert-large", "--arch", "h100-sxm", "--tp", "1", "--pp", "1",
+      "--dp", "1099511627776", "--global-batch", "1099511627776"],
+     "data_parallel must be an integer from 1 to 16,777,216"),
+    (["search", "--model", "bert-large", "--arch", "h100-sxm", "--hbm-gib", "1e308"],
+     "hbm_gib must be at most"),
+    (["evaluate", "--model", "bert-large", "--arch", "h100-sxm", "--tp", "1", "--pp", "1",
+      "--dp", "8", "--hbm-gib", "1e308"], "hbm_gib must be at most"),
+])
+def test_cli_sizes_beyond_the_limits_are_one_sentence(argv, what, capsys):
+    t0 = time.monotonic()
+    assert cli.main(argv) == 2
+    assert what in _one_sentence(capsys.readouterr().err)
+    assert time.monotonic() - t0 < 10
+
+
+def test_search_with_2_31_devices_under_the_limit_is_quick():
+    """best_plans enumerated range(1, devices + 1): 2**24 devices now cost the divisors
+    of B / b only."""
+    t0 = time.monotonic()
+    r = search.search("bert-large", arch="h100-sxm", devices=2 ** 24, global_batch=64,
+                      microbatch=(1,), executor="serial", progress=False)
+    assert time.monotonic() - t0 < 30 and r.best is not None
+
+
+# ---------------------------------------------------------------------------
+# 12. (issue 30) integrity: checksummed chunks, strict gzip, parquet checksum
+# ---------------------------------------------------------------------------
+def _flip(path, rng):
+    data = bytearray(path.read_bytes())
+    i = int(rng.integers(len(data)))
+    data[i] ^= 1 << int(rng.integers(8))
+    path.write_bytes(bytes(data))
+
+
+def _rows_of(table):
+    return sorted(zip(*[[str(v) for v in np.asarray(table[n])] for n in COLUMN_NAMES]))
+
+
+def _interrupted(tmp_path, rows, name, monkeypatch):
+    """A rows file of a sweep stopped by a full disk after two chunks (and its journal)."""
+    out = tmp_path / name
+    real = _files.Journal._append_bytes
+    calls = []
+
+    def full(self, data):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(self, data)
+
+    monkeypatch.setattr(_files.Journal, "_append_bytes", full)
+    with pytest.raises(OSError):
+        search.search(TINY, **_kw(rows, out))
+    monkeypatch.setattr(_files.Journal, "_append_bytes", real)
+    return out
+
+
+@pytest.mark.parametrize("ext", [".csv", ".csv.gz", ".parquet"])
+@pytest.mark.parametrize("state", ["finished", "interrupted"])
+def test_bit_flips_are_detected(tmp_path, rows, reference, monkeypatch, ext, state):
+    """Random single-bit flips: load_result refuses the file or gives back exactly the rows
+    written (0 accepted with changed rows; 25 of 180 were before the checksums)."""
+    if ext == ".parquet":
+        pytest.importorskip("pyarrow")
+        if state == "interrupted":
+            pytest.skip("an interrupted .parquet search has only its .rows.csv.gz (tested)")
+    rng = np.random.default_rng([len(ext), len(state), 30])
+    if state == "finished":
+        clean = tmp_path / f"clean{ext}"
+        search.search(TINY, **_kw(rows, clean))
+        target = clean
+    else:
+        clean = _interrupted(tmp_path, rows, f"clean{ext}", monkeypatch)
+        target = clean
+    meta = Path(str(clean) + ".meta.json")
+    want = _rows_of(search.load_result(clean).table)
+    assert want and (state == "interrupted" or want == _rows_of(reference.table))
+    n = 200 if os.environ.get("PHAZE_SOAK") else 25
+    work = tmp_path / f"work{ext}"
+    accepted_changed = 0
+    for _ in range(n):
+        work.write_bytes(target.read_bytes())
+        Path(str(work) + ".meta.json").write_bytes(meta.read_bytes())
+        _flip(work, rng)
+        try:
+            got = _rows_of(search.load_result(work).table)
+        except ValueError:
+            continue  # refused (DamagedFile, or not a phaze result)
+        accepted_changed += got != want
+    assert accepted_changed == 0
+
+
+@pytest.mark.parametrize("ext", [".csv", ".csv.gz"])
+def test_resume_recomputes_flipped_chunks(tmp_path, rows, reference, capsys, ext):
+    """--resume after a changed value: the chunk is computed again (it used to be kept, or
+    the whole resume gave up on a value that did not parse)."""
+    out = tmp_path / f"r{ext}"
+    search.search(TINY, **_kw(rows, out))
+    rng = np.random.default_rng(7)
+    data = out.read_bytes()
+    for trial in range(6):
+        if ext == ".csv":
+            text = data.decode()
+            lines = text.splitlines(keepends=True)
+            k = int(rng.integers(1, len(lines)))
+            digits = [i for i, ch in enumerate(lines[k]) if ch.isdigit()]
+            i = digits[int(rng.integers(len(digits)))]
+            ch = "x" if trial % 2 else str((int(lines[k][i]) + 1) % 10)  # unparsable / changed
+            lines[k] = lines[k][:i] + ch + lines[k][i + 1:]
+            out.write_text("".join(lines))
+        else:
+            _flip(out, rng)
+        capsys.readouterr()
+        try:
+            r = search.search(TINY, resume=True, **_kw(rows, out, force=False))
+        except ValueError as exc:
+            assert "--force" in str(exc)
+            search.search(TINY, **_kw(rows, out, force=True))
+        else:
+            _same(r.table, reference.table)
+            assert out.read_bytes() == data
+        out.write_bytes(data)
+
+
+def test_renamed_pair_is_still_checked(tmp_path, rows):
+    """mv r.csv r2.csv; mv r.csv.meta.json r2.csv.meta.json used to switch the check off."""
+    out = tmp_path / "r.csv"
+    search.search(TINY, **_kw(rows, out))
+    lines = out.read_text().splitlines(keepends=True)
+    lines[2] = lines[2].replace("e-", "e-1", 1) if "e-" in lines[2] else lines[2].replace(
+        "1", "2", 1)
+    moved = tmp_path / "r2.csv"
+    moved.write_text("".join(lines))
+    Path(str(out) + ".meta.json").rename(Path(str(moved) + ".meta.json"))
+    out.unlink()
+    with pytest.raises(ValueError, match="is damaged: 1 of the chunks .* changed"):
+        search.load_result(moved)
+
+
+def test_gzip_crc_error_is_damage_even_on_resume_reads(tmp_path, reference):
+    """A CRC error in a member drops that member's rows instead of keeping them."""
+    path = tmp_path / "r.csv.gz"
+    text = _files.table_csv(reference.table, header=True, extra={"chunk": 0})
+    good = gzip.compress(text.encode(), mtime=0)
+    bad = bytearray(good)
+    bad[-8] ^= 0xFF  # the member's CRC-32
+    path.write_bytes(bytes(bad))
+    with pytest.raises(ValueError, match="corrupt"):
+        _files.read_rows_csv(path)
+    table, _ = _files.read_rows_csv(path, strict=False)
+    assert len(table["arch_id"]) == 0  # the unverified member is not used
+
+
+# ---------------------------------------------------------------------------
+# 13. (issue 30) the smaller items
+# ---------------------------------------------------------------------------
+def test_out_through_a_symlink_keeps_the_link(tmp_path, rows, reference):
+    target = tmp_path / "real.csv"
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    search.search(TINY, **_kw(rows, link))
+    assert link.is_symlink() and target.exists()
+    _same(search.load_result(link).table, reference.table)
+
+
+def test_huge_grid_value_is_one_sentence():
+    with pytest.raises(ValueError, match="virtual_stages must hold integers of at most"):
+        search.search("bert-large", arch="h100-sxm", devices=8, global_batch=64,
+                      executor="serial", progress=False, virtual_stages=2 ** 63)
+    with pytest.raises(ValueError, match="hbm_gib must be at most"):
+        search.evaluate_point("bert-large", "h100-sxm", 1, 1, 8, 1, False, hbm_gib=1e308)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_start_with_sigint_ignored():
+    """A Ctrl-C that reaches a worker still importing printed a KeyboardInterrupt traceback
+    (5 of 10 soak SIGINTs): a process started the way the pool starts its workers finds
+    SIGINT ignored from its first instruction, and the parent gets its handler back."""
+    before = signal.getsignal(signal.SIGINT)
+    saved = ex._block_sigint()
+    try:
+        child = subprocess.run([sys.executable, "-c", "import signal, sys; sys.exit(int("
+                                "signal.getsignal(signal.SIGINT) is signal.SIG_IGN))"])
+    finally:
+        ex._restore_sigmask(saved)
+    assert child.returncode == 1
+    assert signal.getsignal(signal.SIGINT) is before
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_full_disk_at_the_end_says_every_chunk_is_done(tmp_path, rows, reference, monkeypatch):
+    out = tmp_path / "r.csv"
+    real = _files.Journal._write_rows_file
+    calls = []
+
+    def full(self, table, chunk_ids):
+        calls.append(1)
+        if len(calls) == 2:  # the sorted rewrite at the end (the first call starts the file)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(self, table, chunk_ids)
+
+    monkeypatch.setattr(_files.Journal, "_write_rows_file", full)
+    with pytest.raises(OSError, match="every one of the 3 chunks is done .* --resume"):
+        search.search(TINY, **_kw(rows, out))
+    monkeypatch.setattr(_files.Journal, "_write_rows_file", real)
+    r = search.search(TINY, resume=True, **_kw(rows, out))
+    assert r.metadata["resumed_chunks"] == 3
+    _same(r.table, reference.table)

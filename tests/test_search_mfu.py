@@ -111,6 +111,13 @@ def test_resume_fills_mfu_of_rows_written_without_it(tmp_path):
     csv.writer(buf, lineterminator="\n").writerows([r[:cut] + r[cut + 1:] for r in kept])
     out.write_text(buf.getvalue())
     _cut_journal_after_first_chunk(tmp_path / "r.csv.meta.json")
+    # ... and its journal: no chunk checksums, no header then (issue 30 added them)
+    meta_path = tmp_path / "r.csv.meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta.pop("header", None)
+    for facts in meta["chunks"].values():
+        facts.pop("digest", None)
+    meta_path.write_text(json.dumps(meta))
     resumed = search.search(TINY, space=ROWS, **kw, resume=True)
     assert resumed.metadata["resumed_chunks"] == 1
     assert np.allclose(resumed.table["mfu"], full.table["mfu"])

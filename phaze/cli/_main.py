@@ -14,6 +14,7 @@ import os
 import sys
 
 from . import _compare
+from ._signals import Terminated, _on_sigterm_raise, _restore_signals, _stop_word
 from . import _emit as _cli_emit
 from . import _plot
 from .. import plan as _plan
@@ -304,12 +305,11 @@ def _cmd_search(args) -> int:
                                                config_paths=args.hf_config,
                                                space_every=every if args.arch is None
                                                else None), **common)
-    except KeyboardInterrupt:
-        # one line (main() would say "interrupted" again)
-        print("phaze search: interrupted" + (f"; finished chunks are in {args.out} (continue "
-                                             f"with --resume)" if args.out else ""),
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        if args.out:  # main() prints it: one line
+            raise type(exc)(f"{_stop_word(exc)}; finished chunks are in {args.out} "
+                            f"(continue with --resume)") from None
+        raise
     except search.ChunkFailed as exc:
         # Not bad input but no traceback either: say which chunk, and what is kept.
         kept = (f"; finished chunks are in {args.out} (continue with --resume)" if args.out
@@ -805,13 +805,14 @@ def _os_error_text(exc: OSError) -> str:
 def main(argv=None) -> int:
     """Run ``phaze`` with ``argv`` (default: the command line); returns the exit status
     (0 done, 2 bad input, 1 an operating-system error such as a read-only or full
-    disk, 130 interrupted, 141 output pipe closed). Every error is one line on stderr,
+    disk, 130 interrupted, 143 terminated (SIGTERM), 141 output pipe closed). Every error is one line on stderr,
     never a traceback."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
         _unrecognized(parser, args, extra)   # the sub-command's usage, a close flag named
     args.argv = ["phaze", *(sys.argv[1:] if argv is None else argv)]   # recorded by search
+    previous = _on_sigterm_raise(args.command)
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:
@@ -838,9 +839,12 @@ def main(argv=None) -> int:
         print(f"phaze {args.command}: error: the input cannot be handled: {what}",
               file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"phaze {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"phaze {args.command}: {exc.args[0] if exc.args else _stop_word(exc)}",
+              file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        _restore_signals(previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,6 +52,14 @@ __all__ = ["PlacementProblem", "Placement", "StageCost", "PlanBreakdown", "load_
 
 _OPTIMIZERS = ("sgd", "adam")
 
+#: Largest ``devices``, ``microbatches`` and ``devices × layers`` a problem may hold: the
+#: kernel forms ⌈m/d⌉ as (m + d − 1) // d and stage device counts up to S·t in int64, which
+#: stay below 2**63 exactly when these are at most 2**62.
+MAX_COUNT = 2 ** 62
+#: Columns of data-parallel degrees :func:`time_per_batch_lower_bound` forms exactly per
+#: instance; larger degrees share one valid (looser) bound, so memory stays bounded.
+_BOUND_DEGREES = 4096
+
 
 # ---------------------------------------------------------------------------
 # Problem and result
@@ -139,10 +147,12 @@ class PlacementProblem:
         set_(self, "widths", np.ascontiguousarray(widths[order]))
         for name, arr in arrays.items():
             set_(self, name, np.ascontiguousarray(arr[order]))
-        set_(self, "devices", _validate.positive_int("devices", self.devices))
+        set_(self, "devices", _validate.positive_int("devices", self.devices,
+                                                     maximum=MAX_COUNT // n_layers))
         set_(self, "memory_bytes", _validate.nonneg_float("memory_bytes", self.memory_bytes))
         set_(self, "bandwidth", _validate.positive_float("bandwidth", self.bandwidth))
-        set_(self, "microbatches", _validate.positive_int("microbatches", self.microbatches))
+        set_(self, "microbatches", _validate.positive_int("microbatches", self.microbatches,
+                                                          maximum=MAX_COUNT))
         if not isinstance(self.recompute, (bool, np.bool_)):
             raise ValueError(f"recompute must be a boolean, got {self.recompute!r}")
         set_(self, "recompute", bool(self.recompute))
@@ -459,6 +469,13 @@ def problem_from_phaze_dict(data, where="placement JSON") -> PlacementProblem:
             tp[w, i] = rows[lid][4]
         for i in range(n_layers - 1):
             eb[w, i] = cost[(order[i], order[i + 1])]
+    # The limits of PlacementProblem, in this format's own field names.
+    if devices > MAX_COUNT // n_layers:
+        raise ValueError(f"maxDevices must be at most {MAX_COUNT // n_layers:,} (2**62 / "
+                         f"{n_layers} layers), got {_validate.show(devices)}")
+    if int(mbs) > MAX_COUNT:
+        raise ValueError(f"mbsInBatch must be at most {MAX_COUNT:,} (2**62), got "
+                         f"{_validate.show(data['mbsInBatch'])}")
     return PlacementProblem(
         widths=np.array([t for t, _, _ in per_width], dtype=np.int64),
         forward_s=arr[2], backward_s=arr[3], param_bytes=arr[0], activation_bytes=arr[1],
@@ -532,6 +549,8 @@ def _pack(problems):
         raise ValueError("problem arrays have inconsistent shapes: forward_s, backward_s, "
                          "param_bytes, activation_bytes and tensor_parallel must be (widths, layers) "
                          "and edge_bytes (widths, layers - 1)")
+    for n, p in enumerate(problems):  # cheap guard (from_trusted_arrays): no 0, no wrap-around
+        _check_counts(n, p.devices, p.microbatches, n_layers)
     scalars = (
         np.fromiter((p.devices for p in problems), np.int64, P),
         np.fromiter((p.memory_bytes for p in problems), np.float64, P),
@@ -542,6 +561,18 @@ def _pack(problems):
     )
     return (np.ascontiguousarray(widths), *(np.ascontiguousarray(a) for a in stacks),
             np.ascontiguousarray(tp), np.ascontiguousarray(eb), *scalars)
+
+
+def _check_counts(n, devices, microbatches, n_layers) -> None:
+    """ValueError naming ``problems[n]``'s field unless 1 ≤ devices ≤ MAX_COUNT / layers and
+    1 ≤ microbatches ≤ MAX_COUNT (what the kernel's int64 arithmetic holds; a zero would
+    divide by zero in it)."""
+    for name, value, top in (("devices", devices, MAX_COUNT // max(1, n_layers)),
+                             ("microbatches", microbatches, MAX_COUNT)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+                or not 1 <= value <= top:
+            raise ValueError(f"problems[{n}].{name} must be an integer from 1 to {top:,}, "
+                             f"got {_validate.show(value)}")
 
 
 def solve_many(problems) -> list:
@@ -823,19 +854,37 @@ def time_per_batch_lower_bound(total_s, max_layer_s, first_param_bytes, bandwidt
     and S ≤ L; time = max load · (⌈m/d⌉ + S − 1) + 4 (d − 1) · P_first / (bandwidth · d),
     and (c + S − 1)/S decreases in S. The bound is the minimum over d of
     max(total · (c + S_max − 1)/S_max, max_layer · c) + sync. Returns an
-    array of ``len(total_s)`` (``inf`` everywhere when a > D).
+    array of ``len(total_s)`` (``inf`` everywhere when a > D). Degrees d above 4,096
+    share one looser bound (still valid), so memory is O(instances · 4,096) whatever D
+    and m; the counts must be positive integers of at most ``MAX_COUNT`` (2**62).
     """
+    devices = _validate.positive_int("devices", devices, maximum=MAX_COUNT)
+    microbatches = _validate.positive_int("microbatches", microbatches, maximum=MAX_COUNT)
+    n_layers = _validate.positive_int("n_layers", n_layers, maximum=MAX_COUNT)
+    stage_devices = _validate.positive_int("stage_devices", stage_devices, maximum=MAX_COUNT)
     total_s = np.asarray(total_s, dtype=np.float64)[:, None]
     max_layer_s = np.asarray(max_layer_s, dtype=np.float64)[:, None]
     bandwidth = np.asarray(bandwidth, dtype=np.float64)[:, None]
     if stage_devices > devices:
         return np.full(total_s.shape[0], np.inf)
-    d = np.arange(1, min(devices // stage_devices, microbatches) + 1, dtype=np.float64)[None, :]
+    d_max = min(devices // stage_devices, microbatches)
+    k = min(d_max, _BOUND_DEGREES)
+    d = np.arange(1, k + 1, dtype=np.float64)[None, :]
     c = np.ceil(microbatches / d)
     s_max = np.minimum(np.floor(devices / (d * stage_devices)), n_layers)
     pipeline = total_s * (c + s_max - 1.0) / s_max
     bound = np.maximum(pipeline, max_layer_s * c) + 4.0 * (d - 1.0) * first_param_bytes / (bandwidth * d)
-    return bound.min(axis=1)
+    best = bound.min(axis=1)
+    if d_max > k:
+        # Every d > k at once: c ≥ ⌈m/d_max⌉, S ≤ S_max(k + 1), and the sync term ≥ its value
+        # at k + 1 (it grows with d); each part of the bound is monotone, so this is below
+        # the bound of every such d (valid, looser), in O(1) memory.
+        c_low = float(-(-microbatches // d_max))
+        s_up = float(min(devices // ((k + 1) * stage_devices), n_layers))
+        tail = (np.maximum(total_s[:, 0] * (c_low + s_up - 1.0) / s_up, max_layer_s[:, 0] * c_low)
+                + 4.0 * k * first_param_bytes / (bandwidth[:, 0] * (k + 1)))
+        best = np.minimum(best, tail)
+    return best
 
 
 def lower_bound_time(problem: PlacementProblem) -> float:

@@ -24,7 +24,7 @@ from .. import __version__, _config
 from .. import plan as _plan
 from ..arch import resolve_chip
 from ..precision import is_low_precision
-from .._validate import nonneg_float, one_of, positive_int
+from .._validate import MAX_DEVICES, MAX_GLOBAL_BATCH, nonneg_float, one_of, positive_int
 from . import _chunk, _executors, _files, _replay
 from ._models import cost_model
 from ._baselines import baselines as run_baselines
@@ -224,8 +224,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         space, baselines = chip.row, False
         if isinstance(hbm_gib, _Unset):
             hbm_gib = None  # the chip's own capacity
-    devices = positive_int("devices", devices)
-    global_batch = positive_int("global_batch", global_batch)
+    devices = positive_int("devices", devices, maximum=MAX_DEVICES)
+    global_batch = positive_int("global_batch", global_batch, maximum=MAX_GLOBAL_BATCH)
     microbatch = int_tuple("microbatch", microbatch)
     for mb in microbatch:
         if global_batch % mb:

@@ -92,6 +92,11 @@ def table_csv(table: dict, *, header: bool, extra: dict = None) -> str:
     return buf.getvalue()
 
 
+#: The header line of a search's rows file (recorded in its journal: a changed header,
+#: e.g. a renamed column, would otherwise re-map values the chunk checksums vouch for).
+ROWS_HEADER = ",".join(list(COLUMN_NAMES) + ["chunk"]) + "\n"
+
+
 class DamagedFile(ValueError):
     """A result file that cannot be read completely (what is wrong is in the message)."""
 
@@ -100,32 +105,66 @@ def _damaged(path, what) -> DamagedFile:
     return DamagedFile(f"{path} is damaged: {what}")
 
 
-def read_rows_csv(path, *, strict: bool = True) -> tuple[dict, np.ndarray]:
+def chunk_digest(lines) -> str:
+    """A chunk's checksum: BLAKE2b (16 bytes) of its rows' CSV lines (each ending in a
+    newline, the ``chunk`` column included) sorted, so it depends on the rows and not on
+    their order in the file (the finished file is rewritten sorted by point)."""
+    h = hashlib.blake2b(digest_size=16)
+    for line in sorted(lines):
+        h.update(line.encode())
+    return h.hexdigest()
+
+
+def _read_text(path: Path) -> tuple[str, str]:
+    """(text, problem) of a rows file. A ``.gz`` is read member by member, each member's
+    CRC checked, and only whole verified members are kept: a member that is cut off (a
+    killed writer) or fails its CRC (damage) ends the text, and ``problem`` says which
+    ("" when none). Bytes that are not UTF-8 are a problem too."""
+    data = path.read_bytes()
+    problem = ""
+    if str(path).lower().endswith(".gz"):
+        parts, pos = [], 0
+        while pos < len(data):
+            d = zlib.decompressobj(wbits=31)
+            try:
+                out = d.decompress(data[pos:]) + d.flush()
+            except zlib.error as exc:
+                problem = f"its gzip data is corrupt ({exc})"
+                break
+            if not d.eof:
+                problem = "its gzip stream is cut off"
+                break
+            parts.append(out)
+            pos = len(data) - len(d.unused_data)
+            while pos < len(data) and data[pos] == 0:  # zero padding between members
+                pos += 1
+        data = b"".join(parts)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = data[:exc.start].decode("utf-8")
+        text = text[:text.rfind("\n") + 1]
+        problem = problem or "it holds bytes that are not UTF-8 text"
+    return text, problem
+
+
+def read_rows_csv(path, *, strict: bool = True, digests: dict = None) -> tuple[dict, np.ndarray]:
     """(table, chunk id per row) from a rows file.
 
-    ``strict``: any damage (a cut-off gzip stream or last line, a corrupt gzip, a
-    row whose field count differs from the header's, a value that does not parse)
-    raises :class:`DamagedFile` naming it. Not strict (``--resume``, and reading a
-    file whose journal lists its chunks): a cut-off tail, which a killed writer
-    leaves, is dropped, and so is a row with the wrong number of fields; the
-    caller then checks each chunk's row count against the journal.
+    ``strict``: any damage (a cut-off or corrupt gzip member — its CRC is checked —, a
+    cut-off last line, a row whose field count differs from the header's, a value that
+    does not parse) raises :class:`DamagedFile` naming it. Not strict (``--resume``, and
+    reading a file whose journal lists its chunks): only whole gzip members that pass
+    their CRC are read, a cut-off tail is dropped, and so is every row that has the
+    wrong number of fields or a value that does not parse; the caller then checks each
+    chunk's rows (count and checksum) against the journal. ``digests``: a dict filled
+    with each chunk's :func:`chunk_digest` over the rows kept.
     """
     path = Path(path)
-    opener = gzip.open if str(path).lower().endswith(".gz") else open
-    lines = []
-    try:
-        with opener(path, "rt", newline="", encoding="utf-8") as f:
-            for line in f:
-                lines.append(line)
-    except EOFError:
-        if strict:
-            raise _damaged(path, "its gzip stream is cut off") from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        if strict:
-            raise _damaged(path, f"its gzip data is corrupt ({exc})") from None
-    except UnicodeDecodeError:
-        if strict:
-            raise _damaged(path, "it holds bytes that are not UTF-8 text") from None
+    text, problem = _read_text(path)
+    if problem and strict:
+        raise _damaged(path, problem)
+    lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         if strict:
             raise _damaged(path, f"its last line (line {len(lines)}) is cut off")
@@ -136,18 +175,44 @@ def read_rows_csv(path, *, strict: bool = True) -> tuple[dict, np.ndarray]:
         parsed = list(csv.reader(lines))
     except csv.Error as exc:
         raise _damaged(path, f"it is not valid CSV ({exc})") from None
+    if len(parsed) != len(lines):
+        raise _damaged(path, "a field spans lines (it is not a phaze rows file)")
     header = parsed[0]
     missing = [c for c in COLUMN_NAMES if c not in header and c not in LATE_COLUMNS]
     if missing:
         raise ValueError(f"{path}: not a phaze search result (missing columns {', '.join(missing)})")
     pos = {name: header.index(name) for name in header}
-    rows = []
+    if digests is not None:
+        digests["header"] = lines[0]  # what the journal's "header" is compared with
+    rows, raw = [], []
     for i, row in enumerate(parsed[1:], start=2):
         if len(row) == len(header):
             rows.append(row)
+            raw.append(lines[i - 1])
         elif strict:
             raise _damaged(path, f"line {i} has {len(row)} fields, the header has {len(header)}")
-    columns = list(zip(*rows)) if rows else [()] * len(header)
+    table = _parse_rows(path, rows, pos, strict)
+    if table is None:  # not strict: rows with a value that does not parse are dropped
+        keep = [k for k, row in enumerate(rows) if _parse_rows(path, [row], pos, False)]
+        rows, raw = [rows[k] for k in keep], [raw[k] for k in keep]
+        table = _parse_rows(path, rows, pos, True)
+    try:
+        chunks = (np.array([row[pos["chunk"]] for row in rows], dtype=np.int64)
+                  if "chunk" in pos and rows else np.full(len(rows), -1, dtype=np.int64))
+    except (ValueError, OverflowError):
+        raise _damaged(path, "column 'chunk' holds a value that is not an integer") from None
+    if digests is not None and "chunk" in pos:
+        by_chunk: dict = {}
+        for cid, line in zip(chunks.tolist(), raw):
+            by_chunk.setdefault(cid, []).append(line)
+        digests.update({cid: chunk_digest(ls) for cid, ls in by_chunk.items()})
+    return table, chunks
+
+
+def _parse_rows(path, rows, pos, strict):
+    """The columns of ``rows`` (lists of fields) as a table; a value that does not parse
+    is a DamagedFile when ``strict``, else the result is None."""
+    columns = list(zip(*rows)) if rows else [()] * len(pos)
     table = {}
     for name in COLUMN_NAMES:
         if name not in pos:  # a column newer than the file
@@ -156,22 +221,23 @@ def read_rows_csv(path, *, strict: bool = True) -> tuple[dict, np.ndarray]:
         try:
             table[name] = _parse_column(name, columns[pos[name]])
         except (ValueError, OverflowError):
+            if not strict:
+                return None
             raise _damaged(path, f"column {name!r} holds a value that is not a valid "
                                  f"{np.dtype(COLUMN_DTYPES[name]).name}") from None
-    try:
-        chunks = (np.array(columns[pos["chunk"]], dtype=np.int64) if "chunk" in pos and rows
-                  else np.full(len(rows), -1, dtype=np.int64))
-    except (ValueError, OverflowError):
-        raise _damaged(path, "column 'chunk' holds a value that is not an integer") from None
-    return table, chunks
+    return table
 
 
-def check_chunk_rows(chunks: dict, chunk_of_row: np.ndarray) -> tuple[list, int, int]:
+def check_chunk_rows(chunks: dict, chunk_of_row: np.ndarray,
+                     digests: dict = None) -> tuple[list, int, int]:
     """Chunks of the journal ``chunks`` whose rows in the rows file are missing, cut
-    off or duplicated: (their ids, rows expected, rows found) for those chunks.
+    off, duplicated or changed: (their ids, rows expected, rows found) for those chunks.
 
-    A chunk's entry records its row count as ``evaluated``; an entry without it
-    (or with a count that is not a non-negative integer) counts as bad.
+    A chunk's entry records its row count as ``evaluated`` and, since issue 30, its
+    rows' checksum as ``digest`` (:func:`chunk_digest`), compared with ``digests`` (each
+    chunk's checksum over the rows read); an entry without a count (or with a count that
+    is not a non-negative integer) counts as bad, one without a digest (older files) is
+    checked by its count alone.
     """
     ids, counts = np.unique(chunk_of_row, return_counts=True)
     found = dict(zip(ids.tolist(), counts.tolist()))
@@ -179,7 +245,11 @@ def check_chunk_rows(chunks: dict, chunk_of_row: np.ndarray) -> tuple[list, int,
     for cid, facts in chunks.items():
         want = facts.get("evaluated") if isinstance(facts, dict) else None
         have = found.get(int(cid), 0)
-        if isinstance(want, bool) or not isinstance(want, int) or want < 0 or want != have:
+        digest = facts.get("digest") if isinstance(facts, dict) else None
+        changed = (digests is not None and digest is not None
+                   and digests.get(int(cid), chunk_digest([])) != digest)
+        if isinstance(want, bool) or not isinstance(want, int) or want < 0 or want != have \
+                or changed:
             bad.append(int(cid))
             expected += want if isinstance(want, int) and not isinstance(want, bool) and want > 0 \
                 else 0
@@ -301,7 +371,8 @@ class Journal:
     """
 
     def __init__(self, path, inputs_digest: str, *, resume: bool, force: bool = False):
-        self.path = Path(path)
+        # Through a symlink: write the file it points to (a rename would replace the link).
+        self.path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
         self.format = file_format(self.path)
         self.rows_path = (self.path if self.format in (".csv", ".csv.gz")
                           else self.path.with_name(self.path.name + ".rows.csv.gz"))
@@ -362,16 +433,26 @@ class Journal:
         except (AttributeError, TypeError, ValueError, OverflowError):
             raise ValueError(f"resume: {self.meta_path} is damaged (its 'chunks' must map chunk "
                              f"numbers to their facts); start again with --force") from None
-        table, chunk_of_row = (read_rows_csv(self.rows_path, strict=False)
-                               if self.rows_path.exists()
-                               else (empty_table(), np.array([], dtype=np.int64)))
-        bad, expected, found = check_chunk_rows(self.chunks, chunk_of_row)
+        digests: dict = {}
+        try:
+            table, chunk_of_row = (read_rows_csv(self.rows_path, strict=False, digests=digests)
+                                   if self.rows_path.exists()
+                                   else (empty_table(), np.array([], dtype=np.int64)))
+        except DamagedFile as exc:
+            raise ValueError(f"resume: {exc}; its chunks cannot be told apart, so none can be "
+                             f"kept: start again with --force or choose another --out") from None
+        if meta.get("header") not in (None, digests.get("header", meta.get("header"))):
+            print(f"phaze search: resume: the header of {self.rows_path.name} differs from the "
+                  f"one {self.meta_path.name} records; every chunk is computed again",
+                  file=sys.stderr)
+            chunk_of_row = np.full(len(chunk_of_row), -1, dtype=np.int64)
+        bad, expected, found = check_chunk_rows(self.chunks, chunk_of_row, digests)
         if bad:
             # Never a silent partial result: these chunks are computed again.
             print(f"phaze search: resume: {len(bad):,} of the {len(self.chunks):,} chunks listed "
                   f"in {self.meta_path.name} have {found:,} rows in {self.rows_path.name} instead "
-                  f"of {expected:,} (missing, cut off or duplicated); they are computed again",
-                  file=sys.stderr)
+                  f"of {expected:,} or rows that changed (missing, cut off, duplicated or "
+                  f"damaged); they are computed again", file=sys.stderr)
             for cid in bad:
                 del self.chunks[cid]
         keep = np.isin(chunk_of_row, np.array(sorted(self.chunks), dtype=np.int64))
@@ -404,7 +485,9 @@ class Journal:
         chunks before it are kept: the journal does not list this one, so
         ``--resume`` drops whatever part of its rows reached the file.
         """
-        data = table_csv(table, header=False, extra={"chunk": int(chunk_id)}).encode()
+        text = table_csv(table, header=False, extra={"chunk": int(chunk_id)})
+        facts = dict(facts, digest=chunk_digest(text.splitlines(keepends=True)))
+        data = text.encode()
         if str(self.rows_path).lower().endswith(".gz"):
             data = gzip.compress(data, mtime=0)
         try:
@@ -426,7 +509,7 @@ class Journal:
 
     def _write_meta(self, extra: dict) -> None:
         meta = {"inputs_hash": self.digest, "format": self.format,
-                "rows_file": self.rows_path.name,
+                "rows_file": self.rows_path.name, "header": ROWS_HEADER,
                 "chunks": {str(k): self.chunks[k] for k in sorted(self.chunks)}}
         meta.update(extra)
         _atomic_write_text(self.meta_path, json.dumps(json_safe(meta), indent=1))
@@ -443,7 +526,10 @@ class Journal:
                 self._write_rows_file(table, chunk_ids)
             self._write_meta({"complete": True, "summary": summary})
         except OSError as exc:
-            raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
+            raise _os_error(exc, f"out: cannot write the sorted rows to {self.rows_path}; every "
+                                 f"one of the {len(self.chunks):,} chunks is done and kept (in "
+                                 f"the order they finished): make room for a copy of the file "
+                                 f"and finish with --resume") from None
 
 
 def save_json(path, summary: dict, top_rows: dict) -> None:
@@ -451,6 +537,12 @@ def save_json(path, summary: dict, top_rows: dict) -> None:
     doc = dict(summary)
     doc["top_rows"] = [dict(zip(top_rows, vals)) for vals in zip(*top_rows.values())]
     _atomic_write_text(Path(path), json.dumps(json_safe(doc), indent=1))
+
+
+def table_digest(table: dict) -> str:
+    """BLAKE2b (16 bytes) of a table's CSV text (:func:`table_csv`, header included): the
+    checksum a .parquet result keeps in its metadata (key 'phaze_digest')."""
+    return hashlib.blake2b(table_csv(table, header=True).encode(), digest_size=16).hexdigest()
 
 
 def save_parquet(path, table: dict, summary: dict) -> None:
@@ -465,7 +557,8 @@ def save_parquet(path, table: dict, summary: dict) -> None:
         col = np.asarray(table[name])
         arrays[name] = pa.array(col.tolist() if dt is object else col)
     tab = pa.table(arrays)
-    tab = tab.replace_schema_metadata({b"phaze": json.dumps(json_safe(summary)).encode()})
+    tab = tab.replace_schema_metadata({b"phaze": json.dumps(json_safe(summary)).encode(),
+                                       b"phaze_digest": table_digest(table).encode()})
     tmp = Path(str(path) + ".tmp")
     pq.write_table(tab, tmp)
     os.replace(tmp, path)
@@ -514,16 +607,25 @@ def load_table(path) -> tuple[dict, dict]:
         chunks = meta.get("chunks")
         if "chunks" in meta and not isinstance(chunks, dict):
             raise _damaged(meta_path, "its 'chunks' must map chunk numbers to facts")
-        if isinstance(chunks, dict) and meta.get("rows_file") == path.name:
-            table, chunk_of_row = read_rows_csv(path, strict=False)
+        # The journal next to the file is its own whatever the names (renaming the pair
+        # keeps the check): its chunks' counts and checksums bind it to the rows' content.
+        if isinstance(chunks, dict) and meta.get("format", fmt) in (".csv", ".csv.gz"):
+            digests: dict = {}
+            table, chunk_of_row = read_rows_csv(path, strict=False, digests=digests)
             try:
                 listed = {int(k): v for k, v in chunks.items()}
             except (TypeError, ValueError, OverflowError):
                 raise _damaged(meta_path, "its 'chunks' must map chunk numbers to facts") from None
-            bad, expected, found = check_chunk_rows(listed, chunk_of_row)
+            if meta.get("header") not in (None, digests.get("header", meta.get("header"))):
+                raise _damaged(path, f"its header differs from the one its {meta_path.name} "
+                                     f"records (continue the search with --resume to compute "
+                                     f"its chunks again, or start again with --force)")
+            bad, expected, found = check_chunk_rows(listed, chunk_of_row, digests)
             if bad:
                 raise _damaged(path, f"{len(bad):,} of the chunks its {meta_path.name} lists have "
-                                     f"{found:,} rows instead of {expected:,}")
+                                     f"{found:,} rows instead of {expected:,} or rows that "
+                                     f"changed (continue the search with --resume to compute "
+                                     f"them again, or start again with --force)")
             keep = np.isin(chunk_of_row, np.array(sorted(listed), dtype=np.int64))
             return take(table, keep), summary
         table, _ = read_rows_csv(path)
@@ -561,10 +663,22 @@ def load_table(path) -> tuple[dict, dict]:
         meta = tab.schema.metadata or {}
         if b"phaze" in meta:
             summary = json.loads(meta[b"phaze"])
-    except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError, RecursionError, UnicodeDecodeError,
+            OSError, NotImplementedError, _arrow_error()) as exc:
         # pyarrow's ArrowInvalid is a ValueError; a missing column is a KeyError.
         raise _damaged(path, f"it is not a readable phaze parquet result ({exc})") from None
+    want = meta.get(b"phaze_digest")
+    if want is not None and table_digest(table).encode() != want:
+        raise _damaged(path, "its rows do not match the checksum in its metadata (values "
+                             "changed)")
     return table, summary
+
+
+def _arrow_error() -> type:
+    """pyarrow's base exception (a damaged file can raise any of its kinds)."""
+    import pyarrow as pa
+
+    return getattr(pa, "ArrowException", ValueError)
 
 
 def _recompute_column(values) -> np.ndarray:

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import plan as _plan
 from ..plan import check_expert_grid, model_expert_grid  # noqa: F401  (the chunk runners')
+from .._validate import hbm_gib as _hbm_gib
 from .._validate import positive_float, positive_int
 from ._models import RECOMPUTE_MODES, cost_model
 
@@ -82,7 +83,7 @@ def resolve_hbm(hbm_gib) -> tuple:
     values = _as_list(hbm_gib, (int, float, np.number),
                       f"hbm_gib must be a number of GiB or a list of them, got {hbm_gib!r}",
                       "hbm_gib must list at least one capacity (or be None for each row's own)")
-    return tuple(sorted({positive_float("hbm_gib", v) for v in values}))
+    return tuple(sorted({_hbm_gib("hbm_gib", v) for v in values}))
 
 
 def resolve_prune(prune) -> str:
@@ -176,6 +177,14 @@ def resolve_strategy_grids(study, **given) -> dict:
             grids[name] = k.check(k.default if value is None else value)
         else:
             grids[name] = one_of(name, k.default if value is None else value, k.choices)
+    from .._validate import MAX_DEVICES, show
+
+    for name, values in grids.items():  # counts the kernels hold (int64 loops over them)
+        for v in values if isinstance(values, tuple) else ():
+            if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) \
+                    and v > MAX_DEVICES:
+                raise ValueError(f"{name} must hold integers of at most {MAX_DEVICES:,}, "
+                                 f"got {show(v)}")
     return grids
 
 

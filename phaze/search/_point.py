@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import _config, placement
 from .. import plan as _plan
-from .._validate import nonneg_float, one_of, positive_float, positive_int
+from .._validate import (MAX_DEVICES, MAX_GLOBAL_BATCH, hbm_gib as _hbm_gib, nonneg_float,
+                         one_of, positive_float, positive_int)
 from .._cache import Memo
 from ._chunk import chain_kind_index, chain_static, latencies, layer_times, model_graph
 from ._inputs import arch_row, resolve_models, resolve_recompute
@@ -79,12 +80,42 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     are in the key: ``_s`` seconds, ``_bytes`` bytes, ``_gib`` GiB.
     """
     _plan.check_keywords("evaluate_point", knobs, _plan.STRATEGY)
+    check_sizes(tensor_parallel, pipeline_parallel, data_parallel, devices=devices,
+                global_batch=global_batch, hbm_gib=hbm_gib, **knobs)
     knobs = {**_STEP_KNOBS, **knobs}
     # The one choice of the cost model (``_models``), then its evaluation (:data:`EVALUATE`).
     return EVALUATE[cost_model(study).name](
         model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch, recompute,
         devices=devices, global_batch=global_batch, hbm_gib=hbm_gib, optimizer=optimizer,
         gap=gap, stages=stages, seq_len=seq_len, **knobs)
+
+
+def check_sizes(tensor_parallel, pipeline_parallel, data_parallel, *, devices=None,
+                global_batch=None, hbm_gib=None, **knobs) -> None:
+    """Refuse, in one sentence naming the field and the limit, sizes beyond what the
+    kernels hold or enumerate in bounded time (``phaze._validate``: ``MAX_DEVICES`` for
+    each width, their product t·cp·p·d and ``devices``; ``MAX_GLOBAL_BATCH``;
+    ``MAX_HBM_GIB``). Other malformed values are left to the checks that follow."""
+    widths = {"tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,
+              "data_parallel": data_parallel, "context_parallel": knobs.get("context_parallel"),
+              "expert_parallel": knobs.get("expert_parallel")}
+    product = 1
+    for name, value in widths.items():
+        if value is None:
+            continue
+        n = positive_int(name, value, maximum=MAX_DEVICES)
+        if name != "expert_parallel":  # ep divides the data-parallel ranks: no more devices
+            product *= n
+    if product > MAX_DEVICES:
+        raise ValueError(f"tensor_parallel × context_parallel × pipeline_parallel × "
+                         f"data_parallel must be at most {MAX_DEVICES:,} devices, got "
+                         f"{product:,}")
+    if devices is not None:
+        positive_int("devices", devices, maximum=MAX_DEVICES)
+    if global_batch is not None:
+        positive_int("global_batch", global_batch, maximum=MAX_GLOBAL_BATCH)
+    if hbm_gib is not None:
+        _hbm_gib("hbm_gib", hbm_gib)
 
 
 def _evaluate_calibrated(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
@@ -140,7 +171,7 @@ def _evaluate_study(model, arch, tensor_parallel, pipeline_parallel, data_parall
     devices = t * p * d if devices is None else positive_int("devices", devices)
     optimizer = one_of("optimizer", optimizer, COST_MODELS["study"].optimizers)
     gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
-    hbm = float(row["hbm_gib"][0]) if hbm_gib is None else positive_float("hbm_gib", hbm_gib)
+    hbm = float(row["hbm_gib"][0]) if hbm_gib is None else _hbm_gib("hbm_gib", hbm_gib)
     if not model.valid_tensor_parallel(t):
         raise ValueError(f"tensor_parallel {t} must divide heads ({model.heads}) and kv_heads "
                          f"({model.kv_heads}) of {model.name}")
@@ -250,6 +281,8 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     from .. import step
     from ..arch import Chip, resolve
 
+    check_sizes(tensor_parallel, pipeline_parallel, data_parallel, devices=devices,
+                global_batch=global_batch, hbm_gib=hbm_gib, **knobs)
     spec = resolve_models(model, seq_len)[0]
     # The chip, resolved once (its row, efficiency set and datatype rates) and passed down
     # whole; a row is reported as "row" whatever preset it equals.

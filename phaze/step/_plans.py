@@ -643,7 +643,11 @@ class _PlanSet:
         grp = np.array(groups or [(1, 1, 1)], dtype=np.int64).reshape(-1, 3)
         L = m_spec.n_layers
         self.prefix = prefix = kind_prefix(m_spec)
-        ds = [d for d in range(1, n_dev + 1) if B % (b * d) == 0]
+        # d <= n_dev dividing B / b: the divisors of q = B / b, in pairs (i, q / i) for
+        # i <= sqrt(q), O(sqrt(q)) steps whatever n_dev (a search may have 2**31 devices)
+        q = B // b if B % b == 0 else 0
+        ds = sorted({x for i in range(1, int(np.sqrt(q)) + 2) if q and q % i == 0
+                     for x in (i, q // i) if x <= n_dev})
         z3_anywhere = _plan.refusal("torchtitan", {"precision": precision, "zero_stage": 3,
                                                    "grad_reduce_dtype": grad_reduce_dtype},
                                     ("trainer",)) is None
