@@ -84,11 +84,18 @@ _HF_DEFAULTS = {
                        intermediate_size=21504, num_hidden_layers=52,
                        hybrid_override_pattern=("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*"
                                                 "-M-M-M-M-M-"),
-                       num_attention_heads=32, attention_head_dim=128, num_key_value_heads=8,
+                       num_attention_heads=32, attention_head_dim=None, num_key_value_heads=8,
                        mlp_hidden_act="relu2", attention_bias=False, mlp_bias=False,
                        use_bias=False, use_conv_bias=True, ssm_state_size=128,
                        mamba_num_heads=128, n_groups=8, mamba_head_dim=64, conv_kernel=4,
-                       chunk_size=128, max_position_embeddings=4096),
+                       chunk_size=128, max_position_embeddings=4096, head_dim=None,
+                       # Nemotron 3's MoE ('E') layers: no library default is relied on (each
+                       # is required where the pattern has an 'E').
+                       n_routed_experts=None, num_experts_per_tok=None,
+                       moe_intermediate_size=None, n_shared_experts=None,
+                       moe_shared_expert_intermediate_size=None, n_group=1, topk_group=1,
+                       routed_scaling_factor=1.0, norm_topk_prob=True,
+                       num_nextn_predict_layers=0, mtp_hybrid_override_pattern=None),
     "gemma2": dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216,
                    num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
                    head_dim=256, hidden_activation="gelu_pytorch_tanh",
@@ -183,13 +190,18 @@ _MOE_KEYS_READ = {
     "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
                   "decoder_sparse_step", "mlp_only_layers"),
     "gpt_oss": _MIXTRAL_KEYS, "llama4_text": _MIXTRAL_KEYS,
+    # Nemotron 3: the keys of its 'E' layers (read, and refused without one, by _hf_nemotron_h).
+    "nemotron_h": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                   "n_shared_experts"),
 }
 _MOE_KEYS_READ["deepseek_v3"] = _MOE_KEYS_READ["kimi_k2"] = _MOE_KEYS_READ["deepseek_v2"]
 #: Keys of _UNMODELLED_TRUE that a model type reads (and models) itself.
 _UNMODELLED_READ = {"deepseek_v3": ("num_nextn_predict_layers",),
                     "kimi_k2": ("num_nextn_predict_layers",),
                     # Llama 4's qk norm is a weightless L2 norm: no parameter, accepted.
-                    "llama4_text": ("use_qk_norm",)}
+                    "llama4_text": ("use_qk_norm",),
+                    # refused by _hf_nemotron_h in a sentence naming Nemotron 3's MTP block
+                    "nemotron_h": ("num_nextn_predict_layers",)}
 _UNMODELLED_TRUE = {
     "add_cross_attention": "cross-attention layers",
     "parallel_attn": "attention and MLP in parallel",
@@ -197,6 +209,10 @@ _UNMODELLED_TRUE = {
     "parallel_residual": "attention and MLP in parallel",
     "qk_layernorm": "LayerNorms on queries and keys",
     "use_qk_norm": "norms on queries and keys",
+    # Nemotron 3 Super / Ultra's LatentMoE: routed experts computing in a moe_latent_size-wide
+    # space between fc1_latent_proj and fc2_latent_proj (no ModelSpec field holds either).
+    "moe_latent_size": ("a latent mixture of experts (routed experts working in a narrower "
+                        "latent space between fc1_latent_proj and fc2_latent_proj)"),
     "num_nextn_predict_layers": "multi-token-prediction layers",
 }
 
@@ -218,7 +234,8 @@ def _check_unmodelled(raw: dict, seq_len, model_type: str) -> None:
         v = raw.get(key)
         if key not in read and not _neutral(v):
             readers = ("mixtral (also llama, mistral: num_local_experts), qwen2_moe, qwen3_moe, "
-                       "deepseek_v2, deepseek_v3, kimi_k2, gpt_oss and llama4")
+                       "deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, llama4 and nemotron_h "
+                       "('E' layers)")
             raise ValueError(f"config key {key!r} ({show(v)}) describes a mixture of experts, "
                              f"which phaze reads from {readers} configs only, not "
                              f"from a {model_type} one")
@@ -488,10 +505,10 @@ def _hf_llama4(cfg) -> dict:
 
 
 def _hf_nemotron_h(cfg) -> dict:
-    """ModelSpec fields of a Nemotron-H config (modeling_nemotron_h.py): one sublayer per
-    layer after one RMSNorm, named by hybrid_override_pattern (M: Mamba-2 mixer, *:
-    attention without position embedding, -: squared-ReLU MLP); no linear biases, a
-    convolution bias."""
+    """ModelSpec fields of a Nemotron-H or Nemotron 3 config (modeling_nemotron_h.py): one
+    sublayer per layer after one RMSNorm, named by hybrid_override_pattern (M: Mamba-2
+    mixer, *: attention without position embedding, -: squared-ReLU MLP, E: Nemotron 3's
+    MoE, see :func:`_hf_nemotron_moe`); no linear biases, a convolution bias."""
     for key, want in (("mlp_hidden_act", "relu2"), ("use_bias", False), ("mlp_bias", False),
                       ("attention_bias", False), ("use_conv_bias", True)):
         if cfg.get(key) != want:
@@ -499,17 +516,28 @@ def _hf_nemotron_h(cfg) -> dict:
                              f"(the structure phaze models), got {show(cfg.get(key))}")
     layers = _hf_int(cfg, "num_hidden_layers")
     pattern = cfg.get("hybrid_override_pattern")
-    kinds = {"M": ("mamba", "none"), "*": ("attention", "none"), "-": ("none", "dense")}
+    kinds = {"M": ("mamba", "none"), "*": ("attention", "none"), "-": ("none", "dense"),
+             "E": ("none", "moe")}
     if not isinstance(pattern, str) or len(pattern) != layers or not set(pattern) <= set(kinds):
-        if isinstance(pattern, str) and "E" in pattern:
-            raise ValueError("config key 'hybrid_override_pattern' has MoE layers ('E', "
-                             "Nemotron 3), whose expert keys phaze does not read yet")
-        raise ValueError(f"config key 'hybrid_override_pattern' must hold one of M, *, - for "
-                         f"each of the {layers} layers, got {show(pattern)}")
+        raise ValueError(f"config key 'hybrid_override_pattern' must hold one of M, *, -, E "
+                         f"for each of the {layers} layers, got {show(pattern)}")
+    mtp = _hf_nonneg_int(cfg, "num_nextn_predict_layers")
+    if mtp:
+        raise ValueError(f"config key 'num_nextn_predict_layers' ({mtp}) asks for Nemotron 3's "
+                         f"multi-token-prediction block (mtp_hybrid_override_pattern "
+                         f"{show(cfg.get('mtp_hybrid_override_pattern'))}: an attention and an "
+                         f"MoE layer behind the eh_proj fusion), which phaze's MTP module (one "
+                         f"layer of the last layer's kind) does not model; it must be 0 or absent")
+    # Nemotron-H spells the head width attention_head_dim, Nemotron 3 head_dim (default 128).
+    given = [k for k in ("attention_head_dim", "head_dim") if cfg.get(k) is not None]
+    widths = {_hf_int(cfg, k) for k in given} or {128}
+    if len(widths) > 1:
+        raise ValueError(f"config key 'head_dim' ({cfg['head_dim']}) must equal "
+                         f"attention_head_dim ({cfg['attention_head_dim']})")
+    head_dim = widths.pop()
     heads = _hf_int(cfg, "num_attention_heads")
-    return dict(n_layers=layers, hidden=_hf_int(cfg, "hidden_size"), heads=heads,
-                kv_heads=_hf_int(cfg, "num_key_value_heads"),
-                head_dim=_hf_int(cfg, "attention_head_dim"),
+    spec = dict(n_layers=layers, hidden=_hf_int(cfg, "hidden_size"), heads=heads,
+                kv_heads=_hf_int(cfg, "num_key_value_heads"), head_dim=head_dim,
                 ffn_hidden=_hf_int(cfg, "intermediate_size"), vocab=_hf_int(cfg, "vocab_size"),
                 activation="squared_relu", norm="rmsnorm", position="none", bias=False,
                 causal=True, tied_embeddings=_hf_bool(cfg, "tie_word_embeddings"),
@@ -519,6 +547,54 @@ def _hf_nemotron_h(cfg) -> dict:
                 mamba_head_dim=_hf_int(cfg, "mamba_head_dim"),
                 mamba_state=_hf_int(cfg, "ssm_state_size"), mamba_groups=_hf_int(cfg, "n_groups"),
                 mamba_conv=_hf_int(cfg, "conv_kernel"), mamba_chunk=_hf_int(cfg, "chunk_size"))
+    spec.update(_hf_nemotron_moe(cfg, "E" in pattern))
+    return spec
+
+
+def _hf_nemotron_moe(cfg, has_moe: bool) -> dict:
+    """The MoE fields of a Nemotron 3 config's 'E' layers (modeling_nemotron_h.py's
+    NemotronHMOE): n_routed_experts squared-ReLU experts of moe_intermediate_size (up_proj,
+    down_proj, no gate), top num_experts_per_tok by sigmoid scores plus the router's
+    e_score_correction_bias (router_bias: n_routed_experts more per layer) within
+    topk_group of n_group groups, one shared expert of
+    moe_shared_expert_intermediate_size; routed_scaling_factor and norm_topk_prob scale
+    the routed output and add no parameter. Empty for a pattern without 'E' (whose
+    expert keys must then be absent: they would describe layers the model does not have)."""
+    if not has_moe:
+        for key in ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"):
+            if not _neutral(cfg.get(key)):
+                raise ValueError(f"config key {key!r} ({show(cfg[key])}) describes MoE "
+                                 f"layers, but hybrid_override_pattern has no 'E' layer")
+        return {}
+    experts = _hf_int(cfg, "n_routed_experts")
+    top = _hf_int(cfg, "num_experts_per_tok")
+    if top > experts:
+        raise ValueError(f"config key 'num_experts_per_tok' ({top}) must be at most "
+                         f"n_routed_experts ({experts})")
+    shared = _hf_nonneg_int(cfg, "n_shared_experts")
+    if shared > 1:
+        raise ValueError(f"config key 'n_shared_experts' must be 0 or 1 for nemotron_h, got "
+                         f"{shared}: the published configs (all 1) do not settle whether "
+                         f"moe_shared_expert_intermediate_size is the width of each shared "
+                         f"expert or of all of them")
+    groups, top_groups = _hf_int(cfg, "n_group"), _hf_int(cfg, "topk_group")
+    if experts % groups:
+        raise ValueError(f"config key 'n_group' ({groups}) must divide n_routed_experts "
+                         f"({experts}): the experts are routed in equal groups")
+    if top_groups > groups:
+        raise ValueError(f"config key 'topk_group' ({top_groups}) must be at most n_group "
+                         f"({groups})")
+    scale = cfg.get("routed_scaling_factor")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale > 0:
+        raise ValueError(f"config key 'routed_scaling_factor' must be a positive number, "
+                         f"got {show(scale)}")
+    spec = dict(n_experts=experts, experts_per_token=top,
+                expert_ffn_hidden=_hf_int(cfg, "moe_intermediate_size"),
+                n_shared_experts=shared, router_bias=True, n_expert_groups=groups,
+                topk_groups=top_groups)
+    if shared:
+        spec["shared_ffn_hidden"] = _hf_int(cfg, "moe_shared_expert_intermediate_size")
+    return spec
 
 
 def _hf_gemma(cfg, mt) -> dict:

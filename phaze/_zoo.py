@@ -169,6 +169,35 @@ def _nemotron_h(M, name, pattern, hidden, heads, ffn, mamba_heads, state):
              mamba_conv=4, mamba_chunk=128)
 
 
+#: nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 hybrid_override_pattern (52 layers: 23 Mamba-2,
+#: 23 MoE, 6 attention).
+NEMOTRON_3_NANO = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+
+
+def _nemotron_3_nano(M):
+    # NVIDIA Nemotron 3 Nano 30B-A3B (NemotronHForCausalLM, config.json of
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16): Nemotron-H's one-sublayer layers, 2688
+    # wide, 32 query and 2 K/V heads of 128 without position embedding, Mamba-2 mixers of
+    # 64 heads of 64 in 8 groups (state 128, conv 4, chunk 128), and 'E' layers of 128
+    # squared-ReLU experts of 1,856 (top-6 by sigmoid scores plus the router's
+    # e_score_correction_bias; n_group = topk_group = 1; routed_scaling_factor 2.5, no
+    # weight) and one shared expert of 3,712; no MTP; vocab 131,072, untied. Sequence:
+    # 8,192, Megatron-Bridge's nemotron_3_nano_pretrain_config seq_length (the config's
+    # 262,144 is the extended context). 31,577,940,288 parameters, 3,580,076,352 active
+    # (3.23 B without the input table; NVIDIA: "3.2B active (3.6B with embeddings), 31.6B
+    # total"; Megatron-Bridge's docs and some cards round it to "3.5B active").
+    return M(name="nemotron-3-nano-30b-a3b", n_layers=len(NEMOTRON_3_NANO), hidden=2688,
+             heads=32, kv_heads=2, head_dim=128, ffn_hidden=1856, vocab=131072, seq_len=8192,
+             activation="squared_relu", norm="rmsnorm", position="none", bias=False,
+             causal=True, tied_embeddings=False,
+             layer_mixers=tuple(NEMOTRON_H_KINDS[c][0] for c in NEMOTRON_3_NANO),
+             layer_ffns=tuple(NEMOTRON_H_KINDS[c][1] for c in NEMOTRON_3_NANO),
+             mamba_heads=64, mamba_head_dim=64, mamba_state=128, mamba_groups=8,
+             mamba_conv=4, mamba_chunk=128, n_experts=128, experts_per_token=6,
+             expert_ffn_hidden=1856, n_shared_experts=1, shared_ffn_hidden=3712,
+             router_bias=True)
+
+
 def _gpt_oss(M, name, layers, experts):
     # openai/gpt-oss-20b and -120b config.json (GptOssForCausalLM): 2880 wide, 64 query
     # heads and 8 K/V heads of 64, biases on every linear layer and the router, a learned
@@ -257,6 +286,7 @@ def zoo_2025(M) -> list:
                attention_chunk=8192),
         _nemotron_h(M, "nemotron-h-8b", NEMOTRON_H_8B, 4096, 32, 21504, 128, 128),
         _nemotron_h(M, "nemotron-h-56b", NEMOTRON_H_56B, 8192, 64, 32768, 256, 256),
+        _nemotron_3_nano(M),
         # google/gemma-2-9b config.json: 42 × 3584, 16 query and 8 K/V heads, FFN 14,336,
         # vocab 256,000, every other layer (from 0) a 4,096-token sliding window. Sequence:
         # 8,192, its training context (Gemma 2 report, arXiv:2408.00118 §2). 9,241,705,984

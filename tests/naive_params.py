@@ -159,7 +159,8 @@ def _llama4(cfg):
 
 def _nemotron_h(cfg):
     h, V = cfg["hidden_size"], cfg["vocab_size"]
-    a, kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["attention_head_dim"]
+    a, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or cfg.get("attention_head_dim") or 128     # Nemotron 3: head_dim
     nh, d, g, n = cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["n_groups"], cfg["ssm_state_size"]
     inner, k = nh * d, cfg["conv_kernel"]
     conv_dim = inner + 2 * g * n
@@ -178,6 +179,21 @@ def _nemotron_h(cfg):
         elif c == "-":
             _linear(t, p + "mixer.up_proj", cfg["intermediate_size"], h)
             _linear(t, p + "mixer.down_proj", h, cfg["intermediate_size"])
+        elif c == "E":
+            # Nemotron 3's NemotronHMOE: the sigmoid router's gate.weight and its
+            # e_score_correction_bias, routed experts up_proj / down_proj (squared ReLU, no
+            # gate), one shared_experts MLP of moe_shared_expert_intermediate_size.
+            e, f, fs = cfg["n_routed_experts"], cfg["moe_intermediate_size"], \
+                cfg["moe_shared_expert_intermediate_size"]
+            assert cfg["n_shared_experts"] == 1
+            t += [(p + "mixer.gate.weight", (e, h)), (p + "mixer.gate.e_score_correction_bias", (e,))]
+            _linear(t, p + "mixer.shared_experts.up_proj", fs, h)
+            _linear(t, p + "mixer.shared_experts.down_proj", h, fs)
+            for j in range(e):
+                x = []
+                _linear(x, p + f"mixer.experts.{j}.up_proj", f, h)
+                _linear(x, p + f"mixer.experts.{j}.down_proj", h, f)
+                out += [(f"routed:{i}:{j}", y) for y in x]
         else:
             raise ValueError(c)
         out += [("main", x) for x in t]

@@ -34,6 +34,7 @@ EXACT = {
     "llama4-maverick": (400_711_848_960, 17_184_691_200, 0, 8192),
     "nemotron-h-8b": (8_100_852_736, 8_100_852_736, 0, 8192),
     "nemotron-h-56b": (56_324_350_464, 56_324_350_464, 0, 8192),
+    "nemotron-3-nano-30b-a3b": (31_577_940_288, 3_580_076_352, 0, 8192),
     "gemma-2-9b": (9_241_705_984, 9_241_705_984, 0, 8192),
     "gemma-3-12b": (11_766_034_176, 11_766_034_176, 0, 32768),
     "mistral-7b": (7_241_732_096, 7_241_732_096, 0, 8192),
@@ -42,7 +43,8 @@ EXACT = {
 # original_max_position_embeddings, else max_position_embeddings) where it is not the
 # pre-training length of the zoo entry.
 HF_DEFAULT_SEQ = {"qwen3-30b-a3b": 40960, "qwen3-235b-a22b": 40960, "llama4-maverick": 1048576,
-                  "gemma-3-12b": 131072, "mistral-7b": 32768}
+                  "gemma-3-12b": 131072, "mistral-7b": 32768,
+                  "nemotron-3-nano-30b-a3b": 262144}
 
 
 def _fixture(name):
@@ -110,6 +112,13 @@ def test_publishers_stated_figures():
     # Nemotron-H: 8B and 56B.
     assert round(g("nemotron-h-8b").n_params / 1e9) == 8
     assert round(g("nemotron-h-56b").n_params / 1e9) == 56
+    # Nemotron 3 Nano (NVIDIA's Nemotron 3 announcement and the Nano 3 report): "3.2B active
+    # (3.6B with embeddings), 31.6B total" — the 3.2 B without the input table, the 3.6 B
+    # with both tables; Megatron-Bridge's docs round to "3.5B active and 30B in total".
+    n3 = g("nemotron-3-nano-30b-a3b")
+    assert round(n3.n_params / 1e9, 1) == 31.6
+    assert round(n3.n_active_params / 1e9, 1) == 3.6
+    assert round((n3.n_active_params - n3.vocab * n3.hidden) / 1e9, 1) == 3.2
     # Gemma 2 report: 917,504,000 embedding + 8,324,201,984 non-embedding parameters.
     g9 = g("gemma-2-9b")
     assert g9.vocab * g9.hidden == 917_504_000 and g9.n_params == 917_504_000 + 8_324_201_984
@@ -137,6 +146,16 @@ def test_layer_patterns_of_the_published_configs():
         assert m.is_hybrid and m.has_mamba and m.mamba_inner == 2 * m.hidden
         assert m.mamba_conv_dim == m.mamba_inner + 2 * 8 * m.mamba_state
     assert not g("llama3-8b").is_hybrid and g("mistral-7b").is_hybrid
+    # Nemotron 3 Nano: 23 Mamba-2, 23 MoE, 6 attention layers, attention at 5, 12, ..., 42.
+    n3 = g("nemotron-3-nano-30b-a3b")
+    assert Counter(n3.layer_kinds) == {("mamba", "none"): 23, ("none", "moe"): 23,
+                                       ("attention", "none"): 6}
+    assert [i for i, x in enumerate(n3.mixers) if x == "attention"] == [5, 12, 19, 26, 33, 42]
+    assert n3.moe_layer_ids == tuple(i for i, c in enumerate(
+        _fixture("nemotron-3-nano-30b-a3b")["hybrid_override_pattern"]) if c == "E")
+    assert n3.mamba_inner == 4096 != 2 * n3.hidden and n3.mamba_conv_dim == 6144
+    assert (n3.n_experts, n3.experts_per_token, n3.expert_ffn_hidden, n3.n_shared_experts,
+            n3.shared_ffn_hidden, n3.router_bias) == (128, 6, 1856, 1, 3712, True)
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -320,10 +339,25 @@ def test_hybrid_counts_add_up_layer_by_layer(m):
     ("gpt-oss-20b", {"layer_types": ["sliding_attention"] * 23}, "layer_types"),
     ("gpt-oss-20b", {"layer_types": ["chunked_attention"] * 24}, "layer_types"),
     ("nemotron-h-8b", {"hybrid_override_pattern": "M-" * 26 + "E"}, "hybrid_override_pattern"),
-    ("nemotron-h-8b", {"hybrid_override_pattern": "ME" * 26}, "hybrid_override_pattern"),
+    # 'E' layers are read since Nemotron 3; without the expert keys they are refused
+    ("nemotron-h-8b", {"hybrid_override_pattern": "ME" * 26}, "'n_routed_experts'"),
+    ("nemotron-h-8b", {"hybrid_override_pattern": "MX" * 26}, "hybrid_override_pattern"),
     ("nemotron-h-8b", {"mlp_hidden_act": "silu"}, "mlp_hidden_act"),
     ("nemotron-h-8b", {"use_conv_bias": False}, "use_conv_bias"),
     ("nemotron-h-8b", {"n_routed_experts": 128}, "n_routed_experts"),
+    # Nemotron 3 Super / Ultra: LatentMoE and the two-layer MTP block are not modelled
+    ("nemotron-3-nano-30b-a3b", {"moe_latent_size": 1024, "num_nextn_predict_layers": 1,
+                                 "mtp_hybrid_override_pattern": "*E"}, "'moe_latent_size'"),
+    ("nemotron-3-nano-30b-a3b", {"num_nextn_predict_layers": 1,
+                                 "mtp_hybrid_override_pattern": "*E"},
+     "'num_nextn_predict_layers'.*mtp_hybrid_override_pattern"),
+    ("nemotron-3-nano-30b-a3b", {"n_shared_experts": 2}, "'n_shared_experts'"),
+    ("nemotron-3-nano-30b-a3b", {"n_group": 3}, "'n_group'"),
+    ("nemotron-3-nano-30b-a3b", {"topk_group": 2}, "'topk_group'"),
+    ("nemotron-3-nano-30b-a3b", {"num_experts_per_tok": 129}, "'num_experts_per_tok'"),
+    ("nemotron-3-nano-30b-a3b", {"routed_scaling_factor": -1}, "'routed_scaling_factor'"),
+    ("nemotron-3-nano-30b-a3b", {"attention_head_dim": 64}, "'head_dim'"),
+    ("nemotron-3-nano-30b-a3b", {"moe_intermediate_size": None}, "'moe_intermediate_size'"),
     ("gemma-2-9b", {"hidden_activation": "relu"}, "hidden_activation"),
     ("gemma-2-9b", {"sliding_window": None}, "sliding_window"),
     ("gemma-3-12b", {"text_config": None}, "text_config"),
@@ -377,3 +411,34 @@ def test_hf_readers_follow_the_configs():
     assert models.from_hf_config(gemma).mixers[:3] == ("sliding", "attention", "sliding")
     oss = {k: v for k, v in _fixture("gpt-oss-20b").items() if k != "layer_types"}
     assert models.from_hf_config(oss, name="gpt-oss-20b") == models.get("gpt-oss-20b")
+
+
+def test_nemotron_3_reader_reads_the_expert_layers_exactly():
+    """Nemotron 3 Nano's 'E' layers by hand: router 128 × 2688 and its 128-entry
+    e_score_correction_bias, 128 experts of up_proj 1856 × 2688 and down_proj 2688 × 1856,
+    the shared expert's 3712 × 2688 and 2688 × 3712, one RMSNorm of 2688."""
+    m = models.from_hf_config(HF / "nemotron-3-nano-30b-a3b.json")
+    h, f, fs, e = 2688, 1856, 3712, 128
+    moe = e * h + e + e * 2 * f * h + 2 * fs * h + h
+    assert models.layer_params(m, "none", "moe") == moe == 1_297_468_160
+    assert spec_layer_params(m, "none", "moe") == moe
+    # routed_scaling_factor and norm_topk_prob scale the output and add nothing; grouping
+    # (n_group = topk_group = 1 here) neither.
+    cfg = dict(_fixture("nemotron-3-nano-30b-a3b"), routed_scaling_factor=1.0,
+               norm_topk_prob=False, n_group=8, topk_group=2)
+    m8 = models.from_hf_config(cfg)
+    assert (m8.n_expert_groups, m8.topk_groups) == (8, 2)
+    assert (m8.n_params, m8.n_active_params) == (m.n_params, m.n_active_params)
+    # no shared expert: 23 × (2 × 3712 × 2688) fewer parameters
+    m0 = models.from_hf_config(dict(_fixture("nemotron-3-nano-30b-a3b"), n_shared_experts=0))
+    assert m.n_params - m0.n_params == 23 * 2 * fs * h
+    # a Nemotron-H pattern with expert keys but no 'E' layer is refused, naming the key
+    with pytest.raises(ValueError, match="'moe_intermediate_size'"):
+        models.from_hf_config(dict(_fixture("nemotron-h-8b"), moe_intermediate_size=1856))
+
+
+def test_nemotron_3_graph_holds_the_parameters():
+    m = models.get("nemotron-3-nano-30b-a3b")
+    from phaze import graph
+    mg = graph.build_layers(m, 1, 1, flash_attention=True, kernels="megatron")
+    assert mg.param_bytes == 2 * (m.n_params + m.n_mtp_params) == 63_155_880_576

@@ -64,14 +64,18 @@ def test_reasons_name_the_issue_that_models_them(report):
             assert r["reason"] == "" or "126" in r["reason"], r["name"]
         if r["model_class"] in ("moe", "hybrid"):
             # issue 27's families: modelled, but DeepSeek-V3's and Kimi K2's 61 layers over
-            # an uneven torch-pipelining split, and Nemotron 3's expert layers not read yet
+            # an uneven torch-pipelining split, and Nemotron 3 Super's and Ultra's LatentMoE
+            # (Nano is the zoo's nemotron-3-nano-30b-a3b, read from its config.json)
             model = r["config"]["model"]
             if model in ("deepseek-v3", "kimi-k2"):
                 assert "(61)" in r["reason"], r["name"]
-            elif "nemotron-v3" in r["name"]:
-                assert r["reason"].startswith("Nemotron 3"), r["name"]
+            elif "nemotron-v3-super" in r["name"] or "nemotron-v3-ultra" in r["name"]:
+                assert r["reason"].startswith("Nemotron 3") and "LatentMoE" in r["reason"], \
+                    r["name"]
             else:
                 assert r["reason"] == "", r["name"]
+    nano = by["automodel/nemotron-v3-nano-30b-26.02/8gpu-t1p1c1e8"]
+    assert nano["config"]["model"] == "nemotron-3-nano-30b-a3b" and nano["reason"] == ""
     eager = by["torchtitan/t1/llama3.1-8b/8gpu-f8t1p1c1-s8192/eager-bf16"]
     assert "torch.compile" in eager["reason"]
     rowwise = by["torchtitan/asynctp-8b/llama3.1-8b/64gpu-f8t8p1c1-s8192/compile-tp-fp8rowwise"]
