@@ -96,19 +96,22 @@ def check_sizes(tensor_parallel, pipeline_parallel, data_parallel, *, devices=No
     kernels hold or enumerate in bounded time (``phaze._validate``: ``MAX_DEVICES`` for
     each width, their product t·cp·p·d and ``devices``; ``MAX_GLOBAL_BATCH``;
     ``MAX_HBM_GIB``). Other malformed values are left to the checks that follow."""
-    widths = {"tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,
-              "data_parallel": data_parallel, "context_parallel": knobs.get("context_parallel"),
-              "expert_parallel": knobs.get("expert_parallel")}
+    given = {**knobs, "tensor_parallel": tensor_parallel,
+             "pipeline_parallel": pipeline_parallel, "data_parallel": data_parallel}
+    # every width of the knob table (t, cp, p, d multiply into devices; the expert width
+    # divides the data-parallel ranks; the virtual stages), in table order
+    widths = [k for k in _plan.KNOBS if k.type is int and k.minimum == 1
+              and k.name not in ("microbatch", "global_batch")]
     product = 1
-    for name, value in widths.items():
-        if value is None:
+    for k in widths:
+        if given.get(k.name) is None:
             continue
-        n = positive_int(name, value, maximum=MAX_DEVICES)
-        if name != "expert_parallel":  # ep divides the data-parallel ranks: no more devices
+        n = positive_int(k.name, given[k.name], maximum=MAX_DEVICES)
+        if k.devices_factor:
             product *= n
     if product > MAX_DEVICES:
-        raise ValueError(f"tensor_parallel × context_parallel × pipeline_parallel × "
-                         f"data_parallel must be at most {MAX_DEVICES:,} devices, got "
+        factors = " × ".join(k.name for k in widths if k.devices_factor)
+        raise ValueError(f"{factors} must be at most {MAX_DEVICES:,} devices, got "
                          f"{product:,}")
     if devices is not None:
         positive_int("devices", devices, maximum=MAX_DEVICES)
