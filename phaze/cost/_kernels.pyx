@@ -106,6 +106,7 @@ cdef packed struct Row:
     double launch_s
     double flash_fwd_rate
     double flash_bwd_rate
+    double onchip_bw
 
 
 cdef packed struct Shape:
@@ -276,6 +277,22 @@ cdef inline double gemm_cycles(double batch, double m, double k, double n, doubl
     return best
 
 
+cdef inline double onchip_traffic_bytes(double batch, double m, double k, double n,
+                                        double tc_width, double tc_depth, double in_bytes,
+                                        double acc_bytes) noexcept nogil:
+    """Bytes a batch of M×K×N GEMMs moves between the shared buffer and weight-stationary
+    tc_depth×tc_width arrays (issue 28; docs/design.md §2.4): every K×N weight element is
+    loaded once, A streams past every column block (M·K·⌈N/w⌉ operands), and each of the
+    ⌈K/d⌉ passes over an output writes its M×N partial sums, every pass after the first
+    reading them back first (the arrays hold no accumulators): M·N·(2⌈K/d⌉ − 1) partial sums
+    of ``acc_bytes``. A and B have ``in_bytes`` per element. Per multiply-accumulate that is
+    about in_bytes/w + 2·acc_bytes/d: 32× more for 8×8 arrays than for 256×256 ones."""
+    if batch == 0.0 or m == 0.0 or k == 0.0 or n == 0.0:
+        return 0.0
+    return batch * (in_bytes * (k * n + m * k * cdiv(n, tc_width))
+                    + acc_bytes * m * n * (2.0 * cdiv(k, tc_depth) - 1.0))
+
+
 cdef inline double vector_cycles(double elements, double cycles_per_element,
                                  double lanes) noexcept nogil:
     """Clock cycles of ⌈elements / lanes⌉ lane-steps of ``cycles_per_element`` cycles."""
@@ -347,6 +364,11 @@ cdef inline double tile_cycles(double batch, double m, double k, double n, doubl
 
 
 # --- the Python faces of two rules (tests) ----------------------------------------------
+
+def _onchip_traffic_bytes(double batch, double m, double k, double n, double tc_width,
+                          double tc_depth, double in_bytes, double acc_bytes):
+    return onchip_traffic_bytes(batch, m, k, n, tc_width, tc_depth, in_bytes, acc_bytes)
+
 
 def _cdiv(double a, double b):
     """⌈a / b⌉ for non-negative integral floats, as a float (the kernels' rule)."""
@@ -435,6 +457,7 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
     cdef double* cycp
     cdef double* tile1
     cdef double* tilep
+    cdef double* onchip
     if not (single.shape[0] == intra.shape[0] == n_ops):
         raise ValueError("_op_latencies: the outputs need one row per operator")
     if not (params.shape[0] == fp8_rate.shape[0] == single.shape[1] == intra.shape[1]
@@ -445,7 +468,7 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
                      n_tiles if tile_rule else -1)
             and _tile_splits_in(&tiles[0] if n_tiles else NULL, n_tiles, n_splits)):
         raise ValueError("_op_latencies: a shape, split or tile index out of range")
-    scratch = <double*>malloc((3 * n_shapes + n_splits + 2 * n_tiles + 1) * sizeof(double))
+    scratch = <double*>malloc((4 * n_shapes + n_splits + 2 * n_tiles + 1) * sizeof(double))
     if scratch == NULL:
         raise MemoryError()
     cyc1 = scratch
@@ -454,6 +477,7 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
     cycp = bytes_all + n_shapes
     tile1 = cycp + n_splits
     tilep = tile1 + n_tiles
+    onchip = tilep + n_tiles
     try:
         with nogil:
             for i in range(n_ops):
@@ -503,6 +527,11 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
                     for u in range(n_shapes):
                         bytes1[u] = moved
                         bytes_all[u] = moved
+                # the buffer-to-array operand stream (issue 28): 0 for the fused attention
+                # kernel, whose tiles stay in the cores (its measured fraction holds)
+                for u in range(n_shapes):
+                    onchip[u] = 0.0 if flash != 0 else onchip_traffic_bytes(
+                        b, m, k, n, shapes[u].w, shapes[u].d, op.in_bytes, acc_bytes)
                 # the array model's quantisation and the tile rule's are both real limits:
                 # the larger holds (not for the fused attention kernel: its measured fraction
                 # of peak is of the whole kernel, priced on the array cycles alone)
@@ -539,6 +568,10 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
                     bwa = r.attention_bw if attn else r.hbm_bw
                     t1 = fmax_py(c1 / rate, bytes1[u] / bwa)
                     tp = fmax_py(cp / rate, bytes_all[u] / bwa)
+                    # the buffer delivers onchip_bw to all arrays (its share to one array):
+                    # with unlimited delivery (INFINITY) both terms are 0 and change nothing
+                    t1 = fmax_py(t1, onchip[u] * splits[v].cores / r.onchip_bw)
+                    tp = fmax_py(tp, onchip[u] / r.onchip_bw)
                     if fused:
                         # the epilogue consumes output tiles as the arrays drain them: the
                         # slower stage sets the pace (one VC with one TC; all VCs with all TCs)

@@ -53,6 +53,17 @@ operators take turns in it), which never depends on num_tc or num_vc. Single-cor
 latencies therefore depend only on (tc_width, tc_depth, buffer_mib, clock, HBM
 bandwidth); they are computed once per distinct (w, d, buffer) and broadcast.
 
+**On-chip bandwidth** (issue 28): a weight-stationary array consumes about w + d operands
+per cycle for its w·d multiply-accumulates, all from the shared buffer: a GEMM's
+buffer-to-array bytes are ``batch·(e·(K·N + M·K·⌈N/w⌉) + acc·M·N·(2⌈K/d⌉ − 1))`` (weights
+once, A past every column block, partial sums written by every pass over K and read back by
+all but the first; ``onchip_traffic_bytes`` in ``_kernels.pyx``), and it takes at least those
+bytes over the buffer's delivery rate ``buffer_bytes_per_cycle × clock`` (a one-array GEMM:
+its 1/num_tc share). The rate is unlimited unless given (``buffer_bytes_per_cycle=``), which
+is the study's assumption: every latency is then exactly the study's. The fused attention
+kernel keeps its tiles in the cores and has no such term; vector operators stream their HBM
+bytes, which the HBM term already bounds.
+
 **Vector operators** (kind 1): ``⌈elements / lanes⌉ · cycles_per_element / clock``
 with lanes = ``vc_width`` (single) or ``vc_width · num_vc`` (intra-op), never below
 ``(bytes_in + bytes_out) / HBM bandwidth``. ``cycles_per_element`` comes from the
@@ -355,6 +366,7 @@ def _model_inputs(prep, efficiency):
     rows["hbm_bw"] = prep["hbm_bytes_per_s"] * params["hbm_efficiency"]
     rows["attention_bw"] = prep["hbm_bytes_per_s"] * params["attention_hbm_efficiency"]
     rows["launch_s"] = params["launch_s"]
+    rows["onchip_bw"] = np.inf  # unlimited delivery; Prepared.with_onchip sets a chip's
     for f in ("flash_fwd", "flash_bwd"):
         rows[f"{f}_rate"] = prep["clock_hz"] * (
             float(getattr(one, f"{f}_efficiency")) if key[0] == "set"
@@ -431,6 +443,30 @@ class Prepared:
     def __len__(self) -> int:
         return int(self._prep["n_archs"])
 
+    def with_onchip(self, buffer_bytes_per_cycle) -> "Prepared":
+        """These rows with their shared buffer delivering ``buffer_bytes_per_cycle`` bytes
+        per clock to the arrays (one number or one per row; ``None`` or ``inf``: unlimited,
+        the study's assumption — these rows unchanged). A GEMM then takes at least its
+        buffer-to-array operand bytes over ``buffer_bytes_per_cycle × clock`` (one array: its
+        1/num_tc share), see the module docstring's "On-chip bandwidth"."""
+        if buffer_bytes_per_cycle is None:
+            return self
+        n = int(self._prep["n_archs"])
+        bpc = np.broadcast_to(np.asarray(buffer_bytes_per_cycle, dtype=np.float64).reshape(-1)
+                              if np.ndim(buffer_bytes_per_cycle) else
+                              np.float64(buffer_bytes_per_cycle), (n,))
+        if np.any(np.isnan(bpc)) or np.any(bpc <= 0):
+            raise ValueError("buffer_bytes_per_cycle must be a number > 0 (inf: unlimited) "
+                             f"per architecture row, got {buffer_bytes_per_cycle!r}")
+        rows, params, shapes, splits, tiles = self._records
+        rows = rows.copy()
+        rows["onchip_bw"] = bpc * self._prep["clock_hz"]
+        rows.setflags(write=False)
+        out = Prepared(self._prep, self._spec, (rows, params, shapes, splits, tiles),
+                       self._efficiency)
+        out._eff = self._eff
+        return out
+
     def op_latencies(self, op_graph: OpGraph, *, fp8_rate=None):
         """:func:`op_latencies` of ``op_graph`` on the prepared rows (``fp8_rate`` as there)."""
         return self._latencies(_check_graph(op_graph), fp8_rate)
@@ -504,13 +540,16 @@ def _concatenated(graphs):
     return hit
 
 
-def prepare(archs, *, model: str = "study", efficiency=None) -> Prepared:
+def prepare(archs, *, model: str = "study", efficiency=None,
+            buffer_bytes_per_cycle=None) -> Prepared:
     """The :class:`Prepared` rows ``archs`` under ``model`` with ``efficiency`` (both as
-    :func:`op_latencies` takes them), checked once."""
+    :func:`op_latencies` takes them) and the buffer's delivery rate
+    (:meth:`Prepared.with_onchip`), checked once."""
     spec = _cost_model(model, efficiency)
     prep = _prepared(archs)
     chosen = spec.efficiency(efficiency)
-    return Prepared(prep, spec, _model_inputs(prep, chosen), chosen)
+    return Prepared(prep, spec, _model_inputs(prep, chosen), chosen).with_onchip(
+        buffer_bytes_per_cycle)
 
 
 def _p2p_sizes(nbytes) -> np.ndarray:
@@ -521,7 +560,7 @@ def _p2p_sizes(nbytes) -> np.ndarray:
 
 
 def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=None,
-                 fp8_rate=None):
+                 fp8_rate=None, buffer_bytes_per_cycle=None):
     """Latency of every operator on every architecture, seconds.
 
     Parameters
@@ -548,6 +587,10 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         ``Chip.tensor_rate("fp8")`` a chip's); ``None`` takes the template rule (2) for every
         row. 0 means no FP8 tensor cores: ``ValueError``. Both models divide an FP8 GEMM's
         array cycles by it; its operands are read at 1 byte per element.
+    buffer_bytes_per_cycle : None, number or sequence
+        Bytes per clock the shared buffer delivers to the arrays (one, or one per row);
+        ``None`` (default): unlimited, as the study assumes (module docstring, "On-chip
+        bandwidth").
 
     Returns
     -------
@@ -558,7 +601,8 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         the models.
     """
     op_graph = _check_graph(op_graph)
-    return prepare(archs, model=model, efficiency=efficiency)._latencies(op_graph, fp8_rate)
+    return prepare(archs, model=model, efficiency=efficiency,
+                   buffer_bytes_per_cycle=buffer_bytes_per_cycle)._latencies(op_graph, fp8_rate)
 
 
 def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", efficiency=None):

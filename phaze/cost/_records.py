@@ -45,12 +45,13 @@ FLASH_OPS = {"flash_attn": 1, "flash_attn.bwd": 2}
 #: second (clock × tile_efficiency; an FP8 GEMM's clock × fp8_tile_efficiency, before the
 #: fp8 rate multiplies it), HBM and attention-core bytes per second, launch gap (s), and the
 #: fused attention kernel's array steps per second, forward and backward (clock ×
-#: flash_fwd_efficiency, clock × flash_bwd_efficiency).
+#: flash_fwd_efficiency, clock × flash_bwd_efficiency), and the bytes per second the shared
+#: buffer delivers to all arrays (``buffer_bytes_per_cycle`` × clock; ``inf``: unlimited).
 ROW_DTYPE = np.dtype([(name, np.int64) for name in ("shape", "split", "tile")] + [
     (name, np.float64) for name in (
         "num_vc", "vc_width", "clock_hz", "link_bytes_per_s", "net_bytes_per_s", "node_size",
         "gemm_rate", "fp8_gemm_rate", "hbm_bw", "attention_bw", "launch_s", "flash_fwd_rate",
-        "flash_bwd_rate")])
+        "flash_bwd_rate", "onchip_bw")])
 
 #: A distinct (array width, depth, buffer bytes) of the rows — a "shape" — and a distinct
 #: (width, depth, tensor cores) — a "split".
