@@ -141,7 +141,10 @@ class Chip:
     - ``fp8_rate``: the file's fp8 multiplier (``phaze.arch.dtype_rates``), or None when
       it gave none (:attr:`rates` then holds the default).
     - ``tdp_w``: thermal design power of one chip, W; ``process_nm``: process node, nm
-      (None when unknown; no number uses them yet).
+      (None when unknown): the step's power cap and energy per operation
+      (``phaze.step.plan_power``, issue 28).
+    - ``buffer_bytes_per_cycle``: bytes per clock the shared buffer delivers to the arrays
+      (None: unlimited, the study's assumption; ``phaze.cost``, "On-chip bandwidth").
 
     Resolved when the record is made (not arguments; ``dataclasses.replace`` resolves again):
 
@@ -172,6 +175,7 @@ class Chip:
     scaled_formats: object = None
     tdp_w: object = None
     process_nm: object = None
+    buffer_bytes_per_cycle: object = None
     topology: object = None
     scale_up_links: object = None
     torus_dims: object = None

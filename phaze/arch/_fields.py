@@ -123,6 +123,9 @@ CHIP_FIELDS = (
               "unknown (None): the thermal design power of one chip", CITE_SOURCE_LINE),
     ChipField("process_nm", "positive", "nm", _POSITIVE, None,
               "unknown (None): the process node the chip is made in", CITE_SOURCE_LINE),
+    ChipField("buffer_bytes_per_cycle", "count", "bytes per clock", _COUNT, None,
+              "unlimited: the buffer delivers whatever the arrays consume (the study's "
+              "assumption; phaze.cost, \"On-chip bandwidth\")", CITE_SOURCE_LINE),
     ChipField("topology", "choice", "", "one of " + ", ".join(TOPOLOGIES), None,
               "switch (every chip of the scale-up domain reaches every other at link_gb_per_s)",
               CITE_SOURCE_LINE, TOPOLOGIES),

@@ -171,6 +171,16 @@ def _add_search_arguments(p) -> None:
                         "preset or a chip file; see `phaze archs --show NAME`): no "
                         "architecture sweep, no baselines; several, comma-separated, compare "
                         "the chips: each one's best plan per model, ranked")
+    p.add_argument("--max-power-w", type=float, metavar="W", default=None,
+                   help="power budget of one chip, W: a point whose step needs more runs at "
+                        "the clock the cap leaves, or is infeasible (default: the TPUv4-class "
+                        "budget, phaze.arch.TEMPLATE_TDP_W; a fixed --arch: its own; --study: "
+                        "none)")
+    p.add_argument("--objective", default="throughput",
+                   choices=("throughput", "perf-per-watt", "perf-per-dollar"),
+                   help="what ranks the rows and picks the best: samples/s (default), tokens "
+                        "per joule, or least $ per million tokens (the last two without "
+                        "--prune)")
     p.add_argument("--prune", nargs="?", const="best", choices=("best", "front"), default=None,
                    help="skip points that cannot matter: 'best' (bare --prune) skips what cannot "
                         "beat the best found (same best; the Pareto front may be partial), "
@@ -294,7 +304,8 @@ def _cmd_search(args) -> int:
                   prune=args.prune or False, study=args.study, **knobs,
                   executor="serial" if args.serial else None, progress=args.progress,
                   workers=args.workers, address=args.address, force=args.force,
-                  seq_len=args.seq_len)
+                  seq_len=args.seq_len, max_power_w=args.max_power_w,
+                  objective=args.objective)
     chips = _compare.arch_list(args.arch)
     if len(chips) > 1:
         return _compare.compare_chips(args, chips, model_list, common)
@@ -392,6 +403,10 @@ def _add_evaluate_arguments(p) -> None:
     p.add_argument("--optimizer", choices=("sgd", "adam", "muon"), default=None,
                    help="optimizer (default: adam; muon: Newton-Schulz orthogonalised "
                         "momentum, ZeRO 0-1; --study: sgd, the study's, or adam)")
+    p.add_argument("--max-power-w", type=float, metavar="W", default=None,
+                   help="power cap of one chip, W: the clock is lowered until the step's power "
+                        "fits (default: the chip's own TDP, none for a chip whose GEMM rates "
+                        "are measured)")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.add_argument("--emit", choices=_EMITTERS,
                    help="print the plan's launch arguments instead: Megatron-LM, or "
@@ -531,7 +546,8 @@ def _calibrated_result(args, model) -> dict:
         args.data_parallel, args.microbatch,
         args.recompute or "none", devices=args.devices, global_batch=args.global_batch,
         hbm_gib=args.hbm_gib, seq_len=args.seq_len if args.model else None,
-        optimizer=args.optimizer, **{name: getattr(args, name) for name in _EVALUATE_KNOBS})
+        optimizer=args.optimizer, max_power_w=args.max_power_w,
+        **{name: getattr(args, name) for name in _EVALUATE_KNOBS})
     return out
 
 
@@ -580,6 +596,13 @@ def _evaluate_calibrated(args, model) -> int:
     else:
         print(f"time per batch {r['time_per_batch_s']:.6g} s   {r['samples_per_s']:,.2f} "
               f"samples/s   {r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f}%")
+    cap = r.get("power_cap_w")
+    e = r["energy_breakdown_j"]
+    print(f"power {r['power_w']:,.0f} W per chip"
+          + (f" (cap {cap:g} W: clock at {100 * r['clock_fraction']:.0f}%)" if cap else "")
+          + f"   energy {r['energy_per_step_j']:.6g} J per step   "
+          f"{r['tokens_per_joule']:,.1f} tokens/J")
+    print("  energy: " + " + ".join(f"{k} {v:.4g} J" for k, v in e.items()))
     print(f"  pipeline steady {b['steady_s']:.6g} s + bubble {b['bubble_s']:.6g} s + gradient "
           f"reduction {b['gradient_reduction_s']:.6g} s + embedding all-reduce "
           f"{b['embedding_allreduce_s']:.6g} s + optimizer {b['optimizer_s']:.6g} s")

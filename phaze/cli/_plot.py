@@ -50,6 +50,28 @@ def _plot_fixed_system(result, out_path, plt) -> None:
     plt.close(fig)
 
 
+def _plot_power(result, ax, front3) -> None:
+    """Samples/s vs power per chip (issue 28): each architecture's best row, and the
+    throughput × area × power front (``SearchResult.pareto_power``) marked."""
+    import numpy as np
+
+    t = result.table
+    name = result.models[0]
+    ok = ((t["model"].astype(str) == name) & np.asarray(t["feasible"], dtype=bool)
+          & np.isfinite(np.asarray(t["power_w"], dtype=np.float64)))
+    ax.scatter(t["power_w"][ok], t["samples_per_s"][ok], s=4, c="0.75", label="rows")
+    ax.scatter(front3["power_w"], front3["samples_per_s"], s=14, c="C3",
+               label="throughput × area × power front")
+    cap = (result.metadata.get("inputs") or {}).get("max_power_w")
+    if cap is not None and np.isfinite(cap):
+        ax.axvline(cap, c="C1", ls="--", lw=1, label=f"power budget {cap:g} W")
+    ax.set_xlabel("power per chip (W)")
+    ax.set_ylabel("samples/s")
+    ax.set_title(f"{name}: throughput vs power")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+
+
 def _plot_result(result, out_path, per_arch, front) -> None:
     """Throughput (or normalised score) vs area: every architecture (``per_arch``, from
     ``result.per_arch()``), the frontier (``front``, ``result.pareto()``: the stored front
@@ -67,7 +89,12 @@ def _plot_result(result, out_path, per_arch, front) -> None:
     several = len(result.models) > 1
     partial = result.metadata.get("pareto_exact") is False
     ylabel = "mean normalised throughput" if several else "samples/s"
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    front3 = result.pareto_power()
+    if front3["arch_id"].size:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+        _plot_power(result, ax2, front3)
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
     ok = per_arch["score"] > 0
     ax.scatter(per_arch["area_mm2"][ok], per_arch["score"][ok], s=6, c="0.7", label="architectures")
     if front["arch_id"].size:

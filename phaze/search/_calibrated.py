@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import cost, graph, step
 from .. import plan as _plan
+from . import _power
 from ._inputs import model_expert_grid
 from ._pricing import PointGroup, Pricing
 
@@ -167,10 +168,15 @@ def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arc
     n = len(plans)
     t_s = np.asarray(plans["time_s"], dtype=np.float64)
     feasible = np.asarray(plans["feasible"], dtype=bool) & np.isfinite(t_s) & (t_s > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sps = np.where(feasible, cfg.global_batch / t_s, 0.0)
     hbm = (np.asarray(archs["hbm_gib"], dtype=np.float64) if hbm_gib is None
            else np.full(n, float(hbm_gib)))
+    # the power budget: the step at the clock it leaves, and the power and cost columns
+    t_s, capped, power = _power.power_columns(cfg, model_index, microbatch, archs, plans,
+                                              feasible, t_s, hbm)
+    over = feasible & ~capped
+    feasible = capped
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sps = np.where(feasible, cfg.global_batch / t_s, 0.0)
     n_layers = int(cfg.models[model_index].n_layers)
     p = np.asarray(plans["pipeline_parallel"], dtype=np.int64)
 
@@ -194,8 +200,8 @@ def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arc
     acct_col = knob("account_for_embedding", bool, False)
     cols["stage_layers"].extend([_stage_text(n_layers, p[i], v_col[i], acct_col[i])
                                  if feasible[i] else "" for i in range(n)])
-    cols["reason"].extend(["" if feasible[i] else plan_reason(plans["reason"][i])
-                           for i in range(n)])
+    cols["reason"].extend(["" if feasible[i] else POWER_REASON.format(cfg.max_power_w)
+                           if over[i] else plan_reason(plans["reason"][i]) for i in range(n)])
     for name in _plan.STRATEGY_COLUMNS:      # the plan's strategy columns (``phaze.plan``)
         switch = _plan.KNOB[name].type is bool
         cols[name].extend(knob(name, bool if switch else np.int64, False if switch else 0)
@@ -204,7 +210,14 @@ def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arc
                  "activations_bytes", "workspace_bytes"):
         cols[name].extend(np.where(feasible, np.asarray(plans[name], dtype=np.float64),
                                    math.nan).tolist())
+    for name in _power.NAMES:
+        cols[name].extend(power[name].tolist())
     return sps
+
+
+#: The reason of a row whose step needs more power than the budget even at the lowest clock.
+POWER_REASON = ("the step needs more than the power budget ({:g} W per chip) even at the "
+                "lowest clock")
 
 
 #: What a row without a plan records for the plan's integer strategy columns (0: none).

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import sys
 import time
 
 import numpy as np
 
 from .. import __version__, _config
+from .. import arch as _arch
 from .. import plan as _plan
+from .. import step
 from ..arch import resolve_chip
 from ..precision import is_low_precision
-from .._validate import MAX_DEVICES, MAX_GLOBAL_BATCH, nonneg_float, one_of, positive_int
+from .._validate import (MAX_DEVICES, MAX_GLOBAL_BATCH, nonneg_float, one_of, positive_float,
+                         positive_int)
 from . import _chunk, _executors, _files, _replay
 from ._models import cost_model
 from ._baselines import baselines as run_baselines
@@ -34,7 +38,7 @@ from ._inputs import (check_expert_grid, check_some_width, int_tuple, resolve_hb
                       resolve_strategy_grids, space_ids, valid_widths)
 from ._report import SearchResult, choose_best, per_arch, pruned_min_area
 from ._settings import ChunkTask, SearchSettings
-from ._table import concat_tables, expand, fill_mfu, recompute_rank, take
+from ._table import OBJECTIVES, concat_tables, expand, fill_mfu, recompute_rank, take
 
 
 def _columns(stream) -> int:
@@ -152,7 +156,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
            space=None, optimizer=None, prune=False, executor=None, progress=None, *, out=None,
            resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
            force=False, arch=None, seq_len=None, study=False, provenance=None,
-           **knobs) -> SearchResult:
+           max_power_w=None, objective="throughput", **knobs) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -209,6 +213,16 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     Throughput: samples/s = global_batch / time per batch (seconds), tokens/s =
     samples/s × the model's seq_len.
 
+    Power and cost (issue 28): ``max_power_w`` is one chip's power budget (default: the
+    calibrated model's, ``phaze.arch.TEMPLATE_TDP_W``, the TPUv4-class budget; a fixed
+    ``arch``'s own rule, ``phaze.step.template_cap``; the study's model: none, so its
+    results stay the study's): a point whose step needs more runs at the clock the cap
+    leaves, or is infeasible. Rows carry power_w, energy_per_step_j, tokens_per_joule,
+    chip_cost_usd and usd_per_million_tokens. ``objective``: "throughput" (default),
+    "perf-per-watt" (most tokens per joule) or "perf-per-dollar" (least $ per million
+    tokens) ranks the rows and picks the best; pruning bounds throughput, so the other two
+    need ``prune`` off.
+
     ``metadata["run"]`` records what repeats the run (``_replay.run_record``: the time,
     phaze's version and git commit, every ModelSpec, the chip); ``provenance`` (a dict:
     ``command``, ``config_paths``, ``space_every``, ``from_meta``) adds what only the
@@ -248,6 +262,16 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         raise ValueError(f"optimizer: {model.title} prices {' and '.join(model.optimizers)}; "
                          f"{optimizer!r} is " + ("the study's (study=True)" if optimizer == "sgd"
                                                  else "the calibrated model's (study off)"))
+    objective = one_of("objective", objective, OBJECTIVES)
+    if objective != "throughput" and prune:
+        raise ValueError(f"objective {objective!r} needs prune off: pruning skips points by a "
+                         f"bound on throughput, not on {objective}")
+    if max_power_w is not None:
+        max_power_w = positive_float("max_power_w", max_power_w)
+    elif chip is not None and not study:
+        max_power_w = step.template_cap(chip, None)
+    else:
+        max_power_w = math.inf if study else float(_arch.TEMPLATE_TDP_W)
     gap = _config.SCHEDULE_GAP if gap is None else nonneg_float("gap", gap)
     chunk_archs = positive_int("chunk_archs", chunk_archs or _config.SEARCH_CHUNK_ARCHS)
     if address is not None and executor is None:
@@ -277,7 +301,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         # A fixed chip trains fp8 at its own rate (one sentence when it has no fp8 tensor
         # cores); a space's rows are hypothetical chips at the template's rate.
         fp8_rate=(chip.tensor_rate(grids["precision"]) if chip is not None
-                  and is_low_precision(grids["precision"]) else None))
+                  and is_low_precision(grids["precision"]) else None),
+        max_power_w=max_power_w, objective=objective)
     n_archs = archs.shape[0]
     # What must match for --resume (also recorded in the metadata).
     inputs = {
@@ -285,7 +310,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         "global_batch": global_batch, "microbatch": microbatch, "hbm_gib": hbm,
         "recompute": recompute, "tensor_parallel": widths_all, "optimizer": optimizer,
         "prune": prune, "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
-        "cost_model": model.name, **grids,
+        "cost_model": model.name, **grids, "max_power_w": max_power_w, "objective": objective,
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
         # What an arch_id numbers: the default space's rows, or the given space's.
@@ -346,7 +371,7 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
                         np.array([model_index[str(x)] for x in table["model"]],
                                  dtype=np.int64)))
     table = take(table, order)
-    best = choose_best(table, model_names)
+    best = choose_best(table, model_names, settings.objective)
 
     base = {}
     if baselines:

@@ -42,7 +42,8 @@ _STEP_KNOBS = {**{name: _plan.KNOB[name].default for name in _plan.STRATEGY},
 
 def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                    recompute, *, devices=None, global_batch=4096, hbm_gib=None, optimizer=None,
-                   gap=None, stages=None, seq_len=None, study=False, **knobs) -> dict:
+                   gap=None, stages=None, seq_len=None, study=False, max_power_w=None,
+                   **knobs) -> dict:
     """Evaluate one architecture with one strategy and say where the time and memory go.
 
     By default with the calibrated Megatron-LM training step (``phaze.step.training_step``;
@@ -83,6 +84,11 @@ def evaluate_point(model, arch, tensor_parallel, pipeline_parallel, data_paralle
     check_sizes(tensor_parallel, pipeline_parallel, data_parallel, devices=devices,
                 global_batch=global_batch, hbm_gib=hbm_gib, **knobs)
     knobs = {**_STEP_KNOBS, **knobs}
+    if max_power_w is not None:
+        if study:
+            raise ValueError("max_power_w: the study's model has no power; the calibrated "
+                             "step model prices it (leave study off)")
+        knobs["max_power_w"] = max_power_w
     # The one choice of the cost model (``_models``), then its evaluation (:data:`EVALUATE`).
     return EVALUATE[cost_model(study).name](
         model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch, recompute,
@@ -123,7 +129,7 @@ def check_sizes(tensor_parallel, pipeline_parallel, data_parallel, *, devices=No
 
 def _evaluate_calibrated(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
                          microbatch, recompute, *, devices, global_batch, hbm_gib, optimizer,
-                         gap, stages, seq_len, **knobs) -> dict:
+                         gap, stages, seq_len, max_power_w=None, **knobs) -> dict:
     """:func:`evaluate_point` on the calibrated step model: :func:`evaluate_step`, after
     refusing what only the study's model has (a schedule gap, uneven stages, SGD)."""
     if gap is not None:
@@ -137,7 +143,8 @@ def _evaluate_calibrated(model, arch, tensor_parallel, pipeline_parallel, data_p
                          f"{optimizer!r} (pass study=True for 'sgd')")
     return evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel,
                          microbatch, recompute, devices=devices, global_batch=global_batch,
-                         hbm_gib=hbm_gib, seq_len=seq_len, optimizer=optimizer, **knobs)
+                         hbm_gib=hbm_gib, seq_len=seq_len, optimizer=optimizer,
+                         max_power_w=max_power_w, **knobs)
 
 
 def _evaluate_study(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
@@ -259,7 +266,7 @@ EVALUATE = {"calibrated": _evaluate_calibrated, "study": _evaluate_study}
 
 def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel, microbatch,
                   recompute, *, devices=None, global_batch=4096, hbm_gib=None, seq_len=None,
-                  optimizer=None, **knobs) -> dict:
+                  optimizer=None, max_power_w=None, **knobs) -> dict:
     """One plan through the calibrated training step (``phaze.step.training_step``), as one
     JSON-ready dict (what ``phaze evaluate`` prints; units in the keys). The strategy
     knobs as :func:`evaluate_point` takes them (None: the table's default); ``optimizer``
@@ -277,7 +284,13 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     pipeline_s, critical_stage (from 1), slot_s, forward_s, backward_s, recompute_s,
     p2p_s) and ``stages`` (per pipeline stage from 1: microbatches_in_flight,
     weights_gib, gradients_gib, optimizer_state_gib, activations_gib, workspace_gib,
-    total_gib, memory_bytes (= total_gib in bytes), hbm_gib, fits).
+    total_gib, memory_bytes (= total_gib in bytes), hbm_gib, fits), and the step's power
+    (``phaze.step.plan_power``, issue 28): power_w (one chip), energy_per_step_j (every
+    device used), energy_breakdown_j (compute, vector, sram, hbm, link, network, static),
+    tokens_per_joule, clock_fraction and power_cap_w (the cap the step ran under: ``max_power_w``,
+    else the chip's own unless its GEMM rates are measured; None: uncapped) — under a cap
+    that binds the times, throughputs and MFU are those at the lowered clock, and
+    time_at_full_clock_s the step's seconds before.
     """
     import os
 
@@ -286,6 +299,8 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
 
     check_sizes(tensor_parallel, pipeline_parallel, data_parallel, devices=devices,
                 global_batch=global_batch, hbm_gib=hbm_gib, **knobs)
+    if max_power_w is not None:
+        max_power_w = positive_float("max_power_w", max_power_w)
     spec = resolve_models(model, seq_len)[0]
     # The chip, resolved once (its row, efficiency set and datatype rates) and passed down
     # whole; a row is reported as "row" whatever preset it equals.
@@ -359,9 +374,21 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
         s0 = short[0]
         out["reason"] = (f"stage {s0['stage']} needs {s0['total_gib']:.2f} GiB per device, "
                          f"more than its HBM ({s0['hbm_gib']:g} GiB)")
-    sps = plan["global_batch"] / res.time_s
+    pw = step.plan_power(spec, chip, plan, b, res.time_s, max_power_w=max_power_w)
+    time_s = pw["time_s"]
+    if not pw["power_feasible"] and not short:
+        short = [None]
+        out["reason"] = (f"the step needs more than the power cap ({pw['power_cap_w']:g} W per "
+                         f"chip) even at the lowest clock")
+    sps = plan["global_batch"] / time_s
     out.update(
-        feasible=not short, time_per_batch_s=res.time_s, samples_per_s=sps,
+        power_w=pw["power_w"], energy_per_step_j=pw["energy_per_step_j"],
+        energy_breakdown_j=pw["energy_breakdown_j"],
+        tokens_per_joule=plan["global_batch"] * spec.seq_len / pw["energy_per_step_j"],
+        clock_fraction=pw["clock_fraction"], power_cap_w=pw["power_cap_w"],
+        time_at_full_clock_s=res.time_s)
+    out.update(
+        feasible=not short, time_per_batch_s=time_s, samples_per_s=sps,
         tokens_per_s=sps * spec.seq_len, microbatches_per_pipeline=b.microbatches,
         mfu=float(mfu(flops, sps, used, peak_flops_of(row)[0])) if not short else 0.0,
         breakdown={"steady_s": b.steady_s, "bubble_s": b.bubble_s,

@@ -37,6 +37,10 @@ COLUMNS = (  # name, dtype of the column the chunk returns
     ("memory_bytes", np.float64),
     ("weights_bytes", np.float64), ("gradients_bytes", np.float64), ("optimizer_bytes", np.float64),
     ("activations_bytes", np.float64), ("workspace_bytes", np.float64),
+    # power and cost (issue 28; NaN for the study's model)
+    *((name, np.float64) for name in ("power_w", "clock_fraction", "energy_per_step_j",
+                                      "tokens_per_joule", "chip_cost_usd",
+                                      "usd_per_million_tokens")),
 )
 #: What a study row records for the knobs its model does not have: the study's own
 #: strategy (no sequence parallelism, plain 1F1B, no ZeRO, unfused attention, gradient
@@ -44,7 +48,10 @@ COLUMNS = (  # name, dtype of the column the chunk returns
 STUDY_KNOBS = {**{name: _plan.study_value(name) for name in _plan.STRATEGY_COLUMNS},
                "memory_bytes": math.nan, "weights_bytes": math.nan, "gradients_bytes": math.nan,
                "optimizer_bytes": math.nan, "activations_bytes": math.nan,
-               "workspace_bytes": math.nan}
+               "workspace_bytes": math.nan,
+               **{name: math.nan for name in ("power_w", "clock_fraction", "energy_per_step_j",
+                                              "tokens_per_joule", "chip_cost_usd",
+                                              "usd_per_million_tokens")}}
 
 
 class Rows:

@@ -19,7 +19,7 @@ from .. import plan as _plan
 from . import _files
 from ._baselines import BASELINE_NAMES
 from ._models import cost_model
-from ._table import ARCH_FIELDS, best_row_of, json_safe, ranking, take
+from ._table import ARCH_FIELDS, best_row_of, json_safe, objective_score, ranking, take
 
 
 @dataclasses.dataclass
@@ -55,6 +55,11 @@ class SearchResult:
     def __len__(self):
         return len(self.table["arch_id"])
 
+    @property
+    def objective(self) -> str:
+        """What ranked the rows (``search(objective=)``; "throughput" in older files)."""
+        return (self.metadata.get("inputs") or {}).get("objective") or "throughput"
+
     def per_arch(self) -> dict:
         """Per architecture (dict of columns, by arch id): arch_id, score (samples/s, or the
         normalised mean for several models; −1 when a model has no point on it), the
@@ -89,6 +94,15 @@ class SearchResult:
             keep = [i for i in keep if cols["area_mm2"][i] < limit or cols["score"][i] >= best]
         return {k: v[keep] for k, v in cols.items()}
 
+    def pareto_power(self) -> dict:
+        """Architectures on the throughput × area × power front (issue 28; one model: its
+        best feasible row per architecture; several: the first model's): none of them has
+        another architecture with at least its samples/s and no more area and power, one
+        strictly better. Columns arch_id, samples_per_s, area_mm2, power_w,
+        usd_per_million_tokens, by area; empty when the rows carry no power (the study's
+        model, older files)."""
+        return pareto_power(self.table, self.models[0], self.objective)
+
     def save(self, path) -> Path:
         """Write by extension: .json (top rows), .csv / .csv.gz (all rows; the rest in
         ``PATH.meta.json`` next to it), .parquet (all rows). Every format keeps what the
@@ -107,7 +121,7 @@ class SearchResult:
     def top_rows(self, n: int = None) -> dict:
         """The ``n`` best rows (None: ``_config.SEARCH_TOP_ROWS``), best first."""
         n = _config.SEARCH_TOP_ROWS if n is None else n
-        order = ranking(self.table)[:n]
+        order = ranking(self.table, self.objective)[:n]
         return take(self.table, order)
 
     def summary(self) -> dict:
@@ -120,8 +134,9 @@ class SearchResult:
         return format_summary(self.summary(), self.models)
 
 
-def per_arch(table, model_names) -> dict:
-    """Per architecture: best samples/s per model, normalised mean score, knobs."""
+def per_arch(table, model_names, objective="throughput") -> dict:
+    """Per architecture: best samples/s per model, normalised mean score, knobs; under
+    another ``objective`` the score is of that objective's values (``_table.objective_score``)."""
     if not len(table["arch_id"]):
         empty = {k: np.array([], dtype=np.float64) for k in ("score", "area_mm2")}
         empty["arch_id"] = np.array([], dtype=np.int64)
@@ -131,7 +146,8 @@ def per_arch(table, model_names) -> dict:
     best = np.full((n_models, arch_ids.size), -1.0)  # -1: no evaluated point for that model
     model_index = {name: i for i, name in enumerate(model_names)}
     mi = np.array([model_index[str(m)] for m in table["model"]], dtype=np.int64)
-    sps = np.where(table["feasible"], table["samples_per_s"], 0.0)
+    sps = (np.where(table["feasible"], table["samples_per_s"], 0.0) if objective == "throughput"
+           else np.maximum(objective_score(table, objective), 0.0))
     np.maximum.at(best, (mi, inverse), sps)
     model_best = best.max(axis=1)
     complete = np.all(best >= 0, axis=0)
@@ -148,23 +164,48 @@ def per_arch(table, model_names) -> dict:
     return out
 
 
-def choose_best(table, model_names) -> dict:
-    """The best point: for one model its best row (plus ``plans``); for several, the
-    architecture with the highest normalised mean, with each model's best plan on it."""
+def pareto_power(table, model_name, objective="throughput") -> dict:
+    """:meth:`SearchResult.pareto_power` of ``table`` for ``model_name``."""
+    names = ("arch_id", "samples_per_s", "area_mm2", "power_w", "usd_per_million_tokens")
+    sel = (table["model"].astype(str) == model_name) & np.asarray(table["feasible"], dtype=bool)
+    sel &= np.isfinite(np.asarray(table["power_w"], dtype=np.float64))
+    idx = np.flatnonzero(sel)
+    if not idx.size:
+        return {k: np.array([]) for k in names}
+    sub = take(table, idx)
+    order = ranking(sub, objective)
+    _, first = np.unique(sub["arch_id"][order], return_index=True)
+    rows = order[first]
+    cols = {k: np.asarray(sub[k], dtype=np.float64)[rows] for k in names}
+    x, a, w = cols["samples_per_s"], cols["area_mm2"], cols["power_w"]
+    keep = np.ones(rows.size, dtype=bool)
+    for i in range(rows.size):
+        worse = (x >= x[i]) & (a <= a[i]) & (w <= w[i]) & ((x > x[i]) | (a < a[i]) | (w < w[i]))
+        keep[i] = not worse.any()
+    by_area = np.argsort(a[keep], kind="stable")
+    out = {k: v[keep][by_area] for k, v in cols.items()}
+    out["arch_id"] = out["arch_id"].astype(np.int64)
+    return out
+
+
+def choose_best(table, model_names, objective="throughput") -> dict:
+    """The best point under ``objective`` (``_table.OBJECTIVES``): for one model its best
+    row (plus ``plans``); for several, the architecture with the highest normalised mean
+    of each model's best score, with each model's best plan on it."""
     if not len(table["arch_id"]):
         return {"feasible": False, "reason": "no point was evaluated", "plans": {}}
     if len(model_names) == 1:
-        row = best_row_of(table, model_names[0])
+        row = best_row_of(table, model_names[0], objective=objective)
         best = dict(row)
         best["plans"] = {model_names[0]: row}
         if not row["feasible"]:
             best["reason"] = "no feasible point: " + why_infeasible(table, model_names[0])
         return best
-    cols = per_arch(table, model_names)
+    cols = per_arch(table, model_names, objective)
     order = np.lexsort((cols["arch_id"], cols["area_mm2"], -cols["score"]))
     i = order[0]
     aid = int(cols["arch_id"][i])
-    plans = {name: best_row_of(table, name, aid) for name in model_names}
+    plans = {name: best_row_of(table, name, aid, objective) for name in model_names}
     best = {"arch_id": aid, "score": float(cols["score"][i]),
             "feasible": bool(cols["score"][i] > 0), "plans": plans}
     if not best["feasible"]:
@@ -183,6 +224,7 @@ _CAUSES = (
     ("no layer schedule", ("schedule",)),
     ("no valid tensor-parallel width", ("tensor-parallel width",)),
     ("too few devices", ("devices",)),
+    ("power budget", ("power budget",)),
 )
 
 
@@ -306,10 +348,13 @@ def format_summary(summary: dict, model_names) -> str:
            f"{'vs tpuv4':>9} {'vs fixed':>9} "
            f"{'vs block':>9}")
     lines.append(hdr)
+    power_lines = []
     for name in model_names:
         r = best["plans"].get(name)
         if r is None:
             continue
+        if r.get("feasible") and _finite(r.get("power_w")):
+            power_lines.append(power_text(name, r, inp))
         gains = []
         for key in BASELINE_NAMES:
             g = (base.get(key, {}).get("models", {}).get(name) or {}).get("gain")
@@ -322,6 +367,7 @@ def format_summary(summary: dict, model_names) -> str:
                      f"{knob_text(r)} {r['samples_per_s']:>11,.1f} "
                      f"{r['tokens_per_s']:>13,.0f} {_percent(r.get('mfu')):>6} {gains[0]:>9} "
                      f"{gains[1]:>9} {gains[2]:>9}")
+    lines.extend(power_lines)
     if base:
         lines.append("baselines:")
     for key in BASELINE_NAMES:
@@ -335,11 +381,32 @@ def format_summary(summary: dict, model_names) -> str:
                              f"d={r.get('data_parallel')}, mb={r.get('microbatch')}, "
                              f"{strategy_text(r)}, MFU {_percent(r.get('mfu'))}, "
                              f"area {r.get('area_mm2', float('nan')):.2f} mm2)")
+                if _finite(r.get("power_w")):
+                    lines.append("    " + power_text(name, r, inp))
             elif r.get("applicable") is False:
                 lines.append(f"  {key:<15} {name:<18} not applicable: {r.get('reason')}")
             else:
                 lines.append(f"  {key:<15} {name:<18} infeasible: {r.get('reason')}")
     return "\n".join(lines)
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def power_text(name, r, inputs) -> str:
+    """One row's power and cost as the summary prints them (issue 28)."""
+    cap = inputs.get("max_power_w")
+    clock = r.get("clock_fraction")
+    capped = (f", clock {100 * clock:.0f}% under the {cap:g} W budget"
+              if _finite(clock) and clock < 1 and _finite(cap) else "")
+    return (f"{name}: {r['power_w']:,.0f} W per chip{capped}, "
+            f"{r['energy_per_step_j']:.4g} J per step, {r['tokens_per_joule']:,.1f} tokens/J, "
+            f"chip ${r['chip_cost_usd']:,.0f}, ${r['usd_per_million_tokens']:.4g} per million "
+            f"tokens")
 
 
 def _plans_text(meta) -> str:

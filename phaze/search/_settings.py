@@ -68,6 +68,11 @@ _SETTINGS_DOC = """A checked search: the knob grids and limits every chunk works
     - ``fp8_rate``: fp8 only: the fixed chip's fp8 tensor-rate multiplier
       (``Chip.tensor_rate``); None for a space, whose rows are hypothetical chips at the
       template's rate (``phaze.arch.dtype_rates``).
+    - ``max_power_w``: the power budget of one chip (issue 28): a point whose step needs
+      more runs at the clock the cap leaves (``phaze.step.power_capped``), or is infeasible
+      when even the lowest clock needs more; inf: no cap. ``objective``: what ranks the
+      rows — "throughput" (samples/s), "perf-per-watt" (tokens per joule) or
+      "perf-per-dollar" (least $ per million tokens).
     """
 
 
@@ -85,7 +90,9 @@ SearchSettings = dataclasses.make_dataclass(
      ("gap", float), ("prune", object, dataclasses.field(default="")),
      ("study", bool, dataclasses.field(default=False))]
     + [(name, object, dataclasses.field(default=_grid_default(name))) for name in _plan.GRIDS]
-    + [("fp8_rate", float, dataclasses.field(default=None))],
+    + [("fp8_rate", float, dataclasses.field(default=None)),
+       ("max_power_w", float, dataclasses.field(default=float("inf"))),
+       ("objective", str, dataclasses.field(default="throughput"))],
     bases=(_SettingsMethods,), frozen=True, namespace={"__doc__": _SETTINGS_DOC})
 SearchSettings.__module__ = __name__   # pickles as phaze.search._settings.SearchSettings
 

@@ -31,7 +31,17 @@ TABLE_COLUMNS = (
     ("optimizer_bytes", np.float64), ("activations_bytes", np.float64),
     ("workspace_bytes", np.float64),
     ("mfu", np.float64),
+    *((name, np.float64) for name in ("power_w", "clock_fraction", "energy_per_step_j",
+                                      "tokens_per_joule", "chip_cost_usd",
+                                      "usd_per_million_tokens")),
 )
+#: The power and cost columns (issue 28; NaN in a row the study's model priced, or in a file
+#: written before them).
+POWER_COLUMNS = ("power_w", "clock_fraction", "energy_per_step_j", "tokens_per_joule",
+                 "chip_cost_usd", "usd_per_million_tokens")
+#: What ranks the rows (``search(objective=)``): the column, and whether more is better.
+OBJECTIVES = {"throughput": ("samples_per_s", True), "perf-per-watt": ("tokens_per_joule", True),
+              "perf-per-dollar": ("usd_per_million_tokens", False)}
 COLUMN_NAMES = tuple(name for name, _ in TABLE_COLUMNS)
 #: Column name → numpy dtype.
 COLUMN_DTYPES = dict(TABLE_COLUMNS)
@@ -41,7 +51,8 @@ COLUMN_DTYPES = dict(TABLE_COLUMNS)
 LATE_COLUMNS = {"mfu": math.nan, **{name: _plan.study_value(name) for name, _ in _STRATEGY},
                 "memory_bytes": math.nan,
                 "weights_bytes": math.nan, "gradients_bytes": math.nan, "optimizer_bytes": math.nan,
-                "activations_bytes": math.nan, "workspace_bytes": math.nan}
+                "activations_bytes": math.nan, "workspace_bytes": math.nan,
+                **{name: math.nan for name in POWER_COLUMNS}}
 #: Architecture knobs copied into every row (and into per-architecture summaries).
 ARCH_FIELDS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "buffer_mib", "area_mm2")
 #: Columns a chunk's rows carry as they are (the rest come from the model and the row).
@@ -50,7 +61,7 @@ _CHUNK_PLAN_COLUMNS = ("microbatch", "hbm_gib", "recompute", "feasible", "time_p
                        "devices_used", "stage_layers", "reason", *_plan.STRATEGY_COLUMNS,
                        "memory_bytes", "weights_bytes",
                        "gradients_bytes", "optimizer_bytes", "activations_bytes",
-                       "workspace_bytes")
+                       "workspace_bytes", *POWER_COLUMNS)
 
 
 def recompute_mode(value) -> str:
@@ -172,11 +183,27 @@ def fill_mfu(table, models, archs, rows_of_ids) -> None:
     table["mfu"] = col
 
 
-def ranking(table) -> np.ndarray:
-    """Row order: feasible first, then samples/s descending, smaller area, lower arch id, knobs."""
+def objective_score(table, objective="throughput") -> np.ndarray:
+    """Each row's score under ``objective`` (:data:`OBJECTIVES`; more is better): samples/s,
+    tokens per joule, or tokens per US$ (10⁶ / $ per million tokens); −inf where infeasible
+    or not recorded."""
+    column, more = OBJECTIVES[objective]
+    v = np.asarray(table[column], dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = v if more else 1e6 / v  # tokens per dollar
+    return np.where(np.asarray(table["feasible"], dtype=bool) & np.isfinite(v) & (v > 0), v,
+                    -np.inf)
+
+
+def ranking(table, objective="throughput") -> np.ndarray:
+    """Row order: feasible first, then the objective's score (samples/s by default)
+    descending, samples/s, smaller area, lower arch id, knobs."""
     t = table
-    return np.lexsort((recompute_rank(t["recompute"]), t["hbm_gib"], t["microbatch"], t["arch_id"], t["area_mm2"],
-                       -np.where(t["feasible"], t["samples_per_s"], -1.0), t["model"].astype(str)))
+    keys = (recompute_rank(t["recompute"]), t["hbm_gib"], t["microbatch"], t["arch_id"],
+            t["area_mm2"], -np.where(t["feasible"], t["samples_per_s"], -1.0))
+    if objective != "throughput":
+        keys = keys + (-objective_score(t, objective),)
+    return np.lexsort(keys + (t["model"].astype(str),))
 
 
 def row_dict(table, i) -> dict:
@@ -188,7 +215,7 @@ def row_dict(table, i) -> dict:
     return out
 
 
-def best_row_of(table, model_name, arch_id=None):
+def best_row_of(table, model_name, arch_id=None, objective="throughput"):
     """The best row of one model (on one architecture if ``arch_id`` is given) as a dict,
     or None when the table has no such row."""
     sel = table["model"].astype(str) == model_name
@@ -198,7 +225,7 @@ def best_row_of(table, model_name, arch_id=None):
     if not idx.size:
         return None
     sub = take(table, idx)
-    return row_dict(sub, ranking(sub)[0])
+    return row_dict(sub, ranking(sub, objective)[0])
 
 
 def json_safe(obj):

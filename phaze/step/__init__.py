@@ -6,14 +6,20 @@ The face re-exports; ``_model`` prices one plan (:func:`training_step`, memory p
 searches the plans of many rows (:func:`best_plans`, :func:`step_lower_bounds`;
 :func:`layer_table` prices the layers once for both, a :class:`LayerTable` whose methods
 run them on any subset of its rows), ``_kernels`` holds the compiled step arithmetic
-they share.
+they share; ``_energy`` counts a step's energy by part and the clock a power cap leaves
+(:func:`plan_power`, :func:`energy_parts`, :func:`power_capped`, issue 28).
 """
 from ._model import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, MemoryBreakdown,
                      StepBreakdown, StepResult, best_plans, ring_allgather_seconds,
                      ring_allreduce_seconds, stage_layers, step_lower_bounds, training_step)
+from ._energy import (ENERGY_PARTS, clock_share, energy_parts, plan_power, power_capped,
+                      template_cap)
+from ._layers import GRAD_REDUCE_BYTES
 from ._plans import LayerTable, context_parallel_grid, expert_parallel_grid, layer_table
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
            "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
            "PLAN_DTYPE", "PLAN_REASONS", "best_plans", "step_lower_bounds",
-           "context_parallel_grid", "expert_parallel_grid", "LayerTable", "layer_table"]
+           "context_parallel_grid", "expert_parallel_grid", "LayerTable", "layer_table",
+           "ENERGY_PARTS", "energy_parts", "clock_share", "power_capped", "plan_power",
+           "template_cap", "GRAD_REDUCE_BYTES"]

@@ -572,7 +572,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # Layer times (Python, via phaze.cost), then the one compiled definition of the step's
     # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
-    pricer = cost.prepare(row, model="calibrated", efficiency=eff)
+    pricer = cost.prepare(row, model="calibrated", efficiency=eff,
+                          buffer_bytes_per_cycle=chip.buffer_bytes_per_cycle)
     ns_steps = _optim.NS_STEPS if _optim.OPTIMIZERS[pl.optimizer].matrices else 0
     lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate, tpo,
                                        ns_steps)

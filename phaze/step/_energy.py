@@ -1,0 +1,359 @@
+"""Energy and power of a training step, and the clock a power cap leaves (issue 28).
+
+Energy is counted from the work a step does, each unit at its energy per unit from the
+chip's energy records (``phaze.arch.energy_rows``: ``ENERGY_DTYPE``, cited in
+docs/fidelity-sources.md §23), for one device of the plan (the average device: its share of
+the layers, ``L/p``, of every microbatch of its pipeline) — then the job's energy per step
+is that times the devices used. The parts (:data:`PARTS`, joules per device per step):
+
+- ``compute``: the GEMMs' multiply-accumulates, b·M·K·N each, at the operands' width (16-,
+  8- or 4-bit: ``mac16_j``, ``mac8_j``, ``mac4_j``; a GEMM the graph flags low-precision is
+  8-bit unless the step's datatype is a 4-bit one);
+- ``vector``: the vector cores' lane operations (elements × cycles per element) at
+  ``vector_op_j``;
+- ``sram``: the bytes between the shared buffer and the cores — a GEMM's weight-stationary
+  operand stream (``phaze.cost``'s on-chip traffic: weights once, A past every column
+  block, partial sums written by each pass over K and read back by all but the first), the
+  fused attention kernel's and the vector operators' bytes in and out — at
+  ``sram_j_per_byte``;
+- ``hbm``: every operator's bytes in and out of HBM, as the graph states them (the
+  compulsory traffic: a buffer too small to hold a GEMM's tiles re-reads operands, which
+  the latency model prices and this count leaves out), and the optimizer step's HBM
+  traffic (its priced seconds × η·HBM bandwidth: the step is memory-bound) at
+  ``hbm_j_per_byte``;
+- ``link`` and ``network``: the bytes each rank sends — the layers' tensor-parallel and
+  sequence-parallel collectives (an all-reduce sends 2(n − 1)/n of its bytes, a
+  reduce-scatter or all-gather (n − 1)/n, an all-to-all (n − 1)/n, a point-to-point all of
+  them), the data-parallel gradient reduction (ZeRO 0: an all-reduce of the gradients;
+  1–2: a reduce-scatter of the gradients and an all-gather of the 16-bit weights; 3: the
+  two weight all-gathers of every microbatch's forward and backward and a reduce-scatter of
+  its gradients), and the pipeline's activations and gradients (2 boundary tensors per
+  microbatch across p − 1 of p stage boundaries) — inside the node at ``link_j_per_byte``,
+  the share that crosses nodes (the fraction of a ring's hops between nodes) at
+  ``net_j_per_byte``;
+- ``static``: ``static_w`` × the step's seconds.
+
+Recomputation re-runs forward work: its energy is the forward's times the priced recompute
+seconds over the priced forward seconds of the critical stage.
+
+**Power and the clock** (``power_capped``). Power = energy / time. Under a cap the clock is
+lowered (DVFS) until the power fits: with the clock at a fraction s of its own, the part of
+the step the arrays' clock paces — ``c``, the arrays' busy time at their calibrated rate
+(MACs / (num_tc·w·d·clock·tile_efficiency)) over the step's time, at most 1 — takes c/s of
+the time, the rest is unchanged (memory, links), and the clock-paced energy (compute,
+vector, sram) per operation scales by ``phaze.arch.dvfs_energy_scale(s)`` (voltage follows
+the clock); static power runs the longer time. The power is increasing in s, so the cap's
+clock is found by bisection on [``DVFS_MIN_CLOCK_FRACTION``, 1]; a row whose power exceeds
+the cap even at the lowest clock is infeasible.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import arch as _arch
+from .. import graph, precision as _precision
+from .._cache import Memo
+from ._layers import GRAD_REDUCE_BYTES
+
+#: The parts of a step's energy, in the order ``energy_parts`` returns them.
+ENERGY_PARTS = PARTS = ("compute", "vector", "sram", "hbm", "link", "network", "static")
+#: The parts the clock's voltage scales (the cores and the buffer).
+CLOCKED = ("compute", "vector", "sram")
+
+_ACC_BYTES = 4.0  # fp32 partial sums (phaze._config.COST_ACCUMULATOR_BYTES)
+_COLL = {name: i for i, name in enumerate(graph.COLLECTIVE_KINDS)}
+
+_WORK = Memo(lambda: 256, "step.energy_work")
+"""(OpGraph by identity) -> its per-operator work columns (:func:`_graph_columns`)."""
+
+
+def _graph_columns(g):
+    """Per operator of ``g``: MACs (by width class 16/8/4), vector lane operations, HBM
+    bytes, bytes in and out (flash and vector operators' buffer traffic), the GEMM dims and
+    operand bytes (their on-chip stream is per array shape), collective bytes sent and the
+    group size."""
+    hit = _WORK.get(g)
+    if hit is not None:
+        return hit
+    kind = np.asarray(g.kind)
+    gemm = (kind == graph.KIND_GEMM) | (kind == graph.KIND_FUSED)
+    dims = np.asarray(g.dims, dtype=np.float64)
+    macs = np.where(gemm, dims[:, 0] * dims[:, 1] * dims[:, 2] * dims[:, 3], 0.0)
+    low = np.asarray(g.fp8, dtype=bool)
+    four = _precision.is_low_precision(g.dtype) and "4" in _precision.datatype(g.dtype).family
+    vec = np.where((kind == graph.KIND_VECTOR) | (kind == graph.KIND_FUSED),
+                   np.asarray(g.elements, dtype=np.float64)
+                   * np.asarray(g.cycles_per_element, dtype=np.float64), 0.0)
+    coll = kind == graph.KIND_COLLECTIVE
+    moved = (np.asarray(g.bytes_in, dtype=np.float64)
+             + np.asarray(g.bytes_out, dtype=np.float64))
+    flash = np.array([n in ("flash_attn", "flash_attn.bwd") for n in g.names], dtype=bool)
+    code = np.asarray(g.collective)
+    n = np.maximum(np.asarray(g.group_size, dtype=np.float64), 1.0)
+    comm = np.asarray(g.comm_bytes, dtype=np.float64)
+    full = np.asarray(g.bytes_in, dtype=np.float64)
+    sent = np.select(
+        [code == _COLL["all_reduce"],
+         (code == _COLL["reduce_scatter"]) | (code == _COLL["all_gather"]),
+         code == _COLL["all_to_all"], code == _COLL["p2p"]],
+        [2.0 * (n - 1.0) / n * comm, (n - 1.0) / n * np.maximum(full, comm),
+         (n - 1.0) / n * comm, comm], 0.0)
+    sent = np.where(coll, sent, 0.0)
+    in_bytes = np.where(low, float(_precision.FP8_BYTES), float(g.bytes_per_element))
+    out = dict(
+        mac16=float(macs[~low].sum()), mac8=0.0 if four else float(macs[low].sum()),
+        mac4=float(macs[low].sum()) if four else 0.0, vector=float(vec.sum()),
+        hbm=float(moved[~coll].sum()),
+        streamed=float(moved[(flash | (kind == graph.KIND_VECTOR)) & ~coll].sum()),
+        gemm_dims=dims[gemm & ~flash], gemm_in=in_bytes[gemm & ~flash],
+        sent=sent[coll], group=n[coll], a2a=(code[coll] == _COLL["all_to_all"])
+        | (code[coll] == _COLL["p2p"]))
+    return _WORK.put(g, out)
+
+
+def onchip_bytes(dims, in_bytes, w, d):
+    """Buffer-to-array bytes of GEMMs ``dims`` (rows of batch, M, K, N) on w×d
+    weight-stationary arrays (the formula of ``phaze.cost``'s on-chip bandwidth), summed;
+    ``w``, ``d`` arrays of the rows' array shapes → one sum per row."""
+    if not len(dims):
+        return np.zeros(np.shape(w))
+    b, m, k, n = (dims[:, i][:, None] for i in range(4))
+    w = np.asarray(w, dtype=np.float64)[None, :]
+    d = np.asarray(d, dtype=np.float64)[None, :]
+    e = np.asarray(in_bytes, dtype=np.float64)[:, None]
+    per = b * (e * (k * n + m * k * np.ceil(n / w))
+               + _ACC_BYTES * m * n * (2.0 * np.ceil(k / d) - 1.0))
+    return per.sum(axis=0)
+
+
+def _net_share(group, stride, node_size):
+    """The fraction of a ring's hops over ``group`` ranks ``stride`` apart that cross
+    nodes of ``node_size`` (one per node boundary the ring passes; all when the stride is a
+    node or more)."""
+    group = np.asarray(group, dtype=np.float64)
+    stride = np.asarray(stride, dtype=np.float64)
+    node_size = np.asarray(node_size, dtype=np.float64)
+    per_node = np.maximum(np.floor(node_size / np.maximum(stride, 1.0)), 1.0)
+    nodes = np.ceil(group / per_node)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(group > 1, np.where(nodes > 1, nodes / group, 0.0), 0.0)
+    return np.minimum(share, 1.0)
+
+
+def graph_energy(g, archs, energy, t):
+    """Joules of one pass of ``g`` (one microbatch, one rank) on each row, by part (dict of
+    (n,) arrays; no static part)."""
+    c = _graph_columns(g)
+    w = np.asarray(archs["tc_width"], dtype=np.float64)
+    d = np.asarray(archs["tc_depth"], dtype=np.float64)
+    sram = onchip_bytes(c["gemm_dims"], c["gemm_in"], w, d) + c["streamed"]
+    node = np.asarray(archs["node_size"], dtype=np.float64)
+    link = np.zeros(len(archs))
+    net = np.zeros(len(archs))
+    for sent, group, wide in zip(c["sent"], c["group"], c["a2a"]):
+        # tensor-parallel groups sit inside a node; an expert- or context-parallel group's
+        # ranks are t apart
+        share = _net_share(group, float(t) if wide else 1.0, node)
+        net = net + sent * share
+        link = link + sent * (1.0 - share)
+    return dict(
+        compute=(c["mac16"] * energy["mac16_j"] + c["mac8"] * energy["mac8_j"]
+                 + c["mac4"] * energy["mac4_j"]),
+        vector=c["vector"] * energy["vector_op_j"],
+        sram=sram * energy["sram_j_per_byte"],
+        hbm=c["hbm"] * energy["hbm_j_per_byte"],
+        link=link * energy["link_j_per_byte"], network=net * energy["net_j_per_byte"])
+
+
+def _add(acc, part, scale):
+    for k, v in part.items():
+        acc[k] = acc.get(k, 0.0) + scale * v
+
+
+def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw):
+    """Joules per device per step by part (:data:`PARTS`) of the plans ``plans`` (records
+    with the fields of ``step.PLAN_DTYPE``; one per row of ``archs`` and ``energy``), all of
+    one graph variant ``mg`` (``graph.build_layers`` at their microbatch, t, sp, flash, cp,
+    ep, datatype). ``grad_bytes``: bytes per gradient element in the reduction;
+    ``hbm_bw``: each row's η·HBM bytes/s (the optimizer's traffic). Also returns the MACs
+    per device per step (the clock's share, :func:`clock_share`)."""
+    n = len(archs)
+    t = int(mg.tensor_parallel)
+    ep, cp = int(mg.expert_parallel), int(mg.context_parallel)
+    p = np.asarray(plans["pipeline_parallel"], dtype=np.float64)
+    d = np.asarray(plans["data_parallel"], dtype=np.float64)
+    m = np.asarray(plans["microbatches"], dtype=np.float64)
+    zero = np.asarray(plans["zero_stage"], dtype=np.int64)
+    fwd_s = np.asarray(plans["forward_s"], dtype=np.float64)
+    rec_s = np.asarray(plans["recompute_s"], dtype=np.float64)
+    node = np.asarray(archs["node_size"], dtype=np.float64)
+    fwd, bwd, layer_fwd = {}, {}, {}
+    dense_w = expert_w = boundary = macs = 0.0
+    for layer in mg.layers:
+        f = graph_energy(layer.forward, archs, energy, t)
+        b = graph_energy(layer.backward, archs, energy, t)
+        _add(fwd, f, layer.count)
+        _add(bwd, b, layer.count)
+        if layer.kind not in ("embedding", "head"):
+            _add(layer_fwd, f, layer.count)
+            boundary = max(boundary, float(layer.boundary_bytes))
+        dense_w += layer.count * float(layer.param_bytes - layer.expert_param_bytes)
+        expert_w += layer.count * float(layer.expert_param_bytes)
+        for g in (layer.forward, layer.backward):
+            c = _graph_columns(g)
+            macs += layer.count * (c["mac16"] + c["mac8"] + c["mac4"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rec = np.where(fwd_s > 0, rec_s / fwd_s, 0.0)
+    parts = {k: m / p * (fwd[k] + bwd[k] + rec * layer_fwd[k]) for k in fwd}
+    macs_dev = m / p * (macs + 0.0)  # recomputed MACs: at the recompute share of the forward
+    fwd_macs = sum(layer.count * sum(_graph_columns(layer.forward)[x]
+                                     for x in ("mac16", "mac8", "mac4"))
+                   for layer in mg.layers if layer.kind not in ("embedding", "head"))
+    macs_dev = macs_dev + m / p * rec * fwd_macs
+    # the data-parallel reduction of the weights' gradients (16-bit weights: 2 B each)
+    elements = {"dense": dense_w / 2.0 / p, "expert": expert_w / 2.0 / p}
+    groups = {"dense": d * cp, "expert": np.maximum(d * cp / ep, 1.0)}
+    strides = {"dense": t * cp, "expert": t * ep}
+    link = np.zeros(n)
+    net = np.zeros(n)
+    for key in ("dense", "expert"):
+        g = groups[key]
+        frac = np.where(g > 1, (g - 1.0) / g, 0.0)
+        grads = elements[key] * grad_bytes
+        weights = elements[key] * 2.0
+        sent = np.select([zero == 0, zero < 3],
+                         [2.0 * frac * grads, frac * (grads + weights)],
+                         m * frac * (2.0 * weights + grads))
+        share = _net_share(g, strides[key], node)
+        net = net + sent * share
+        link = link + sent * (1.0 - share)
+    # the pipeline's activations forward and gradients backward
+    pp = np.where(p > 1, 2.0 * m * boundary * (p - 1.0) / p, 0.0)
+    pp_net = np.where(t * cp * d >= node, 1.0, 0.0)
+    net = net + pp * pp_net
+    link = link + pp * (1.0 - pp_net)
+    parts["link"] = parts["link"] + link * energy["link_j_per_byte"]
+    parts["network"] = parts["network"] + net * energy["net_j_per_byte"]
+    opt_s = np.asarray(plans["optimizer_s"], dtype=np.float64)
+    parts["hbm"] = parts["hbm"] + opt_s * hbm_bw * energy["hbm_j_per_byte"]
+    parts["static"] = np.zeros(n)
+    return {k: np.asarray(parts[k], dtype=np.float64) for k in PARTS}, macs_dev
+
+
+def clock_share(macs_dev, archs, tile_efficiency, time_s):
+    """The share of the step the arrays' clock paces: their busy time at the calibrated
+    rate over the step's seconds, at most 1 (0 where nothing runs)."""
+    rate = (np.asarray(archs["num_tc"], dtype=np.float64) * archs["tc_width"]
+            * archs["tc_depth"] * archs["clock_ghz"] * 1e9
+            * np.asarray(tile_efficiency, dtype=np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = np.where((time_s > 0) & np.isfinite(time_s), macs_dev / rate / time_s, 0.0)
+    return np.clip(c, 0.0, 1.0)
+
+
+def power_capped(parts, time_s, static_w, share, cap_w):
+    """The step under a power cap: (clock fraction s, seconds, parts with static, power W,
+    feasible) per row. ``parts``: :func:`energy_parts`' (static 0); ``share``:
+    :func:`clock_share`; ``cap_w``: the cap per row (inf: none)."""
+    time_s = np.asarray(time_s, dtype=np.float64)
+    static_w = np.asarray(static_w, dtype=np.float64)
+    cap = np.broadcast_to(np.asarray(cap_w, dtype=np.float64), time_s.shape)
+    clocked = sum(parts[k] for k in CLOCKED)
+    other = sum(parts[k] for k in PARTS if k not in CLOCKED)
+
+    def at(s):
+        t = time_s * (share / s + (1.0 - share))
+        return t, (clocked * _arch.dvfs_energy_scale(s) + other + static_w * t) / t
+
+    ok = np.isfinite(time_s) & (time_s > 0)
+    safe_t = np.where(ok, time_s, 1.0)
+    time_s = safe_t
+    t1, p1 = at(np.ones_like(time_s))
+    s = np.ones_like(time_s)
+    bind = ok & (p1 > cap)
+    lo_s = float(_arch.DVFS_MIN_CLOCK_FRACTION)
+    _, p_lo = at(np.full_like(time_s, lo_s))
+    feasible = ok & (p_lo <= cap)
+    search = bind & feasible
+    if np.any(search):
+        lo = np.full(int(search.sum()), lo_s)
+        hi = np.ones_like(lo)
+        sub = {k: v[search] if np.ndim(v) else v for k, v in
+               (("time_s", time_s), ("share", share), ("clocked", clocked),
+                ("other", other), ("static", static_w))}
+        for _ in range(50):
+            mid = 0.5 * (lo + hi)
+            tt = sub["time_s"] * (sub["share"] / mid + (1.0 - sub["share"]))
+            pw = (sub["clocked"] * _arch.dvfs_energy_scale(mid) + sub["other"]
+                  + sub["static"] * tt) / tt
+            over = pw > cap[search]
+            hi = np.where(over, mid, hi)
+            lo = np.where(over, lo, mid)
+        s[search] = lo
+    s = np.where(feasible | ~bind, s, lo_s)
+    t_new, power = at(s)
+    out = {k: np.asarray(parts[k], dtype=np.float64).copy() for k in PARTS}
+    for k in CLOCKED:
+        out[k] = out[k] * _arch.dvfs_energy_scale(s)
+    out["static"] = static_w * t_new
+    return s, np.where(ok, t_new, np.inf), out, np.where(ok, power, 0.0), feasible | (ok & ~bind)
+
+
+def template_cap(chip, max_power_w):
+    """The power cap a chip's step runs under: ``max_power_w`` when given; else, for a
+    chip whose GEMM efficiency is measured (its rates already run at the clock its own
+    power limit leaves), none; else its ``tdp_w``, or the template's budget
+    (``phaze.arch.TEMPLATE_TDP_W``)."""
+    if max_power_w is not None:
+        return float(max_power_w)
+    rules = getattr(chip, "efficiency_rules", None) or {}
+    if rules.get("tile_efficiency") == "measured":
+        return float("inf")
+    return float(chip.tdp_w) if chip.tdp_w is not None else float(_arch.TEMPLATE_TDP_W)
+
+
+def chip_energy(chip):
+    """The energy records of one resolved chip (``phaze.arch.Chip``): its node and the
+    kinds of its memory and fabric, the template's where it gives none."""
+    return _arch.energy_rows(chip.row, process_nm=chip.process_nm or _arch.TEMPLATE_PROCESS_NM,
+                             hbm_kind=chip.hbm_kind, link_kind=chip.link_kind,
+                             net_kind=chip.net_kind)
+
+
+def plan_power(m_spec, chip, plan, breakdown, time_s, *, max_power_w=None):
+    """Energy, power and the capped clock of one priced plan (``training_step``'s ``plan``
+    dict, its breakdown and seconds) on ``chip``: a dict of plain values — ``power_w`` (one
+    chip), ``energy_per_step_j`` (every device used), ``energy_breakdown_j`` (per part,
+    every device), ``clock_fraction``, ``power_cap_w`` (None: uncapped), ``time_s`` (at that
+    clock), ``power_feasible``."""
+    t = int(plan["tensor_parallel"])
+    sp = bool(plan.get("sequence_parallel_effective", plan.get("sequence_parallel")))
+    mg = graph.build_layers(m_spec, int(plan["microbatch"]), t, sequence_parallel=sp,
+                            flash_attention=bool(plan["flash_attention"]), kernels="megatron",
+                            dtype=plan["precision"], expert_parallel=int(plan["expert_parallel"]),
+                            context_parallel=int(plan["context_parallel"]),
+                            capacity_factor=plan.get("capacity_factor"))
+    row = chip.row
+    eff = chip.efficiency_set()
+    energy = chip_energy(chip)
+    rec = {"pipeline_parallel": [plan["pipeline_parallel"]],
+           "data_parallel": [plan["data_parallel"]],
+           "microbatches": [breakdown.microbatches], "zero_stage": [plan["zero_stage"]],
+           "forward_s": [breakdown.forward_s], "recompute_s": [breakdown.recompute_s],
+           "optimizer_s": [breakdown.optimizer_s]}
+    grad = float(GRAD_REDUCE_BYTES[plan.get("grad_reduce_dtype") or "fp32"])
+    hbm_bw = row["hbm_gb_per_s"] * 1e9 * float(eff.hbm_efficiency)
+    parts, macs = energy_parts(mg, row, energy, plans=rec,
+                               global_batch=int(plan["global_batch"]), grad_bytes=grad,
+                               hbm_bw=hbm_bw)
+    share = clock_share(macs, row, float(eff.tile_efficiency), np.array([time_s]))
+    cap = template_cap(chip, max_power_w)
+    s, t_new, out, power, ok = power_capped(parts, np.array([time_s]), energy["static_w"],
+                                            share, cap)
+    devices = int(plan["tensor_parallel"]) * int(plan["context_parallel"]) * int(
+        plan["pipeline_parallel"]) * int(plan["data_parallel"])
+    return {"power_w": float(power[0]),
+            "energy_per_step_j": float(sum(out[k][0] for k in PARTS) * devices),
+            "energy_breakdown_j": {k: float(out[k][0] * devices) for k in PARTS},
+            "clock_fraction": float(s[0]), "power_cap_w": None if cap == float("inf") else cap,
+            "time_s": float(t_new[0]), "power_feasible": bool(ok[0])}

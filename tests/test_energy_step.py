@@ -1,0 +1,138 @@
+"""A step's energy by part and the clock a power cap leaves (issue 28): magnitudes by hand."""
+import math
+
+import numpy as np
+import pytest
+
+from phaze import arch, graph, models, step
+from phaze.arch import presets
+from phaze.step import _energy
+
+PARTS_DTYPE = arch.ENERGY_DTYPE
+
+
+def unit_energy(n, **ones):
+    """Energy records with 1 J per unit of the named fields, 0 elsewhere."""
+    e = np.zeros(n, dtype=PARTS_DTYPE)
+    for k, v in ones.items():
+        e[k] = v
+    return e
+
+
+def plans(**cols):
+    base = dict(pipeline_parallel=[1], data_parallel=[1], microbatches=[1], zero_stage=[0],
+                forward_s=[1.0], recompute_s=[0.0], optimizer_s=[0.0])
+    base.update({k: list(np.atleast_1d(v)) for k, v in cols.items()})
+    return {k: np.asarray(v) for k, v in base.items()}
+
+
+def test_the_forward_of_a_gpt_block_does_its_hand_counted_macs():
+    m = models.resolve("gpt3-175b")
+    mg = graph.build_layers(m, 1, 8, kernels="megatron")
+    blk = mg.layers[1]
+    h, s, t = m.hidden, m.seq_len, 8
+    # Q, K, V and the projection (4h²), the MLP (8h²), QKᵀ and AV per head
+    want = s * 12 * h * h / t + 2 * (m.heads // t) * s * s * m.head_dim
+    rows = presets.get("tpuv4")
+    f = _energy.graph_energy(blk.forward, rows, unit_energy(1, mac16_j=1.0), t)
+    b = _energy.graph_energy(blk.backward, rows, unit_energy(1, mac16_j=1.0), t)
+    assert f["compute"][0] == want
+    assert b["compute"][0] == 2 * want          # dX and dW of every product
+    # the forward's two tensor-parallel all-reduces of the b·s·h·2-byte activations
+    link = _energy.graph_energy(blk.forward, rows, unit_energy(1, link_j_per_byte=1.0), t)
+    assert link["link"][0] == pytest.approx(2 * 2 * (t - 1) / t * s * h * 2)
+
+
+def test_the_step_counts_every_microbatch_of_its_share_of_the_layers():
+    m = models.resolve("gpt3-175b")
+    mg = graph.build_layers(m, 1, 8, kernels="megatron")
+    rows = presets.get("tpuv4")
+    e = unit_energy(1, mac16_j=1.0)
+    one, macs1 = _energy.energy_parts(mg, rows, e, plans=plans(), global_batch=1,
+                                      grad_bytes=4, hbm_bw=np.array([1e12]))
+    four, macs4 = _energy.energy_parts(mg, rows, e, plans=plans(pipeline_parallel=[2],
+                                                                microbatches=[8]),
+                                       global_batch=1, grad_bytes=4, hbm_bw=np.array([1e12]))
+    assert four["compute"][0] == pytest.approx(one["compute"][0] * 8 / 2, rel=1e-12)
+    assert macs4[0] == pytest.approx(macs1[0] * 4, rel=1e-12)
+    # full recomputation re-runs each layer's forward once more
+    rec, _ = _energy.energy_parts(mg, rows, e, plans=plans(forward_s=[2.0], recompute_s=[2.0]),
+                                  global_batch=1, grad_bytes=4, hbm_bw=np.array([1e12]))
+    blocks = sum(L.count * _energy.graph_energy(L.forward, rows, e, 8)["compute"][0]
+                 for L in mg.layers if L.kind == "block")
+    assert rec["compute"][0] == pytest.approx(one["compute"][0] + blocks, rel=1e-12)
+
+
+def _dp_bytes(zero, d=4, m=4, node=8):
+    spec = models.resolve("llama3-8b")
+    mg = graph.build_layers(spec, 1, 1, kernels="megatron")
+    rows = presets.get("h100-sxm").copy()
+    rows["node_size"] = node
+    e = unit_energy(1, link_j_per_byte=1.0, net_j_per_byte=1.0)
+    got, _ = _energy.energy_parts(mg, rows, e, plans=plans(data_parallel=[d], zero_stage=[zero],
+                                                           microbatches=[m]),
+                                  global_batch=1, grad_bytes=4, hbm_bw=np.array([1e12]))
+    params = sum(L.count * L.param_bytes for L in mg.layers) / 2
+    layers = {k: 0.0 for k in ("link", "network")}
+    for L in mg.layers:
+        for g in (L.forward, L.backward):
+            part = _energy.graph_energy(g, rows, e, 1)
+            for k in layers:
+                layers[k] += m * L.count * part[k][0]
+    return got["link"][0] - layers["link"], got["network"][0] - layers["network"], params
+
+
+def test_data_parallel_gradients_are_a_ring_all_reduce_of_fp32_gradients():
+    link, net, params = _dp_bytes(0)
+    assert net == 0.0
+    assert link == pytest.approx(2 * 3 / 4 * 4 * params, rel=1e-12)
+
+
+def test_zero_1_reduce_scatters_gradients_and_gathers_16_bit_weights():
+    link, _, params = _dp_bytes(1)
+    assert link == pytest.approx(3 / 4 * (4 + 2) * params, rel=1e-12)
+
+
+def test_zero_3_gathers_the_weights_twice_per_microbatch_not_d_times_more():
+    z0, _, params = _dp_bytes(0, m=4)
+    z3, _, _ = _dp_bytes(3, m=4)
+    # per microbatch: two all-gathers of 2-byte weights and a reduce-scatter of 4-byte grads
+    assert z3 == pytest.approx(4 * 3 / 4 * (2 * 2 + 4) * params, rel=1e-12)
+    assert z3 / z0 == pytest.approx(4.0, rel=1e-12)
+
+
+def test_a_group_across_nodes_sends_a_node_boundary_share_over_the_network():
+    link, net, params = _dp_bytes(0, d=16, node=8)
+    total = 2 * 15 / 16 * 4 * params
+    assert net == pytest.approx(total * 2 / 16, rel=1e-12)   # 2 nodes: 2 of 16 ring hops
+    assert link + net == pytest.approx(total, rel=1e-12)
+
+
+def test_a_power_cap_lowers_the_clock_until_the_power_fits():
+    parts = {k: np.zeros(1) for k in step.ENERGY_PARTS}
+    parts["compute"] = np.array([100.0])       # 100 J per 1 s step: 100 W
+    s, t, out, power, ok = step.power_capped(parts, np.array([1.0]), np.array([0.0]),
+                                             np.array([1.0]), 50.0)
+    assert ok[0] and power[0] == pytest.approx(50.0, rel=1e-9)
+    assert t[0] == pytest.approx(1.0 / s[0], rel=1e-12)   # all of the step paced by the clock
+    assert out["compute"][0] == pytest.approx(100.0 * arch.dvfs_energy_scale(s[0]), rel=1e-12)
+    assert out["compute"][0] / t[0] == pytest.approx(50.0, rel=1e-9)
+    # no cap binds: unchanged
+    s2, t2, out2, p2, ok2 = step.power_capped(parts, np.array([1.0]), np.array([0.0]),
+                                              np.array([1.0]), 150.0)
+    assert s2[0] == 1.0 and t2[0] == 1.0 and p2[0] == 100.0 and ok2[0]
+
+
+def test_a_cap_below_the_lowest_clocks_power_is_infeasible():
+    parts = {k: np.zeros(1) for k in step.ENERGY_PARTS}
+    parts["hbm"] = np.array([100.0])             # not paced by the clock: no relief
+    s, t, out, power, ok = step.power_capped(parts, np.array([1.0]), np.array([5.0]),
+                                             np.array([0.0]), 50.0)
+    assert not ok[0]
+
+
+def test_static_power_runs_the_whole_step():
+    parts = {k: np.zeros(2) for k in step.ENERGY_PARTS}
+    s, t, out, power, ok = step.power_capped(parts, np.array([2.0, 3.0]), np.array([7.0, 7.0]),
+                                             np.zeros(2), math.inf)
+    assert list(out["static"]) == [14.0, 21.0] and list(power) == [7.0, 7.0]
