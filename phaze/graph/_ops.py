@@ -131,44 +131,45 @@ def flash_keys(s: int, causal: bool) -> int:
     return -(-computed // int(s))
 
 
-def flash_keys_window(s: int, window: int) -> int:
-    """Keys per query a causal flash-attention kernel computes, on average, with a sliding
-    window of ``window`` keys (query i sees keys i − window < j ≤ i; FlashAttention-2's
-    ``window_size=(window − 1, 0)``, Hugging Face's ``sliding_window``): query tile i (rows
-    i·B … of B = :data:`FLASH_CAUSAL_BLOCK`) computes the key tiles from the one holding
-    key max(0, i·B − window + 1) to its diagonal tile, whole tiles, the rest skipped:
-    Σ_i rows_i · (min((i+1)·B, s) − B·⌊max(0, i·B − window + 1)/B⌋) / s, rounded up. A
-    window of s or more is the causal count (:func:`flash_keys`)."""
-    s, w, b = int(s), int(window), FLASH_CAUSAL_BLOCK
-    if w >= s:
-        return flash_keys(s, True)
-    if s <= b:
-        return s
+def _tile_keys(s: int, first_key) -> int:
+    """Keys per query, on average, a causal flash-attention kernel computes when query tile
+    i (rows i·B … of B = :data:`FLASH_CAUSAL_BLOCK`) computes the whole key tiles from the
+    one holding key ``first_key(i·B)`` to its diagonal tile: Σ_i rows_i · (min((i+1)·B, s) −
+    B·⌊first_key(i·B)/B⌋) / s, rounded up (the local-attention block rule of
+    FlashAttention-2; s > B)."""
+    b = FLASH_CAUSAL_BLOCK
     computed = 0
     for i in range(-(-s // b)):
         rows = min((i + 1) * b, s) - i * b
-        start = b * (max(0, i * b - w + 1) // b)
-        computed += rows * (min((i + 1) * b, s) - start)
+        computed += rows * (min((i + 1) * b, s) - b * (first_key(i * b) // b))
     return -(-computed // s)
+
+
+def flash_keys_window(s: int, window: int) -> int:
+    """Keys per query a causal flash-attention kernel computes, on average, with a sliding
+    window of ``window`` keys (query i sees keys i − window < j ≤ i; FlashAttention-2's
+    ``window_size=(window − 1, 0)``, Hugging Face's ``sliding_window``): query tile i
+    computes from the tile holding key max(0, i·B − window + 1) (:func:`_tile_keys`). A
+    window of s or more is the causal count (:func:`flash_keys`)."""
+    s, w = int(s), int(window)
+    if w >= s:
+        return flash_keys(s, True)
+    if s <= FLASH_CAUSAL_BLOCK:
+        return s
+    return _tile_keys(s, lambda q: max(0, q - w + 1))
 
 
 def flash_keys_chunked(s: int, chunk: int) -> int:
     """Keys per query a causal flash-attention kernel computes, on average, under Llama 4's
     chunked attention (causal inside aligned chunks of ``chunk`` tokens; Hugging Face's
-    ``attention_chunk_size``): query tile i computes the key tiles from the tile holding
-    its chunk's first key to its diagonal tile: Σ_i rows_i · (min((i+1)·B, s) −
-    B·⌊C·⌊i·B/C⌋/B⌋) / s, rounded up. A chunk of s or more is the causal count."""
-    s, c, b = int(s), int(chunk), FLASH_CAUSAL_BLOCK
+    ``attention_chunk_size``): query tile i computes from the tile holding its chunk's first
+    key, C·⌊i·B/C⌋ (:func:`_tile_keys`). A chunk of s or more is the causal count."""
+    s, c = int(s), int(chunk)
     if c >= s:
         return flash_keys(s, True)
-    if s <= b:
+    if s <= FLASH_CAUSAL_BLOCK:
         return s
-    computed = 0
-    for i in range(-(-s // b)):
-        rows = min((i + 1) * b, s) - i * b
-        start = b * ((c * ((i * b) // c)) // b)
-        computed += rows * (min((i + 1) * b, s) - start)
-    return -(-computed // s)
+    return _tile_keys(s, lambda q: c * (q // c))
 
 
 _C = VECTOR_CYCLES_PER_ELEMENT
