@@ -139,23 +139,31 @@ cdef inline Fabric spread(const Fabric* f, int64_t per_node) noexcept nogil:
     return g
 
 
+cdef inline double a2a_alpha(int64_t n, int64_t nodes, const Fabric* f,
+                             int64_t* g) noexcept nogil:
+    """The prologue every all-to-all across ``nodes`` > 1 nodes shares: the ranks per node
+    (into ``g``, at least 1) and the latency of one ring pass of n ranks, nodes − 1 of its
+    steps between nodes."""
+    cdef int64_t x = nodes - 1
+    g[0] = n // nodes
+    if g[0] < 1:
+        g[0] = 1
+    return f.coll_latency_s + <double>(n - 1 - x) * f.link_step_s + <double>x * f.net_step_s
+
+
 cdef inline double split_all_to_all(double nbytes, int64_t n, int64_t nodes,
                                     const Fabric* f) noexcept nogil:
     """An all-to-all of n ranks on ``nodes`` nodes (n/nodes ranks in each), ``nbytes``
     dispatched by each rank (nbytes/n to every peer): the part for peers in its node over
     the in-node link, the rest through its own NIC, concurrently; the latency of one ring
     pass. In one node the ring pass itself ((n − 1)/n · nbytes over the link)."""
-    cdef int64_t g, x
+    cdef int64_t g
     cdef double alpha, intra, inter
     if n <= 1:
         return 0.0
     if nodes <= 1:
         return ring(nbytes, n, 1, 1, f)
-    g = n // nodes
-    if g < 1:
-        g = 1
-    x = nodes - 1
-    alpha = f.coll_latency_s + <double>(n - 1 - x) * f.link_step_s + <double>x * f.net_step_s
+    alpha = a2a_alpha(n, nodes, f, &g)
     intra = <double>(g - 1) / <double>n * nbytes / f.link_bw
     inter = <double>(n - g) / <double>n * nbytes / f.net_bw
     return alpha + (intra if intra > inter else inter)
@@ -173,17 +181,14 @@ cdef inline double dedup_all_to_all(double nbytes, double token_bytes, int64_t t
     most ``node_limit``·(nodes − 1)/nodes with DeepSeek-V3's node-limited routing (0: no
     limit); the in-node link the copies for peers of the node plus the forwarding of the
     copies that arrived for the node's other GPUs. Both at once; α of one ring pass."""
-    cdef int64_t g, x, _k
+    cdef int64_t g, _k
+    cdef int64_t x = nodes - 1
     cdef double alpha, intra, inter, miss, remote, limit
     if n <= 1:
         return 0.0
     if nodes <= 1:
         return ring(nbytes, n, 1, 1, f)
-    g = n // nodes
-    if g < 1:
-        g = 1
-    x = nodes - 1
-    alpha = f.coll_latency_s + <double>(n - 1 - x) * f.link_step_s + <double>x * f.net_step_s
+    alpha = a2a_alpha(n, nodes, f, &g)
     miss = 1.0
     for _k in range(topk):
         miss *= 1.0 - 1.0 / <double>nodes

@@ -82,6 +82,13 @@ def spread(fabric, per_node):
     return out
 
 
+def _a2a_alpha(n, nodes, fabric):
+    """(ranks per node, α of one ring pass with nodes − 1 steps between nodes)."""
+    x = nodes - 1
+    return max(n // nodes, 1), (fabric["coll_latency_s"] + (n - 1 - x) * fabric["link_step_s"]
+                                + x * fabric["net_step_s"])
+
+
 def split_all_to_all_seconds(nbytes, n, nodes, fabric):
     """An all-to-all of n ranks on ``nodes`` nodes (n/nodes in each): each rank sends
     nbytes/n to every peer, over the link to the peers of its node and through its own NIC
@@ -90,10 +97,7 @@ def split_all_to_all_seconds(nbytes, n, nodes, fabric):
         return 0.0
     if nodes <= 1:
         return _ring(nbytes, n, 1, 1, fabric)
-    g = max(n // nodes, 1)
-    x = nodes - 1
-    alpha = fabric["coll_latency_s"] + (n - 1 - x) * fabric["link_step_s"] \
-        + x * fabric["net_step_s"]
+    g, alpha = _a2a_alpha(n, nodes, fabric)
     intra = (g - 1) / n * float(nbytes) / fabric["link_bw"]
     inter = (n - g) / n * float(nbytes) / fabric["net_bw"]
     return alpha + max(intra, inter)
@@ -108,10 +112,8 @@ def dedup_all_to_all_seconds(nbytes, token_bytes, topk, node_limit, n, nodes, fa
         return 0.0
     if nodes <= 1:
         return _ring(nbytes, n, 1, 1, fabric)
-    g = max(n // nodes, 1)
+    g, alpha = _a2a_alpha(n, nodes, fabric)
     x = nodes - 1
-    alpha = fabric["coll_latency_s"] + (n - 1 - x) * fabric["link_step_s"] \
-        + x * fabric["net_step_s"]
     miss = 1.0
     for _ in range(topk):      # the product in order, as the C loop forms it
         miss *= 1.0 - 1.0 / nodes
