@@ -30,7 +30,10 @@ file) → ``rules`` (the stated rules for unmeasured efficiency parameters) → 
 (the presets' files as data) → ``efficiency`` (parameter sets,
 ``for_rows``) → ``dtype_rates`` (tensor rate per datatype) → ``_chipfile`` (the ``Chip``
 record, chip files) → ``presets`` (the real chips, cited) → ``_resolve`` (the entrance)
-→ ``_make`` (``make_archs``) → this face with ``ArchSpace``.
+→ ``_make`` (``make_archs``) → this face with ``ArchSpace``. Issue 28's tables: ``_node`` (area by
+process node, ``die_area_mm2``, after ``_area``) → ``_energy`` (``ENERGY_DTYPE``, ``energy_rows``,
+``peak_power_w``, DVFS) and ``_silicon_cost`` (``chip_cost_usd``, ``run_cost_usd``,
+``usd_per_million_tokens``), each after ``_fields``.
 """
 from __future__ import annotations
 
@@ -44,8 +47,14 @@ from ._fields import CHIP_FIELDS, ChipField
 from ._make import make_archs
 from ._resolve import ChipRows, resolve, resolve_chip, resolve_rows
 from ._rows import ARCH_DTYPE, KNOBS, area_of, check_knob, peak_flops, validate
+from ._energy import (DVFS_MIN_CLOCK_FRACTION, ENERGY_DTYPE, TEMPLATE_TDP_W, dvfs_energy_scale,
+                      energy_rows, peak_power_w)
+from ._node import TEMPLATE_PROCESS_NM, die_area_mm2
+from ._silicon_cost import chip_cost_usd, run_cost_usd, usd_per_million_tokens
 
-__all__ = ["ARCH_DTYPE", "CHIP_FIELDS", "KNOBS", "ArchSpace", "Chip", "ChipField", "ChipRows",
+__all__ = ["DVFS_MIN_CLOCK_FRACTION", "ENERGY_DTYPE", "TEMPLATE_PROCESS_NM", "TEMPLATE_TDP_W",
+           "chip_cost_usd", "die_area_mm2", "dvfs_energy_scale", "energy_rows", "peak_power_w",
+           "run_cost_usd", "usd_per_million_tokens", "ARCH_DTYPE", "CHIP_FIELDS", "KNOBS", "ArchSpace", "Chip", "ChipField", "ChipRows",
            "Tier", "area_mm2", "chip_from_dict", "dtype_rates", "efficiency", "load_chip",
            "make_archs", "peak_flops", "presets", "resolve", "resolve_chip", "resolve_rows",
            "validate"]

@@ -1,0 +1,139 @@
+"""Energy tables, area by node, peak power (issue 28): magnitudes by hand, directions, bad input, vectorisation."""
+import math
+
+import numpy as np
+import pytest
+
+import phaze.arch as arch
+from phaze.arch import _area, _energy, _node
+
+
+def row(**kw):
+    base = dict(num_tc=8, tc_width=128, tc_depth=128, num_vc=2, vc_width=128, buffer_mib=128.0,
+                hbm_gib=32.0, hbm_gb_per_s=1200.0, clock_ghz=1.05, link_gb_per_s=50.0,
+                net_gb_per_s=50.0, node_size=4096)
+    base.update(kw)
+    return arch.make_archs(**base)
+
+
+def test_names_and_dtype():
+    assert arch.ENERGY_DTYPE.names == ("mac16_j", "mac8_j", "mac4_j", "vector_op_j",
+                                       "sram_j_per_byte", "hbm_j_per_byte", "link_j_per_byte",
+                                       "net_j_per_byte", "static_w")
+    assert arch.TEMPLATE_PROCESS_NM == 22 and arch.TEMPLATE_TDP_W == 192.0
+
+
+def test_tpuv4_energy_by_hand():
+    e = arch.energy_rows(row(), process_nm=7)[0]
+    # Horowitz 45 nm: bf16 mul 1.1 + fp32 add 0.9 = 2.0 pJ; 7 nm factor 0.101.
+    assert e["mac16_j"] == pytest.approx(2.0e-12 * 0.101)
+    assert e["mac8_j"] == pytest.approx((0.2 + 0.9) * 1e-12 * 0.101)
+    assert e["mac4_j"] == pytest.approx((0.05 + 0.9) * 1e-12 * 0.101)
+    assert e["vector_op_j"] == pytest.approx(4.6e-12 * 0.101)
+    # defaults HBM2 / ici / dcn: 3.9 pJ/bit; one SerDes 3.5 pJ/bit; 2 NIC + 4 optics = 80 pJ/bit.
+    assert e["hbm_j_per_byte"] == pytest.approx(8 * 3.9e-12)
+    assert e["link_j_per_byte"] == pytest.approx(8 * 3.5e-12)
+    assert e["net_j_per_byte"] == pytest.approx(8 * 80e-12)
+    # buffer: one 1 MiB bank = 1.25 pJ/B × √128 × 0.101, + 0.8 pJ/B/mm × half the core side.
+    core = (8 * _area.tensor_core_mm2(128, 128) * 16.5 / 91.2
+            + 2 * _area.vector_core_mm2(128) * 16.5 / 91.2
+            + _area.buffer_mm2(128.0) * 0.027 / 0.092)
+    want = 1.25e-12 * math.sqrt(128) * 0.101 + 0.8e-12 * 0.5 * math.sqrt(float(core))
+    assert e["sram_j_per_byte"] == pytest.approx(want)
+    total, _ = arch.die_area_mm2(row(), process_nm=7)
+    assert e["static_w"] == pytest.approx(0.03 * total[0] + 2.0 * 4)   # 1200/307.2 → 4 stacks
+
+
+def test_die_area_by_hand():
+    total, b = arch.die_area_mm2(row(), process_nm=7)
+    assert b["tensor_mm2"][0] == pytest.approx(8 * 12.899083068 * 16.5 / 91.2)
+    assert b["buffer_mm2"][0] == pytest.approx(175.423 * 0.027 / 0.092)
+    assert b["hbm_phy_mm2"][0] == pytest.approx(4 * 12.0)
+    assert b["serdes_mm2"][0] == pytest.approx(100 * 0.6 / 14)
+    inner = sum(v[0] for k, v in b.items() if k != "uncore_mm2")
+    assert total[0] == pytest.approx(inner / 0.8)
+    assert total[0] == pytest.approx(sum(v[0] for v in b.values()))
+    # at the template node the core areas are the study's own
+    t22, b22 = arch.die_area_mm2(row(), process_nm=22)
+    assert b22["tensor_mm2"][0] + b22["vector_mm2"][0] + b22["buffer_mm2"][0] == pytest.approx(
+        row()["area_mm2"][0])
+
+
+def test_directions():
+    newer = [arch.energy_rows(row(), process_nm=n)[0]["mac16_j"] for n in (22, 16, 12, 7, 5, 4, 3)]
+    assert all(a > b for a, b in zip(newer, newer[1:]))
+    areas = [arch.die_area_mm2(row(), process_nm=n)[0][0] for n in (22, 16, 12, 7, 5, 3)]
+    assert all(a >= b for a, b in zip(areas, areas[1:]))
+    small, big = (arch.energy_rows(row(buffer_mib=m), process_nm=7)[0]["sram_j_per_byte"]
+                  for m in (0.25, 128.0))
+    assert big > small
+    more = [arch.peak_power_w(r, arch.energy_rows(r, process_nm=7))[0]
+            for r in (row(num_tc=4), row(num_tc=8), row(num_tc=16))]
+    assert more[0] < more[1] < more[2]
+    hbm = [arch.energy_rows(row(), process_nm=7, hbm_kind=k)[0]["hbm_j_per_byte"]
+           for k in ("HBM2", "HBM3", "HBM3e", "HBM4")]
+    assert hbm[0] > hbm[1] > hbm[2] > hbm[3]
+
+
+def test_peak_power_by_hand():
+    r = row()
+    e = arch.energy_rows(r, process_nm=7)
+    hz = 1.05e9
+    want = (8 * 128 * 128 * hz * e["mac16_j"][0] + 8 * 2 * 256 * hz * e["sram_j_per_byte"][0]
+            + 2 * 128 * hz * e["vector_op_j"][0] + 1200e9 * e["hbm_j_per_byte"][0]
+            + e["static_w"][0])
+    assert arch.peak_power_w(r, e)[0] == pytest.approx(want)
+    half = arch.peak_power_w(r, e, hbm_utilisation=0.5)[0]
+    assert half == pytest.approx(want - 600e9 * e["hbm_j_per_byte"][0])
+
+
+def test_dvfs():
+    assert arch.dvfs_energy_scale(1.0) == 1.0
+    assert arch.dvfs_energy_scale(0.5) == pytest.approx(0.25)
+    assert arch.DVFS_MIN_CLOCK_FRACTION == pytest.approx(210 / 1410)
+    np.testing.assert_allclose(arch.dvfs_energy_scale([0.5, 0.8]), [0.25, 0.64])
+    with pytest.raises(ValueError, match="f_ratio must lie in"):
+        arch.dvfs_energy_scale(0.1)
+    with pytest.raises(ValueError, match="f_ratio must lie in"):
+        arch.dvfs_energy_scale(1.5)
+
+
+def test_bad_input_sentences():
+    with pytest.raises(ValueError, match="process_nm must be one of 3, 4, 5, 6, 7, 12, 16, 22 nm"):
+        arch.energy_rows(row(), process_nm=8)
+    with pytest.raises(ValueError, match="hbm_kind must be one of HBM2, HBM2e"):
+        arch.energy_rows(row(), process_nm=7, hbm_kind="GDDR6")
+    with pytest.raises(ValueError, match="link_kind must be one of"):
+        arch.energy_rows(row(), process_nm=7, link_kind="pcie")
+    with pytest.raises(ValueError, match="net_kind must be one of"):
+        arch.energy_rows(row(), process_nm=7, net_kind="eth")
+    with pytest.raises(ValueError, match="structured array"):
+        arch.die_area_mm2([1, 2], process_nm=7)
+    with pytest.raises(ValueError, match="hbm_utilisation"):
+        r = row()
+        arch.peak_power_w(r, arch.energy_rows(r, process_nm=7), hbm_utilisation=2)
+
+
+def test_vectorised_equals_loop():
+    rows = np.concatenate([row(num_tc=n, buffer_mib=m) for n, m in ((1, 2.0), (64, 16.0), (4096, 0.5))])
+    nodes = np.array([22, 7, 3])
+    kinds = np.array(["HBM2", "HBM3", "HBM4"], dtype=object)
+    many = arch.energy_rows(rows, process_nm=nodes, hbm_kind=kinds, link_kind="nvlink4",
+                            net_kind="ndr-ib")
+    area, parts = arch.die_area_mm2(rows, process_nm=nodes, hbm_kind=kinds)
+    power = arch.peak_power_w(rows, many)
+    for i in range(3):
+        one = arch.energy_rows(rows[i:i + 1], process_nm=int(nodes[i]), hbm_kind=kinds[i],
+                               link_kind="nvlink4", net_kind="ndr-ib")
+        assert one[0] == many[i]
+        a1, _ = arch.die_area_mm2(rows[i:i + 1], process_nm=int(nodes[i]), hbm_kind=kinds[i])
+        assert a1[0] == area[i]
+        assert arch.peak_power_w(rows[i:i + 1], one)[0] == power[i]
+
+
+def test_stacks_by_kind():
+    np.testing.assert_array_equal(_node.hbm_stacks_for([1200.0, 3350.0, 8000.0],
+                                                       ["HBM2", "HBM3", "HBM3e"]), [4, 5, 7])
+    _, b = arch.die_area_mm2(row(), process_nm=7, hbm_stacks=6)
+    assert b["hbm_phy_mm2"][0] == pytest.approx(72.0)
+    assert _energy.buffer_bytes_per_array_cycle(8, 8) == 32.0
