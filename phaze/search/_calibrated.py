@@ -162,17 +162,19 @@ def plan_reason(code) -> str:
     return str(reasons[code]) if 0 <= code < len(reasons) and reasons[code] else "infeasible"
 
 
-def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arch_ids, plans):
-    """Add one row per architecture of ``archs`` (ids ``arch_ids``) from its ``best_plans``
-    row; returns samples/s per architecture (0 where infeasible)."""
+def add_plans(rows, cfg, model_index, microbatch, recompute, hbm_gib, archs, arch_ids, plans,
+              power, index):
+    """Add one row per architecture of ``archs`` (ids ``arch_ids``; rows ``index`` of the
+    chunk whose :class:`_power.ChunkPower` is ``power``) from its ``best_plans`` row, priced
+    under the power budget; returns samples/s per architecture (0 where infeasible)."""
     n = len(plans)
     t_s = np.asarray(plans["time_s"], dtype=np.float64)
     feasible = np.asarray(plans["feasible"], dtype=bool) & np.isfinite(t_s) & (t_s > 0)
     hbm = (np.asarray(archs["hbm_gib"], dtype=np.float64) if hbm_gib is None
            else np.full(n, float(hbm_gib)))
     # the power budget: the step at the clock it leaves, and the power and cost columns
-    t_s, capped, power = _power.power_columns(cfg, model_index, microbatch, archs, plans,
-                                              feasible, t_s, hbm)
+    t_s, capped, power = _power.power_columns(cfg, model_index, microbatch, power, index,
+                                              plans, feasible, t_s, hbm)
     over = feasible & ~capped
     feasible = capped
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -251,6 +253,14 @@ class CalibratedPricing(Pricing):
         super().__init__(cfg, archs)
         self._bounds = {}
         self._tables = {}
+        self._power = None
+
+    @property
+    def power(self):
+        """The chunk's :class:`_power.ChunkPower`, made at its first use."""
+        if self._power is None:
+            self._power = _power.ChunkPower(self.archs)
+        return self._power
 
     def plan_counts(self) -> tuple:
         return (sum(t.plans_bounded for t in self._tables.values()),
@@ -300,12 +310,12 @@ class CalibratedPricing(Pricing):
                          _bounds_to_throughput(lower_bounds(cfg, table, rc, sub),
                                                int(cfg.global_batch)))
             price = functools.partial(_price_plans, cfg, model_index, microbatch, rc, table,
-                                      sub, sub_archs, sub_ids)
+                                      sub, sub_archs, sub_ids, self.power)
             yield PointGroup(bound=bound, points=n_hbm, price=price)
 
 
-def _price_plans(cfg, model_index, microbatch, recompute, table, sub, archs, arch_ids, rows,
-                 batch):
+def _price_plans(cfg, model_index, microbatch, recompute, table, sub, archs, arch_ids, power,
+                 rows, batch):
     """A :class:`PointGroup` ``price``: the best plans of the architectures ``batch`` (in
     ascending order; indices into ``archs``, the rows ``sub`` of the chunk's ``table``) at
     every HBM capacity, one row each; samples/s (HBM values, len(batch)) aligned with
@@ -316,7 +326,8 @@ def _price_plans(cfg, model_index, microbatch, recompute, table, sub, archs, arc
     out = np.empty((len(per_hbm), len(batch)))
     for h, (hbm, plans) in enumerate(zip(cfg.hbm_gib, per_hbm)):
         out[h, order] = add_plans(rows, cfg, model_index, microbatch, recompute, hbm,
-                                  archs[ascending], arch_ids[ascending], plans)
+                                  archs[ascending], arch_ids[ascending], plans, power,
+                                  sub[ascending])
     return out
 
 
@@ -387,11 +398,16 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                         f"{peak.total / 2 ** 30:.2f} GiB per device do not fit "
                                         f"in {max(hbm_values):g} GiB of HBM")
                                     continue
-                                sps = cfg.global_batch / res.time_s
+                                pw = _power.fixed_power(cfg, spec, row, res)
+                                if not pw["power_feasible"]:
+                                    reason = reason or POWER_REASON.format(cfg.max_power_w)
+                                    continue
+                                sps = cfg.global_batch / pw["time_s"]
                                 if best is None or sps > best["samples_per_s"]:
                                     best = {
+                                        **{k: pw[k] for k in _power.NAMES},
                                         "feasible": True, "microbatch": mb, "hbm_gib": min(fits),
-                                        "recompute": rc, "time_per_batch_s": res.time_s,
+                                        "recompute": rc, "time_per_batch_s": pw["time_s"],
                                         "samples_per_s": sps,
                                         "tokens_per_s": sps * spec.seq_len,
                                         "tensor_parallel": t, "pipeline_parallel": p,

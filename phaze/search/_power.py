@@ -6,8 +6,8 @@ the step's energy by part (``phaze.step.energy_parts``, one graph variant per di
 (t, sp, flash, cp, ep) of the rows' plans), the clock the cap leaves and the step's seconds
 at it (``phaze.step.power_capped``), and the cost of a chip and of a million tokens
 (``phaze.arch.chip_cost_usd`` on the template's die area at its node,
-``phaze.arch.usd_per_million_tokens``). A searched row is a hypothetical chip of the
-template: its node, memory and fabric are the template's (``phaze.arch.TEMPLATE_*``).
+``phaze.arch.run_cost_usd`` / ``usd_per_million_tokens`` with their cited defaults). A
+searched row is a hypothetical chip of the template, built on :data:`SEARCH_PROCESS_NM`.
 """
 from __future__ import annotations
 
@@ -23,18 +23,74 @@ NAMES = ("power_w", "clock_fraction", "energy_per_step_j", "tokens_per_joule", "
          "usd_per_million_tokens")
 
 
+#: The node a searched chip is built and powered on: TPU v4's (the tpuv4 preset's
+#: ``process_nm``), since the space's area budget and its baselines are TPU v4's; the
+#: template's memory and fabric are tpuv4's too (``phaze.arch.energy_rows``' defaults).
+SEARCH_PROCESS_NM = _arch.resolve_chip("tpuv4").process_nm
+
+
 def chip_costs(archs, hbm_gib) -> np.ndarray:
-    """US$ per chip of each row: its die at the template's node and its HBM capacity."""
-    area, _parts = _arch.die_area_mm2(archs, process_nm=_arch.TEMPLATE_PROCESS_NM)
-    return np.asarray(_arch.chip_cost_usd(area, process_nm=_arch.TEMPLATE_PROCESS_NM,
+    """US$ per chip of each row: its die at :data:`SEARCH_PROCESS_NM` and its HBM."""
+    area, _parts = _arch.die_area_mm2(archs, process_nm=SEARCH_PROCESS_NM)
+    return np.asarray(_arch.chip_cost_usd(area, process_nm=SEARCH_PROCESS_NM,
                                           hbm_gib=np.asarray(hbm_gib, dtype=np.float64)),
                       dtype=np.float64)
 
 
-def power_columns(cfg, model_index, microbatch, archs, plans, feasible, time_s, hbm_gib):
+class ChunkPower:
+    """What the power columns read of a chunk's architecture rows, made once per chunk:
+    each row's energy records at :data:`SEARCH_PROCESS_NM`, calibrated tile efficiency and
+    η·HBM bandwidth, die area, and the layer graphs of the variants its plans use."""
+
+    def __init__(self, archs):
+        self.archs = archs
+        eff = _efficiency.for_rows(archs)
+        self.tile_efficiency = np.asarray(eff["tile_efficiency"], dtype=np.float64)
+        self.hbm_bw = (np.asarray(archs["hbm_gb_per_s"], dtype=np.float64) * 1e9
+                       * np.asarray(eff["hbm_efficiency"], dtype=np.float64))
+        self.energy = _arch.energy_rows(archs, process_nm=SEARCH_PROCESS_NM)
+        self.area_mm2 = np.asarray(_arch.die_area_mm2(archs, process_nm=SEARCH_PROCESS_NM)[0],
+                                   dtype=np.float64)
+        self._graphs = {}
+        self._sums = {}
+        self._costs = {}
+
+    def sums(self, mg):
+        """``step.layer_sums`` of a variant on every row of the chunk, made once."""
+        hit = self._sums.get(id(mg))
+        if hit is None:
+            hit = self._sums[id(mg)] = (mg, step.layer_sums(mg, self.archs, self.energy))
+        return hit[1]
+
+    def costs(self, hbm_gib):
+        """US$ per chip of every row of the chunk with ``hbm_gib`` of HBM, made once."""
+        hit = self._costs.get(hbm_gib)
+        if hit is None:
+            hit = self._costs[hbm_gib] = np.asarray(_arch.chip_cost_usd(
+                self.area_mm2, process_nm=SEARCH_PROCESS_NM,
+                hbm_gib=(np.asarray(self.archs["hbm_gib"], dtype=np.float64) if hbm_gib is None
+                         else np.full(len(self.archs), float(hbm_gib)))), dtype=np.float64)
+        return hit
+
+    def graphs(self, cfg, model_index, microbatch, key):
+        """``graph.build_layers`` of one variant (t, sp, flash, cp, ep), built once."""
+        hit = self._graphs.get((model_index, microbatch, key))
+        if hit is None:
+            t, sp, flash, cp, ep = key
+            spec = cfg.models[model_index]
+            hit = self._graphs[model_index, microbatch, key] = graph.build_layers(
+                spec, int(microbatch), t, sequence_parallel=bool(sp) and t > 1,
+                flash_attention=bool(flash), kernels="megatron", dtype=cfg.precision,
+                expert_parallel=ep, context_parallel=cp,
+                capacity_factor=cfg.capacity_factor if spec.is_moe else None)
+        return hit
+
+
+def power_columns(cfg, model_index, microbatch, chunk, index, plans, feasible, time_s,
+                  hbm_gib):
     """(seconds at the capped clock, feasible under the cap, {column: values}) of the rows
-    ``plans`` (``step.PLAN_DTYPE``, one per row of ``archs``); NaN columns where
-    infeasible."""
+    ``plans`` (``step.PLAN_DTYPE``), one per row ``index`` of the chunk (a
+    :class:`ChunkPower`); NaN columns where infeasible."""
     n = len(plans)
     cols = {name: np.full(n, math.nan) for name in NAMES}
     time_s = np.asarray(time_s, dtype=np.float64).copy()
@@ -43,40 +99,41 @@ def power_columns(cfg, model_index, microbatch, archs, plans, feasible, time_s, 
     if not live.size:
         return time_s, feasible, cols
     spec = cfg.models[model_index]
-    rows, pl = archs[live], plans[live]
-    eff = _efficiency.for_rows(rows)
-    energy = _arch.energy_rows(rows, process_nm=_arch.TEMPLATE_PROCESS_NM)
-    hbm_bw = np.asarray(rows["hbm_gb_per_s"], dtype=np.float64) * 1e9 * eff["hbm_efficiency"]
+    at = np.asarray(index, dtype=np.int64)[live]
+    rows, pl = chunk.archs[at], plans[live]
+    energy, hbm_bw = chunk.energy[at], chunk.hbm_bw[at]
     grad = float(step.GRAD_REDUCE_BYTES[cfg.grad_reduce_dtype])
     parts = {k: np.zeros(live.size) for k in step.ENERGY_PARTS}
     macs = np.zeros(live.size)
-    key_cols = [np.asarray(pl[k]).astype(np.int64) for k in (
-        "tensor_parallel", "sequence_parallel", "flash_attention", "context_parallel",
-        "expert_parallel")]
-    keys = np.stack(key_cols, axis=1)
-    for key in np.unique(keys, axis=0):
-        t, sp, flash, cp, ep = (int(x) for x in key)
-        idx = np.flatnonzero(np.all(keys == key, axis=1))
-        mg = graph.build_layers(spec, int(microbatch), t, sequence_parallel=bool(sp) and t > 1,
-                                flash_attention=bool(flash), kernels="megatron",
-                                dtype=cfg.precision, expert_parallel=ep, context_parallel=cp,
-                                capacity_factor=cfg.capacity_factor if spec.is_moe else None)
+    variants = {}
+    for i, key in enumerate(zip(*(np.asarray(pl[k]).astype(np.int64).tolist() for k in (
+            "tensor_parallel", "sequence_parallel", "flash_attention", "context_parallel",
+            "expert_parallel")))):
+        variants.setdefault(key, []).append(i)
+    for key, members in variants.items():
+        idx = np.asarray(members, dtype=np.int64)
+        mg = chunk.graphs(cfg, model_index, microbatch, key)
         got, m = step.energy_parts(mg, rows[idx], energy[idx], plans=pl[idx],
                                    global_batch=int(cfg.global_batch), grad_bytes=grad,
-                                   hbm_bw=hbm_bw[idx])
+                                   hbm_bw=hbm_bw[idx],
+                                   sums=step.take_sums(chunk.sums(mg), at[idx]))
         for k in step.ENERGY_PARTS:
             parts[k][idx] = got[k]
         macs[idx] = m
-    share = step.clock_share(macs, rows, eff["tile_efficiency"], time_s[live])
+    share = step.clock_share(macs, rows, chunk.tile_efficiency[at], time_s[live])
     s, t_new, out, power, ok = step.power_capped(parts, time_s[live], energy["static_w"], share,
                                                  float(cfg.max_power_w))
     devices = np.asarray(pl["devices_used"], dtype=np.float64)
     e_job = sum(out[k] for k in step.ENERGY_PARTS) * devices
     tokens = float(cfg.global_batch) * float(spec.seq_len)
-    cost = chip_costs(rows, np.asarray(hbm_gib, dtype=np.float64)[live])
+    hbm = np.asarray(hbm_gib, dtype=np.float64)
+    own = np.array_equal(hbm, np.asarray(chunk.archs["hbm_gib"], dtype=np.float64)[index])
+    cost = chunk.costs(None if own else float(hbm[0]))[at] if (own or np.all(hbm == hbm[0])) \
+        else np.asarray(_arch.chip_cost_usd(chunk.area_mm2[at], process_nm=SEARCH_PROCESS_NM,
+                                            hbm_gib=hbm[live]), dtype=np.float64)
     usd = np.asarray(_arch.usd_per_million_tokens(
-        chips=devices, chip_cost_usd=cost, seconds_per_step=t_new, tokens_per_step=tokens,
-        power_w=power), dtype=np.float64)
+        _arch.run_cost_usd(chips=devices, chip_cost_usd=cost, seconds=t_new, power_w=power),
+        tokens), dtype=np.float64)
     vals = {"power_w": power, "clock_fraction": s, "energy_per_step_j": e_job,
             "tokens_per_joule": tokens / e_job, "chip_cost_usd": cost,
             "usd_per_million_tokens": usd}
@@ -85,3 +142,24 @@ def power_columns(cfg, model_index, microbatch, archs, plans, feasible, time_s, 
     time_s[live] = np.where(ok, t_new, math.inf)
     feasible[live] = ok
     return time_s, feasible, cols
+
+
+def fixed_power(cfg, spec, row, res):
+    """The power columns, seconds and feasibility of one ``training_step`` result ``res`` on
+    the architecture ``row`` (a fixed-plan baseline), as :func:`power_columns` gives a
+    searched row: a dict of the columns plus ``time_s`` and ``power_feasible``."""
+    chip = _arch.resolve(row)
+    pw = step.plan_power(spec, chip, res.plan, res.breakdown, res.time_s,
+                         max_power_w=float(cfg.max_power_w))
+    devices = (int(res.plan["tensor_parallel"]) * int(res.plan["pipeline_parallel"])
+               * int(res.plan["data_parallel"]) * int(res.plan["context_parallel"]))
+    tokens = float(cfg.global_batch) * float(spec.seq_len)
+    cost = float(chip_costs(row, float(row["hbm_gib"][0]))[0])
+    usd = float(_arch.usd_per_million_tokens(_arch.run_cost_usd(
+        chips=devices, chip_cost_usd=cost, seconds=pw["time_s"], power_w=pw["power_w"]),
+        tokens))
+    return {"power_w": pw["power_w"], "clock_fraction": pw["clock_fraction"],
+            "energy_per_step_j": pw["energy_per_step_j"],
+            "tokens_per_joule": tokens / pw["energy_per_step_j"], "chip_cost_usd": cost,
+            "usd_per_million_tokens": usd, "time_s": pw["time_s"],
+            "power_feasible": pw["power_feasible"]}

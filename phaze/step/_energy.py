@@ -148,14 +148,15 @@ def graph_energy(g, archs, energy, t):
     d = np.asarray(archs["tc_depth"], dtype=np.float64)
     sram = onchip_bytes(c["gemm_dims"], c["gemm_in"], w, d) + c["streamed"]
     node = np.asarray(archs["node_size"], dtype=np.float64)
-    link = np.zeros(len(archs))
-    net = np.zeros(len(archs))
-    for sent, group, wide in zip(c["sent"], c["group"], c["a2a"]):
+    if c["sent"].size:
         # tensor-parallel groups sit inside a node; an expert- or context-parallel group's
         # ranks are t apart
-        share = _net_share(group, float(t) if wide else 1.0, node)
-        net = net + sent * share
-        link = link + sent * (1.0 - share)
+        share = _net_share(c["group"][:, None], np.where(c["a2a"], float(t), 1.0)[:, None],
+                           node[None, :])
+        net = (c["sent"][:, None] * share).sum(axis=0)
+        link = (c["sent"][:, None] * (1.0 - share)).sum(axis=0)
+    else:
+        link = net = np.zeros(len(archs))
     return dict(
         compute=(c["mac16"] * energy["mac16_j"] + c["mac8"] * energy["mac8_j"]
                  + c["mac4"] * energy["mac4_j"]),
@@ -170,14 +171,52 @@ def _add(acc, part, scale):
         acc[k] = acc.get(k, 0.0) + scale * v
 
 
-def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw):
+def layer_sums(mg, archs, energy):
+    """What :func:`energy_parts` reads of a graph variant ``mg`` on rows ``archs``, which no
+    plan changes: per part, one microbatch's forward and backward joules of the whole chain
+    and the forward of its transformer layers (dicts of (n,) arrays); the chain's MACs
+    forward + backward and its layers' forward MACs; the 16-bit weight bytes of one rank
+    outside and inside the routed experts; the largest boundary tensor."""
+    fwd, bwd, layer_fwd = {}, {}, {}
+    dense_w = expert_w = boundary = macs = fwd_macs = 0.0
+    for layer in mg.layers:
+        f = graph_energy(layer.forward, archs, energy, int(mg.tensor_parallel))
+        b = graph_energy(layer.backward, archs, energy, int(mg.tensor_parallel))
+        _add(fwd, f, layer.count)
+        _add(bwd, b, layer.count)
+        cf = _graph_columns(layer.forward)
+        cb = _graph_columns(layer.backward)
+        if layer.kind not in ("embedding", "head"):
+            _add(layer_fwd, f, layer.count)
+            boundary = max(boundary, float(layer.boundary_bytes))
+            fwd_macs += layer.count * (cf["mac16"] + cf["mac8"] + cf["mac4"])
+        dense_w += layer.count * float(layer.param_bytes - layer.expert_param_bytes)
+        expert_w += layer.count * float(layer.expert_param_bytes)
+        macs += layer.count * (cf["mac16"] + cf["mac8"] + cf["mac4"]
+                               + cb["mac16"] + cb["mac8"] + cb["mac4"])
+    return dict(fwd=fwd, bwd=bwd, layer_fwd=layer_fwd, macs=macs, fwd_macs=fwd_macs,
+                dense_w=dense_w, expert_w=expert_w, boundary=boundary)
+
+
+def take_sums(sums, index):
+    """:func:`layer_sums` of the rows ``index`` of the rows it was made on."""
+    out = dict(sums)
+    for k in ("fwd", "bwd", "layer_fwd"):
+        out[k] = {p: v[index] for p, v in sums[k].items()}
+    return out
+
+
+def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, sums=None):
     """Joules per device per step by part (:data:`PARTS`) of the plans ``plans`` (records
     with the fields of ``step.PLAN_DTYPE``; one per row of ``archs`` and ``energy``), all of
     one graph variant ``mg`` (``graph.build_layers`` at their microbatch, t, sp, flash, cp,
     ep, datatype). ``grad_bytes``: bytes per gradient element in the reduction;
-    ``hbm_bw``: each row's η·HBM bytes/s (the optimizer's traffic). Also returns the MACs
-    per device per step (the clock's share, :func:`clock_share`)."""
+    ``hbm_bw``: each row's η·HBM bytes/s (the optimizer's traffic); ``sums``: the rows'
+    :func:`layer_sums` when made already. Also returns the MACs per device per step (the
+    clock's share, :func:`clock_share`)."""
     n = len(archs)
+    if sums is None:
+        sums = layer_sums(mg, archs, energy)
     t = int(mg.tensor_parallel)
     ep, cp = int(mg.expert_parallel), int(mg.context_parallel)
     p = np.asarray(plans["pipeline_parallel"], dtype=np.float64)
@@ -187,48 +226,32 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw):
     fwd_s = np.asarray(plans["forward_s"], dtype=np.float64)
     rec_s = np.asarray(plans["recompute_s"], dtype=np.float64)
     node = np.asarray(archs["node_size"], dtype=np.float64)
-    fwd, bwd, layer_fwd = {}, {}, {}
-    dense_w = expert_w = boundary = macs = 0.0
-    for layer in mg.layers:
-        f = graph_energy(layer.forward, archs, energy, t)
-        b = graph_energy(layer.backward, archs, energy, t)
-        _add(fwd, f, layer.count)
-        _add(bwd, b, layer.count)
-        if layer.kind not in ("embedding", "head"):
-            _add(layer_fwd, f, layer.count)
-            boundary = max(boundary, float(layer.boundary_bytes))
-        dense_w += layer.count * float(layer.param_bytes - layer.expert_param_bytes)
-        expert_w += layer.count * float(layer.expert_param_bytes)
-        for g in (layer.forward, layer.backward):
-            c = _graph_columns(g)
-            macs += layer.count * (c["mac16"] + c["mac8"] + c["mac4"])
+    fwd, bwd, layer_fwd = sums["fwd"], sums["bwd"], sums["layer_fwd"]
     with np.errstate(divide="ignore", invalid="ignore"):
         rec = np.where(fwd_s > 0, rec_s / fwd_s, 0.0)
-    parts = {k: m / p * (fwd[k] + bwd[k] + rec * layer_fwd[k]) for k in fwd}
-    macs_dev = m / p * (macs + 0.0)  # recomputed MACs: at the recompute share of the forward
-    fwd_macs = sum(layer.count * sum(_graph_columns(layer.forward)[x]
-                                     for x in ("mac16", "mac8", "mac4"))
-                   for layer in mg.layers if layer.kind not in ("embedding", "head"))
-    macs_dev = macs_dev + m / p * rec * fwd_macs
+    per = m / p
+    parts = {k: per * (fwd[k] + bwd[k] + rec * layer_fwd[k]) for k in fwd}
+    # recomputed MACs: the layers' forward again, at the recompute share
+    macs_dev = per * (sums["macs"] + rec * sums["fwd_macs"])
     # the data-parallel reduction of the weights' gradients (16-bit weights: 2 B each)
-    elements = {"dense": dense_w / 2.0 / p, "expert": expert_w / 2.0 / p}
-    groups = {"dense": d * cp, "expert": np.maximum(d * cp / ep, 1.0)}
-    strides = {"dense": t * cp, "expert": t * ep}
     link = np.zeros(n)
     net = np.zeros(n)
-    for key in ("dense", "expert"):
-        g = groups[key]
+    for weight_bytes, g, stride in ((sums["dense_w"], d * cp, t * cp),
+                                    (sums["expert_w"], np.maximum(d * cp / ep, 1.0), t * ep)):
+        if not weight_bytes:
+            continue
+        elements = weight_bytes / 2.0 / p
         frac = np.where(g > 1, (g - 1.0) / g, 0.0)
-        grads = elements[key] * grad_bytes
-        weights = elements[key] * 2.0
+        grads = elements * grad_bytes
+        weights = elements * 2.0
         sent = np.select([zero == 0, zero < 3],
                          [2.0 * frac * grads, frac * (grads + weights)],
                          m * frac * (2.0 * weights + grads))
-        share = _net_share(g, strides[key], node)
+        share = _net_share(g, stride, node)
         net = net + sent * share
         link = link + sent * (1.0 - share)
     # the pipeline's activations forward and gradients backward
-    pp = np.where(p > 1, 2.0 * m * boundary * (p - 1.0) / p, 0.0)
+    pp = np.where(p > 1, 2.0 * m * sums["boundary"] * (p - 1.0) / p, 0.0)
     pp_net = np.where(t * cp * d >= node, 1.0, 0.0)
     net = net + pp * pp_net
     link = link + pp * (1.0 - pp_net)
@@ -281,7 +304,7 @@ def power_capped(parts, time_s, static_w, share, cap_w):
         sub = {k: v[search] if np.ndim(v) else v for k, v in
                (("time_s", time_s), ("share", share), ("clocked", clocked),
                 ("other", other), ("static", static_w))}
-        for _ in range(50):
+        for _ in range(32):   # the clock to 2⁻³² of its range
             mid = 0.5 * (lo + hi)
             tt = sub["time_s"] * (sub["share"] / mid + (1.0 - sub["share"]))
             pw = (sub["clocked"] * _arch.dvfs_energy_scale(mid) + sub["other"]
