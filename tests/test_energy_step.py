@@ -19,11 +19,19 @@ def unit_energy(n, **ones):
     return e
 
 
+_SHORT = {"pipeline_parallel": "p", "data_parallel": "d", "microbatches": "m",
+          "zero_stage": "zero", "forward_s": "fwd_s", "recompute_s": "rec_s",
+          "optimizer_s": "opt_s"}
+
+
 def plans(**cols):
+    """A one-plan ``step.plan_view``: the PLAN_DTYPE fields given by their names."""
     base = dict(pipeline_parallel=[1], data_parallel=[1], microbatches=[1], zero_stage=[0],
                 forward_s=[1.0], recompute_s=[0.0], optimizer_s=[0.0])
     base.update({k: list(np.atleast_1d(v)) for k, v in cols.items()})
-    return {k: np.asarray(v) for k, v in base.items()}
+    view = {_SHORT[k]: np.asarray(v) for k, v in base.items()}
+    view.update(cp=np.ones(1), ep=np.ones(1))
+    return view
 
 
 def test_the_forward_of_a_gpt_block_does_its_hand_counted_macs():

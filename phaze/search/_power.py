@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from .. import arch as _arch
-from .. import graph, step
+from .. import step
 from ..arch import efficiency as _efficiency
 
 NAMES = ("power_w", "clock_fraction", "energy_per_step_j", "tokens_per_joule", "chip_cost_usd",
@@ -73,16 +73,11 @@ class ChunkPower:
         return hit
 
     def graphs(self, cfg, model_index, microbatch, key):
-        """``graph.build_layers`` of one variant (t, sp, flash, cp, ep), built once."""
+        """``step.variant_graph`` of one variant (t, sp, flash, cp, ep), built once."""
         hit = self._graphs.get((model_index, microbatch, key))
         if hit is None:
-            t, sp, flash, cp, ep = key
-            spec = cfg.models[model_index]
-            hit = self._graphs[model_index, microbatch, key] = graph.build_layers(
-                spec, int(microbatch), t, sequence_parallel=bool(sp) and t > 1,
-                flash_attention=bool(flash), kernels="megatron", dtype=cfg.precision,
-                expert_parallel=ep, context_parallel=cp,
-                capacity_factor=cfg.capacity_factor if spec.is_moe else None)
+            hit = self._graphs[model_index, microbatch, key] = step.variant_graph(
+                cfg.models[model_index], microbatch, *key, cfg.precision, cfg.capacity_factor)
         return hit
 
 
@@ -100,20 +95,20 @@ def power_columns(cfg, model_index, microbatch, chunk, index, plans, feasible, t
         return time_s, feasible, cols
     spec = cfg.models[model_index]
     at = np.asarray(index, dtype=np.int64)[live]
-    rows, pl = chunk.archs[at], plans[live]
+    rows, view = chunk.archs[at], {k: v[live] for k, v in step.plan_view(plans).items()}
     energy, hbm_bw = chunk.energy[at], chunk.hbm_bw[at]
     grad = float(step.GRAD_REDUCE_BYTES[cfg.grad_reduce_dtype])
     parts = {k: np.zeros(live.size) for k in step.ENERGY_PARTS}
     macs = np.zeros(live.size)
     variants = {}
-    for i, key in enumerate(zip(*(np.asarray(pl[k]).astype(np.int64).tolist() for k in (
-            "tensor_parallel", "sequence_parallel", "flash_attention", "context_parallel",
-            "expert_parallel")))):
+    for i, key in enumerate(zip(*(view[k].astype(np.int64).tolist()
+                                  for k in ("t", "sp", "flash", "cp", "ep")))):
         variants.setdefault(key, []).append(i)
     for key, members in variants.items():
         idx = np.asarray(members, dtype=np.int64)
         mg = chunk.graphs(cfg, model_index, microbatch, key)
-        got, m = step.energy_parts(mg, rows[idx], energy[idx], plans=pl[idx],
+        got, m = step.energy_parts(mg, rows[idx], energy[idx],
+                                   plans={k: v[idx] for k, v in view.items()},
                                    global_batch=int(cfg.global_batch), grad_bytes=grad,
                                    hbm_bw=hbm_bw[idx],
                                    sums=step.take_sums(chunk.sums(mg), at[idx]))
@@ -123,7 +118,7 @@ def power_columns(cfg, model_index, microbatch, chunk, index, plans, feasible, t
     share = step.clock_share(macs, rows, chunk.tile_efficiency[at], time_s[live])
     s, t_new, out, power, ok = step.power_capped(parts, time_s[live], energy["static_w"], share,
                                                  float(cfg.max_power_w))
-    devices = np.asarray(pl["devices_used"], dtype=np.float64)
+    devices = np.asarray(view["devices"], dtype=np.float64)
     e_job = sum(out[k] for k in step.ENERGY_PARTS) * devices
     tokens = float(cfg.global_batch) * float(spec.seq_len)
     hbm = np.asarray(hbm_gib, dtype=np.float64)
@@ -151,8 +146,7 @@ def fixed_power(cfg, spec, row, res):
     chip = _arch.resolve(row)
     pw = step.plan_power(spec, chip, res.plan, res.breakdown, res.time_s,
                          max_power_w=float(cfg.max_power_w))
-    devices = (int(res.plan["tensor_parallel"]) * int(res.plan["pipeline_parallel"])
-               * int(res.plan["data_parallel"]) * int(res.plan["context_parallel"]))
+    devices = int(step.step_view(res.plan, res.breakdown)["devices"][0])
     tokens = float(cfg.global_batch) * float(spec.seq_len)
     cost = float(chip_costs(row, float(row["hbm_gib"][0]))[0])
     usd = float(_arch.usd_per_million_tokens(_arch.run_cost_usd(

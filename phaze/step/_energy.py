@@ -53,6 +53,7 @@ import numpy as np
 from .. import arch as _arch
 from .. import graph, precision as _precision
 from .._cache import Memo
+from . import _plans
 from ._layers import GRAD_REDUCE_BYTES
 
 #: The parts of a step's energy, in the order ``energy_parts`` returns them.
@@ -207,10 +208,10 @@ def take_sums(sums, index):
 
 
 def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, sums=None):
-    """Joules per device per step by part (:data:`PARTS`) of the plans ``plans`` (records
-    with the fields of ``step.PLAN_DTYPE``; one per row of ``archs`` and ``energy``), all of
-    one graph variant ``mg`` (``graph.build_layers`` at their microbatch, t, sp, flash, cp,
-    ep, datatype). ``grad_bytes``: bytes per gradient element in the reduction;
+    """Joules per device per step by part (:data:`PARTS`) of the plans ``plans`` (a
+    ``_plans.plan_view`` of their records; one per row of ``archs`` and ``energy``), all of
+    one graph variant ``mg`` (``_plans.variant_graph`` of their microbatch, widths, switches
+    and datatype). ``grad_bytes``: bytes per gradient element in the reduction;
     ``hbm_bw``: each row's η·HBM bytes/s (the optimizer's traffic); ``sums``: the rows'
     :func:`layer_sums` when made already. Also returns the MACs per device per step (the
     clock's share, :func:`clock_share`)."""
@@ -218,13 +219,14 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, 
     if sums is None:
         sums = layer_sums(mg, archs, energy)
     t = int(mg.tensor_parallel)
-    ep, cp = int(mg.expert_parallel), int(mg.context_parallel)
-    p = np.asarray(plans["pipeline_parallel"], dtype=np.float64)
-    d = np.asarray(plans["data_parallel"], dtype=np.float64)
-    m = np.asarray(plans["microbatches"], dtype=np.float64)
-    zero = np.asarray(plans["zero_stage"], dtype=np.int64)
-    fwd_s = np.asarray(plans["forward_s"], dtype=np.float64)
-    rec_s = np.asarray(plans["recompute_s"], dtype=np.float64)
+    ep = np.asarray(plans["ep"], dtype=np.float64)
+    cp = np.asarray(plans["cp"], dtype=np.float64)
+    p = np.asarray(plans["p"], dtype=np.float64)
+    d = np.asarray(plans["d"], dtype=np.float64)
+    m = np.asarray(plans["m"], dtype=np.float64)
+    zero = np.asarray(plans["zero"], dtype=np.int64)
+    fwd_s = np.asarray(plans["fwd_s"], dtype=np.float64)
+    rec_s = np.asarray(plans["rec_s"], dtype=np.float64)
     node = np.asarray(archs["node_size"], dtype=np.float64)
     fwd, bwd, layer_fwd = sums["fwd"], sums["bwd"], sums["layer_fwd"]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -257,7 +259,7 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, 
     link = link + pp * (1.0 - pp_net)
     parts["link"] = parts["link"] + link * energy["link_j_per_byte"]
     parts["network"] = parts["network"] + net * energy["net_j_per_byte"]
-    opt_s = np.asarray(plans["optimizer_s"], dtype=np.float64)
+    opt_s = np.asarray(plans["opt_s"], dtype=np.float64)
     parts["hbm"] = parts["hbm"] + opt_s * hbm_bw * energy["hbm_j_per_byte"]
     parts["static"] = np.zeros(n)
     return {k: np.asarray(parts[k], dtype=np.float64) for k in PARTS}, macs_dev
@@ -349,32 +351,23 @@ def plan_power(m_spec, chip, plan, breakdown, time_s, *, max_power_w=None):
     chip), ``energy_per_step_j`` (every device used), ``energy_breakdown_j`` (per part,
     every device), ``clock_fraction``, ``power_cap_w`` (None: uncapped), ``time_s`` (at that
     clock), ``power_feasible``."""
-    t = int(plan["tensor_parallel"])
-    sp = bool(plan.get("sequence_parallel_effective", plan.get("sequence_parallel")))
-    mg = graph.build_layers(m_spec, int(plan["microbatch"]), t, sequence_parallel=sp,
-                            flash_attention=bool(plan["flash_attention"]), kernels="megatron",
-                            dtype=plan["precision"], expert_parallel=int(plan["expert_parallel"]),
-                            context_parallel=int(plan["context_parallel"]),
-                            capacity_factor=plan.get("capacity_factor"))
+    view = _plans.step_view(plan, breakdown)
+    mg = _plans.variant_graph(m_spec, plan["microbatch"], int(view["t"][0]), view["sp"][0],
+                              view["flash"][0], int(view["cp"][0]), int(view["ep"][0]),
+                              plan["precision"], plan.get("capacity_factor"))
     row = chip.row
     eff = chip.efficiency_set()
     energy = chip_energy(chip)
-    rec = {"pipeline_parallel": [plan["pipeline_parallel"]],
-           "data_parallel": [plan["data_parallel"]],
-           "microbatches": [breakdown.microbatches], "zero_stage": [plan["zero_stage"]],
-           "forward_s": [breakdown.forward_s], "recompute_s": [breakdown.recompute_s],
-           "optimizer_s": [breakdown.optimizer_s]}
     grad = float(GRAD_REDUCE_BYTES[plan.get("grad_reduce_dtype") or "fp32"])
     hbm_bw = row["hbm_gb_per_s"] * 1e9 * float(eff.hbm_efficiency)
-    parts, macs = energy_parts(mg, row, energy, plans=rec,
+    parts, macs = energy_parts(mg, row, energy, plans=view,
                                global_batch=int(plan["global_batch"]), grad_bytes=grad,
                                hbm_bw=hbm_bw)
     share = clock_share(macs, row, float(eff.tile_efficiency), np.array([time_s]))
     cap = template_cap(chip, max_power_w)
     s, t_new, out, power, ok = power_capped(parts, np.array([time_s]), energy["static_w"],
                                             share, cap)
-    devices = int(plan["tensor_parallel"]) * int(plan["context_parallel"]) * int(
-        plan["pipeline_parallel"]) * int(plan["data_parallel"])
+    devices = int(view["devices"][0])
     return {"power_w": float(power[0]),
             "energy_per_step_j": float(sum(out[k][0] for k in PARTS) * devices),
             "energy_breakdown_j": {k: float(out[k][0] * devices) for k in PARTS},

@@ -849,3 +849,43 @@ def _lower_bounds(table, ns, times, n_dev, B, recompute) -> np.ndarray:
         bound = B * t * cp * work / (b * n_dev) * (1.0 - 1e-12)
         best = np.where(ns >= t, np.minimum(best, bound), best)
     return best
+
+
+# ---------------------------------------------------------------------------
+# what the energy model reads of a plan (step._energy, search._power; issue 28)
+# ---------------------------------------------------------------------------
+
+#: Short name → the ``PLAN_DTYPE`` field the energy model reads (the one place its knobs
+#: are named).
+PLAN_VIEW = {"t": "tensor_parallel", "p": "pipeline_parallel", "d": "data_parallel",
+             "cp": "context_parallel", "ep": "expert_parallel", "zero": "zero_stage",
+             "sp": "sequence_parallel", "flash": "flash_attention", "m": "microbatches",
+             "fwd_s": "forward_s", "rec_s": "recompute_s", "opt_s": "optimizer_s",
+             "devices": "devices_used"}
+
+
+def plan_view(plans) -> dict:
+    """:data:`PLAN_VIEW` of plan records (``PLAN_DTYPE`` rows, or a dict of their columns)."""
+    names = plans.dtype.names if hasattr(plans, "dtype") else tuple(plans)
+    return {k: np.asarray(plans[v]) for k, v in PLAN_VIEW.items() if v in names}
+
+
+def step_view(plan: dict, breakdown) -> dict:
+    """:data:`PLAN_VIEW` of one ``training_step`` (its ``plan`` dict and breakdown) as
+    one-element arrays, with the effective sequence parallelism."""
+    view = {k: np.asarray([plan[v]]) for k, v in PLAN_VIEW.items() if v in plan}
+    view["sp"] = np.asarray([bool(plan.get(PLAN_VIEW["sp"] + "_effective", plan[PLAN_VIEW["sp"]]))])
+    view["m"] = np.asarray([breakdown.microbatches])
+    for k in ("fwd_s", "rec_s", "opt_s"):
+        view[k] = np.asarray([getattr(breakdown, PLAN_VIEW[k])])
+    view["devices"] = view["t"] * view["cp"] * view["p"] * view["d"]
+    return view
+
+
+def variant_graph(m_spec, microbatch, t, sp, flash, cp, ep, precision, capacity_factor=None):
+    """The layer graphs (``graph.build_layers``, the Megatron kernels) of one variant."""
+    return graph.build_layers(m_spec, int(microbatch), int(t), sequence_parallel=bool(sp)
+                              and t > 1, flash_attention=bool(flash), kernels="megatron",
+                              dtype=precision, expert_parallel=int(ep),
+                              context_parallel=int(cp),
+                              capacity_factor=capacity_factor if m_spec.is_moe else None)
