@@ -117,7 +117,7 @@ def check_kind(name, kind, allowed, n):
     if arr.size != n:
         raise ValueError(f"{name} must be one name or one per row ({n}), got {arr.size}")
     uniq, inverse = np.unique(arr.astype(str), return_inverse=True)
-    for v in uniq:
+    for v in uniq.tolist():
         if v not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
     return np.array([allowed.index(v) for v in uniq], dtype=np.int64)[inverse.reshape(-1)]
