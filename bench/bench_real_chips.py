@@ -53,6 +53,18 @@ def main():
         print(f"| {name} | {node} | {a:.0f} | {'unpublished' if area_pub is None else f'{area_pub:.0f}'} "
               f"| {_pct(a, area_pub)} | {w:.0f} | {'unpublished' if tdp_pub is None else f'{tdp_pub:.0f}'} "
               f"| {_pct(w, tdp_pub)} |")
+    print()
+    print("| chip | chip cost USD, template die | chip cost USD, published die | of which HBM USD |")
+    print("|---|---|---|---|")
+    for name, (area_pub, _tdp, _src) in PUBLISHED.items():
+        spec = json.loads((CHIPS / f"{name}.json").read_text())
+        node = spec.get("process_nm") or _node.PRESET_PROCESS_NM[name]
+        row = arch.presets.get(name)
+        area, _ = arch.die_area_mm2(row, process_nm=node, hbm_kind=spec["hbm_kind"])
+        kw = dict(process_nm=node, hbm_gib=float(row["hbm_gib"][0]), hbm_kind=spec["hbm_kind"])
+        t, parts = arch.chip_cost_usd(area, breakdown=True, **kw)
+        p = "unpublished" if area_pub is None else f"{float(arch.chip_cost_usd(area_pub, **kw)[0]):,.0f}"
+        print(f"| {name} | {float(t[0]):,.0f} | {p} | {float(parts['hbm_usd'][0]):,.0f} |")
 
 
 if __name__ == "__main__":

@@ -137,3 +137,13 @@ def test_stacks_by_kind():
     _, b = arch.die_area_mm2(row(), process_nm=7, hbm_stacks=6)
     assert b["hbm_phy_mm2"][0] == pytest.approx(72.0)
     assert _energy.buffer_bytes_per_array_cycle(8, 8) == 32.0
+
+
+def test_kind_arrays_with_repeats_and_a_bad_entry():
+    rows = np.concatenate([row(), row(), row()])
+    e = arch.energy_rows(rows, process_nm=7, hbm_kind=["HBM3", "HBM2", "HBM3"])
+    np.testing.assert_allclose(e["hbm_j_per_byte"], [24e-12, 31.2e-12, 24e-12])
+    with pytest.raises(ValueError, match="hbm_kind must be one of .* got 'HBM9'"):
+        arch.energy_rows(rows, process_nm=7, hbm_kind=["HBM3", "HBM9", "HBM3"])
+    with pytest.raises(ValueError, match="hbm_kind must be one name or one per row"):
+        arch.energy_rows(rows, process_nm=7, hbm_kind=["HBM3", "HBM2"])

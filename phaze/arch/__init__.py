@@ -26,14 +26,14 @@ devices and ``net_gb_per_s`` between nodes, and the derived ``area_mm2``.
 Modules, each importing only those before it (no cycle, no import inside a function to
 dodge one): ``_area`` (area model) → ``_rows`` (the dtype, rows from knobs) → ``_efields``
 (efficiency fields and ranges) → ``_fields`` (the chip-field table, value checks, reading a
-file) → ``rules`` (the stated rules for unmeasured efficiency parameters) → ``_catalog``
+file) → ``_node`` (area by process node, ``die_area_mm2``) → ``_energy``
+(``ENERGY_DTYPE``, ``energy_rows``, ``peak_power_w``, DVFS) → ``_silicon_cost``
+(``chip_cost_usd``, ``run_cost_usd``, ``usd_per_million_tokens``; issue 28, docs/fidelity-
+sources.md §23) → ``rules`` (the stated rules for unmeasured efficiency parameters) → ``_catalog``
 (the presets' files as data) → ``efficiency`` (parameter sets,
 ``for_rows``) → ``dtype_rates`` (tensor rate per datatype) → ``_chipfile`` (the ``Chip``
 record, chip files) → ``presets`` (the real chips, cited) → ``_resolve`` (the entrance)
-→ ``_make`` (``make_archs``) → this face with ``ArchSpace``. Issue 28's tables: ``_node`` (area by
-process node, ``die_area_mm2``, after ``_area``) → ``_energy`` (``ENERGY_DTYPE``, ``energy_rows``,
-``peak_power_w``, DVFS) and ``_silicon_cost`` (``chip_cost_usd``, ``run_cost_usd``,
-``usd_per_million_tokens``), each after ``_fields``.
+→ ``_make`` (``make_archs``) → this face with ``ArchSpace``.
 """
 from __future__ import annotations
 

@@ -83,6 +83,9 @@ OPTICS_J_PER_BIT = 15.0 * PJ
 SWITCH_J_PER_BIT = 10.0 * PJ
 NET_J_PER_BIT = {k: 2 * NIC_J_PER_BIT + 4 * OPTICS_J_PER_BIT + SWITCH_J_PER_BIT for k in NET_KINDS}
 NET_J_PER_BIT["dcn"] = 2 * NIC_J_PER_BIT + 4 * OPTICS_J_PER_BIT
+#: Per bit over each scale-up link kind (a ``roce`` scale-up link is priced as the network).
+LINK_J_PER_BIT = {k: NET_J_PER_BIT["roce"] if t is None else t * SERDES_J_PER_BIT
+                  for k, t in LINK_TRAVERSALS.items()}
 
 #: Static power: leakage per mm² of die (all nodes) and HBM background power per stack (§23).
 LEAKAGE_W_PER_MM2 = 0.03
@@ -132,7 +135,8 @@ def energy_rows(archs, *, process_nm, hbm_kind=None, link_kind=None, net_kind=No
     lk = _kinds("link_kind", link_kind, DEFAULT_LINK_KIND, LINK_KINDS, n)
     nk = _kinds("net_kind", net_kind, DEFAULT_NET_KIND, NET_KINDS, n)
     factor = _node._lookup(NODE_ENERGY_FACTOR, nodes)
-    total, parts = _node.die_area_mm2(rows, process_nm=nodes, hbm_kind=hk)
+    total, parts = _node.die_area_mm2(rows, process_nm=nodes,
+                                      hbm_kind=DEFAULT_HBM_KIND if hbm_kind is None else hbm_kind)
     core = parts["tensor_mm2"] + parts["vector_mm2"] + parts["buffer_mm2"]
     out = np.empty(n, dtype=ENERGY_DTYPE)
     out["mac16_j"] = MAC16_45NM_J * factor
@@ -141,11 +145,10 @@ def energy_rows(archs, *, process_nm, hbm_kind=None, link_kind=None, net_kind=No
     out["vector_op_j"] = VECTOR_OP_45NM_J * factor
     # Mean delivery distance: half the side of the square holding cores and buffer.
     out["sram_j_per_byte"] = sram_j_per_byte(rows["buffer_mib"], 0.5 * np.sqrt(core), factor)
-    out["hbm_j_per_byte"] = 8.0 * np.array([HBM_J_PER_BIT[k] for k in hk])
-    link_bit = np.array([NET_J_PER_BIT["roce"] if LINK_TRAVERSALS[k] is None
-                         else LINK_TRAVERSALS[k] * SERDES_J_PER_BIT for k in lk])
+    out["hbm_j_per_byte"] = 8.0 * _node.kind_values(HBM_J_PER_BIT, hk, HBM_KINDS)
+    link_bit = _node.kind_values(LINK_J_PER_BIT, lk, LINK_KINDS)
     out["link_j_per_byte"] = 8.0 * link_bit
-    out["net_j_per_byte"] = 8.0 * np.array([NET_J_PER_BIT[k] for k in nk])
+    out["net_j_per_byte"] = 8.0 * _node.kind_values(NET_J_PER_BIT, nk, NET_KINDS)
     stacks = parts["hbm_phy_mm2"] / _node.HBM_PHY_MM2_PER_STACK
     out["static_w"] = LEAKAGE_W_PER_MM2 * total + HBM_BACKGROUND_W_PER_STACK * stacks
     return out

@@ -106,23 +106,34 @@ def _rows(archs):
 
 
 def check_kind(name, kind, allowed, n):
-    """``kind`` (None → caller's default already applied, a string or one per row) as an object array."""
+    """``kind`` (a name or one per row) as int codes into ``allowed`` (array of n); refuses others."""
+    if isinstance(kind, str):
+        if kind not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {kind!r}")
+        return np.full(n, allowed.index(kind), dtype=np.int64)
     arr = np.asarray(kind, dtype=object).reshape(-1)
     if arr.size == 1:
-        arr = np.full(n, arr[0], dtype=object)
+        return check_kind(name, arr[0] if isinstance(arr[0], str) else repr(arr[0]), allowed, n)
     if arr.size != n:
         raise ValueError(f"{name} must be one name or one per row ({n}), got {arr.size}")
-    for v in arr:
+    uniq, inverse = np.unique(arr.astype(str), return_inverse=True)
+    for v in uniq.tolist():
         if v not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
-    return arr
+    return np.array([allowed.index(v) for v in uniq], dtype=np.int64)[inverse.reshape(-1)]
+
+
+def kind_values(table, codes, allowed):
+    """``table[allowed[code]]`` for each code (float array)."""
+    return np.array([table[k] for k in allowed], dtype=np.float64)[codes]
 
 
 def hbm_stacks_for(hbm_gb_per_s, hbm_kind):
     """Stacks needed for the bandwidth: ceil(hbm_gb_per_s / per-stack GB/s of the kind)."""
     bw = np.asarray(hbm_gb_per_s, dtype=np.float64).reshape(-1)
-    kinds = check_kind("hbm_kind", hbm_kind, tuple(HBM_GB_PER_S_PER_STACK), bw.size)
-    per = np.array([HBM_GB_PER_S_PER_STACK[k] for k in kinds])
+    allowed = tuple(HBM_GB_PER_S_PER_STACK)
+    per = kind_values(HBM_GB_PER_S_PER_STACK, check_kind("hbm_kind", hbm_kind, allowed, bw.size),
+                      allowed)
     return np.ceil(bw / per - 1e-9)
 
 

@@ -104,7 +104,7 @@ def chip_cost_usd(area_mm2, *, process_nm, hbm_gib, hbm_kind=None, breakdown=Fal
              else _positive("wafer_usd", wafer_usd) * np.ones(n))
     d0 = (_node._lookup(DEFECT_PER_CM2, nodes) if defect_per_cm2 is None
           else _nonneg("defect_per_cm2", defect_per_cm2) * np.ones(n))
-    per_gib = (np.array([HBM_USD_PER_GIB[k] for k in kinds]) if hbm_usd_per_gib is None
+    per_gib = (_node.kind_values(HBM_USD_PER_GIB, kinds, HBM_KINDS) if hbm_usd_per_gib is None
                else _nonneg("hbm_usd_per_gib", hbm_usd_per_gib) * np.ones(n))
     pack = _nonneg("packaging_usd", packaging_usd) * np.ones(n)
     chiplets = np.ceil(area / float(reticle_mm2) - 1e-12)
