@@ -41,7 +41,9 @@ The step (1F1B, Narayanan et al. 2021 §2.2.1; sheet §5.4)
   (Megatron-Core's --account-for-embedding-in-pipeline-split
   --account-for-loss-in-pipeline-split, torchtitan's default split) the embedding and
   the loss count as one layer each: L + 2 layers in p·v chunks of (L + 2)/(p·v), the
-  first and last chunk one transformer layer fewer (:func:`stage_layers`).
+  first and last chunk one transformer layer fewer (:func:`stage_layers`); with
+  ``pipeline_split="remainder_first"`` (torchtitan's and NeMo AutoModel's) the units
+  need not divide: the first (L + 2w) mod (p·v) chunks hold one more.
 - Per microbatch per stage: forward f_r and backward b_r = sums of the stage's layer
   times; full recomputation re-runs each transformer layer's forward before its
   backward (the embedding and head are not checkpointed), so b_r grows by the
