@@ -53,7 +53,10 @@ Validation file schema (JSON; the built-in table follows it)
          "table": str,                 (optional, default the name up to its first "/")
                                        the published table the row belongs to
          "trainer": str,               (optional, default "megatron") who ran it: megatron
-                                       (Megatron-LM, NeMo), torchtitan, automodel, ...
+                                       (Megatron-LM, NeMo), torchtitan, automodel, ...;
+                                       it sets the default of the row's pipeline_split
+                                       (TRAINER_SPLITS: remainder_first for torchtitan
+                                       and automodel, else even)
          "model_class": str,           (optional) dense | mixtral | moe | hybrid: rows that
                                        carry it count towards the H100 dense coverage line
          "reason": str}                (optional) why phaze cannot model the row yet, in
@@ -91,6 +94,13 @@ __all__ = ["Report", "run", "load_table", "builtin_path", "builtin_paths", "form
            "H100_ARCHS"]
 
 _GIB = float(2 ** 30)
+#: The pipeline split each trainer makes (``phaze.plan`` knob ``pipeline_split``), the
+#: default of a row that does not state one: torchtitan's _generate_llm_fqn_per_model_part
+#: and NeMo AutoModel's generate_hf_model_fqn_per_model_part give the remainder of the
+#: layers over the chunks to the first chunks (torchtitan counting the embedding and the
+#: head as one layer each, the row's ``account_for_embedding``; AutoModel not);
+#: Megatron-LM (and NeMo on it) needs them to divide.
+TRAINER_SPLITS = {"torchtitan": "remainder_first", "automodel": "remainder_first"}
 #: The plan's knobs a row holds (``phaze.plan.Knob.file_key``), in the order of a report
 #: row's ``config``.
 _FILE_KNOBS = tuple(sorted((k for k in _plan.KNOBS if k.file_key), key=lambda k: k.file_rank))
@@ -353,6 +363,8 @@ def run(path=None, *, efficiency=None) -> Report:
     for row in table["rows"]:
         config = {k: row[k] for k in _CONFIG_KEYS}
         config.update({k: row.get(k, default) for k, default in _OPTIONAL_KEYS})
+        if "pipeline_split" not in row:
+            config["pipeline_split"] = TRAINER_SPLITS.get(row.get("trainer", "megatron"), "even")
         rec = dict(name=row["name"], kind=row["kind"], held_out=bool(row.get("held_out", False)),
                    source=row["source"], config=config,
                    table=row.get("table", row["name"].split("/")[0]),

@@ -114,10 +114,15 @@ def group_geometry(p, t, d, cp, ep, node_size, cpn, epn, edpn):
 
 
 def chunk_range(k, p, v, n_layers, acct):
-    """Layers [lo, hi) of virtual stage k: L/(p·v) each, or with ``acct`` (the embedding
-    and the loss counted as one layer each) (L + 2)/(p·v), the first and last one fewer."""
-    lc = (n_layers + 2 * acct) // (p * v)
-    return max(0, k * lc - acct), min(n_layers, (k + 1) * lc - acct)
+    """Layers [lo, hi) of virtual stage k: with ``acct`` bit 0 the embedding and the loss
+    count as one layer each (w = 1), so L + 2w units are split, the first and last chunk
+    w layers fewer; (L + 2w)/(p·v) units each, or with bit 1 (torchtitan's
+    generate_llm_fqn_per_model_part) the first (L + 2w) mod (p·v) chunks one unit more."""
+    w = int(acct) & 1
+    units = n_layers + 2 * w
+    lc, ex = units // (p * v), (units % (p * v) if int(acct) & 2 else 0)
+    start = [c * lc + min(c, ex) for c in (k, k + 1)]
+    return max(0, start[0] - w), min(n_layers, start[1] - w)
 
 
 def prefix_row(kind_prefix, q, n_layers):

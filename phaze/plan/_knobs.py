@@ -130,6 +130,7 @@ KNOBS = (
     _ROWS["optimizer"],
     _ROWS["optimizer_state_dtype"],
     _ROWS["moe_dispatcher"],
+    _ROWS["pipeline_split"],
 )
 
 #: Knob by name.
@@ -462,12 +463,35 @@ RULES = (
          lambda v: v["virtual_stages"] > 1 and v["pipeline_parallel"] < 2,
          lambda v: "torchtitan's interleaved schedule (virtual stages > 1) needs pipeline "
                    "parallelism (p >= 2)"),
-    Rule("torchtitan", "emit", ("pipeline_parallel", "virtual_stages"),
+    Rule("torchtitan", "emit", ("pipeline_parallel", "virtual_stages", "pipeline_split"),
          lambda v: v["pipeline_parallel"] > 1 and not v["account_for_embedding"]
+         and v.get("pipeline_split", "even") == "even"
          and v["n_layers"] % (v["pipeline_parallel"] * v["virtual_stages"]),
          lambda v: f"the torchtitan stages written here hold {v['n_layers']} / (p × v) "
                    f"transformer layers each, and {v['n_layers']} is not divisible by p × v = "
                    f"{v['pipeline_parallel'] * v['virtual_stages']}"),
+    Rule("torchtitan", "emit", ("pipeline_parallel", "virtual_stages", "pipeline_split",
+                                "account_for_embedding"),
+         lambda v: v["pipeline_parallel"] > 1 and v.get("pipeline_split") == "remainder_first"
+         and not _tt_stages_expressible(v),
+         lambda v: f"torchtitan makes ceil(U / pipeline_parallel_layers_per_stage) stages of "
+                   f"the U = {_tt_units(v)} units (layers, embedding and head counted as "
+                   f"first/last_stage_less_layers), and no layers_per_stage gives p × v = "
+                   f"{v['pipeline_parallel'] * v['virtual_stages']} stages of one or more"),
+    Rule("megatron-lm", "layout", ("pipeline_parallel", "virtual_stages", "pipeline_split",
+                                   "account_for_embedding"),
+         lambda v: v["pipeline_parallel"] > 1 and v.get("pipeline_split") == "remainder_first"
+         and _tt_units(v) % (v["pipeline_parallel"] * v["virtual_stages"]),
+         lambda v: f"Megatron-LM cuts the {_tt_units(v)} layers into equal chunks, and the "
+                   f"remainder_first split (torchtitan's, NeMo AutoModel's) gives the first "
+                   f"{_tt_units(v) % (v['pipeline_parallel'] * v['virtual_stages'])} of the "
+                   f"{v['pipeline_parallel'] * v['virtual_stages']} chunks one more"),
+    Rule("deepspeed", "emit", ("pipeline_parallel", "virtual_stages", "pipeline_split",
+                               "account_for_embedding"),
+         lambda v: v["pipeline_parallel"] > 1 and v.get("pipeline_split") == "remainder_first"
+         and _tt_units(v) % (v["pipeline_parallel"] * v["virtual_stages"]),
+         lambda v: "the Megatron-DeepSpeed arguments written here split the layers evenly "
+                   "over the pipeline; emit torchtitan for the remainder_first split"),
     Rule("torchtitan", "emit", ("expert_parallel", "zero_stage", "context_parallel"),
          lambda v: v["expert_parallel"] > 1 and (v["zero_stage"] != 3
                                                  or v["expert_parallel"] % v["context_parallel"]),
@@ -678,6 +702,20 @@ def _tt_microbatch(v) -> list:
     return [("training.local_batch_size", v["microbatch"])]
 
 
+def _tt_units(v) -> int:
+    """The units torchtitan splits over the stages: the layers, and the embedding and head
+    one each with ``account_for_embedding`` (first/last_stage_less_layers = 1)."""
+    return v["n_layers"] + 2 * int(bool(v.get("account_for_embedding")))
+
+
+def _tt_stages_expressible(v) -> bool:
+    """torchtitan's layers_per_stage x = ceil(U/(p·v)) makes ceil(U/x) = p·v stages, each
+    of one unit or more (its checks: no empty stage, less_layers ≤ U // (p·v))."""
+    units, stages = _tt_units(v), v["pipeline_parallel"] * v["virtual_stages"]
+    x = -(-units // stages)
+    return -(-units // x) == stages and units // stages >= 1
+
+
 def _tt_pipeline(v) -> list:
     # the embedding counted as a layer (account_for_embedding) is torchtitan's default split:
     # (L + 2)/(p·v) per stage, the first and the last one fewer
@@ -685,9 +723,11 @@ def _tt_pipeline(v) -> list:
     if p == 1:
         return [("parallelism.pipeline_parallel_degree", 1)]
     acct = int(bool(v.get("account_for_embedding")))
+    # torchtitan makes ceil(U / layers_per_stage) stages of the U units and gives the
+    # remainder to the first (_generate_llm_fqn_per_model_part): ceil(U / (p·v)) per stage
+    # (U / (p·v) when they divide; _tt_stages_expressible checks it makes p·v stages)
     return [("parallelism.pipeline_parallel_degree", p),
-            ("parallelism.pipeline_parallel_layers_per_stage",
-             (v["n_layers"] + 2 * acct) // stages),
+            ("parallelism.pipeline_parallel_layers_per_stage", -(-_tt_units(v) // stages)),
             ("parallelism.pipeline_parallel_first_stage_less_layers", acct),
             ("parallelism.pipeline_parallel_last_stage_less_layers", acct)]
 

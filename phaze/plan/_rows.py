@@ -120,6 +120,28 @@ _ROWS["account_for_embedding"] = Knob(
     torchtitan="--parallelism.pipeline_parallel_first_stage_less_layers 1 "
                "--parallelism.pipeline_parallel_last_stage_less_layers 1")
 
+# Sources: torchtitan torchtitan/distributed/pipeline_parallel.py
+# _generate_llm_fqn_per_model_part (commit b5bcd76: L + first_stage_less_layers +
+# last_stage_less_layers units over the stages, the remainder to the first stages); NeMo
+# AutoModel nemo_automodel/components/distributed/pipelining/functional.py
+# generate_hf_model_fqn_per_model_part (commit 36044ad: the L layers alone, the remainder
+# to the first stages); docs/fidelity-sources.md "Uneven pipeline splits".
+_ROWS["pipeline_split"] = Knob(
+    "pipeline_split", str, "even", "one of even, remainder_first",
+    choices=("even", "remainder_first"), flags=("--pipeline-split",), study="even",
+    calibrated_only=True, study_lacks="uneven pipeline split",
+    file_key="pipeline_split", file_rank=27, file_optional=True,
+    trace_values=("even",),
+    trace_note="phaze trace draws even pipeline splits only",
+    help="how the layers (with --account-for-embedding the L + 2 units, embedding and "
+         "loss one each) are cut into the p·v chunks: even (Megatron-LM: they must divide; "
+         "default) or remainder_first (torchtitan's and NeMo AutoModel's: the first "
+         "units mod (p·v) chunks hold one more, e.g. DeepSeek-V3's 61 layers over 32 "
+         "chunks); calibrated model only",
+    megatron="",
+    deepspeed="",
+    torchtitan="--parallelism.pipeline_parallel_layers_per_stage ceil(units / (p·v))")
+
 _ROWS["precision"] = Knob(
     "precision", str, "bf16", "one of " + ", ".join(_precision.DTYPES),
     choices=_precision.DTYPES,

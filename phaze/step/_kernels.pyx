@@ -44,8 +44,8 @@ structs that read them; the import checks that each dtype is its struct's layout
   parameter of the gradient buffer and its data-parallel reduction (``grad_bytes``: 4 for
   fp32, 2 for a 16-bit ``grad_reduce_dtype``), overlap of the parameter all-gathers
   (``opg``, 0/1), ZeRO-3's resharding after the forward (``reshard``, 0/1), the
-  pipeline split (``acct``: 1 when the embedding and the loss count as one layer each,
-  :func:`chunk_range`), and the optimizer's state bytes per parameter of the transformer
+  pipeline split (``acct``: bit 0 when the embedding and the loss count as one layer each,
+  bit 1 when the remainder goes to the first chunks, :func:`chunk_range`), and the optimizer's state bytes per parameter of the transformer
   layers and of the embedding and head (``state_bytes``, ``state_bytes_eh``: 12 for Adam's
   fp32 master weights and moments; Muon keeps one momentum and runs Adam on the embedding
   and head) and its HBM bytes per parameter of the embedding and head (``opt_bytes_eh``;
@@ -401,13 +401,22 @@ cdef void stage_geometry_c(int64_t p, int64_t t, int64_t d, int64_t cp, int64_t 
 
 cdef inline void chunk_range(int64_t k, int64_t p, int64_t v, int64_t n_layers, int64_t acct,
                              int64_t* lo, int64_t* hi) noexcept nogil:
-    """Layers [lo, hi) of virtual stage k (k < p·v): L/(p·v) consecutive layers each, or
-    with ``acct`` (Megatron-Core's --account-for-embedding-in-pipeline-split and
-    --account-for-loss-in-pipeline-split: the embedding and the loss count as one layer
-    each) (L + 2)/(p·v) each, the first and the last chunk one layer fewer."""
-    cdef int64_t lc = (n_layers + 2 * acct) // (p * v)
-    lo[0] = k * lc - acct
-    hi[0] = (k + 1) * lc - acct
+    """Layers [lo, hi) of virtual stage k (k < p·v). ``acct`` bit 0 (w = 1): the embedding
+    and the loss count as one layer each (Megatron-Core's
+    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split;
+    torchtitan's first/last_stage_less_layers = 1), so the L + 2w units are split and the
+    first and the last chunk hold w layers fewer; bit 1: the units need not divide, the
+    first (L + 2w) mod (p·v) chunks take one more (torchtitan's
+    generate_llm_fqn_per_model_part, NeMo AutoModel's generate_hf_model_fqn_per_model_part
+    with w = 0). Without bit 1: (L + 2w)/(p·v) units each."""
+    cdef int64_t w = acct & 1
+    cdef int64_t units = n_layers + 2 * w
+    cdef int64_t lc = units // (p * v)
+    cdef int64_t ex = 0
+    if acct & 2:
+        ex = units % (p * v)
+    lo[0] = k * lc + (k if k < ex else ex) - w
+    hi[0] = (k + 1) * lc + (k + 1 if k + 1 < ex else ex) - w
     if lo[0] < 0:
         lo[0] = 0
     if hi[0] > n_layers:
@@ -960,7 +969,8 @@ cdef int64_t peak_stage_memory_c(const Plan* plan, const Sizes* sz, const int64_
     (no embedding), no more microbatches in flight (in flight never grows with r), no
     embedding/head stash and the same workspace as stage 0, so it never exceeds stage 0. A
     model mixing kinds (dense and MoE layers, Mamba and attention), or a split counting the
-    embedding and loss as layers (``acct``: the middle stages hold more layers), has every
+    embedding and loss as layers or giving the remainder to the first chunks (``acct``:
+    the stages hold different layer counts), has every
     stage priced."""
     cdef int64_t p = plan.p
     cdef int64_t n_layers = plan.n_layers

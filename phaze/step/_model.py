@@ -41,7 +41,9 @@ The step (1F1B, Narayanan et al. 2021 §2.2.1; sheet §5.4)
   (Megatron-Core's --account-for-embedding-in-pipeline-split
   --account-for-loss-in-pipeline-split, torchtitan's default split) the embedding and
   the loss count as one layer each: L + 2 layers in p·v chunks of (L + 2)/(p·v), the
-  first and last chunk one transformer layer fewer (:func:`stage_layers`).
+  first and last chunk one transformer layer fewer (:func:`stage_layers`); with
+  ``pipeline_split="remainder_first"`` (torchtitan's and NeMo AutoModel's) the units
+  need not divide: the first (L + 2w) mod (p·v) chunks hold one more.
 - Per microbatch per stage: forward f_r and backward b_r = sums of the stage's layer
   times; full recomputation re-runs each transformer layer's forward before its
   backward (the embedding and head are not checkpointed), so b_r grows by the
@@ -337,28 +339,57 @@ class StepResult:
         return max(self.memory, key=lambda mb: mb.total) if self.memory else None
 
 
+def split_code(account_for_embedding: bool = False, pipeline_split: str = "even") -> int:
+    """The kernels' ``acct`` code of a pipeline split (``_kernels.chunk_range``): bit 0 the
+    embedding and the loss counted as one layer each, bit 1 the remainder of the units
+    over the p·v chunks given to the first chunks (``pipeline_split`` "remainder_first")."""
+    return int(bool(account_for_embedding)) | (2 if pipeline_split == "remainder_first" else 0)
+
+
 def stage_layers(n_layers: int, p: int, virtual_stages: int = 1,
-                 account_for_embedding: bool = False) -> list:
-    """Transformer layers per stage (device) as Megatron-LM builds them: [L/p]·p (L divisible
-    by p), or with ``account_for_embedding`` (Megatron-Core's
+                 account_for_embedding: bool = False, pipeline_split: str = "even") -> list:
+    """Transformer layers per stage (device). ``pipeline_split`` "even" (Megatron-LM):
+    [L/p]·p (L divisible by p), or with ``account_for_embedding`` (Megatron-Core's
     --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split) the
     L + 2 layers (embedding and loss one each) split into p·v chunks of (L + 2)/(p·v), the
-    first and last chunk one layer fewer (p ≥ 2, chunks of at least 2)."""
-    if not account_for_embedding:
+    first and last chunk one layer fewer (p ≥ 2, chunks of at least 2).
+    "remainder_first" (torchtitan's generate_llm_fqn_per_model_part with
+    first/last_stage_less_layers w = 1 when ``account_for_embedding``, else 0, which is
+    NeMo AutoModel's generate_hf_model_fqn_per_model_part): the U = L + 2w units cut into
+    p·v chunks of ⌊U/(p·v)⌋, the first U mod (p·v) one more, the first and the last chunk
+    w layers fewer; torchtitan needs ⌊U/(p·v)⌋ ≥ 1 (≥ w). Chunk k runs on device k mod p."""
+    chunks = p * virtual_stages
+    if pipeline_split == "remainder_first":
+        w = int(bool(account_for_embedding))
+        units = n_layers + 2 * w
+        if units // chunks < 1:
+            raise ValueError(f"pipeline_split remainder_first needs at least one of the "
+                             f"{units} units (layers{' + embedding + loss' if w else ''}) "
+                             f"per chunk, and there are p·v = {chunks} chunks")
+    elif not account_for_embedding:
         if n_layers % p:
             raise ValueError(f"Megatron-LM needs the transformer layers ({n_layers}) divisible "
                              f"by the pipeline stages ({p}), or account_for_embedding with "
-                             f"{n_layers} + 2 divisible by p·v")
+                             f"{n_layers} + 2 divisible by p·v, or pipeline_split "
+                             f"remainder_first (torchtitan, NeMo AutoModel)")
         return [n_layers // p] * p
-    chunks = p * virtual_stages
-    if p < 2 or (n_layers + 2) % chunks or (n_layers + 2) // chunks < 2:
+    elif p < 2 or (n_layers + 2) % chunks or (n_layers + 2) // chunks < 2:
         raise ValueError(f"account_for_embedding needs p >= 2 and the {n_layers} + 2 layers "
                          f"(embedding and loss counted) divisible by p·v = {chunks} into "
                          f"chunks of 2 or more")
-    lc = (n_layers + 2) // chunks
+    return _chunk_layers(n_layers, p, virtual_stages,
+                         split_code(account_for_embedding, pipeline_split))
+
+
+def _chunk_layers(n_layers, p, v, acct) -> list:
+    """Layers per device of a checked split (``_kernels.chunk_range`` in Python)."""
+    w = acct & 1
+    units, chunks = n_layers + 2 * w, p * v
+    lc, ex = units // chunks, (units % chunks if acct & 2 else 0)
     out = [0] * p
     for k in range(chunks):
-        lo, hi = max(0, k * lc - 1), min(n_layers, (k + 1) * lc - 1)
+        lo = max(0, k * lc + min(k, ex) - w)
+        hi = min(n_layers, (k + 1) * lc + min(k + 1, ex) - w)
         out[k % p] += hi - lo
     return out
 
@@ -545,9 +576,9 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     if cp > 1 and m_spec.seq_len % chunks:
         return _not("infeasible", f"context parallel {cp} needs the sequence ({m_spec.seq_len}) "
                                   f"divisible by {chunks}", plan)
-    acct = bool(pl.account_for_embedding)
+    acct = split_code(pl.account_for_embedding, pl.pipeline_split)
     try:
-        stage_layers(m_spec.n_layers, p, v, acct)
+        stage_layers(m_spec.n_layers, p, v, pl.account_for_embedding, pl.pipeline_split)
     except ValueError as exc:
         return _not("infeasible", str(exc), plan)
     m = B // (b * d)
