@@ -25,7 +25,7 @@ from .. import plan as _plan
 from ..arch import resolve_chip
 from ..precision import is_low_precision
 from .._validate import MAX_DEVICES, MAX_GLOBAL_BATCH, nonneg_float, one_of, positive_int
-from . import _chunk, _executors, _files, _replay
+from . import _calibrated, _chunk, _executors, _files, _replay
 from ._models import cost_model
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
@@ -236,6 +236,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     recompute = resolve_recompute(recompute, study)
     grids = resolve_strategy_grids(study, **knobs)
     check_expert_grid(model_list, grids)
+    if model.strategy_knobs:
+        _calibrated.check_context_grid(model_list, grids, devices)
     moe = [m.name for m in model_list if m.is_moe]
     if moe and not model.experts:
         raise ValueError(f"study: {model.title} has no expert parallelism; {moe[0]} is "
