@@ -23,6 +23,26 @@ MAX_GLOBAL_BATCH = 2 ** 40
 MAX_HBM_GIB = 2.0 ** 32
 
 
+class OutputError(OSError):
+    """An output file that cannot be written where it was asked for (its folder is
+    missing, say): an operating-system error, so ``phaze`` exits 1 as for a full or
+    read-only disk, never 2 as for bad input or a missing *input* file. Its one
+    argument is the whole sentence (no errno prefix)."""
+
+    def __init__(self, sentence: str, errno: int = None):
+        super().__init__(sentence)
+        self.errno = errno
+        self.strerror = sentence
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def output_error(exc: OSError, sentence: str) -> "OutputError":
+    """``sentence`` with the OS's reason for ``exc`` appended in brackets."""
+    return OutputError(f"{sentence} ({exc.strerror or exc})", exc.errno)
+
+
 def show(value) -> str:
     """``repr(value)`` for a message, short for huge integers (whose repr Python refuses
     beyond 4,300 digits) and long texts."""

@@ -78,7 +78,7 @@ import json
 import numpy as np
 
 from . import plan as _plan
-from ._validate import positive_int
+from ._validate import output_error, positive_int
 
 __all__ = ["events", "write", "one_f_one_b", "assign_lanes"]
 
@@ -626,8 +626,7 @@ def write(path, model, arch="tpuv4", **plan) -> dict:
         with open(path, "w") as f:
             f.write(text)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot write the trace to {str(path)!r} "
-                                 f"({exc.strerror})") from None
+        raise output_error(exc, f"cannot write the trace to {str(path)!r}") from None
     return trace["otherData"]["phaze"]
 
 

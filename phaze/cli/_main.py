@@ -18,6 +18,7 @@ from ._signals import Terminated, _on_sigterm_raise, _restore_signals, _stop_wor
 from . import _emit as _cli_emit
 from . import _plot
 from .. import plan as _plan
+from .._validate import OutputError, output_error
 
 
 def _cmd_models(args) -> int:
@@ -106,8 +107,7 @@ def _cmd_place(args) -> int:
             with open(args.out, "w") as f:
                 f.write(text)
         except OSError as exc:
-            raise OSError(exc.errno, f"-o/--out: cannot write the plan to {args.out!r} "
-                                     f"({exc.strerror})") from None
+            raise output_error(exc, f"-o/--out: cannot write the plan to {args.out!r}") from None
     return 0
 
 
@@ -678,7 +678,7 @@ def _cmd_trace(args) -> int:
     try:
         info = trace.write(args.out, model, args.arch, **plan)
     except OSError as exc:
-        raise OSError(exc.errno, f"-o/--out: {exc.strerror}") from None
+        raise OutputError(f"-o/--out: {exc.strerror or exc}", exc.errno) from None
     print(f"wrote {args.out}: one step of {info['model']} on {args.arch}, "
           f"{info['time_per_batch_s']:.6g} s ({info['cost_model']} model), "
           f"{info['pipeline_parallel']} stages x {info['microbatches_per_pipeline']} "

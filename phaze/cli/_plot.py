@@ -3,6 +3,8 @@ for a fixed system (``--arch``), each row's samples/s. Part of the command line
 (``phaze.cli``)."""
 from __future__ import annotations
 
+from .._validate import output_error
+
 
 def cmd_plot(args) -> int:
     """``phaze plot``: throughput (or normalised score) vs area of a result file."""
@@ -18,8 +20,7 @@ def cmd_plot(args) -> int:
     try:
         _plot_result(result, args.out, per_arch, front)
     except OSError as exc:
-        raise OSError(exc.errno, f"-o/--out: cannot write the image {args.out!r} "
-                                 f"({exc.strerror})") from None
+        raise output_error(exc, f"-o/--out: cannot write the image {args.out!r}") from None
     print(f"wrote {args.out}")
     return 0
 

@@ -94,6 +94,28 @@ def lower_bounds(cfg, table, recompute, rows=None) -> np.ndarray:
                                          recompute=recompute, rows=rows), dtype=np.float64)
 
 
+def check_context_grid(models, grids, devices) -> None:
+    """Every model must keep one context-parallel width of the search's grid (``grids``:
+    the checked strategy grids; None there: the widths its sequence allows): a width cp
+    splits a sequence of s tokens into 2·cp whole chunks (cp for an encoder) and fits
+    in the devices. One sentence naming the width, the model and the limit otherwise
+    (a search in which no plan could launch would run to end saying only "no feasible
+    point")."""
+    grid = grids.get("context_parallel")
+    if grid is None:
+        return
+    for m in models:
+        chunks = 2 if m.causal else 1
+        if any(cp == 1 or (cp <= devices and m.seq_len % (chunks * cp) == 0) for cp in grid):
+            continue
+        most = max((c for c in range(1, min(devices, m.seq_len // chunks) + 1)
+                    if m.seq_len % (chunks * c) == 0), default=1)
+        raise ValueError(f"context_parallel: no value of {','.join(map(str, grid))} fits "
+                         f"{m.name}: cp must divide its {m.seq_len:,}-token sequence into "
+                         f"{'2·cp' if chunks == 2 else 'cp'} whole chunks and be at most the "
+                         f"{devices:,} devices, so at most {most:,} here")
+
+
 def _parallel_grids(cfg, model_index) -> dict:
     """The expert- and context-parallel grids and capacity factor of one model, as
     ``phaze.step.best_plans`` takes them (a dense model: ep = 1 only)."""

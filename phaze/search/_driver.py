@@ -29,7 +29,7 @@ from ..arch import resolve_chip
 from ..precision import is_low_precision
 from .._validate import (MAX_DEVICES, MAX_GLOBAL_BATCH, nonneg_float, one_of, positive_float,
                          positive_int)
-from . import _chunk, _executors, _files, _replay
+from . import _calibrated, _chunk, _executors, _files, _replay
 from ._models import cost_model
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
@@ -250,6 +250,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     recompute = resolve_recompute(recompute, study)
     grids = resolve_strategy_grids(study, **knobs)
     check_expert_grid(model_list, grids)
+    if model.strategy_knobs:
+        _calibrated.check_context_grid(model_list, grids, devices)
     moe = [m.name for m in model_list if m.is_moe]
     if moe and not model.experts:
         raise ValueError(f"study: {model.title} has no expert parallelism; {moe[0]} is "
@@ -355,10 +357,11 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
             _executors.run_serial(_chunk.run_chunk, sweep.make_task, sweep.todo, sweep.on_result)
         elif executor == "process":
             _executors.run_process_pool(_chunk.run_chunk, sweep.make_task, sweep.todo,
-                                        sweep.on_result, workers=workers, per_worker=per_worker)
+                                        sweep.on_result, workers=workers, per_worker=per_worker,
+                                        ready=sweep.ready)
         else:
             _executors.run_dask(_chunk.run_chunk, sweep.make_task, sweep.todo, sweep.on_result,
-                                address=address, per_worker=per_worker)
+                                address=address, per_worker=per_worker, ready=sweep.ready)
     finally:
         sweep.progress.close()
     sweep_s = time.perf_counter() - wall0
@@ -426,6 +429,21 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
     return result
 
 
+#: Pruning: chunk c starts from the pruning state of chunks 0 … c − w exactly (applied in
+#: chunk order), w = :func:`prune_window`, and is sent only once those are done; at most w
+#: chunks run at once. So a pruned sweep evaluates the same points, and writes the same
+#: bytes, whatever the worker count, the executor and the order chunks finish in.
+PRUNE_WINDOW = 16
+
+
+def prune_window(n_chunks) -> int:
+    """The chunks a pruned sweep of ``n_chunks`` may run at once (:data:`PRUNE_WINDOW`, a
+    quarter of the chunks when fewer, at least 1): a fact of the sweep, never of the
+    machine, so the pruned points are too; a small sweep gives up parallel chunks to
+    keep its pruning."""
+    return max(1, min(PRUNE_WINDOW, int(n_chunks) // 4))
+
+
 class _Sweep:
     """One sweep while its chunks run: the rows so far, per-chunk facts, the pruning state,
     the journal and the progress line.
@@ -433,6 +451,12 @@ class _Sweep:
     Chunk ``cid`` holds the space's rows ``cid·chunk_archs`` up to the next multiple (the
     last chunk may be shorter). Chunks already in the journal (``--resume``) are not run
     again: their rows and facts are taken from it.
+
+    Pruning state: advanced in chunk order only (:func:`prune_window`): a finished
+    chunk's rows wait in ``_unapplied`` until every chunk before it has been applied, and
+    the task of chunk c is made from the state after chunks 0 … c − window (kept per
+    chunk, so a chunk sent again after a failure gets the same one). Its points, its
+    rows and the count of pruned points therefore do not depend on timing.
     """
 
     def __init__(self, settings, archs, ids, chunk_archs, journal, *, want_block, progress):
@@ -453,10 +477,19 @@ class _Sweep:
         self.incumbents: list = []
         # Pruning "front": (area, samples/s per model) of evaluated architectures.
         self.front: list = []
+        # Pruning in chunk order: chunks 0 … applied − 1 are in the state; finished chunks
+        # beyond wait here (id → rows); the state each chunk's task was made from.
+        self.applied = 0
+        self.window = prune_window(self.n_chunks)
+        self._unapplied: dict = {}
+        self._task_state: dict = {}
+        self.best_seen = 0.0  # the progress line's best samples/s (one model)
+        if journal is not None and settings.prune_mode and len(journal.previous_chunks):
+            prev, prev_chunks = journal.previous, journal.previous_chunks
+            for cid in np.unique(prev_chunks).tolist():
+                self._unapplied[int(cid)] = take(prev, prev_chunks == cid)
         for tab in self.tables:
-            update_floors(tab, self.models, self.floors, self.incumbents)
-            if settings.prune_mode == "front":
-                update_front(tab, self.models, self.front)
+            self._see_best(tab)
         self.n_evaluated = sum(len(t["arch_id"]) for t in self.tables)
         # this run's chunks: plans bounded and priced, and the workers' seconds on them
         self.plans_bounded = self.plans_priced = 0
@@ -474,15 +507,46 @@ class _Sweep:
         lo = cid * self.chunk_archs
         return np.arange(lo, min(self.archs.shape[0], lo + self.chunk_archs))
 
+    def ready(self, cid) -> bool:
+        """Whether chunk ``cid`` may be sent now: without pruning always; with it once every
+        chunk before ``cid − window + 1`` is done (its state is then fixed)."""
+        if not self.settings.prune_mode or cid in self._task_state:
+            return True
+        need = cid - self.window + 1
+        return all(c in self.chunk_facts for c in range(self.applied, need))
+
+    def _advance(self, upto) -> None:
+        """Apply the finished chunks ``applied`` … ``upto − 1`` to the pruning state, in order."""
+        while self.applied < upto:
+            tab = self._unapplied.pop(self.applied, None)
+            if tab is not None:
+                update_floors(tab, self.models, self.floors, self.incumbents)
+                if self.settings.prune_mode == "front":
+                    update_front(tab, self.models, self.front)
+            self.applied += 1
+
     def make_task(self, cid) -> ChunkTask:
-        """Chunk ``cid``'s task, with the pruning state known now (called at dispatch)."""
+        """Chunk ``cid``'s task (called at dispatch; see :meth:`ready`): with pruning, the
+        state after chunks 0 … cid − window."""
         ids = self.rows_of(cid)
+        state = self._task_state.get(cid)
+        if state is None:
+            if self.settings.prune_mode:
+                self._advance(max(0, cid - self.window + 1))
+            state = (tuple(self.floors), tuple(tuple(v.tolist()) for v in self.incumbents),
+                     tuple(tuple(r) for r in self.front))
+            if self.settings.prune_mode:
+                self._task_state[cid] = state
         return ChunkTask(settings=self.settings, chunk_id=cid,
                          archs=self.archs[ids[0]:ids[-1] + 1] if ids.size else self.archs[:0],
-                         arch_ids=ids, floors=tuple(self.floors),
-                         incumbents=tuple(tuple(v.tolist()) for v in self.incumbents),
-                         front=tuple(tuple(r) for r in self.front),
+                         arch_ids=ids, floors=state[0], incumbents=state[1], front=state[2],
                          want_block=self.want_block)
+
+    def _see_best(self, tab) -> None:
+        """Raise the progress line's best samples/s with a chunk's rows (one model)."""
+        if len(self.models) == 1 and len(tab["arch_id"]):
+            feasible = np.where(tab["feasible"], tab["samples_per_s"], 0.0)
+            self.best_seen = max(self.best_seen, float(feasible.max()))
 
     def on_result(self, res) -> None:
         """Keep a finished chunk: journal it, raise the floors, advance the progress line."""
@@ -500,11 +564,11 @@ class _Sweep:
         self.chunk_facts[cid] = facts
         self.tables.append(tab)
         self.n_evaluated += len(tab["arch_id"])
-        update_floors(tab, self.models, self.floors, self.incumbents)
-        if self.settings.prune_mode == "front":
-            update_front(tab, self.models, self.front)
-        self.progress.update(len(tab["arch_id"]), int(res.pruned),
-                             max(self.floors) if len(self.floors) == 1 else 0.0)
+        if self.settings.prune_mode:
+            self._unapplied[cid] = tab   # applied in chunk order (make_task)
+            self._task_state.pop(cid, None)
+        self._see_best(tab)
+        self.progress.update(len(tab["arch_id"]), int(res.pruned), self.best_seen)
 
 
 def update_floors(tab, model_list, floors, incumbents) -> None:

@@ -370,7 +370,7 @@ def _close_pipes(w: _PoolWorker) -> None:
 
 
 def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retries=None,
-                     per_worker=2) -> None:
+                     per_worker=2, ready=None) -> None:
     """All local cores (or ``workers``), one thread each, ``per_worker`` chunks in flight each
     (1 when pruning, so each task is made with the freshest floor). ``retries``: runs
     of a failed chunk before :class:`ChunkFailed` (None: ``_config.SEARCH_CHUNK_RETRIES``).
@@ -379,6 +379,8 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retri
     behind it are sent again without counting, and a new worker takes its place. On
     Ctrl-C the results that already arrived are handed to ``on_result``, then the pool
     stops (:meth:`_Pool.stop`); on any error it stops at once, in bounded time.
+    ``ready(cid)`` (optional): whether the next chunk may be sent yet (pruning in chunk
+    order); it must turn true once the chunks in flight are done.
     """
     workers = workers or available_cores()
     retries = _retries(retries)
@@ -394,7 +396,7 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retri
             pool.spawn()
         idle_deaths = 0
         while True:
-            _fill(pool, fn, make_task, pending, per_worker)
+            _fill(pool, fn, make_task, pending, per_worker, ready)
             if not pending and not any(w.sent for w in pool.workers.values()):
                 break
             if not pool.workers:
@@ -428,12 +430,12 @@ def run_process_pool(fn, make_task, chunk_ids, on_result, *, workers=None, retri
             pool.stop(now=not clean)
 
 
-def _fill(pool, fn, make_task, pending, per_worker) -> None:
+def _fill(pool, fn, make_task, pending, per_worker, ready=None) -> None:
     """Send chunks to workers with fewer than ``per_worker`` in flight (each worker its
-    first chunk before any gets a second, in chunk order)."""
+    first chunk before any gets a second, in chunk order), while ``ready`` allows."""
     for depth in range(per_worker):
         for w in list(pool.workers.values()):
-            if not pending:
+            if not pending or (ready is not None and not ready(pending[0])):
                 return
             if len(w.sent) <= depth and not w.dead:
                 cid = pending.popleft()
@@ -514,7 +516,7 @@ class SchedulerLost(ChunkFailed):
 
 
 def run_dask(fn, make_task, chunk_ids, on_result, *, address, retries=None,
-             connect_timeout_s=30.0, per_worker=2, lost_after_s=None) -> None:
+             connect_timeout_s=30.0, per_worker=2, lost_after_s=None, ready=None) -> None:
     """The same chunks on a Dask distributed cluster at ``address`` (tcp://HOST:PORT);
     ``retries`` as in :func:`run_process_pool`, ``connect_timeout_s`` seconds.
 
@@ -555,8 +557,12 @@ def run_dask(fn, make_task, chunk_ids, on_result, *, address, retries=None,
             slots = 1
         limit = max(1, per_worker * slots)  # bounded, so tasks made later see a higher pruning floor
         pending = deque(chunk_ids)
-        while pending and len(futures) < limit:
-            submit(pending.popleft(), 0)
+
+        def top_up():  # while a slot is free and the next chunk may be sent (``ready``)
+            while pending and len(futures) < limit and (ready is None or ready(pending[0])):
+                submit(pending.popleft(), 0)
+
+        top_up()
         heard = time.monotonic()
         while futures:
             try:
@@ -585,8 +591,7 @@ def run_dask(fn, make_task, chunk_ids, on_result, *, address, retries=None,
                     fut.release()
                 on_result(result)
                 handed[0] += 1
-                if pending:
-                    submit(pending.popleft(), 0)
+                top_up()
     finally:
         try:
             client.close(timeout=2 if quieted is not None else 30)

@@ -26,6 +26,7 @@ number of workers).
 from __future__ import annotations
 
 import csv
+import errno
 import gzip
 import hashlib
 import io
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validate import OutputError
 from ._table import (COLUMN_DTYPES, COLUMN_NAMES, LATE_COLUMNS, TABLE_COLUMNS, empty_table,
                      json_safe, recompute_mode, take)
 
@@ -300,6 +302,19 @@ def _os_error(exc: OSError, what: str) -> OSError:
     return OSError(exc.errno, f"{what} ({exc.strerror or exc})")
 
 
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (one of another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class OutLock:
     """An advisory, exclusive ``fcntl.flock`` on ``PATH.lock``, held while a search
     writes ``PATH``.
@@ -310,8 +325,11 @@ class OutLock:
     lock file is never replaced; it is removed on release, and a process that
     opened it just before the removal notices (the name no longer leads to the
     inode it locked) and tries again. The lock dies with its process (kill -9
-    included), so a crashed run never blocks the next one. Where ``fcntl`` does
-    not exist (Windows) there is no lock.
+    included), so a crashed run never blocks the next one: the file it leaves
+    behind names its pid, and the next run says that process is gone and takes
+    the file over. On a file system without ``flock`` (ENOLCK, EOPNOTSUPP) the pid
+    alone decides: a live one holds the file, a dead one's is taken over. Where
+    ``fcntl`` does not exist (Windows) there is no lock.
     """
 
     def __init__(self, path):
@@ -329,22 +347,30 @@ class OutLock:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise _os_error(exc, f"out: cannot create the lock file {self.path}") from None
+            holder = os.read(fd, 64).decode(errors="replace").strip()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = os.read(fd, 64).decode(errors="replace").strip()
-                os.close(fd)
-                who = f" (process {holder})" if holder.isdigit() else ""
-                raise ValueError(f"out: {str(self.path)[:-5]} is being written by another phaze "
-                                 f"search{who}; wait for it to end or choose another --out") \
-                    from None
+            except OSError as exc:
+                # Held (EWOULDBLOCK), or a file system without flock (NFS without lockd:
+                # ENOLCK, EOPNOTSUPP), where only the pid in the file can tell.
+                held = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+                if held or (holder.isdigit() and _pid_alive(int(holder))):
+                    os.close(fd)
+                    who = f" (process {holder})" if holder.isdigit() else ""
+                    raise ValueError(f"out: {str(self.path)[:-5]} is being written by another "
+                                     f"phaze search{who}; wait for it to end or choose another "
+                                     f"--out") from None
             try:
                 same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same = False
-            if same:
-                break
-            os.close(fd)  # the holder removed the file as we opened it: lock the new one
+            if not same:
+                os.close(fd)  # the holder removed the file as we opened it: lock the new one
+                continue
+            if holder.isdigit() and int(holder) != os.getpid() and not _pid_alive(int(holder)):
+                print(f"phaze search: out: {self.path.name} was left by process {holder}, which "
+                      f"is no longer running (killed?); taking it over", file=sys.stderr)
+            break
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
@@ -382,8 +408,9 @@ class Journal:
         self.previous = empty_table()
         self.previous_chunks = np.array([], dtype=np.int64)
         parent = self.path.parent
-        if not parent.exists():
-            raise ValueError(f"out: folder {str(parent)!r} does not exist")
+        if not parent.exists():  # an OS error (exit 1), as a read-only folder is
+            raise OutputError(f"out: cannot write {str(self.path)!r}: its folder "
+                              f"{str(parent)!r} does not exist", errno.ENOENT)
         if not parent.is_dir():
             raise ValueError(f"out: {str(parent)!r} is not a folder")
         if self.path.is_dir():

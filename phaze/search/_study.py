@@ -138,7 +138,10 @@ def throughput_upper_bounds(model, mb, widths, times, archs, devices, global_bat
     """
     m = global_batch // mb
     best_time = np.full(len(archs), np.inf)
-    bandwidth = archs["net_gb_per_s"].astype(np.float64) * 1e9
+    gb_per_s = archs["net_gb_per_s"].astype(np.float64)
+    # bytes/s; +inf (what the overflow would give) for a rate near the float maximum
+    bandwidth = np.multiply(gb_per_s, 1e9, out=np.full(gb_per_s.shape, np.inf),
+                            where=gb_per_s <= np.finfo(np.float64).max / 1e9)
     for t in widths:
         mg = model_graph(model, mb, t)
         counts = np.array([float(layer.count) for layer in mg.layers])

@@ -299,6 +299,11 @@ cdef void geometry_c(int64_t p, int64_t t, int64_t d, int64_t node_size, int64_t
     """
     cdef int64_t td = t * d
     cdef bint one_node = (p * td - 1) // node_size == 0
+    # Both bits of a boundary depend on the sender's base a·t·d + j·t modulo node_size
+    # only (the receiver's is it plus the fixed (b − a)·t·d), and j·t modulo node_size
+    # repeats within node_size steps of j: j < min(d, node_size) sees every case (O(p·
+    # node_size·t) per cell instead of O(p·d·t), d up to the devices).
+    cdef int64_t jn = d if d < node_size else node_size
     cdef int64_t a, b, mk, j, sa, sb, i, r, lo, hi, last, mp_nodes
     cdef bint inter, wide
     for a in range(p):
@@ -307,7 +312,7 @@ cdef void geometry_c(int64_t p, int64_t t, int64_t d, int64_t node_size, int64_t
             continue
         b = a + 1 if a < p - 1 else 0
         mk = 0
-        for j in range(d):
+        for j in range(jn):
             sa = a * td + j * t
             sb = b * td + j * t
             inter = False

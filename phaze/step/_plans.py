@@ -697,9 +697,13 @@ class _PlanSet:
                                   sharding.moe_dispatcher)
         self.plan_peak = kern.plan_memory(self.plans, plan_var, self.sizes, prefix)
         # the (variant, p, v) classes sharing one slot bound (search_rows)
-        _, first, inverse = np.unique(np.stack([plan_var, plan_p, plan_v,
-                                                plan_acct.astype(np.int64)]), axis=1,
-                                      return_index=True, return_inverse=True)
+        # (one int64 key per plan, mixed radix, in the lexicographic order of (variant, p,
+        # v, acct): the classes and their numbering of np.unique over the stacked columns,
+        # without its sort of multi-field records, seconds at millions of plans)
+        radix_p = int(plan_p.max(initial=0)) + 1
+        radix_v = int(plan_v.max(initial=0)) + 1
+        key = ((plan_var * radix_p + plan_p) * radix_v + plan_v) * 2 + plan_acct
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         self.plan_slot = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
         self.slot_plan = np.ascontiguousarray(first, dtype=np.int64)
         # what a result row records of each plan (PLAN_DTYPE fields, by plan index)
