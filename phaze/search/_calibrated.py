@@ -420,6 +420,9 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                         f"{peak.total / 2 ** 30:.2f} GiB per device do not fit "
                                         f"in {max(hbm_values):g} GiB of HBM")
                                     continue
+                                if best is not None and (cfg.global_batch / res.time_s
+                                                         <= best["samples_per_s"]):
+                                    continue   # a power cap only slows it: it cannot win
                                 pw = _power.fixed_power(cfg, spec, row, res)
                                 if not pw["power_feasible"]:
                                     reason = reason or POWER_REASON.format(cfg.max_power_w)

@@ -306,7 +306,7 @@ def power_capped(parts, time_s, static_w, share, cap_w):
         sub = {k: v[search] if np.ndim(v) else v for k, v in
                (("time_s", time_s), ("share", share), ("clocked", clocked),
                 ("other", other), ("static", static_w))}
-        for _ in range(32):   # the clock to 2⁻³² of its range
+        for _ in range(26):   # the clock to 2⁻²⁶ of its range
             mid = 0.5 * (lo + hi)
             tt = sub["time_s"] * (sub["share"] / mid + (1.0 - sub["share"]))
             pw = (sub["clocked"] * _arch.dvfs_energy_scale(mid) + sub["other"]
