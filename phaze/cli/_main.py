@@ -294,7 +294,8 @@ def _cmd_search(args) -> int:
                   prune=args.prune or False, study=args.study, **knobs,
                   executor="serial" if args.serial else None, progress=args.progress,
                   workers=args.workers, address=args.address, force=args.force,
-                  seq_len=args.seq_len)
+                  seq_len=args.seq_len,
+                  trainers=(args.emit,) if args.emit and not args.study else ())
     chips = _compare.arch_list(args.arch)
     if len(chips) > 1:
         return _compare.compare_chips(args, chips, model_list, common)

@@ -68,6 +68,8 @@ _SETTINGS_DOC = """A checked search: the knob grids and limits every chunk works
     - ``fp8_rate``: fp8 only: the fixed chip's fp8 tensor-rate multiplier
       (``Chip.tensor_rate``); None for a space, whose rows are hypothetical chips at the
       template's rate (``phaze.arch.dtype_rates``).
+    - ``trainers``: the trainer ids (``phaze.plan.TRAINERS``) whose plans the calibrated
+      model searches (``phaze search --emit``: that trainer's); () any trainer's.
     """
 
 
@@ -85,7 +87,8 @@ SearchSettings = dataclasses.make_dataclass(
      ("gap", float), ("prune", object, dataclasses.field(default="")),
      ("study", bool, dataclasses.field(default=False))]
     + [(name, object, dataclasses.field(default=_grid_default(name))) for name in _plan.GRIDS]
-    + [("fp8_rate", float, dataclasses.field(default=None))],
+    + [("fp8_rate", float, dataclasses.field(default=None)),
+       ("trainers", tuple, dataclasses.field(default=()))],
     bases=(_SettingsMethods,), frozen=True, namespace={"__doc__": _SETTINGS_DOC})
 SearchSettings.__module__ = __name__   # pickles as phaze.search._settings.SearchSettings
 
