@@ -545,7 +545,9 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     attention; torchtitan has ZeRO 0 and 3), ZeRO 3 there only where torchtitan's FSDP2
     takes the datatypes (bf16 or fp8 training, fp32 reduction), and with a gradient datatype Megatron-LM refuses (fp16 under bf16 or
     fp8 training, bf16 under fp16: ``phaze.plan``'s rule) DeepSpeed's plans only
-    (v = 1, cp = 1); False also prices those what-if plans.
+    (v = 1, cp = 1); False also prices those what-if plans; trainer names (e.g.
+    ("megatron",): ``phaze search --emit``) exactly the plans one of them launches by
+    ``phaze.plan``'s rules (``launched_mask``: Megatron-FSDP's ZeRO 2-3 at p = 1 only).
 
     Plans (as ``training_step`` and ``phaze.launch`` accept them): t of the grid that the
     model allows and that fits in the row's node; p dividing n_layers; d with
