@@ -196,6 +196,8 @@ FAMILIES = [
                        "--mamba-head-dim": "64", "--mamba-num-groups": "8",
                        "--mamba-num-heads": "128", "--position-embedding-type": "none"}),
     ("mistral-7b", {"--window-size": "4096,0", "--window-attn-skip-freq": None}),
+    ("nemotron-3-nano-30b-a3b", {"--num-experts": "128", "--hybrid-override-pattern":
+                                 "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"}),
     (QWEN_MOE, {"--moe-shared-expert-gate": True, "--num-experts": "60",
                 "--moe-shared-expert-intermediate-size": "5632", "--rotary-base": "1000000",
                 "--add-qkv-bias": True}),
