@@ -196,6 +196,8 @@ FAMILIES = [
                        "--mamba-head-dim": "64", "--mamba-num-groups": "8",
                        "--mamba-num-heads": "128", "--position-embedding-type": "none"}),
     ("mistral-7b", {"--window-size": "4096,0", "--window-attn-skip-freq": None}),
+    ("nemotron-3-nano-30b-a3b", {"--num-experts": "128", "--hybrid-override-pattern":
+                                 "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"}),
     (QWEN_MOE, {"--moe-shared-expert-gate": True, "--num-experts": "60",
                 "--moe-shared-expert-intermediate-size": "5632", "--rotary-base": "1000000",
                 "--add-qkv-bias": True}),
@@ -440,8 +442,89 @@ def test_search_emit_restricts_to_the_trainers_plans():
     spec = models.get("llama3-8b")
     ds = plan.search_grids("deepspeed", g, [spec])
     assert ds["virtual_stages"] == (1,) and ds["context_parallel"] == (1,)
-    assert 3 not in ds["zero_stage"] and 2 in ds["zero_stage"]
+    # ZeRO 2-3 stay: both trainers shard without a pipeline (DeepSpeed's ZeRO, Megatron-FSDP);
+    # the plan set drops them beside one (best_plans' launchable = the trainer)
+    assert ds["zero_stage"] is None   # every stage (None: the whole grid)
     mg = plan.search_grids("megatron", g, [spec])
-    assert 2 in mg["zero_stage"] and mg["virtual_stages"] is None
+    assert mg["zero_stage"] is None and mg["virtual_stages"] is None
     with pytest.raises(ValueError, match="fp8"):
         plan.search_grids("deepspeed", dict(g, precision="fp8"), [spec])
+
+
+def _zero3_search(capsys, *extra):
+    rc = cli.main(["search", "--model", "llama3-8b", "--arch", "h200", "--devices", "8",
+                   "--global-batch", "16", "--hbm-gib", "40", "--serial", "--no-progress",
+                   *extra])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_search_emit_megatron_finds_megatron_fsdp_at_p1(capsys):
+    """Issue 29 item 6: on 8 H200 cut to 40 GiB, llama3-8b's best plan shards parameters,
+    gradients and optimizer state (ZeRO 3) at p = cp = 1, which Megatron-Core launches as
+    Megatron-FSDP; ``--emit megatron`` used to search without ZeRO 3 (its grid dropped it
+    because Megatron refuses it beside a pipeline) and emitted a slower ZeRO-1 plan."""
+    rc, out, err = _zero3_search(capsys, "--emit", "megatron")
+    assert rc == 0, err
+    env, arguments, _ = emitted(out)
+    got = parse(MEGATRON_LM_FLAGS, arguments)
+    assert got["--pipeline-model-parallel-size"] == "1"
+    assert "--context-parallel-size" not in got or got["--context-parallel-size"] == "1"
+    assert "--use-megatron-fsdp" in got
+    assert got["--data-parallel-sharding-strategy"] == "optim_grads_params"
+    assert got["--ckpt-format"] == "fsdp_dtensor"
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in env
+    # the same best as the search over every trainer's plans (it is a Megatron plan)
+    rc, free, err = _zero3_search(capsys)
+    assert rc == 0, err
+    row = [x for x in free.splitlines() if x.startswith("llama3-8b ")]
+    assert len(row) == 1 and " 3 " in row[0] and row[0] in out.splitlines()
+
+
+def test_plan_set_follows_the_target_trainer():
+    """best_plans(launchable=trainers): the plans enumerated are those the trainers launch
+    (phaze.plan's rules): Megatron-LM's and DeepSpeed's ZeRO 2-3 only at p = 1 (beside a
+    pipeline they have ZeRO 0-1), torchtitan's ZeRO 3 (FSDP2) beside any pipeline and no
+    ZeRO 1-2; ZeRO over one rank (cp·d = 1) is no sharding and kept."""
+    import itertools
+
+    import numpy as np
+
+    from phaze import step
+    from phaze.arch import presets
+    row = presets.get("h200")
+    kw = dict(devices=8, global_batch=16, microbatch=1, hbm_bytes=40 * 2 ** 30,
+              tensor_parallel=(1, 2), context_parallel=(1,))
+    anyone = step.best_plans("llama3-8b", row, zero_stage=(0, 1, 3), **kw)[0]
+    assert anyone["feasible"] and anyone["zero_stage"] == 3
+    for trainers in (("megatron",), ("deepspeed",), ("megatron-lm", "torchtitan")):
+        best = step.best_plans("llama3-8b", row, launchable=trainers, zero_stage=(0, 1, 3),
+                               **kw)[0]
+        assert best["feasible"] and best["zero_stage"] == 3, trainers
+        assert best["pipeline_parallel"] == 1 and best["context_parallel"] == 1
+        assert best["time_s"] == anyone["time_s"]
+    spec = models.get("llama3-8b")
+    combos = list(itertools.product((0, 1, 2, 3), (1, 2), (1, 2), (1, 2)))  # zero, p, d, cp
+    cols = {k: np.array(c) for k, c in zip(
+        ("zero_stage", "pipeline_parallel", "data_parallel", "context_parallel"),
+        zip(*combos))}
+    n = len(combos)
+    cols.update(expert_parallel=np.ones(n, int), tensor_parallel=np.ones(n, int),
+                virtual_stages=np.ones(n, int), overlap_grad_reduce=np.ones(n, bool))
+    one = dict(precision="bf16", grad_reduce_dtype="fp32", reshard_after_forward=True,
+               overlap_param_gather=True, optimizer="adam")
+    by_hand = {
+        ("megatron-lm",): lambda z, p, d, cp: cp * d == 1 or not (z >= 2 and p > 1),
+        ("deepspeed",): lambda z, p, d, cp: cp * d == 1 or not (z >= 2 and p > 1),
+        # FSDP2 or DDP; DDP neither beside cp (FSDP2 shards over it) nor beside a pipeline
+        ("torchtitan",): lambda z, p, d, cp: cp * d == 1 or (
+            z in (0, 3) and not (z == 0 and (cp > 1 or p > 1))),
+    }
+    for trainers, want in by_hand.items():
+        got = plan.launched_mask(trainers, spec, cols, one)
+        assert got.tolist() == [want(*c) for c in combos], trainers
+    both = plan.launched_mask(("megatron-lm", "torchtitan"), spec, cols, one)
+    assert both.tolist() == [by_hand[("megatron-lm",)](*c) or by_hand[("torchtitan",)](*c)
+                             for c in combos]
+    with pytest.raises(ValueError, match="not a trainer"):
+        step.best_plans("llama3-8b", row, launchable=("nemo",), **kw)

@@ -305,7 +305,8 @@ def _cmd_search(args) -> int:
                   executor="serial" if args.serial else None, progress=args.progress,
                   workers=args.workers, address=args.address, force=args.force,
                   seq_len=args.seq_len, max_power_w=args.max_power_w,
-                  objective=args.objective)
+                  objective=args.objective,
+                  trainers=(args.emit,) if args.emit and not args.study else ())
     chips = _compare.arch_list(args.arch)
     if len(chips) > 1:
         return _compare.compare_chips(args, chips, model_list, common)

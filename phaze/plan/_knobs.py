@@ -829,6 +829,13 @@ def environment(trainer: str, values: dict) -> list:
     return []
 
 
+#: The ZeRO-stage knob, the ranks it shards over, and the knobs the search's plan set
+#: enumerates per plan (``phaze.step``): what ``_launchers.launched_mask`` reads.
+SHARDING = ("zero_stage", ("context_parallel", "data_parallel"))
+ENUMERATED = ("zero_stage", "pipeline_parallel", "data_parallel", "context_parallel",
+              "expert_parallel", "tensor_parallel", "virtual_stages", "overlap_grad_reduce")
+
+
 def search_contexts(name, value) -> list:
     """Where the search's plan set holds a plan of knob ``name`` at ``value`` that a
     single-knob test must check (``phaze.step``'s enumeration): interleaving only beside

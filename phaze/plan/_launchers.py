@@ -4,7 +4,10 @@ model arguments of ``phaze.plan._model_flags``: the one source of truth that
 ``phaze search --emit`` (its narrowed grids) read (issue 29 items 4-6)."""
 from __future__ import annotations
 
-from ._knobs import _JUDGED, KNOB, TRAINERS, refusal, search_contexts as _contexts
+from ._knobs import (_JUDGED, ENUMERATED as _ENUMERATED, KNOB, RULES, SHARDING, TRAINERS, _values,
+                     refusal, search_contexts as _contexts)
+
+_ZERO, _RANKS = SHARDING
 
 
 def model_values(spec) -> dict:
@@ -57,6 +60,66 @@ def launchers(values: dict, spec=None) -> tuple:
     return tuple(t for t in _JUDGED if launch_refusal(t, values, spec) is None)
 
 
+def trainer_ids(names) -> tuple:
+    """The trainer ids (in :data:`TRAINERS` order) of ``names`` (ids or ``emit`` names,
+    e.g. ``phaze search --emit``'s choice); an unknown name is ``ValueError``."""
+    ids = set()
+    for name in names:
+        tid = _EMITTER.get(name, name)
+        if tid not in _JUDGED:
+            raise ValueError(f"trainers: {name!r} is not a trainer; allowed: "
+                             f"{', '.join(_JUDGED)}")
+        ids.add(tid)
+    return tuple(t for t in _JUDGED if t in ids)
+
+
+def sharding_rules(trainers) -> tuple:
+    """The "trainer" and "emit" rules of the trainer ids ``trainers`` that read the ZeRO
+    stage, and the enumerated knobs (of :data:`_ENUMERATED`) they read: what decides
+    which (ZeRO stage, p, d, cp, ep, t, v) combinations of the search's plan set those
+    trainers launch (each knob alone is narrowed by :func:`search_grids`)."""
+    rules = tuple(r for r in RULES if r.trainer in trainers and r.kind in ("trainer", "emit")
+                  and _ZERO in r.knobs)
+    read = tuple(k for k in _ENUMERATED if any(k in r.knobs for r in rules))
+    return rules, read
+
+
+def sharding_refusal(trainer, rules, values: dict):
+    """The sentence of the first of ``rules`` (:func:`sharding_rules`) of ``trainer`` that
+    refuses the plan ``values`` (knobs, absent at their defaults, plus
+    :func:`model_values`), or None."""
+    v = _values(values)
+    for rule in rules:
+        if rule.trainer == trainer and rule.refuses(v):
+            return rule.why(v)
+    return None
+
+
+def launched_mask(trainers, spec, columns: dict, values: dict):
+    """Which plans of the search's plan set (``columns``: each enumerated knob of
+    :data:`_ENUMERATED` → an array, one entry per plan) one of the trainer ids
+    ``trainers`` launches, by :func:`sharding_rules` (``values``: the plan set's one-value
+    knobs; ``spec``: the model): a boolean array. ZeRO over one (context × data) rank is
+    no sharding (every stage is one plan there): those plans are kept."""
+    import numpy as np
+    n = len(columns[_ZERO])
+    rules, read = sharding_rules(trainers)
+    if not rules or not n:
+        return np.ones(n, dtype=bool)
+    sharded = np.asarray(columns[_RANKS[0]]) * np.asarray(columns[_RANKS[1]]) > 1
+    key = np.stack([np.asarray(columns[k], dtype=np.int64) for k in read]
+                   + [sharded.astype(np.int64)])
+    uniq, inverse = np.unique(key, axis=1, return_inverse=True)
+    base = {**model_values(spec), **values}
+    ok = np.ones(uniq.shape[1], dtype=bool)
+    for j in range(uniq.shape[1]):
+        if uniq[-1, j]:
+            at = dict(base, **{k: (bool if KNOB[k].type is bool else int)(uniq[i, j])
+                               for i, k in enumerate(read)})
+            ok[j] = any(sharding_refusal(t, rules, at) is None for t in trainers)
+    return ok[inverse.reshape(-1)]
+
+
 def _refused(tid, bases, values):
     """The first sentence by which trainer ``tid`` refuses ``values`` (its trainer and
     emit rules) for one of the models of ``bases`` (their :func:`model_values`), or None."""
@@ -107,7 +170,9 @@ def search_grids(trainer: str, grids: dict, models=()) -> dict:
             values = (1, 2) if value is None else tuple(value)
         keep = []
         for x in values:
-            if all(_refused(tid, bases, {name: x, **at}) is None for at in _contexts(name, x)):
+            # kept where the plan set holds a plan of it that the trainer launches (the plan
+            # set, given the trainer, drops the others: phaze.step.best_plans' launchable)
+            if any(_refused(tid, bases, {name: x, **at}) is None for at in _contexts(name, x)):
                 keep.append(x)
         if not keep:
             why = _refused(tid, bases, {name: values[0]})

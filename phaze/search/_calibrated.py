@@ -145,6 +145,7 @@ def plans_over_hbm(cfg, table, recompute, rows) -> list:
         overlap_param_gather=tuple(cfg.overlap_param_gather),
         reshard_after_forward=cfg.reshard_after_forward,
         account_for_embedding=tuple(cfg.account_for_embedding),
+        launchable=tuple(cfg.trainers) or True,   # --emit X: the plans X launches
         rows=np.concatenate([rows] * len(caps)))
     return [plans[k * n:(k + 1) * n] for k in range(len(caps))]
 

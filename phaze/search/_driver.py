@@ -155,7 +155,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
            hbm_gib=_STUDY_HBM_GIB, recompute=None, tensor_parallel=(1, 2, 4, 8),
            space=None, optimizer=None, prune=False, executor=None, progress=None, *, out=None,
            resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
-           force=False, arch=None, seq_len=None, study=False, provenance=None,
+           force=False, arch=None, seq_len=None, study=False, provenance=None, trainers=(),
            max_power_w=None, objective="throughput", **knobs) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
@@ -212,6 +212,9 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
 
     Throughput: samples/s = global_batch / time per batch (seconds), tokens/s =
     samples/s × the model's seq_len.
+
+    ``trainers``: trainer names (``phaze.plan.TRAINERS`` ids or emit names; () any
+    trainer): search only the plans one of them launches (``phaze search --emit``).
 
     Power and cost (issue 28): ``max_power_w`` is one chip's power budget (default: the
     calibrated model's, ``phaze.arch.TEMPLATE_TDP_W``, the TPUv4-class budget; a fixed
@@ -296,6 +299,10 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     for m in model_list:
         widths[m.name], skipped[m.name] = valid_widths(m, widths_all)
 
+    trainers = _plan.trainer_ids(trainers) if trainers else ()
+    if trainers and study:
+        raise ValueError("trainers: the study's model (study=True) has no trainer plans; "
+                         "drop one of them")
     settings = SearchSettings(
         models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
         devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,
@@ -303,7 +310,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         # A fixed chip trains fp8 at its own rate (one sentence when it has no fp8 tensor
         # cores); a space's rows are hypothetical chips at the template's rate.
         fp8_rate=(chip.tensor_rate(grids["precision"]) if chip is not None
-                  and is_low_precision(grids["precision"]) else None),
+                  and is_low_precision(grids["precision"]) else None), trainers=trainers,
         max_power_w=max_power_w, objective=objective)
     n_archs = archs.shape[0]
     # What must match for --resume (also recorded in the metadata).
@@ -318,6 +325,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         # What an arch_id numbers: the default space's rows, or the given space's.
         "arch_ids": "default space" if in_default else "given space",
     }
+    if trainers:
+        inputs["trainers"] = list(trainers)  # absent otherwise: old files still resume
     if chip is not None:
         inputs["arch"] = chip.name  # a fixed system (absent otherwise: old files still resume)
     journal = (_files.Journal(out, _files.inputs_hash(inputs), resume=resume, force=force)

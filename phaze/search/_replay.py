@@ -118,6 +118,8 @@ def replay(meta: dict):
         if name in inputs and not kw["study"]:
             v = inputs[name]
             kw[name] = tuple(v) if isinstance(v, list) else v
+    if inputs.get("trainers"):
+        kw["trainers"] = tuple(inputs["trainers"])
     if "arch" in inputs:
         data = run.get("chip") or md.get("chip")
         if not data:

@@ -73,6 +73,8 @@ _SETTINGS_DOC = """A checked search: the knob grids and limits every chunk works
       when even the lowest clock needs more; inf: no cap. ``objective``: what ranks the
       rows — "throughput" (samples/s), "perf-per-watt" (tokens per joule) or
       "perf-per-dollar" (least $ per million tokens).
+    - ``trainers``: the trainer ids (``phaze.plan.TRAINERS``) whose plans the calibrated
+      model searches (``phaze search --emit``: that trainer's); () any trainer's.
     """
 
 
@@ -92,7 +94,8 @@ SearchSettings = dataclasses.make_dataclass(
     + [(name, object, dataclasses.field(default=_grid_default(name))) for name in _plan.GRIDS]
     + [("fp8_rate", float, dataclasses.field(default=None)),
        ("max_power_w", float, dataclasses.field(default=float("inf"))),
-       ("objective", str, dataclasses.field(default="throughput"))],
+       ("objective", str, dataclasses.field(default="throughput")),
+       ("trainers", tuple, dataclasses.field(default=()))],
     bases=(_SettingsMethods,), frozen=True, namespace={"__doc__": _SETTINGS_DOC})
 SearchSettings.__module__ = __name__   # pickles as phaze.search._settings.SearchSettings
 

@@ -432,7 +432,7 @@ class LayerTable:
             account_for_embedding, moe_dispatcher)
         archs, rp, ns, times = self._take(rows)
         return _search_plans(self, archs, rp, ns, times, n_dev, B, recompute, hbm_bytes,
-                             vs_grid, zeros, ogrs, bool(launchable), sharding)
+                             vs_grid, zeros, ogrs, _launch_arg(launchable), sharding)
 
     def lower_bounds(self, *, devices, global_batch, recompute, rows=None) -> np.ndarray:
         """:func:`step_lower_bounds` on the table's rows (or the row indices ``rows``)."""
@@ -545,7 +545,9 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     attention; torchtitan has ZeRO 0 and 3), ZeRO 3 there only where torchtitan's FSDP2
     takes the datatypes (bf16 or fp8 training, fp32 reduction), and with a gradient datatype Megatron-LM refuses (fp16 under bf16 or
     fp8 training, bf16 under fp16: ``phaze.plan``'s rule) DeepSpeed's plans only
-    (v = 1, cp = 1); False also prices those what-if plans.
+    (v = 1, cp = 1); False also prices those what-if plans; trainer names (e.g.
+    ("megatron",): ``phaze search --emit``) exactly the plans one of them launches by
+    ``phaze.plan``'s rules (``launched_mask``: Megatron-FSDP's ZeRO 2-3 at p = 1 only).
 
     Plans (as ``training_step`` and ``phaze.launch`` accept them): t of the grid that the
     model allows and that fits in the row's node; p dividing n_layers; d with
@@ -583,8 +585,20 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                          context_parallel, capacity_factor, tp_comm_overlap, optimizer,
                          optimizer_state_dtype)
     return _search_plans(table, table.rows, table.rp, table.node_size, table.times, n_dev, B,
-                         recompute, hbm_bytes, vs_grid, zeros, ogrs, bool(launchable),
+                         recompute, hbm_bytes, vs_grid, zeros, ogrs, _launch_arg(launchable),
                          sharding)
+
+
+def _launch_arg(launchable):
+    """``best_plans``' checked ``launchable``: True or False, or the ids of the trainers
+    named (a name or names: ``phaze.plan.TRAINERS`` ids or their ``emit`` names)."""
+    if isinstance(launchable, (bool, np.bool_)):
+        return bool(launchable)
+    names = (launchable,) if isinstance(launchable, str) else tuple(launchable)
+    if not names:
+        raise ValueError("launchable must be True, False or trainer names (e.g. 'megatron'), "
+                         "got none")
+    return _plan.trainer_ids(names)
 
 
 _PLAN_SETS = Memo(lambda: _config.STEP_PLAN_SET_CACHE_SIZE, "step.plan_sets")
@@ -611,7 +625,8 @@ class _PlanSet:
         ogrs = [True] if True in ogrs else [False]
         # Only DeepSpeed launches a gradient datatype Megatron-LM refuses: plain 1F1B, no
         # ring attention (its ZeRO rule is enumerate_plans').
-        deepspeed_only = launchable and _plan.refusal(
+        trainers = launchable if isinstance(launchable, tuple) else None
+        deepspeed_only = launchable is True and _plan.refusal(
             "megatron-lm", {"precision": precision, "grad_reduce_dtype": grad_reduce_dtype},
             ("trainer",)) is not None
         keep = list(range(len(table.variants)))
@@ -667,8 +682,21 @@ class _PlanSet:
                 np.array(ps, dtype=np.int64), np.array(ds, dtype=np.int64), n_dev, B, b,
                 L + 2 if acct else L, np.array(vs_grid or [0], dtype=np.int64),
                 vs_grid is None, np.array(zeros, dtype=np.int64),
-                np.array(ogrs, dtype=np.uint8), bool(launchable), z3_anywhere)
+                np.array(ogrs, dtype=np.uint8), launchable is True, z3_anywhere)
             plan, geo = list(cols[:8]), cols[8:]
+            if trainers is not None:
+                # exactly the plans the target trainers launch (phaze.plan's rules)
+                k = plan[0]
+                ok = _plan.launched_mask(trainers, m_spec, dict(
+                    zero_stage=plan[4], pipeline_parallel=plan[1], data_parallel=plan[2],
+                    context_parallel=var_cp[k], expert_parallel=var_ep[k],
+                    tensor_parallel=var_t[k], virtual_stages=plan[3],
+                    overlap_grad_reduce=plan[5]), dict(
+                    precision=precision, grad_reduce_dtype=grad_reduce_dtype,
+                    reshard_after_forward=sharding.reshard_after_forward,
+                    overlap_param_gather=sharding.overlap_param_gather,
+                    optimizer=table.optimizer))
+                plan = [c[ok] for c in plan]
             if acct:
                 keep = (L + 2) // (plan[1] * plan[3]) >= 2
                 plan = [c[keep] for c in plan]
