@@ -66,7 +66,11 @@ def test_cli_evaluate_prints_mfu(capsys):
 
 
 def test_mfu_column_is_last_and_round_trips(tmp_path):
-    assert search.TABLE_COLUMNS[-1][0] == "mfu"
+    # mfu, then only the columns added after it (issue 28's power and cost), in file order
+    names = [n for n, _ in search.TABLE_COLUMNS]
+    assert names[names.index("mfu") + 1:] == ["power_w", "clock_fraction", "energy_per_step_j",
+                                              "tokens_per_joule", "chip_cost_usd",
+                                              "usd_per_million_tokens"]
     r = search.search(TINY, space=ROWS, **KNOBS)
     for ext in (".csv", ".json"):
         path = r.save(tmp_path / f"r{ext}")

@@ -125,12 +125,9 @@ KNOBS = (
          torchtitan="(FSDP2 overlaps its reduce-scatters by default)"),
     _ROWS["overlap_param_gather"],
     _ROWS["reshard_after_forward"],
-    _ROWS["tp_comm_overlap"],
-    _ROWS["grad_reduce_dtype"],
-    _ROWS["optimizer"],
-    _ROWS["optimizer_state_dtype"],
-    _ROWS["moe_dispatcher"],
-    _ROWS["pipeline_split"],
+    _ROWS["tp_comm_overlap"], _ROWS["grad_reduce_dtype"],
+    _ROWS["optimizer"], _ROWS["optimizer_state_dtype"],
+    _ROWS["moe_dispatcher"], _ROWS["pipeline_split"],
 )
 
 #: Knob by name.

@@ -384,3 +384,31 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
     out["n_tiny"] = 2 if precision == "fp16" else 1
     out["grad_bytes"] = GRAD_REDUCE_BYTES[grad_reduce_dtype]
     return out
+
+
+# the grids' checks (step._plans)
+
+def _int_grid(name, values, lo, hi=None):
+    out = []
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo \
+                or (hi is not None and x > hi):
+            raise ValueError(f"{name} must hold integers in [{lo}, {hi if hi is not None else '∞'}],"
+                             f" got {x!r}")
+        if int(x) not in out:
+            out.append(int(x))
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    return out
+
+
+def _bool_grid(name, values):
+    out = []
+    for x in values:
+        if not isinstance(x, (bool, np.bool_)):
+            raise ValueError(f"{name} must hold booleans, got {x!r}")
+        if bool(x) not in out:
+            out.append(bool(x))
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    return out

@@ -20,10 +20,10 @@ from .. import _config, cost, graph, models
 from .._cache import Memo
 from .. import plan as _plan
 from ..arch import validate as _validate_archs
-from ._layers import (OPTIMIZER_BYTES_PER_PARAM, RECOMPUTE_CODES, efficiency_rows,
-                      fp8_weight_bytes, group_collective_bytes, kind_counts, kind_prefix,
-                      layer_times_rows, mtp_kind,
-                      op_recompute_shares, op_stash, plan_records, row_params)
+from ._layers import (OPTIMIZER_BYTES_PER_PARAM, RECOMPUTE_CODES, _bool_grid, _int_grid,
+                      efficiency_rows, fp8_weight_bytes, group_collective_bytes, kind_counts,
+                      kind_prefix, layer_times_rows, mtp_kind, op_recompute_shares, op_stash,
+                      plan_records, row_params)
 
 #: Why a row of :func:`best_plans` has no plan (``reason`` indexes this; 0 = a plan was found).
 PLAN_REASONS = (
@@ -177,32 +177,6 @@ def variant_inputs(mg, m_spec, pricer, rp, node_size, recompute, fp8_rate=None,
 # ---------------------------------------------------------------------------
 # the search
 # ---------------------------------------------------------------------------
-
-def _int_grid(name, values, lo, hi=None):
-    out = []
-    for x in values:
-        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo \
-                or (hi is not None and x > hi):
-            raise ValueError(f"{name} must hold integers in [{lo}, {hi if hi is not None else '∞'}],"
-                             f" got {x!r}")
-        if int(x) not in out:
-            out.append(int(x))
-    if not out:
-        raise ValueError(f"{name} must not be empty")
-    return out
-
-
-def _bool_grid(name, values):
-    out = []
-    for x in values:
-        if not isinstance(x, (bool, np.bool_)):
-            raise ValueError(f"{name} must hold booleans, got {x!r}")
-        if bool(x) not in out:
-            out.append(bool(x))
-    if not out:
-        raise ValueError(f"{name} must not be empty")
-    return out
-
 
 def _model_args(model, archs, microbatch, efficiency):
     """The checked (model, rows, microbatch, efficiency rows) of a layer table."""
@@ -915,9 +889,6 @@ def step_view(plan: dict, breakdown) -> dict:
 
 
 def variant_graph(m_spec, microbatch, t, sp, flash, cp, ep, precision, capacity_factor=None):
-    """The layer graphs (``graph.build_layers``, the Megatron kernels) of one variant."""
-    return graph.build_layers(m_spec, int(microbatch), int(t), sequence_parallel=bool(sp)
-                              and t > 1, flash_attention=bool(flash), kernels="megatron",
-                              dtype=precision, expert_parallel=int(ep),
-                              context_parallel=int(cp),
-                              capacity_factor=capacity_factor if m_spec.is_moe else None)
+    """The layer graphs of one variant (:func:`_variants`' ModelGraph)."""
+    return _variants(m_spec, int(microbatch), [int(t)], [bool(sp)], [bool(flash)], precision,
+                     [int(cp)], [int(ep)], capacity_factor if m_spec.is_moe else None)[0][-1]
