@@ -135,3 +135,24 @@ def test_the_study_model_keeps_its_numbers_and_has_no_power():
                         executor="serial", baselines=False, progress=False, microbatch=(8,))
     assert math.isinf(res.metadata["inputs"]["max_power_w"])
     assert np.all(np.isnan(res.table["power_w"]))
+
+
+def test_the_cli_search_takes_the_budgets_and_the_objective(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    assert main(["search", "--model", "bert-large", "--devices", "8", "--global-batch", "64",
+                 "--microbatch", "8", "--space-every", "4999", "--serial", "--no-baselines",
+                 "--max-power-w", "100", "--objective", "perf-per-watt",
+                 "--max-area-mm2", "200", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "tokens/J" in text and "per million tokens" in text
+    res = search.load_result(out)
+    t = res.table
+    assert res.metadata["inputs"]["max_power_w"] == 100.0
+    assert res.metadata["inputs"]["objective"] == "perf-per-watt"
+    assert np.all(t["area_mm2"] <= 200.0) and len(t["area_mm2"])
+    ok = t["feasible"]
+    assert np.all(t["power_w"][ok] <= 100.0 * (1 + 1e-6))
+    assert res.best["tokens_per_joule"] == pytest.approx(t["tokens_per_joule"][ok].max())
+    with pytest.raises(ValueError, match="max_area_mm2 1: no architecture of the space"):
+        search.search("bert-large", devices=8, global_batch=64, max_area_mm2=1.0,
+                      space=ArchSpace.default().configs[:50])

@@ -176,6 +176,10 @@ def _add_search_arguments(p) -> None:
                         "the clock the cap leaves, or is infeasible (default: the TPUv4-class "
                         "budget, phaze.arch.TEMPLATE_TDP_W; a fixed --arch: its own; --study: "
                         "none)")
+    p.add_argument("--max-area-mm2", type=float, metavar="MM2", default=None,
+                   help="area budget of one chip, mm2 (the template's area model): search only "
+                        "the architectures of at most that area (default: the space as given; "
+                        "the default space is the study's, within TPU v4's area)")
     p.add_argument("--objective", default="throughput",
                    choices=("throughput", "perf-per-watt", "perf-per-dollar"),
                    help="what ranks the rows and picks the best: samples/s (default), tokens "
@@ -305,7 +309,7 @@ def _cmd_search(args) -> int:
                   executor="serial" if args.serial else None, progress=args.progress,
                   workers=args.workers, address=args.address, force=args.force,
                   seq_len=args.seq_len, max_power_w=args.max_power_w,
-                  objective=args.objective,
+                  objective=args.objective, max_area_mm2=args.max_area_mm2,
                   trainers=(args.emit,) if args.emit and not args.study else ())
     chips = _compare.arch_list(args.arch)
     if len(chips) > 1:

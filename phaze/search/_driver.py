@@ -156,7 +156,8 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
            space=None, optimizer=None, prune=False, executor=None, progress=None, *, out=None,
            resume=False, workers=None, address=None, gap=None, chunk_archs=None, baselines=True,
            force=False, arch=None, seq_len=None, study=False, provenance=None, trainers=(),
-           max_power_w=None, objective="throughput", **knobs) -> SearchResult:
+           max_power_w=None, objective="throughput", max_area_mm2=None,
+           **knobs) -> SearchResult:
     """Search architectures and training plans jointly for the highest training throughput.
 
     ``models``: a zoo name, a ModelSpec or a list of them (several: one architecture
@@ -224,7 +225,9 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     chip_cost_usd and usd_per_million_tokens. ``objective``: "throughput" (default),
     "perf-per-watt" (most tokens per joule) or "perf-per-dollar" (least $ per million
     tokens) ranks the rows and picks the best; pruning bounds throughput, so the other two
-    need ``prune`` off.
+    need ``prune`` off. ``max_area_mm2``: search only the rows of the space of at most that
+    area (the template's mm², the study's area model; None: the space as given — the
+    default space is the study's, within TPU v4's area).
 
     ``metadata["run"]`` records what repeats the run (``_replay.run_record``: the time,
     phaze's version and git commit, every ModelSpec, the chip); ``provenance`` (a dict:
@@ -294,6 +297,14 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     for m in model_list:
         check_some_width(m, widths_all)
     archs = resolve_space(space)
+    if max_area_mm2 is not None:
+        max_area_mm2 = positive_float("max_area_mm2", max_area_mm2)
+        keep = archs["area_mm2"] <= max_area_mm2
+        if not keep.any():
+            raise ValueError(f"max_area_mm2 {max_area_mm2:g}: no architecture of the space has "
+                             f"at most that area (the smallest has "
+                             f"{float(archs['area_mm2'].min()):.2f} mm2)")
+        archs = np.ascontiguousarray(archs[keep])
     ids, in_default = space_ids(archs)
     widths, skipped = {}, {}
     for m in model_list:
@@ -320,6 +331,7 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
         "recompute": recompute, "tensor_parallel": widths_all, "optimizer": optimizer,
         "prune": prune, "gap": gap, "chunk_archs": chunk_archs, "n_archs": n_archs,
         "cost_model": model.name, **grids, "max_power_w": max_power_w, "objective": objective,
+        "max_area_mm2": max_area_mm2,
         "space_hash": hashlib.blake2b(archs.tobytes(), digest_size=16).hexdigest(),
         "version": __version__, "baselines": bool(baselines),  # resumed chunks carry block facts
         # What an arch_id numbers: the default space's rows, or the given space's.

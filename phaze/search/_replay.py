@@ -120,6 +120,11 @@ def replay(meta: dict):
             kw[name] = tuple(v) if isinstance(v, list) else v
     if inputs.get("trainers"):
         kw["trainers"] = tuple(inputs["trainers"])
+    # the power budget, objective and area budget (issue 28; absent in older files: the
+    # defaults, null: no budget recorded)
+    for name in ("max_power_w", "objective", "max_area_mm2"):
+        if inputs.get(name) is not None:
+            kw[name] = inputs[name]
     if "arch" in inputs:
         data = run.get("chip") or md.get("chip")
         if not data:
