@@ -152,7 +152,12 @@ def test_b200_gemms_at_the_sweeps_largest_shapes(key):
                           fp8_rate=chip.rates["fp8"] if dtype == "fp8" else None)[1][0, 0]
     rate = 2 * b * m * n * k / t
     assert np.isfinite(rate)
-    assert -0.06 < rate / XLA_SM100[key] - 1 < 0.11
+    # b200's fractions are set at transformer shapes (Transformer Engine's benchmark of a
+    # layer's 12 GEMMs, 0.5-2.1 TFLOP each, measured on B300; docs/fidelity-sources.md §1.7),
+    # where the long GEMMs run 9-10 % below the short ones: these 0.3-0.6 TFLOP sweep points
+    # are priced up to 14 % slower than XLA measured them (TE's own 0.53 TFLOP "Attn Out"
+    # GEMM on B300, 1.74 PFLOP/s, agrees with XLA's 1.67 here), none faster than +3 %.
+    assert -0.14 < rate / XLA_SM100[key] - 1 < 0.03
 
 
 def test_all_reduce_across_nodes_takes_nccls_tree_when_it_is_faster():
