@@ -50,6 +50,10 @@ Validation file schema (JSON; the built-in table follows it)
                                        widths (gpus = t·cp·p·d; ep carved out of cp·d)
          "grad_reduce_dtype": str,     (optional, default "fp32") fp32 | bf16 | fp16
          "seq_len": int,               (optional) the row's sequence, replacing the model's
+         "mtp_layers": int,            (optional) the multi-token-prediction depth the run
+                                       trained, replacing the model's (0: a trainer that
+                                       builds no MTP module, e.g. NeMo AutoModel's
+                                       DeepSeek-V3)
          "table": str,                 (optional, default the name up to its first "/")
                                        the published table the row belongs to
          "trainer": str,               (optional, default "megatron") who ran it: megatron
@@ -171,6 +175,10 @@ def _check_row(row, where, shapes):
         value = row.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{where}: {key} must be a positive integer")
+    if "mtp_layers" in row:
+        value = row["mtp_layers"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{where}: mtp_layers must be a non-negative integer")
     cp = row.get("cp", 1)
     if row["gpus"] != row["t"] * cp * row["p"] * row["d"]:
         raise ValueError(f"{where}: gpus ({row['gpus']}) != t·cp·p·d "
@@ -245,9 +253,10 @@ def load_table(path=None) -> dict:
     return table
 
 
-def _model_spec(name, shapes, seq_len=None):
+def _model_spec(name, shapes, seq_len=None, mtp_layers=None):
     """The table's shape as a ModelSpec (Megatron GPT defaults), else the zoo's model;
-    ``seq_len``: the row's own sequence in place of the model's."""
+    ``seq_len``: the row's own sequence in place of the model's; ``mtp_layers``: the
+    row's multi-token-prediction depth in place of the model's."""
     if name not in shapes:
         spec = _models.get(name)
     else:
@@ -256,6 +265,8 @@ def _model_spec(name, shapes, seq_len=None):
         spec = _models.ModelSpec(name=name, **shape)
     if seq_len is not None and seq_len != spec.seq_len:
         spec = dataclasses.replace(spec, seq_len=seq_len)
+    if mtp_layers is not None and mtp_layers != spec.mtp_layers:
+        spec = dataclasses.replace(spec, mtp_layers=mtp_layers)
     return spec
 
 
@@ -284,7 +295,7 @@ def _predict(row, shapes, config, efficiency=None):
         res = None
         rec["reason"] = row["reason"]
     else:
-        spec = _model_spec(row["model"], shapes, row.get("seq_len"))
+        spec = _model_spec(row["model"], shapes, row.get("seq_len"), row.get("mtp_layers"))
         knobs = {k.name: config[k.file_key] for k in _FILE_KNOBS}
         eff = (efficiency or {}).get(row["arch"])
         res = _step.training_step(spec, row["arch"], efficiency=eff, **knobs)
@@ -372,6 +383,8 @@ def run(path=None, *, efficiency=None) -> Report:
                    assumptions=list(row.get("assumptions", [])))
         if "seq_len" in row:
             rec["seq_len"] = row["seq_len"]
+        if "mtp_layers" in row:
+            rec["mtp_layers"] = row["mtp_layers"]
         if "model_class" in row:
             rec["model_class"] = row["model_class"]
         rec.update(_predict(row, shapes, config, efficiency))

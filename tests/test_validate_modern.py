@@ -167,3 +167,37 @@ def test_seq_len_override_and_cp_in_a_small_file(tmp_path):
     path.write_text(json.dumps(dict(models=dict(tiny=shape), rows=[bad])))
     with pytest.raises(ValueError, match="t·cp·p·d"):
         validate.run(path)
+
+
+def test_mtp_layers_override_prices_the_run_without_the_module(tmp_path):
+    """A row's ``mtp_layers`` replaces the model's (NeMo AutoModel builds no MTP module for
+    DeepSeek-V3): the same plan without it prices exactly the step of a model spec with
+    mtp_layers 0, and less than with the zoo's one MTP module."""
+    import dataclasses
+
+    from phaze import models, step
+
+    base = dict(model="deepseek-v3", arch="h100-sxm", gpus=256, t=1, p=4, d=64, ep=64,
+                microbatch=1, global_batch=512, virtual_stages=8, recompute="full",
+                sequence_parallel=False, precision="bf16", flash_attention=True,
+                zero_stage=3, source="made up", kind="time", published_s=8.0,
+                pipeline_split="remainder_first", seq_len=4096)
+    rows = [dict(base, name="with"), dict(base, name="without", mtp_layers=0)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(dict(rows=rows)))
+    rep = validate.run(path)
+    with_mtp, without = rep.rows
+    assert without["mtp_layers"] == 0 and "mtp_layers" not in with_mtp
+    assert 0 < without["predicted_s"] < with_mtp["predicted_s"]
+    spec = dataclasses.replace(models.get("deepseek-v3"), mtp_layers=0, seq_len=4096)
+    assert spec.n_mtp_params == 0 and models.get("deepseek-v3").n_mtp_params > 0
+    res = step.training_step(spec, "h100-sxm", tensor_parallel=1, pipeline_parallel=4,
+                             data_parallel=64, expert_parallel=64, microbatch=1,
+                             global_batch=512, virtual_stages=8, recompute="full",
+                             precision="bf16", flash_attention=True, zero_stage=3,
+                             pipeline_split="remainder_first")
+    assert res.time_s == pytest.approx(without["predicted_s"], rel=1e-12)
+    bad = dict(base, name="bad", mtp_layers=-1)
+    path.write_text(json.dumps(dict(rows=[bad])))
+    with pytest.raises(ValueError, match="mtp_layers must be a non-negative integer"):
+        validate.run(path)
