@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import arch as _arch
-from .. import graph, precision as _precision
+from .. import _config, graph, precision as _precision
 from .._cache import Memo
 from . import _plans
 from ._layers import GRAD_REDUCE_BYTES
@@ -61,7 +61,7 @@ ENERGY_PARTS = PARTS = ("compute", "vector", "sram", "hbm", "link", "network", "
 #: The parts the clock's voltage scales (the cores and the buffer).
 CLOCKED = ("compute", "vector", "sram")
 
-_ACC_BYTES = 4.0  # fp32 partial sums (phaze._config.COST_ACCUMULATOR_BYTES)
+_ACC_BYTES = float(_config.COST_ACCUMULATOR_BYTES)  # partial sums (fp32), as phaze.cost
 _COLL = {name: i for i, name in enumerate(graph.COLLECTIVE_KINDS)}
 
 _WORK = Memo(lambda: 256, "step.energy_work")
