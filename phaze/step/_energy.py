@@ -276,6 +276,14 @@ def clock_share(macs_dev, archs, tile_efficiency, time_s):
     return np.clip(c, 0.0, 1.0)
 
 
+def _at_clock(s, time_s, share, clocked, other, static_w):
+    """(seconds, power W) of steps at the clock fraction ``s``: the clock-paced share of
+    the step takes share/s of its time, the rest is unchanged; the clocked energy scales by
+    ``phaze.arch.dvfs_energy_scale(s)`` and static power runs the whole (longer) step."""
+    t = time_s * (share / s + (1.0 - share))
+    return t, (clocked * _arch.dvfs_energy_scale(s) + other + static_w * t) / t
+
+
 def power_capped(parts, time_s, static_w, share, cap_w):
     """The step under a power cap: (clock fraction s, seconds, parts with static, power W,
     feasible) per row. ``parts``: :func:`energy_parts`' (static 0); ``share``:
@@ -285,38 +293,28 @@ def power_capped(parts, time_s, static_w, share, cap_w):
     cap = np.broadcast_to(np.asarray(cap_w, dtype=np.float64), time_s.shape)
     clocked = sum(parts[k] for k in CLOCKED)
     other = sum(parts[k] for k in PARTS if k not in CLOCKED)
-
-    def at(s):
-        t = time_s * (share / s + (1.0 - share))
-        return t, (clocked * _arch.dvfs_energy_scale(s) + other + static_w * t) / t
-
     ok = np.isfinite(time_s) & (time_s > 0)
-    safe_t = np.where(ok, time_s, 1.0)
-    time_s = safe_t
-    t1, p1 = at(np.ones_like(time_s))
+    time_s = np.where(ok, time_s, 1.0)
+    rows = (time_s, share, clocked, other, static_w)
+    _, p1 = _at_clock(np.ones_like(time_s), *rows)
     s = np.ones_like(time_s)
     bind = ok & (p1 > cap)
     lo_s = float(_arch.DVFS_MIN_CLOCK_FRACTION)
-    _, p_lo = at(np.full_like(time_s, lo_s))
+    _, p_lo = _at_clock(np.full_like(time_s, lo_s), *rows)
     feasible = ok & (p_lo <= cap)
     search = bind & feasible
     if np.any(search):
         lo = np.full(int(search.sum()), lo_s)
         hi = np.ones_like(lo)
-        sub = {k: v[search] if np.ndim(v) else v for k, v in
-               (("time_s", time_s), ("share", share), ("clocked", clocked),
-                ("other", other), ("static", static_w))}
+        sub = [v[search] if np.ndim(v) else v for v in rows]
         for _ in range(26):   # the clock to 2⁻²⁶ of its range
             mid = 0.5 * (lo + hi)
-            tt = sub["time_s"] * (sub["share"] / mid + (1.0 - sub["share"]))
-            pw = (sub["clocked"] * _arch.dvfs_energy_scale(mid) + sub["other"]
-                  + sub["static"] * tt) / tt
-            over = pw > cap[search]
+            over = _at_clock(mid, *sub)[1] > cap[search]
             hi = np.where(over, mid, hi)
             lo = np.where(over, lo, mid)
         s[search] = lo
     s = np.where(feasible | ~bind, s, lo_s)
-    t_new, power = at(s)
+    t_new, power = _at_clock(s, *rows)
     out = {k: np.asarray(parts[k], dtype=np.float64).copy() for k in PARTS}
     for k in CLOCKED:
         out[k] = out[k] * _arch.dvfs_energy_scale(s)
