@@ -329,8 +329,7 @@ def template_cap(chip, max_power_w):
     (``phaze.arch.TEMPLATE_TDP_W``)."""
     if max_power_w is not None:
         return float(max_power_w)
-    rules = getattr(chip, "efficiency_rules", None) or {}
-    if rules.get("tile_efficiency") == "measured":
+    if chip.gemm_rates_measured:
         return float("inf")
     return float(chip.tdp_w) if chip.tdp_w is not None else float(_arch.TEMPLATE_TDP_W)
 
