@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import arch as _arch
-from .. import _config, graph, precision as _precision
+from .. import cost, graph, precision as _precision
 from .._cache import Memo
 from . import _plans
 from ._layers import GRAD_REDUCE_BYTES
@@ -61,7 +61,6 @@ ENERGY_PARTS = PARTS = ("compute", "vector", "sram", "hbm", "link", "network", "
 #: The parts the clock's voltage scales (the cores and the buffer).
 CLOCKED = ("compute", "vector", "sram")
 
-_ACC_BYTES = float(_config.COST_ACCUMULATOR_BYTES)  # partial sums (fp32), as phaze.cost
 _COLL = {name: i for i, name in enumerate(graph.COLLECTIVE_KINDS)}
 
 _WORK = Memo(lambda: 256, "step.energy_work")
@@ -112,21 +111,6 @@ def _graph_columns(g):
     return _WORK.put(g, out)
 
 
-def onchip_bytes(dims, in_bytes, w, d):
-    """Buffer-to-array bytes of GEMMs ``dims`` (rows of batch, M, K, N) on w×d
-    weight-stationary arrays (the formula of ``phaze.cost``'s on-chip bandwidth), summed;
-    ``w``, ``d`` arrays of the rows' array shapes → one sum per row."""
-    if not len(dims):
-        return np.zeros(np.shape(w))
-    b, m, k, n = (dims[:, i][:, None] for i in range(4))
-    w = np.asarray(w, dtype=np.float64)[None, :]
-    d = np.asarray(d, dtype=np.float64)[None, :]
-    e = np.asarray(in_bytes, dtype=np.float64)[:, None]
-    per = b * (e * (k * n + m * k * np.ceil(n / w))
-               + _ACC_BYTES * m * n * (2.0 * np.ceil(k / d) - 1.0))
-    return per.sum(axis=0)
-
-
 def _net_share(group, stride, node_size):
     """The fraction of a ring's hops over ``group`` ranks ``stride`` apart that cross
     nodes of ``node_size`` (one per node boundary the ring passes; all when the stride is a
@@ -147,7 +131,7 @@ def graph_energy(g, archs, energy, t):
     c = _graph_columns(g)
     w = np.asarray(archs["tc_width"], dtype=np.float64)
     d = np.asarray(archs["tc_depth"], dtype=np.float64)
-    sram = onchip_bytes(c["gemm_dims"], c["gemm_in"], w, d) + c["streamed"]
+    sram = cost.onchip_bytes(c["gemm_dims"], c["gemm_in"], w, d).sum(axis=0) + c["streamed"]
     node = np.asarray(archs["node_size"], dtype=np.float64)
     if c["sent"].size:
         # tensor-parallel groups sit inside a node; an expert- or context-parallel group's
