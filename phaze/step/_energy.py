@@ -318,10 +318,12 @@ def template_cap(chip, max_power_w):
     return float(chip.tdp_w) if chip.tdp_w is not None else float(_arch.TEMPLATE_TDP_W)
 
 
-def chip_energy(chip):
+def chip_energy(chip, rows=None):
     """The energy records of one resolved chip (``phaze.arch.Chip``): its node and the
-    kinds of its memory and fabric, the template's where it gives none."""
-    return _arch.energy_rows(chip.row, process_nm=chip.process_nm or _arch.TEMPLATE_PROCESS_NM,
+    kinds of its memory and fabric, the template's where it gives none; of ``rows`` (rows
+    equal to the chip's, e.g. a search's) when given, else of its own row."""
+    return _arch.energy_rows(chip.row if rows is None else rows,
+                             process_nm=chip.process_nm or _arch.TEMPLATE_PROCESS_NM,
                              hbm_kind=chip.hbm_kind, link_kind=chip.link_kind,
                              net_kind=chip.net_kind)
 
