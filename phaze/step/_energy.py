@@ -29,8 +29,11 @@ is that times the devices used. The parts (:data:`PARTS`, joules per device per 
   two weight all-gathers of every microbatch's forward and backward and a reduce-scatter of
   its gradients), and the pipeline's activations and gradients (2 boundary tensors per
   microbatch across p − 1 of p stage boundaries) — inside the node at ``link_j_per_byte``,
-  the share that crosses nodes (the fraction of a ring's hops between nodes) at
-  ``net_j_per_byte``;
+  the share that crosses nodes at ``net_j_per_byte`` — ``phaze.collectives.net_share``, on
+  the rank layout the step's time reads (``span_nodes``: a tensor-parallel group's ranks
+  adjacent, an expert- or context-parallel group's t apart, the data-parallel ring's cp·d
+  ranks t apart, the expert-data-parallel one's t·ep apart): a ring's nodes of its n hops,
+  an all-to-all's peers on other nodes;
 - ``static``: ``static_w`` × the step's seconds.
 
 Recomputation re-runs forward work: its energy is the forward's times the priced recompute
@@ -51,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import arch as _arch
-from .. import cost, graph, precision as _precision
+from .. import collectives, cost, graph, precision as _precision
 from .._cache import Memo
 from . import _plans
 from ._layers import GRAD_REDUCE_BYTES
@@ -107,22 +110,8 @@ def _graph_columns(g):
         streamed=float(moved[(flash | (kind == graph.KIND_VECTOR)) & ~coll].sum()),
         gemm_dims=dims[gemm & ~flash], gemm_in=in_bytes[gemm & ~flash],
         sent=sent[coll], group=n[coll], a2a=(code[coll] == _COLL["all_to_all"])
-        | (code[coll] == _COLL["p2p"]))
+        | (code[coll] == _COLL["p2p"]), all_to_all=code[coll] == _COLL["all_to_all"])
     return _WORK.put(g, out)
-
-
-def _net_share(group, stride, node_size):
-    """The fraction of a ring's hops over ``group`` ranks ``stride`` apart that cross
-    nodes of ``node_size`` (one per node boundary the ring passes; all when the stride is a
-    node or more)."""
-    group = np.asarray(group, dtype=np.float64)
-    stride = np.asarray(stride, dtype=np.float64)
-    node_size = np.asarray(node_size, dtype=np.float64)
-    per_node = np.maximum(np.floor(node_size / np.maximum(stride, 1.0)), 1.0)
-    nodes = np.ceil(group / per_node)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(group > 1, np.where(nodes > 1, nodes / group, 0.0), 0.0)
-    return np.minimum(share, 1.0)
 
 
 def graph_energy(g, archs, energy, t):
@@ -134,10 +123,11 @@ def graph_energy(g, archs, energy, t):
     sram = cost.onchip_bytes(c["gemm_dims"], c["gemm_in"], w, d).sum(axis=0) + c["streamed"]
     node = np.asarray(archs["node_size"], dtype=np.float64)
     if c["sent"].size:
-        # tensor-parallel groups sit inside a node; an expert- or context-parallel group's
-        # ranks are t apart
-        share = _net_share(c["group"][:, None], np.where(c["a2a"], float(t), 1.0)[:, None],
-                           node[None, :])
+        # a tensor-parallel group's ranks are adjacent; an expert- or context-parallel
+        # group's t apart (the rank layout the step's time reads: collectives.net_share)
+        share = collectives.net_share(c["group"][:, None],
+                                      np.where(c["a2a"], float(t), 1.0)[:, None], node[None, :],
+                                      all_to_all=c["all_to_all"][:, None])
         net = (c["sent"][:, None] * share).sum(axis=0)
         link = (c["sent"][:, None] * (1.0 - share)).sum(axis=0)
     else:
@@ -222,8 +212,11 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, 
     # the data-parallel reduction of the weights' gradients (16-bit weights: 2 B each)
     link = np.zeros(n)
     net = np.zeros(n)
-    for weight_bytes, g, stride in ((sums["dense_w"], d * cp, t * cp),
-                                    (sums["expert_w"], np.maximum(d * cp / ep, 1.0), t * ep)):
+    # the data-parallel ring: the cp·d ranks t apart; the expert-data-parallel one the
+    # cp·d/ep ranks t·ep apart (Megatron-Core's layout, as the step's time places them)
+    for weight_bytes, g, stride in ((sums["dense_w"], d * cp, np.full_like(d, float(t))),
+                                    (sums["expert_w"], np.maximum(np.floor(d * cp / ep), 1.0),
+                                     t * ep)):
         if not weight_bytes:
             continue
         elements = weight_bytes / 2.0 / p
@@ -233,7 +226,7 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, 
         sent = np.select([zero == 0, zero < 3],
                          [2.0 * frac * grads, frac * (grads + weights)],
                          m * frac * (2.0 * weights + grads))
-        share = _net_share(g, stride, node)
+        share = collectives.net_share(g, stride, node)
         net = net + sent * share
         link = link + sent * (1.0 - share)
     # the pipeline's activations forward and gradients backward
