@@ -61,6 +61,15 @@ def span_nodes(int64_t first, int64_t stride, int64_t count, int64_t node_size):
     return c.span_nodes(first, stride, count, node_size)
 
 
+def boundary_net_shares(const int64_t[::1] p, const int64_t[::1] stage_ranks,
+                        const int64_t[::1] node_size, double[::1] out):
+    """``boundary_net_share`` of every k into ``out[k]``."""
+    cdef Py_ssize_t k
+    with nogil:
+        for k in range(out.shape[0]):
+            out[k] = c.boundary_net_share(p[k], stage_ranks[k], node_size[k])
+
+
 def net_shares(const int64_t[::1] count, const int64_t[::1] stride,
                const int64_t[::1] node_size, const int8_t[::1] all_to_all, double[::1] out):
     """Per k: the share of the bytes a group of ``count[k]`` ranks ``stride[k]`` apart

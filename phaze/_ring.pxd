@@ -246,6 +246,24 @@ cdef inline double ring_net_share(int64_t n, int64_t nodes) noexcept nogil:
     return <double>nodes / <double>n
 
 
+cdef inline double boundary_net_share(int64_t p, int64_t stage_ranks,
+                                      int64_t node_size) noexcept nogil:
+    """The share of a pipeline's boundary sends that cross nodes, on Megatron's layout (rank
+    a·S + o of stage a sends to rank (a + 1)·S + o, S = ``stage_ranks`` = t·cp·d): of the
+    (p − 1)·S sends, those whose two ranks sit on different nodes of ``node_size`` — all
+    when S ≥ node_size; 0 for one stage."""
+    cdef int64_t a, o, crossing = 0
+    if p <= 1:
+        return 0.0
+    if stage_ranks >= node_size:
+        return 1.0
+    for a in range(p - 1):
+        for o in range(stage_ranks):
+            if (a * stage_ranks + o) // node_size != ((a + 1) * stage_ranks + o) // node_size:
+                crossing += 1
+    return <double>crossing / <double>((p - 1) * stage_ranks)
+
+
 cdef inline double a2a_net_share(int64_t n, int64_t nodes) noexcept nogil:
     """The share of an all-to-all's bytes that crosses nodes, as :func:`split_all_to_all`
     sends them: of the n − 1 peers a rank sends 1/n of its bytes to, n − g sit on other

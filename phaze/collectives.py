@@ -53,7 +53,7 @@ __all__ = ["FABRIC_DTYPE", "COLLECTIVE_KINDS", "fabric", "collective_seconds", "
            "exchange_seconds", "all_reduce_seconds", "reduce_scatter_seconds",
            "all_gather_seconds", "all_to_all_seconds", "p2p_seconds", "placed_seconds",
            "contiguous_seconds", "contiguous_all_reduce_seconds",
-           "ring_nodes", "span_nodes", "net_share"]
+           "ring_nodes", "span_nodes", "net_share", "boundary_net_share"]
 
 #: A two-tier fabric as the collectives see it (seconds, bytes/s): NCCL's fixed latency of
 #: one collective, the α of one ring step inside a node and of one crossing nodes, and
@@ -136,6 +136,31 @@ def contiguous_seconds(kind, nbytes, n, fabric_rows, node_size, out) -> None:
                           np.asarray(node_size, dtype=np.int64), out)
 
 
+def _integers(**arrays):
+    """The broadcast arrays as flat C-contiguous int64 (each an integer >= 1) and the shape."""
+    parts = np.broadcast_arrays(*(np.asarray(x) for x in arrays.values()))
+    cols = []
+    for name, x in zip(arrays, parts):
+        x = np.asarray(x, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(x)) or np.any(x < 1) or np.any(x != np.floor(x)):
+            raise ValueError(f"{name} must hold integers >= 1")
+        cols.append(np.ascontiguousarray(x, dtype=np.int64))
+    return cols, parts[0].shape
+
+
+def boundary_net_share(pipeline_parallel, stage_ranks, node_size) -> np.ndarray:
+    """The share of a pipeline's activation and gradient sends that crosses nodes, on
+    Megatron's rank layout (stage a holds ranks a·S … a·S + S − 1, S = ``stage_ranks`` =
+    t·cp·d, and rank a·S + o sends to (a + 1)·S + o; the step's time reads the same
+    placement): the sends of the p − 1 boundaries whose two ranks sit on different nodes of
+    ``node_size`` (arrays broadcast together; integers >= 1)."""
+    (p, s, n), shape = _integers(pipeline_parallel=pipeline_parallel, stage_ranks=stage_ranks,
+                                 node_size=node_size)
+    out = np.empty(p.shape[0], dtype=np.float64)
+    _c.boundary_net_shares(p, s, n, out)
+    return out.reshape(shape)
+
+
 def net_share(group, stride, node_size, *, all_to_all=False) -> np.ndarray:
     """The share of the bytes each rank of a group sends that crosses nodes (the rest stays
     on the in-node link), for ``group`` ranks ``stride`` apart from rank 0 on nodes of
@@ -145,18 +170,10 @@ def net_share(group, stride, node_size, *, all_to_all=False) -> np.ndarray:
     its ``group`` hops, an all-to-all (``all_to_all``, per element too) sends to the
     group − g of its group − 1 peers outside its node (g = group / nodes), as
     ``split_all_to_all`` prices it; 0 inside one node."""
-    parts = np.broadcast_arrays(np.asarray(group), np.asarray(stride), np.asarray(node_size),
-                                np.asarray(all_to_all, dtype=bool))
-    shape = parts[0].shape
-    cols = []
-    for name, x in zip(("group", "stride", "node_size"), parts[:3]):
-        x = np.asarray(x, dtype=np.float64).reshape(-1)
-        if not np.all(np.isfinite(x)) or np.any(x < 1) or np.any(x != np.floor(x)):
-            raise ValueError(f"{name} must hold integers >= 1")
-        cols.append(np.ascontiguousarray(x, dtype=np.int64))
+    cols, shape = _integers(group=group, stride=stride, node_size=node_size)
+    a2a = np.broadcast_to(np.asarray(all_to_all, dtype=bool), shape).reshape(-1)
     out = np.empty(cols[0].shape[0], dtype=np.float64)
-    _c.net_shares(cols[0], cols[1], cols[2],
-                  np.ascontiguousarray(parts[3].reshape(-1), dtype=np.int8), out)
+    _c.net_shares(cols[0], cols[1], cols[2], np.ascontiguousarray(a2a, dtype=np.int8), out)
     return out.reshape(shape)
 
 

@@ -158,6 +158,26 @@ def test_an_all_to_all_across_nodes_sends_its_remote_peers_share_over_the_networ
     assert got == pytest.approx(sent * 4 / 7, rel=1e-12)
 
 
+@pytest.mark.parametrize("t,share", [(4, 1 / 3), (8, 1.0), (2, 0.0)])
+def test_the_pipelines_sends_cross_nodes_where_its_stages_do(t, share):
+    # p = 4 stages of t ranks (d = 1) on nodes of 8: t = 4 puts stages 0, 1 on one node and
+    # 2, 3 on the next, so 1 of the 3 boundaries crosses; t = 8 gives each stage a node;
+    # t = 2 keeps all four in one (the old rule: none cross unless t·cp·d >= node)
+    spec = models.resolve("llama3-8b")
+    mg = graph.build_layers(spec, 1, t, kernels="megatron")
+    rows = presets.get("h100-sxm").copy()
+    assert rows["node_size"][0] == 8
+    e = unit_energy(1, net_j_per_byte=1.0)
+    m = 4
+    got, _ = _energy.energy_parts(mg, rows, e, plans=plans(pipeline_parallel=[4],
+                                                           microbatches=[m]),
+                                  global_batch=1, grad_bytes=4, hbm_bw=np.array([1e12]))
+    boundary = max(float(L.boundary_bytes) for L in mg.layers
+                   if L.kind not in ("embedding", "head"))
+    assert got["network"][0] == pytest.approx(2 * m * boundary * 3 / 4 * share, rel=1e-12,
+                                              abs=1e-12)
+
+
 def test_net_share_is_the_rank_layouts_rule():
     from phaze import collectives
     assert collectives.span_nodes(0, 1, 16, 8) == 2
@@ -168,6 +188,8 @@ def test_net_share_is_the_rank_layouts_rule():
     assert collectives.net_share(8, 1, 4, all_to_all=True) == pytest.approx(4 / 7)
     with pytest.raises(ValueError, match="node_size must hold integers >= 1"):
         collectives.net_share(8, 1, 0)
+    assert collectives.boundary_net_share([4, 4, 3, 1], [4, 2, 3, 2], 8).tolist() == [
+        1 / 3, 0.0, 1 / 6, 0.0]      # 3 ranks a stage: of 0→3 … 5→8 only 5→8 crosses
 
 
 def test_a_power_cap_lowers_the_clock_until_the_power_fits():

@@ -33,7 +33,8 @@ is that times the devices used. The parts (:data:`PARTS`, joules per device per 
   the rank layout the step's time reads (``span_nodes``: a tensor-parallel group's ranks
   adjacent, an expert- or context-parallel group's t apart, the data-parallel ring's cp·d
   ranks t apart, the expert-data-parallel one's t·ep apart): a ring's nodes of its n hops,
-  an all-to-all's peers on other nodes;
+  an all-to-all's peers on other nodes, the pipeline's sends between stages on different
+  nodes (``boundary_net_share``);
 - ``static``: ``static_w`` × the step's seconds.
 
 Recomputation re-runs forward work: its energy is the forward's times the priced recompute
@@ -231,7 +232,7 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, 
         link = link + sent * (1.0 - share)
     # the pipeline's activations forward and gradients backward
     pp = np.where(p > 1, 2.0 * m * sums["boundary"] * (p - 1.0) / p, 0.0)
-    pp_net = np.where(t * cp * d >= node, 1.0, 0.0)
+    pp_net = collectives.boundary_net_share(p, t * cp * d, node)
     net = net + pp * pp_net
     link = link + pp * (1.0 - pp_net)
     parts["link"] = parts["link"] + link * energy["link_j_per_byte"]
