@@ -2,7 +2,7 @@
 """The Python face of the compiled collectives (``_ring.pxd``): ``phaze.collectives``
 calls these with a fabric's fields, so the numbers a Python caller gets are the very
 ones the kernels compute."""
-from libc.stdint cimport int64_t
+from libc.stdint cimport int8_t, int64_t
 
 from . cimport _ring as c
 
@@ -55,6 +55,33 @@ def contiguous_seconds(int64_t kind, double nbytes, int64_t n, const double[:] c
 
 def ring_nodes(int64_t n, int64_t node_size):
     return c.ring_nodes(n, node_size)
+
+
+def span_nodes(int64_t first, int64_t stride, int64_t count, int64_t node_size):
+    return c.span_nodes(first, stride, count, node_size)
+
+
+def boundary_net_shares(const int64_t[::1] p, const int64_t[::1] stage_ranks,
+                        const int64_t[::1] node_size, double[::1] out):
+    """``boundary_net_share`` of every k into ``out[k]``."""
+    cdef Py_ssize_t k
+    with nogil:
+        for k in range(out.shape[0]):
+            out[k] = c.boundary_net_share(p[k], stage_ranks[k], node_size[k])
+
+
+def net_shares(const int64_t[::1] count, const int64_t[::1] stride,
+               const int64_t[::1] node_size, const int8_t[::1] all_to_all, double[::1] out):
+    """Per k: the share of the bytes a group of ``count[k]`` ranks ``stride[k]`` apart
+    (from rank 0) on nodes of ``node_size[k]`` sends across nodes — an all-to-all's
+    (``all_to_all[k]``) or a ring's — into ``out[k]``."""
+    cdef Py_ssize_t k
+    cdef int64_t nodes
+    with nogil:
+        for k in range(out.shape[0]):
+            nodes = c.span_nodes(0, stride[k], count[k], node_size[k])
+            out[k] = c.a2a_net_share(count[k], nodes) if all_to_all[k] != 0 \
+                else c.ring_net_share(count[k], nodes)
 
 
 def contiguous_all_reduce_seconds(double group, double comm_bytes, double node_size,

@@ -224,6 +224,59 @@ cdef inline int64_t ring_nodes(int64_t n, int64_t node_size) noexcept nogil:
     return (n - 1) // node_size + 1
 
 
+cdef inline int64_t span_nodes(int64_t first, int64_t stride, int64_t count,
+                               int64_t node_size) noexcept nogil:
+    """Distinct nodes of the ranks first + k·stride, k = 0..count−1 (increasing ranks: with
+    stride ≤ node_size no node between the first and the last is skipped; with a larger
+    stride every rank has a node of its own). The placement rule of every group the step
+    prices (``phaze/step/_kernels.pyx``'s rank layout) and of its energy."""
+    if count <= 0:
+        return 0
+    if stride > node_size:
+        return count
+    return (first + (count - 1) * stride) // node_size - first // node_size + 1
+
+
+cdef inline double ring_net_share(int64_t n, int64_t nodes) noexcept nogil:
+    """The share of a ring collective's bytes that crosses nodes: of the n hops of the
+    closed ring of n ranks on ``nodes`` nodes (each node's ranks adjacent on it), one leaves
+    each node — nodes of n (all when every rank has a node of its own); 0 in one node."""
+    if n <= 1 or nodes <= 1:
+        return 0.0
+    return <double>nodes / <double>n
+
+
+cdef inline double boundary_net_share(int64_t p, int64_t stage_ranks,
+                                      int64_t node_size) noexcept nogil:
+    """The share of a pipeline's boundary sends that cross nodes, on Megatron's layout (rank
+    a·S + o of stage a sends to rank (a + 1)·S + o, S = ``stage_ranks`` = t·cp·d): of the
+    (p − 1)·S sends, those whose two ranks sit on different nodes of ``node_size`` — all
+    when S ≥ node_size; 0 for one stage."""
+    cdef int64_t a, o, crossing = 0
+    if p <= 1:
+        return 0.0
+    if stage_ranks >= node_size:
+        return 1.0
+    for a in range(p - 1):
+        for o in range(stage_ranks):
+            if (a * stage_ranks + o) // node_size != ((a + 1) * stage_ranks + o) // node_size:
+                crossing += 1
+    return <double>crossing / <double>((p - 1) * stage_ranks)
+
+
+cdef inline double a2a_net_share(int64_t n, int64_t nodes) noexcept nogil:
+    """The share of an all-to-all's bytes that crosses nodes, as :func:`split_all_to_all`
+    sends them: of the n − 1 peers a rank sends 1/n of its bytes to, n − g sit on other
+    nodes (g = n / nodes ranks in each, at least 1); 0 in one node."""
+    cdef int64_t g
+    if n <= 1 or nodes <= 1:
+        return 0.0
+    g = n // nodes
+    if g < 1:
+        g = 1
+    return <double>(n - g) / <double>(n - 1)
+
+
 cdef inline double contiguous_all_reduce(double group, double comm_bytes, double node_size,
                                          double link_bytes_per_s, double net_bytes_per_s,
                                          double coll_latency_s, double link_step_s,

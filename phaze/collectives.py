@@ -53,7 +53,7 @@ __all__ = ["FABRIC_DTYPE", "COLLECTIVE_KINDS", "fabric", "collective_seconds", "
            "exchange_seconds", "all_reduce_seconds", "reduce_scatter_seconds",
            "all_gather_seconds", "all_to_all_seconds", "p2p_seconds", "placed_seconds",
            "contiguous_seconds", "contiguous_all_reduce_seconds",
-           "ring_nodes"]
+           "ring_nodes", "span_nodes", "net_share", "boundary_net_share"]
 
 #: A two-tier fabric as the collectives see it (seconds, bytes/s): NCCL's fixed latency of
 #: one collective, the α of one ring step inside a node and of one crossing nodes, and
@@ -74,6 +74,10 @@ ring_seconds = _c.ring_seconds
 exchange_seconds = _c.exchange_seconds
 #: ring_nodes(n, node_size): nodes spanned by the contiguous ranks 0..n−1.
 ring_nodes = _c.ring_nodes
+#: span_nodes(first, stride, count, node_size): nodes spanned by the ranks first + k·stride,
+#: k < count (every rank a node of its own when stride > node_size): the rank layout's rule
+#: (``phaze.step``'s groups; :func:`net_share`).
+span_nodes = _c.span_nodes
 #: contiguous_all_reduce_seconds(group, comm_bytes, node_size, link_bytes_per_s,
 #: net_bytes_per_s, coll_latency_s, link_step_s, net_step_s, link_efficiency,
 #: net_efficiency): ring all-reduce of ``comm_bytes`` over ``group`` contiguous devices
@@ -130,6 +134,47 @@ def contiguous_seconds(kind, nbytes, n, fabric_rows, node_size, out) -> None:
                           fabric_rows["link_step_s"], fabric_rows["net_step_s"],
                           fabric_rows["link_bw"], fabric_rows["net_bw"],
                           np.asarray(node_size, dtype=np.int64), out)
+
+
+def _integers(**arrays):
+    """The broadcast arrays as flat C-contiguous int64 (each an integer >= 1) and the shape."""
+    parts = np.broadcast_arrays(*(np.asarray(x) for x in arrays.values()))
+    cols = []
+    for name, x in zip(arrays, parts):
+        x = np.asarray(x, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(x)) or np.any(x < 1) or np.any(x != np.floor(x)):
+            raise ValueError(f"{name} must hold integers >= 1")
+        cols.append(np.ascontiguousarray(x, dtype=np.int64))
+    return cols, parts[0].shape
+
+
+def boundary_net_share(pipeline_parallel, stage_ranks, node_size) -> np.ndarray:
+    """The share of a pipeline's activation and gradient sends that crosses nodes, on
+    Megatron's rank layout (stage a holds ranks a·S … a·S + S − 1, S = ``stage_ranks`` =
+    t·cp·d, and rank a·S + o sends to (a + 1)·S + o; the step's time reads the same
+    placement): the sends of the p − 1 boundaries whose two ranks sit on different nodes of
+    ``node_size`` (arrays broadcast together; integers >= 1)."""
+    (p, s, n), shape = _integers(pipeline_parallel=pipeline_parallel, stage_ranks=stage_ranks,
+                                 node_size=node_size)
+    out = np.empty(p.shape[0], dtype=np.float64)
+    _c.boundary_net_shares(p, s, n, out)
+    return out.reshape(shape)
+
+
+def net_share(group, stride, node_size, *, all_to_all=False) -> np.ndarray:
+    """The share of the bytes each rank of a group sends that crosses nodes (the rest stays
+    on the in-node link), for ``group`` ranks ``stride`` apart from rank 0 on nodes of
+    ``node_size`` (arrays broadcast together; integral values): the group spans
+    :func:`span_nodes` nodes (the rule the step's time reads); a ring collective (all-reduce,
+    reduce-scatter, all-gather, the point-to-point ring exchange) crosses on ``nodes`` of
+    its ``group`` hops, an all-to-all (``all_to_all``, per element too) sends to the
+    group − g of its group − 1 peers outside its node (g = group / nodes), as
+    ``split_all_to_all`` prices it; 0 inside one node."""
+    cols, shape = _integers(group=group, stride=stride, node_size=node_size)
+    a2a = np.broadcast_to(np.asarray(all_to_all, dtype=bool), shape).reshape(-1)
+    out = np.empty(cols[0].shape[0], dtype=np.float64)
+    _c.net_shares(cols[0], cols[1], cols[2], np.ascontiguousarray(a2a, dtype=np.int8), out)
+    return out.reshape(shape)
 
 
 # --- the Python face ----------------------------------------------------------------------

@@ -33,6 +33,20 @@ def _gqa(out, p, h, heads, kv, hd, bias=False):
     _linear(out, p + "o_proj", h, heads * hd, bias)
 
 
+def _tensors(build, *args):
+    """The tensors one of the builders above appends (``build(out, *args)``), as a list."""
+    out = []
+    build(out, *args)
+    return out
+
+
+def _routed(out, layer, n_experts, expert):
+    """Append the routed experts of one layer, tagged "routed:<layer>:<j>": ``expert(j)``
+    the tensors of expert j (the loop every MoE family shares)."""
+    for j in range(n_experts):
+        out += [(f"routed:{layer}:{j}", x) for x in expert(j)]
+
+
 def _deepseek_layer(cfg, p, moe):
     h, a = cfg["hidden_size"], cfg["num_attention_heads"]
     nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
@@ -58,10 +72,7 @@ def _deepseek_layer(cfg, p, moe):
     g = [(p + "mlp.gate.weight", (e, h)), (p + "mlp.gate.e_score_correction_bias", (e,))]
     _swiglu(g, p + "mlp.shared_experts.", h, f * cfg["n_shared_experts"])
     tagged += [("main", x) for x in g]
-    for j in range(e):
-        r = []
-        _swiglu(r, p + f"mlp.experts.{j}.", h, f)
-        tagged += [(f"routed:{p}:{j}", x) for x in r]
+    _routed(tagged, p, e, lambda j: _tensors(_swiglu, p + f"mlp.experts.{j}.", h, f))
     return tagged
 
 
@@ -98,10 +109,7 @@ def _qwen3_moe(cfg):
         t += [(p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,)),
               (p + "mlp.gate.weight", (e, h))]
         out += [("main", x) for x in t]
-        for j in range(e):
-            r = []
-            _swiglu(r, p + f"mlp.experts.{j}.", h, f)
-            out += [(f"routed:{i}:{j}", x) for x in r]
+        _routed(out, i, e, lambda j: _tensors(_swiglu, p + f"mlp.experts.{j}.", h, f))
     out += [("main", ("model.norm.weight", (h,))), ("main", ("lm_head.weight", (V, h)))]
     return out
 
@@ -120,11 +128,10 @@ def _gpt_oss(cfg):
         out += [("main", x) for x in t]
         # GptOssExperts stacks the experts: gate_up_proj (E, h, 2f) and its bias (E, 2f),
         # down_proj (E, f, h) and its bias (E, h); one expert is a slice of each.
-        for j in range(e):
-            out += [(f"routed:{i}:{j}", (p + f"mlp.experts.gate_up_proj[{j}]", (h, 2 * f))),
-                    (f"routed:{i}:{j}", (p + f"mlp.experts.gate_up_proj_bias[{j}]", (2 * f,))),
-                    (f"routed:{i}:{j}", (p + f"mlp.experts.down_proj[{j}]", (f, h))),
-                    (f"routed:{i}:{j}", (p + f"mlp.experts.down_proj_bias[{j}]", (h,)))]
+        _routed(out, i, e, lambda j: [(p + f"mlp.experts.gate_up_proj[{j}]", (h, 2 * f)),
+                                      (p + f"mlp.experts.gate_up_proj_bias[{j}]", (2 * f,)),
+                                      (p + f"mlp.experts.down_proj[{j}]", (f, h)),
+                                      (p + f"mlp.experts.down_proj_bias[{j}]", (h,))])
     out += [("main", ("model.norm.weight", (h,))), ("main", ("lm_head.weight", (V, h)))]
     return out
 
@@ -145,10 +152,9 @@ def _llama4(cfg):
             t.append((p + "feed_forward.router.weight", (e, h)))
             _swiglu(t, p + "feed_forward.shared_expert.", h, f)
             out += [("main", x) for x in t]
-            for j in range(e):
-                out += [(f"routed:{i}:{j}", (p + f"feed_forward.experts.gate_up_proj[{j}]",
-                                             (h, 2 * f))),
-                        (f"routed:{i}:{j}", (p + f"feed_forward.experts.down_proj[{j}]", (f, h)))]
+            _routed(out, i, e, lambda j: [
+                (p + f"feed_forward.experts.gate_up_proj[{j}]", (h, 2 * f)),
+                (p + f"feed_forward.experts.down_proj[{j}]", (f, h))])
         else:
             _swiglu(t, p + "feed_forward.", h, fm)
             out += [("main", x) for x in t]
@@ -189,11 +195,9 @@ def _nemotron_h(cfg):
             t += [(p + "mixer.gate.weight", (e, h)), (p + "mixer.gate.e_score_correction_bias", (e,))]
             _linear(t, p + "mixer.shared_experts.up_proj", fs, h)
             _linear(t, p + "mixer.shared_experts.down_proj", h, fs)
-            for j in range(e):
-                x = []
-                _linear(x, p + f"mixer.experts.{j}.up_proj", f, h)
-                _linear(x, p + f"mixer.experts.{j}.down_proj", h, f)
-                out += [(f"routed:{i}:{j}", y) for y in x]
+            _routed(out, i, e, lambda j: (_tensors(_linear, p + f"mixer.experts.{j}.up_proj", f, h)
+                                          + _tensors(_linear, p + f"mixer.experts.{j}.down_proj",
+                                                     h, f)))
         else:
             raise ValueError(c)
         out += [("main", x) for x in t]

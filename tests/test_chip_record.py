@@ -434,3 +434,18 @@ def test_modules_import_in_the_order_the_face_states():
         later = graph[mod] - set(order[:i])
         assert not later, f"phaze/arch/{mod}.py imports {sorted(later)}, stated after it"
     assert graph["__init__"] <= set(order)
+
+
+def test_gemm_rates_measured_says_whether_the_tile_efficiency_is_a_measured_figure():
+    import dataclasses
+
+    from phaze.arch import resolve_chip
+    from phaze.step import template_cap
+    h100 = resolve_chip("h100-sxm")
+    assert h100.efficiency_rules["tile_efficiency"] == "measured"
+    assert h100.gemm_rates_measured and template_cap(h100, None) == float("inf")
+    ruled = dataclasses.replace(h100, efficiency_rules={"tile_efficiency": "rule"})
+    assert not ruled.gemm_rates_measured
+    assert template_cap(ruled, None) == float(h100.tdp_w)
+    assert not dataclasses.replace(h100, efficiency_rules=None).gemm_rates_measured
+    assert template_cap(h100, 300.0) == 300.0

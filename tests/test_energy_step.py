@@ -71,20 +71,21 @@ def test_the_step_counts_every_microbatch_of_its_share_of_the_layers():
     assert rec["compute"][0] == pytest.approx(one["compute"][0] + blocks, rel=1e-12)
 
 
-def _dp_bytes(zero, d=4, m=4, node=8):
+def _dp_bytes(zero, d=4, m=4, node=8, t=1, cp=1):
     spec = models.resolve("llama3-8b")
-    mg = graph.build_layers(spec, 1, 1, kernels="megatron")
+    mg = graph.build_layers(spec, 1, t, kernels="megatron")
     rows = presets.get("h100-sxm").copy()
     rows["node_size"] = node
     e = unit_energy(1, link_j_per_byte=1.0, net_j_per_byte=1.0)
-    got, _ = _energy.energy_parts(mg, rows, e, plans=plans(data_parallel=[d], zero_stage=[zero],
-                                                           microbatches=[m]),
+    view = plans(data_parallel=[d], zero_stage=[zero], microbatches=[m])
+    view["cp"] = np.full(1, cp)
+    got, _ = _energy.energy_parts(mg, rows, e, plans=view,
                                   global_batch=1, grad_bytes=4, hbm_bw=np.array([1e12]))
     params = sum(L.count * L.param_bytes for L in mg.layers) / 2
     layers = {k: 0.0 for k in ("link", "network")}
     for L in mg.layers:
         for g in (L.forward, L.backward):
-            part = _energy.graph_energy(g, rows, e, 1)
+            part = _energy.graph_energy(g, rows, e, t)
             for k in layers:
                 layers[k] += m * L.count * part[k][0]
     return got["link"][0] - layers["link"], got["network"][0] - layers["network"], params
@@ -114,6 +115,81 @@ def test_a_group_across_nodes_sends_a_node_boundary_share_over_the_network():
     total = 2 * 15 / 16 * 4 * params
     assert net == pytest.approx(total * 2 / 16, rel=1e-12)   # 2 nodes: 2 of 16 ring hops
     assert link + net == pytest.approx(total, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 8])
+def test_the_data_parallel_ring_over_two_nodes_by_hand(t):
+    # d = 16 ranks t apart on nodes of 8 (Megatron's layout: global rank j·t + i): t = 1
+    # puts ranks 0..7 and 8..15 on two nodes, 2 of the ring's 16 hops leave a node; t = 8
+    # gives each rank a node of its own, every hop crosses
+    link, net, params = _dp_bytes(0, d=16, node=8, t=t)
+    total = 2 * 15 / 16 * 4 * params              # a ring all-reduce of fp32 gradients
+    crossing = {1: 2, 8: 16}[t]
+    assert net == pytest.approx(total * crossing / 16, rel=1e-12)
+    assert link == pytest.approx(total * (16 - crossing) / 16, abs=1e-9 * total)
+
+
+def test_the_data_parallel_ring_with_context_parallelism_spans_cp_d_ranks_t_apart():
+    # t = 2, cp = 2, d = 4: the gradients reduce over the cp·d = 8 ranks 0, 2, …, 14 —
+    # two nodes of 8, 2 of the ring's 8 hops cross (the old rule took them 2·cp apart,
+    # four nodes, and sent 4 of 8 hops over the network)
+    link, net, params = _dp_bytes(0, d=4, node=8, t=2, cp=2)
+    total = 2 * 7 / 8 * 4 * params
+    assert net == pytest.approx(total * 2 / 8, rel=1e-12)
+    assert link == pytest.approx(total * 6 / 8, rel=1e-12)
+
+
+def test_an_all_to_all_across_nodes_sends_its_remote_peers_share_over_the_network():
+    # 8 experts over ep = 8 ranks on nodes of 4: each rank sends 1/8 of its bytes to each
+    # of 7 peers, 4 of them on the other node: 4/7 of what it sends crosses nodes
+    spec = models.resolve("mixtral-8x7b")
+    mg = step.variant_graph(spec, 1, 1, False, True, 1, 8, "bf16")
+    rows = presets.get("h100-sxm").copy()
+    rows["node_size"] = 4
+    layer = next(L for L in mg.layers if L.kind not in ("embedding", "head"))
+    g = layer.forward
+    a2a = (g.kind == graph.KIND_COLLECTIVE) & (g.collective == graph.COLL_ALL_TO_ALL)
+    assert a2a.any() and np.all(g.group_size[a2a] == 8)
+    sent = float((7 / 8 * g.comm_bytes[a2a]).sum())
+    e = unit_energy(1, net_j_per_byte=1.0)
+    rest = (g.kind == graph.KIND_COLLECTIVE) & ~a2a
+    assert not rest.any() or np.all(g.group_size[rest] <= 1)
+    got = _energy.graph_energy(g, rows, e, 1)["network"][0]
+    assert got == pytest.approx(sent * 4 / 7, rel=1e-12)
+
+
+@pytest.mark.parametrize("t,share", [(4, 1 / 3), (8, 1.0), (2, 0.0)])
+def test_the_pipelines_sends_cross_nodes_where_its_stages_do(t, share):
+    # p = 4 stages of t ranks (d = 1) on nodes of 8: t = 4 puts stages 0, 1 on one node and
+    # 2, 3 on the next, so 1 of the 3 boundaries crosses; t = 8 gives each stage a node;
+    # t = 2 keeps all four in one (the old rule: none cross unless t·cp·d >= node)
+    spec = models.resolve("llama3-8b")
+    mg = graph.build_layers(spec, 1, t, kernels="megatron")
+    rows = presets.get("h100-sxm").copy()
+    assert rows["node_size"][0] == 8
+    e = unit_energy(1, net_j_per_byte=1.0)
+    m = 4
+    got, _ = _energy.energy_parts(mg, rows, e, plans=plans(pipeline_parallel=[4],
+                                                           microbatches=[m]),
+                                  global_batch=1, grad_bytes=4, hbm_bw=np.array([1e12]))
+    boundary = max(float(L.boundary_bytes) for L in mg.layers
+                   if L.kind not in ("embedding", "head"))
+    assert got["network"][0] == pytest.approx(2 * m * boundary * 3 / 4 * share, rel=1e-12,
+                                              abs=1e-12)
+
+
+def test_net_share_is_the_rank_layouts_rule():
+    from phaze import collectives
+    assert collectives.span_nodes(0, 1, 16, 8) == 2
+    assert collectives.span_nodes(0, 3, 4, 8) == 2       # ranks 0, 3, 6 | 9
+    assert collectives.span_nodes(0, 16, 4, 8) == 4
+    got = collectives.net_share([16, 16, 8, 4, 8, 1], [1, 8, 1, 3, 1, 1], 8)
+    assert got.tolist() == [2 / 16, 1.0, 0.0, 2 / 4, 0.0, 0.0]
+    assert collectives.net_share(8, 1, 4, all_to_all=True) == pytest.approx(4 / 7)
+    with pytest.raises(ValueError, match="node_size must hold integers >= 1"):
+        collectives.net_share(8, 1, 0)
+    assert collectives.boundary_net_share([4, 4, 3, 1], [4, 2, 3, 2], 8).tolist() == [
+        1 / 3, 0.0, 1 / 6, 0.0]      # 3 ranks a stage: of 0→3 … 5→8 only 5→8 crosses
 
 
 def test_a_power_cap_lowers_the_clock_until_the_power_fits():

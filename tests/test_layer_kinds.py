@@ -246,6 +246,29 @@ def _rows():
                            make_archs(base="h100-sxm", node_size=2, net_gb_per_s=12.5)])
 
 
+def _assert_kernels_equal_mirror(pl, p, t, d, cp, ep, table, vi, sizes, prefix, rows):
+    """On every row of ``rows``: the compiled step time and every stage's memory of the one
+    plan ``pl`` (its widths p, t, d, cp, ep; variant ``vi`` of ``table``) equal the mirror's
+    (tests/naive_step.py) bit for bit, on Megatron's rank layout of the row's nodes."""
+    for row in range(rows.shape[0]):
+        stages = np.zeros(p, dtype=kern.STAGE_NODES)
+        cell = np.zeros(1, dtype=kern.CELL_NODES)
+        kern.stage_geometry(p, t, d, cp, ep, int(rows["node_size"][row]), stages, cell)
+        lt = table.times[vi, row:row + 1]
+        got = kern.step_time(pl, cell, stages, lt, table.rp[row:row + 1], sizes[vi:vi + 1],
+                             prefix, np.empty((p, 6)), np.zeros(1, dtype=kern.BREAKDOWN))
+        want = naive_step.step_time(pl[0], cell[0], stages, lt[0], table.rp[row], sizes[vi],
+                                    prefix, np.empty((p, 6)),
+                                    np.zeros(1, dtype=kern.BREAKDOWN)[0])
+        assert got == want
+        for r in range(p):
+            mem = np.zeros(1, dtype=kern.MEMORY)
+            mem_n = np.zeros(1, dtype=kern.MEMORY)
+            assert kern.stage_memory(r, pl, sizes[vi:vi + 1], prefix, mem) == \
+                naive_step.stage_memory(r, pl[0], sizes[vi], prefix, mem_n[0])
+            assert mem.tobytes() == mem_n.tobytes()
+
+
 @pytest.mark.parametrize("m", TINY, ids=[m.name for m in TINY])
 def test_kernels_equal_their_mirror_on_multi_kind_models(m):
     rows = _rows()
@@ -266,29 +289,8 @@ def test_kernels_equal_their_mirror_on_multi_kind_models(m):
                                               bool(rng.integers(0, 2)), True).reshape(1)
                     if (cp * d) % ep:
                         continue
-                    for row in range(rows.shape[0]):
-                        ns = int(rows["node_size"][row])
-                        stages = np.zeros(p, dtype=kern.STAGE_NODES)
-                        cell = np.zeros(1, dtype=kern.CELL_NODES)
-                        kern.stage_geometry(p, t, d, cp, ep, ns, stages, cell)
-                        slots = np.empty((p, 6))
-                        bd = np.zeros(1, dtype=kern.BREAKDOWN)
-                        lt = table.times[vi, row:row + 1]
-                        rp = table.rp[row:row + 1]
-                        got = kern.step_time(pl, cell, stages, lt, rp, sizes[vi:vi + 1],
-                                             prefix, slots, bd)
-                        slots_n = np.empty((p, 6))
-                        bd_n = np.zeros(1, dtype=kern.BREAKDOWN)
-                        want = naive_step.step_time(pl[0], cell[0], stages, lt[0], rp[0],
-                                                    sizes[vi], prefix, slots_n, bd_n[0])
-                        assert got == want
-                        mem = np.zeros(1, dtype=kern.MEMORY)
-                        mem_n = np.zeros(1, dtype=kern.MEMORY)
-                        for r in range(p):
-                            assert kern.stage_memory(r, pl, sizes[vi:vi + 1], prefix, mem) \
-                                == naive_step.stage_memory(r, pl[0], sizes[vi], prefix,
-                                                           mem_n[0])
-                            assert mem.tobytes() == mem_n.tobytes()
+                    _assert_kernels_equal_mirror(pl, p, t, d, cp, ep, table, vi, sizes,
+                                                 prefix, rows)
 
 
 # -- the plan search against the brute force ---------------------------------------------
@@ -442,23 +444,7 @@ def test_kernels_equal_their_mirror_under_muon():
             pl = _layers.plan_records(p, t, d, cp, ep, 1, 8 // d, m.n_layers, zero, True, "full",
                                       sp, "bf16", "fp32", False, True, False, "muon",
                                       "bf16").reshape(1)
-            for row in range(rows.shape[0]):
-                stages = np.zeros(p, dtype=kern.STAGE_NODES)
-                cell = np.zeros(1, dtype=kern.CELL_NODES)
-                kern.stage_geometry(p, t, d, cp, ep, int(rows["node_size"][row]), stages, cell)
-                lt = table.times[vi, row:row + 1]
-                got = kern.step_time(pl, cell, stages, lt, table.rp[row:row + 1],
-                                     sizes[vi:vi + 1], prefix, np.empty((p, 6)),
-                                     np.zeros(1, dtype=kern.BREAKDOWN))
-                want = naive_step.step_time(pl[0], cell[0], stages, lt[0], table.rp[row],
-                                            sizes[vi], prefix, np.empty((p, 6)),
-                                            np.zeros(1, dtype=kern.BREAKDOWN)[0])
-                assert got == want
-                for r in range(p):
-                    mem = np.zeros(1, dtype=kern.MEMORY)
-                    mem_n = np.zeros(1, dtype=kern.MEMORY)
-                    assert kern.stage_memory(r, pl, sizes[vi:vi + 1], prefix, mem) == \
-                        naive_step.stage_memory(r, pl[0], sizes[vi], prefix, mem_n[0])
+            _assert_kernels_equal_mirror(pl, p, t, d, cp, ep, table, vi, sizes, prefix, rows)
 
 
 def test_training_step_prices_muon_as_the_search_does():
@@ -555,15 +541,4 @@ def test_kernels_equal_their_mirror_under_deepep():
             pl = _layers.plan_records(p, t, d, cp, ep, 1, 16 // d, m.n_layers, zero, True,
                                       "full", sp, "bf16", "fp32", True, True, False, "adam",
                                       "fp32", "deepep").reshape(1)
-            for row in range(rows.shape[0]):
-                stages = np.zeros(p, dtype=kern.STAGE_NODES)
-                cell = np.zeros(1, dtype=kern.CELL_NODES)
-                kern.stage_geometry(p, t, d, cp, ep, int(rows["node_size"][row]), stages, cell)
-                lt = table.times[vi, row:row + 1]
-                got = kern.step_time(pl, cell, stages, lt, table.rp[row:row + 1],
-                                     sizes[vi:vi + 1], prefix, np.empty((p, 6)),
-                                     np.zeros(1, dtype=kern.BREAKDOWN))
-                want = naive_step.step_time(pl[0], cell[0], stages, lt[0], table.rp[row],
-                                            sizes[vi], prefix, np.empty((p, 6)),
-                                            np.zeros(1, dtype=kern.BREAKDOWN)[0])
-                assert got == want
+            _assert_kernels_equal_mirror(pl, p, t, d, cp, ep, table, vi, sizes, prefix, rows)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from phaze import cost
-from phaze.arch import make_archs, presets
+from phaze.arch import ENERGY_DTYPE, make_archs, presets
 from phaze.cost import _kernels
 from phaze.graph import build_layers
 
@@ -34,6 +34,52 @@ def test_onchip_bytes_equal_the_tile_by_tile_count(dims):
     for e, acc in ((2.0, 4.0), (1.0, 4.0)):
         assert _kernels._onchip_traffic_bytes(b, m, k, n, w, d, e, acc) == pytest.approx(
             naive_onchip_bytes(b, m, k, n, w, d, e, acc), rel=1e-12)
+
+
+def test_the_cost_face_counts_every_gemm_on_every_array_shape_tile_by_tile():
+    dims = np.array([(1, 64, 96, 80), (2, 33, 17, 50), (3, 5, 7, 9), (1, 0, 7, 9)], float)
+    e = np.array([2.0, 1.0, 2.0, 2.0])
+    w, d = np.array([8.0, 16.0, 2.0]), np.array([8.0, 4.0, 16.0])
+    got = cost.onchip_bytes(dims, e, w, d)
+    assert got.shape == (4, 3)
+    assert np.all(got[3] == 0.0)            # a GEMM with no rows moves nothing
+    for i, (b, m, k, n) in enumerate(dims[:3].astype(int)):
+        for j in range(3):
+            want = naive_onchip_bytes(b, m, k, n, int(w[j]), int(d[j]), e[i], 4.0)
+            assert got[i, j] == pytest.approx(want, rel=1e-12)
+            # the operator loop's own formula, bit for bit
+            assert got[i, j] == _kernels._onchip_traffic_bytes(b, m, k, n, w[j], d[j], e[i], 4.0)
+    assert cost.onchip_bytes(dims, e, w, d, acc_bytes=2.0)[0, 0] == pytest.approx(
+        naive_onchip_bytes(1, 64, 96, 80, 8, 8, 2.0, 2.0), rel=1e-12)
+    assert cost.onchip_bytes(np.zeros((0, 4)), [], w, d).shape == (0, 3)
+    with pytest.raises(ValueError, match="dims must be a"):
+        cost.onchip_bytes(dims[:, :3], e, w, d)
+    with pytest.raises(ValueError, match="tc_width and tc_depth"):
+        cost.onchip_bytes(dims, e, w, d[:2])
+
+
+def test_the_steps_energy_counts_the_cost_faces_bytes():
+    from phaze import graph as _graph
+    from phaze.step import _energy
+    g = build_layers("gpt3-175b", 1, 8).layers[1].forward
+    rows = _rows()
+    e = np.zeros(len(rows), dtype=ENERGY_DTYPE)
+    e["sram_j_per_byte"] = 1.0
+    got = _energy.graph_energy(g, rows, e, 8)["sram"]
+    gemm = ((g.kind == _graph.KIND_GEMM) | (g.kind == _graph.KIND_FUSED)) & ~np.isin(
+        np.asarray(g.names), ["flash_attn", "flash_attn.bwd"])
+    flash = np.isin(np.asarray(g.names), ["flash_attn", "flash_attn.bwd"])
+    streamed = float((g.bytes_in + g.bytes_out)[flash | (g.kind == _graph.KIND_VECTOR)].sum())
+    for j, (w, d) in enumerate(zip(rows["tc_width"], rows["tc_depth"])):
+        want = sum(naive_onchip_bytes(*(int(x) for x in g.dims[i]), int(w), int(d),
+                                      float(_graph_in_bytes(g, i)), 4.0)
+                   for i in np.flatnonzero(gemm))
+        assert got[j] == pytest.approx(want + streamed, rel=1e-12)
+
+
+def _graph_in_bytes(g, i):
+    from phaze import precision
+    return precision.FP8_BYTES if g.fp8[i] else g.bytes_per_element
 
 
 def test_small_arrays_need_32x_the_operand_bytes_of_large_ones():

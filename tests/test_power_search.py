@@ -156,3 +156,42 @@ def test_the_cli_search_takes_the_budgets_and_the_objective(tmp_path, capsys):
     with pytest.raises(ValueError, match="max_area_mm2 1: no architecture of the space"):
         search.search("bert-large", devices=8, global_batch=64, max_area_mm2=1.0,
                       space=ArchSpace.default().configs[:50])
+
+
+def test_a_fixed_arch_search_prices_power_as_evaluate_does():
+    # a preset's rows are that chip: its own node (4 nm) and memory and fabric kinds (HBM3,
+    # NVLink 4, NDR InfiniBand), as evaluate's plan_power takes them, not TPU v4's
+    res = search.search("llama3-8b", devices=8, global_batch=64, arch="h100-sxm",
+                        executor="serial", progress=False, microbatch=(1,), tensor_parallel=(1,),
+                        recompute=("full",))
+    b = res.best
+    knobs = {k: b[k] for k in ("sequence_parallel", "virtual_stages", "zero_stage",
+                               "flash_attention", "overlap_grad_reduce", "expert_parallel",
+                               "context_parallel", "overlap_param_gather", "tp_comm_overlap",
+                               "account_for_embedding")}
+    r = search.evaluate_point("llama3-8b", "h100-sxm", b["tensor_parallel"],
+                              b["pipeline_parallel"], b["data_parallel"], b["microbatch"],
+                              b["recompute"], global_batch=64, **knobs)
+    assert r["feasible"] and b["time_per_batch_s"] == r["time_per_batch_s"]
+    assert b["power_w"] == pytest.approx(r["power_w"], rel=1e-12)
+    assert b["energy_per_step_j"] == pytest.approx(r["energy_per_step_j"], rel=1e-12)
+    # and its cost: the die at 4 nm with HBM3, 80 GiB
+    from phaze import arch
+    chip = arch.resolve_chip("h100-sxm")
+    area = arch.die_area_mm2(chip.row, process_nm=4, hbm_kind="HBM3")[0]
+    want = arch.chip_cost_usd(area, process_nm=4, hbm_gib=80.0, hbm_kind="HBM3")[0]
+    assert b["chip_cost_usd"] == pytest.approx(float(want), rel=1e-12)
+
+
+def test_a_hypothetical_row_is_built_on_the_search_node():
+    from phaze import arch
+    from phaze.search import _power
+    rows = ArchSpace.default().configs[1:40:13]        # not tpuv4's own row (row 0)
+    assert [c for _, c in _power.row_chips(rows)] == [None]
+    area = arch.die_area_mm2(rows, process_nm=_power.SEARCH_PROCESS_NM)[0]
+    want = arch.chip_cost_usd(area, process_nm=_power.SEARCH_PROCESS_NM, hbm_gib=32.0)
+    got = _power.ChunkPower(rows).costs(32.0)
+    assert np.array_equal(got, want)
+    both = np.concatenate([arch.presets.get("h100-sxm"), rows[:1]])
+    kinds = [(m.tolist(), c and c.name) for m, c in _power.row_chips(both)]
+    assert kinds == [([True, False], "h100-sxm"), ([False, True], None)]

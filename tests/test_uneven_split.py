@@ -191,3 +191,21 @@ def test_validate_prices_the_automodel_rows_with_their_split():
         assert r["predicted_s"] is not None, r["reason"]
     assert all(r["config"]["pipeline_split"] == "even" for r in rep.rows
                if r["trainer"] not in validate.TRAINER_SPLITS)
+
+
+def test_megatron_and_deepspeed_refuse_the_same_uneven_remainder_first_splits():
+    # both cut equal chunks: each refuses remainder_first exactly where U mod (p·v) ≠ 0
+    # (U = L, + 2 with account_for_embedding), and Megatron's sentence names the remainder
+    rules = {r.trainer: r for r in plan.RULES if r.trainer in ("megatron-lm", "deepspeed")
+             and "pipeline_split" in r.knobs}
+    assert set(rules) == {"megatron-lm", "deepspeed"}
+    for L, p, v, ae, split in ((61, 4, 1, False, RF), (61, 4, 1, True, RF), (62, 4, 1, True, RF),
+                               (60, 4, 1, False, RF), (61, 8, 2, False, RF),
+                               (61, 1, 1, False, RF), (61, 4, 1, False, "even")):
+        vals = dict(n_layers=L, pipeline_parallel=p, virtual_stages=v,
+                    account_for_embedding=ae, pipeline_split=split)
+        rem = (L + 2 * ae) % (p * v) if p > 1 and split == RF else 0
+        for rule in rules.values():
+            assert bool(rule.refuses(vals)) == (rem > 0), (rule.trainer, vals)
+        if rem:
+            assert f"gives the first {rem} of the {p * v} chunks" in rules["megatron-lm"].why(vals)

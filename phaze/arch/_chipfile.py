@@ -246,6 +246,13 @@ class Chip:
         (``ValueError``, one sentence)."""
         return dtype_rates.tensor_rate(dtype, self.rates, self.name, self.resolved_formats)
 
+    @property
+    def gemm_rates_measured(self) -> bool:
+        """Whether the chip's GEMM rates are measured: its ``tile_efficiency`` is a measured
+        figure (:attr:`efficiency_rules` says "measured"), so they already run at the clock
+        its own power limit leaves (``phaze.step.template_cap``: no cap of its own)."""
+        return (self.efficiency_rules or {}).get("tile_efficiency") == "measured"
+
     def efficiency_set(self) -> Efficiency:
         """The efficiency parameters to use (:attr:`resolved_efficiency`): the file's, else
         ``efficiency.for_rows`` of the row (a preset's own set when the knobs equal that

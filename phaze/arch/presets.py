@@ -217,6 +217,13 @@ def get(name: str) -> np.ndarray:
     return row.copy()
 
 
+def match(archs) -> list:
+    """``[(name, mask), …]`` for every preset, in :func:`names` order: ``mask`` the boolean
+    array of the rows of ``archs`` (validated ``ARCH_DTYPE`` rows) equal to that preset in
+    every knob — the rows ``phaze.arch.resolve`` and ``efficiency.for_rows`` take for it."""
+    return _catalog.match(archs)
+
+
 def chip(name: str) -> Chip:
     """The preset ``name`` as a ``phaze.arch.Chip`` (its row, efficiency set, tensor rates,
     fabric tiers, name and source); KeyError lists the names."""

@@ -24,7 +24,8 @@ Its arguments are records (``_records``: ``OP_DTYPE`` per operator, ``ROW_DTYPE`
 through the packed C structs below; the import checks each dtype against its struct.
 The operator loop runs without the GIL: threads may call it in parallel (the search
 does). :func:`_cdiv` and :func:`_tile_cycles` are the Python faces of two of its rules,
-for the tests.
+for the tests; :func:`onchip_traffic` the on-chip operand stream's over many GEMMs and array
+shapes (``phaze.cost.onchip_bytes``).
 """
 from libc.math cimport INFINITY
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
@@ -368,6 +369,22 @@ cdef inline double tile_cycles(double batch, double m, double k, double n, doubl
 def _onchip_traffic_bytes(double batch, double m, double k, double n, double tc_width,
                           double tc_depth, double in_bytes, double acc_bytes):
     return onchip_traffic_bytes(batch, m, k, n, tc_width, tc_depth, in_bytes, acc_bytes)
+
+
+def onchip_traffic(const double[:, ::1] dims, const double[::1] in_bytes,
+                   const double[::1] tc_width, const double[::1] tc_depth, double acc_bytes,
+                   double[:, ::1] out):
+    """:func:`onchip_traffic_bytes` of every GEMM (row g of ``dims``: batch, M, K, N; A and
+    B of ``in_bytes[g]`` bytes per element) on every array shape j (``tc_width[j]`` ×
+    ``tc_depth[j]``) into ``out[g, j]`` — the one formula the operator loop prices, for
+    ``phaze.cost.onchip_bytes`` (inputs checked there)."""
+    cdef Py_ssize_t g, j
+    with nogil:
+        for g in range(dims.shape[0]):
+            for j in range(tc_width.shape[0]):
+                out[g, j] = onchip_traffic_bytes(dims[g, 0], dims[g, 1], dims[g, 2], dims[g, 3],
+                                                 tc_width[j], tc_depth[j], in_bytes[g],
+                                                 acc_bytes)
 
 
 def _cdiv(double a, double b):

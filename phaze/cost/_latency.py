@@ -620,6 +620,34 @@ def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", effici
         nbytes, inter_node=inter_node)
 
 
+def onchip_bytes(dims, in_bytes, tc_width, tc_depth, *, acc_bytes=None) -> np.ndarray:
+    """Buffer-to-array bytes of GEMMs on weight-stationary arrays (module docstring,
+    "On-chip bandwidth"; the operator loop's own formula, ``onchip_traffic_bytes``):
+    ``dims`` (g, 4) rows of batch, M, K, N; ``in_bytes`` (g,) bytes per element of A and B;
+    ``tc_width``, ``tc_depth`` (r,) the array shapes; ``acc_bytes`` the partial sums' bytes
+    (default ``_config.COST_ACCUMULATOR_BYTES``). Returns (g, r) float64 bytes: GEMM i on
+    shape j at [i, j] (0 for a GEMM with a zero dimension)."""
+    dims = np.ascontiguousarray(dims, dtype=np.float64)
+    if dims.ndim != 2 or dims.shape[1] != 4:
+        raise ValueError(f"dims must be a (gemms, 4) array of batch, M, K, N, got shape "
+                         f"{dims.shape}")
+    in_bytes = np.ascontiguousarray(np.broadcast_to(np.asarray(in_bytes, dtype=np.float64),
+                                                    (dims.shape[0],)))
+    w = np.ascontiguousarray(np.atleast_1d(tc_width), dtype=np.float64)
+    d = np.ascontiguousarray(np.atleast_1d(tc_depth), dtype=np.float64)
+    acc = float(_config.COST_ACCUMULATOR_BYTES if acc_bytes is None else acc_bytes)
+    for name, x in (("dims", dims), ("in_bytes", in_bytes), ("tc_width", w), ("tc_depth", d)):
+        if not np.all(np.isfinite(x)) or np.any(x < 0):
+            raise ValueError(f"{name} must hold finite numbers >= 0")
+    if w.shape != d.shape or w.ndim != 1 or np.any(w <= 0) or np.any(d <= 0):
+        raise ValueError("tc_width and tc_depth must be equal-length 1-D arrays of numbers > 0")
+    if not (np.isfinite(acc) and acc > 0):
+        raise ValueError(f"acc_bytes must be a number > 0, got {acc_bytes!r}")
+    out = np.empty((dims.shape[0], w.shape[0]), dtype=np.float64)
+    _kernels.onchip_traffic(dims, in_bytes, w, d, acc, out)
+    return out
+
+
 def roofline_bounds(op_graph: OpGraph, archs, *, fp8_rate=None):
     """Lower bounds (single, intra), seconds, shape (n_ops, n_archs), that no latency beats.
 

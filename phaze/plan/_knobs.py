@@ -259,7 +259,7 @@ TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron"),
             Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed"),
             Trainer("torchtitan", "torchtitan", "torchtitan", "torchtitan"))
 _JUDGED = ("megatron-lm", "deepspeed", "torchtitan")
-
+_SPLIT = ("pipeline_parallel", "virtual_stages", "pipeline_split", "account_for_embedding")
 
 #: The launchability rules, in the order ``phaze.launch`` checks them.
 RULES = (
@@ -467,26 +467,21 @@ RULES = (
          lambda v: f"the torchtitan stages written here hold {v['n_layers']} / (p × v) "
                    f"transformer layers each, and {v['n_layers']} is not divisible by p × v = "
                    f"{v['pipeline_parallel'] * v['virtual_stages']}"),
-    Rule("torchtitan", "emit", ("pipeline_parallel", "virtual_stages", "pipeline_split",
-                                "account_for_embedding"),
+    Rule("torchtitan", "emit", _SPLIT,
          lambda v: v["pipeline_parallel"] > 1 and v.get("pipeline_split") == "remainder_first"
          and not _tt_stages_expressible(v),
          lambda v: f"torchtitan makes ceil(U / pipeline_parallel_layers_per_stage) stages of "
                    f"the U = {_tt_units(v)} units (layers, embedding and head counted as "
                    f"first/last_stage_less_layers), and no layers_per_stage gives p × v = "
                    f"{v['pipeline_parallel'] * v['virtual_stages']} stages of one or more"),
-    Rule("megatron-lm", "layout", ("pipeline_parallel", "virtual_stages", "pipeline_split",
-                                   "account_for_embedding"),
-         lambda v: v["pipeline_parallel"] > 1 and v.get("pipeline_split") == "remainder_first"
-         and _tt_units(v) % (v["pipeline_parallel"] * v["virtual_stages"]),
+    Rule("megatron-lm", "layout", _SPLIT,
+         lambda v: _uneven_remainder_first(v) > 0,
          lambda v: f"Megatron-LM cuts the {_tt_units(v)} layers into equal chunks, and the "
                    f"remainder_first split (torchtitan's, NeMo AutoModel's) gives the first "
-                   f"{_tt_units(v) % (v['pipeline_parallel'] * v['virtual_stages'])} of the "
+                   f"{_uneven_remainder_first(v)} of the "
                    f"{v['pipeline_parallel'] * v['virtual_stages']} chunks one more"),
-    Rule("deepspeed", "emit", ("pipeline_parallel", "virtual_stages", "pipeline_split",
-                               "account_for_embedding"),
-         lambda v: v["pipeline_parallel"] > 1 and v.get("pipeline_split") == "remainder_first"
-         and _tt_units(v) % (v["pipeline_parallel"] * v["virtual_stages"]),
+    Rule("deepspeed", "emit", _SPLIT,
+         lambda v: _uneven_remainder_first(v) > 0,
          lambda v: "the Megatron-DeepSpeed arguments written here split the layers evenly "
                    "over the pipeline; emit torchtitan for the remainder_first split"),
     Rule("torchtitan", "emit", ("expert_parallel", "zero_stage", "context_parallel"),
@@ -703,6 +698,12 @@ def _tt_units(v) -> int:
     """The units torchtitan splits over the stages: the layers, and the embedding and head
     one each with ``account_for_embedding`` (first/last_stage_less_layers = 1)."""
     return v["n_layers"] + 2 * int(bool(v.get("account_for_embedding")))
+
+
+def _uneven_remainder_first(v) -> int:
+    """Chunks the remainder_first split gives one more unit (0: none, or another split)."""
+    return (_tt_units(v) % (v["pipeline_parallel"] * v["virtual_stages"])
+            if v["pipeline_parallel"] > 1 and v.get("pipeline_split") == "remainder_first" else 0)
 
 
 def _tt_stages_expressible(v) -> bool:

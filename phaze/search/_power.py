@@ -7,7 +7,10 @@ the step's energy by part (``phaze.step.energy_parts``, one graph variant per di
 at it (``phaze.step.power_capped``), and the cost of a chip and of a million tokens
 (``phaze.arch.chip_cost_usd`` on the template's die area at its node,
 ``phaze.arch.run_cost_usd`` / ``usd_per_million_tokens`` with their cited defaults). A
-searched row is a hypothetical chip of the template, built on :data:`SEARCH_PROCESS_NM`.
+searched row is a hypothetical chip of the template, built on :data:`SEARCH_PROCESS_NM`
+with tpuv4's memory and fabric; a row equal to a preset in every knob (a fixed ``--arch``
+search of it, the tpuv4 baseline) is that chip, at its own node and kinds, as ``phaze
+evaluate`` prices it (:func:`row_chips`). One price per chip for both (:func:`chip_costs`).
 """
 from __future__ import annotations
 
@@ -29,18 +32,47 @@ NAMES = ("power_w", "clock_fraction", "energy_per_step_j", "tokens_per_joule", "
 SEARCH_PROCESS_NM = _arch.resolve_chip("tpuv4").process_nm
 
 
-def chip_costs(archs, hbm_gib) -> np.ndarray:
-    """US$ per chip of each row: its die at :data:`SEARCH_PROCESS_NM` and its HBM."""
-    area, _parts = _arch.die_area_mm2(archs, process_nm=SEARCH_PROCESS_NM)
-    return np.asarray(_arch.chip_cost_usd(area, process_nm=SEARCH_PROCESS_NM,
-                                          hbm_gib=np.asarray(hbm_gib, dtype=np.float64)),
-                      dtype=np.float64)
+def row_chips(archs) -> list:
+    """``[(mask, chip), …]``: the rows of ``archs`` that are one preset in every knob, with
+    its ``phaze.arch.Chip`` (``phaze.arch.presets.match``, the rule of
+    ``phaze.arch.resolve``: a fixed ``--arch`` search of a preset), then the other rows with
+    None (hypothetical chips of the template, built at :data:`SEARCH_PROCESS_NM`)."""
+    out, rest = [], np.ones(len(archs), dtype=bool)
+    for name, same in _arch.presets.match(archs):
+        same = same & rest
+        if same.any():
+            out.append((same, _arch.presets.chip(name)))
+            rest &= ~same
+    return out + ([(rest, None)] if rest.any() else [])
+
+
+def _node_nm(chip):
+    """The node a row is priced at: a preset's own (as ``step.chip_energy`` takes it),
+    else :data:`SEARCH_PROCESS_NM`."""
+    return SEARCH_PROCESS_NM if chip is None else (chip.process_nm
+                                                   or _arch.TEMPLATE_PROCESS_NM)
+
+
+def chip_costs(archs, area_mm2, hbm_gib) -> np.ndarray:
+    """US$ per chip of each row of ``archs``: its die (``area_mm2``, at the row's node) and
+    its ``hbm_gib`` GiB of HBM (of the preset's kind; a hypothetical chip's tpuv4's), each
+    row priced as :func:`row_chips` says — the one price of the fixed baselines and the
+    searched rows."""
+    area = np.asarray(area_mm2, dtype=np.float64)
+    gib = np.broadcast_to(np.asarray(hbm_gib, dtype=np.float64), area.shape)
+    out = np.empty(area.shape)
+    for same, chip in row_chips(archs):
+        out[same] = _arch.chip_cost_usd(area[same], process_nm=_node_nm(chip), hbm_gib=gib[same],
+                                        hbm_kind=None if chip is None else chip.hbm_kind)
+    return out
 
 
 class ChunkPower:
     """What the power columns read of a chunk's architecture rows, made once per chunk:
-    each row's energy records at :data:`SEARCH_PROCESS_NM`, calibrated tile efficiency and
-    η·HBM bandwidth, die area, and the layer graphs of the variants its plans use."""
+    each row's energy records and die area (a preset's row at its own node and with its
+    memory and fabric kinds, as ``phaze evaluate`` prices it: ``step.chip_energy``; a
+    hypothetical chip at :data:`SEARCH_PROCESS_NM`; :func:`row_chips`), calibrated tile
+    efficiency and η·HBM bandwidth, and the layer graphs of the variants its plans use."""
 
     def __init__(self, archs):
         self.archs = archs
@@ -48,9 +80,19 @@ class ChunkPower:
         self.tile_efficiency = np.asarray(eff["tile_efficiency"], dtype=np.float64)
         self.hbm_bw = (np.asarray(archs["hbm_gb_per_s"], dtype=np.float64) * 1e9
                        * np.asarray(eff["hbm_efficiency"], dtype=np.float64))
-        self.energy = _arch.energy_rows(archs, process_nm=SEARCH_PROCESS_NM)
-        self.area_mm2 = np.asarray(_arch.die_area_mm2(archs, process_nm=SEARCH_PROCESS_NM)[0],
-                                   dtype=np.float64)
+        self.energy = np.empty(len(archs), dtype=_arch.ENERGY_DTYPE)
+        self.area_mm2 = np.empty(len(archs))
+        for same, chip in row_chips(archs):
+            rows = archs[same]
+            if chip is None:
+                self.energy[same] = _arch.energy_rows(rows, process_nm=SEARCH_PROCESS_NM)
+                hbm_kind = None
+            else:
+                self.energy[same] = step.chip_energy(chip, rows)
+                hbm_kind = chip.hbm_kind
+            self.area_mm2[same] = _arch.die_area_mm2(
+                rows, process_nm=_node_nm(chip),
+                **({} if hbm_kind is None else {"hbm_kind": hbm_kind}))[0]
         self._graphs = {}
         self._sums = {}
         self._costs = {}
@@ -63,13 +105,13 @@ class ChunkPower:
         return hit[1]
 
     def costs(self, hbm_gib):
-        """US$ per chip of every row of the chunk with ``hbm_gib`` of HBM, made once."""
+        """US$ per chip of every row of the chunk with ``hbm_gib`` of HBM (None: each row's
+        own; :func:`chip_costs`), made once."""
         hit = self._costs.get(hbm_gib)
         if hit is None:
-            hit = self._costs[hbm_gib] = np.asarray(_arch.chip_cost_usd(
-                self.area_mm2, process_nm=SEARCH_PROCESS_NM,
-                hbm_gib=(np.asarray(self.archs["hbm_gib"], dtype=np.float64) if hbm_gib is None
-                         else np.full(len(self.archs), float(hbm_gib)))), dtype=np.float64)
+            hit = self._costs[hbm_gib] = chip_costs(
+                self.archs, self.area_mm2,
+                self.archs["hbm_gib"] if hbm_gib is None else float(hbm_gib))
         return hit
 
     def graphs(self, cfg, model_index, microbatch, key):
@@ -124,8 +166,7 @@ def power_columns(cfg, model_index, microbatch, chunk, index, plans, feasible, t
     hbm = np.asarray(hbm_gib, dtype=np.float64)
     own = np.array_equal(hbm, np.asarray(chunk.archs["hbm_gib"], dtype=np.float64)[index])
     cost = chunk.costs(None if own else float(hbm[0]))[at] if (own or np.all(hbm == hbm[0])) \
-        else np.asarray(_arch.chip_cost_usd(chunk.area_mm2[at], process_nm=SEARCH_PROCESS_NM,
-                                            hbm_gib=hbm[live]), dtype=np.float64)
+        else chip_costs(rows, chunk.area_mm2[at], hbm[live])
     usd = np.asarray(_arch.usd_per_million_tokens(
         _arch.run_cost_usd(chips=devices, chip_cost_usd=cost, seconds=t_new, power_w=power),
         tokens), dtype=np.float64)
@@ -148,7 +189,7 @@ def fixed_power(cfg, spec, row, res):
                          max_power_w=float(cfg.max_power_w))
     devices = int(step.step_view(res.plan, res.breakdown)["devices"][0])
     tokens = float(cfg.global_batch) * float(spec.seq_len)
-    cost = float(chip_costs(row, float(row["hbm_gib"][0]))[0])
+    cost = float(ChunkPower(row).costs(None)[0])
     usd = float(_arch.usd_per_million_tokens(_arch.run_cost_usd(
         chips=devices, chip_cost_usd=cost, seconds=pw["time_s"], power_w=pw["power_w"]),
         tokens))

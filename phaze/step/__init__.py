@@ -12,8 +12,8 @@ they share; ``_energy`` counts a step's energy by part and the clock a power cap
 from ._model import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, MemoryBreakdown,
                      StepBreakdown, StepResult, best_plans, ring_allgather_seconds,
                      ring_allreduce_seconds, stage_layers, step_lower_bounds, training_step)
-from ._energy import (ENERGY_PARTS, clock_share, energy_parts, layer_sums, plan_power,
-                      power_capped, take_sums, template_cap)
+from ._energy import (ENERGY_PARTS, chip_energy, clock_share, energy_parts, layer_sums,
+                      plan_power, power_capped, take_sums, template_cap)
 from ._layers import GRAD_REDUCE_BYTES
 from ._plans import (LayerTable, context_parallel_grid, expert_parallel_grid, layer_table,
                      plan_view, step_view, variant_graph)
@@ -23,5 +23,5 @@ __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "Ste
            "PLAN_DTYPE", "PLAN_REASONS", "best_plans", "step_lower_bounds",
            "context_parallel_grid", "expert_parallel_grid", "LayerTable", "layer_table",
            "ENERGY_PARTS", "energy_parts", "clock_share", "power_capped", "plan_power",
-           "template_cap", "GRAD_REDUCE_BYTES", "layer_sums", "take_sums", "plan_view",
-           "step_view", "variant_graph"]
+           "template_cap", "chip_energy", "GRAD_REDUCE_BYTES", "layer_sums", "take_sums",
+           "plan_view", "step_view", "variant_graph"]

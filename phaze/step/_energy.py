@@ -29,8 +29,12 @@ is that times the devices used. The parts (:data:`PARTS`, joules per device per 
   two weight all-gathers of every microbatch's forward and backward and a reduce-scatter of
   its gradients), and the pipeline's activations and gradients (2 boundary tensors per
   microbatch across p − 1 of p stage boundaries) — inside the node at ``link_j_per_byte``,
-  the share that crosses nodes (the fraction of a ring's hops between nodes) at
-  ``net_j_per_byte``;
+  the share that crosses nodes at ``net_j_per_byte`` — ``phaze.collectives.net_share``, on
+  the rank layout the step's time reads (``span_nodes``: a tensor-parallel group's ranks
+  adjacent, an expert- or context-parallel group's t apart, the data-parallel ring's cp·d
+  ranks t apart, the expert-data-parallel one's t·ep apart): a ring's nodes of its n hops,
+  an all-to-all's peers on other nodes, the pipeline's sends between stages on different
+  nodes (``boundary_net_share``);
 - ``static``: ``static_w`` × the step's seconds.
 
 Recomputation re-runs forward work: its energy is the forward's times the priced recompute
@@ -51,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import arch as _arch
-from .. import graph, precision as _precision
+from .. import collectives, cost, graph, precision as _precision
 from .._cache import Memo
 from . import _plans
 from ._layers import GRAD_REDUCE_BYTES
@@ -61,7 +65,6 @@ ENERGY_PARTS = PARTS = ("compute", "vector", "sram", "hbm", "link", "network", "
 #: The parts the clock's voltage scales (the cores and the buffer).
 CLOCKED = ("compute", "vector", "sram")
 
-_ACC_BYTES = 4.0  # fp32 partial sums (phaze._config.COST_ACCUMULATOR_BYTES)
 _COLL = {name: i for i, name in enumerate(graph.COLLECTIVE_KINDS)}
 
 _WORK = Memo(lambda: 256, "step.energy_work")
@@ -108,37 +111,8 @@ def _graph_columns(g):
         streamed=float(moved[(flash | (kind == graph.KIND_VECTOR)) & ~coll].sum()),
         gemm_dims=dims[gemm & ~flash], gemm_in=in_bytes[gemm & ~flash],
         sent=sent[coll], group=n[coll], a2a=(code[coll] == _COLL["all_to_all"])
-        | (code[coll] == _COLL["p2p"]))
+        | (code[coll] == _COLL["p2p"]), all_to_all=code[coll] == _COLL["all_to_all"])
     return _WORK.put(g, out)
-
-
-def onchip_bytes(dims, in_bytes, w, d):
-    """Buffer-to-array bytes of GEMMs ``dims`` (rows of batch, M, K, N) on w×d
-    weight-stationary arrays (the formula of ``phaze.cost``'s on-chip bandwidth), summed;
-    ``w``, ``d`` arrays of the rows' array shapes → one sum per row."""
-    if not len(dims):
-        return np.zeros(np.shape(w))
-    b, m, k, n = (dims[:, i][:, None] for i in range(4))
-    w = np.asarray(w, dtype=np.float64)[None, :]
-    d = np.asarray(d, dtype=np.float64)[None, :]
-    e = np.asarray(in_bytes, dtype=np.float64)[:, None]
-    per = b * (e * (k * n + m * k * np.ceil(n / w))
-               + _ACC_BYTES * m * n * (2.0 * np.ceil(k / d) - 1.0))
-    return per.sum(axis=0)
-
-
-def _net_share(group, stride, node_size):
-    """The fraction of a ring's hops over ``group`` ranks ``stride`` apart that cross
-    nodes of ``node_size`` (one per node boundary the ring passes; all when the stride is a
-    node or more)."""
-    group = np.asarray(group, dtype=np.float64)
-    stride = np.asarray(stride, dtype=np.float64)
-    node_size = np.asarray(node_size, dtype=np.float64)
-    per_node = np.maximum(np.floor(node_size / np.maximum(stride, 1.0)), 1.0)
-    nodes = np.ceil(group / per_node)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(group > 1, np.where(nodes > 1, nodes / group, 0.0), 0.0)
-    return np.minimum(share, 1.0)
 
 
 def graph_energy(g, archs, energy, t):
@@ -147,13 +121,14 @@ def graph_energy(g, archs, energy, t):
     c = _graph_columns(g)
     w = np.asarray(archs["tc_width"], dtype=np.float64)
     d = np.asarray(archs["tc_depth"], dtype=np.float64)
-    sram = onchip_bytes(c["gemm_dims"], c["gemm_in"], w, d) + c["streamed"]
+    sram = cost.onchip_bytes(c["gemm_dims"], c["gemm_in"], w, d).sum(axis=0) + c["streamed"]
     node = np.asarray(archs["node_size"], dtype=np.float64)
     if c["sent"].size:
-        # tensor-parallel groups sit inside a node; an expert- or context-parallel group's
-        # ranks are t apart
-        share = _net_share(c["group"][:, None], np.where(c["a2a"], float(t), 1.0)[:, None],
-                           node[None, :])
+        # a tensor-parallel group's ranks are adjacent; an expert- or context-parallel
+        # group's t apart (the rank layout the step's time reads: collectives.net_share)
+        share = collectives.net_share(c["group"][:, None],
+                                      np.where(c["a2a"], float(t), 1.0)[:, None], node[None, :],
+                                      all_to_all=c["all_to_all"][:, None])
         net = (c["sent"][:, None] * share).sum(axis=0)
         link = (c["sent"][:, None] * (1.0 - share)).sum(axis=0)
     else:
@@ -238,8 +213,11 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, 
     # the data-parallel reduction of the weights' gradients (16-bit weights: 2 B each)
     link = np.zeros(n)
     net = np.zeros(n)
-    for weight_bytes, g, stride in ((sums["dense_w"], d * cp, t * cp),
-                                    (sums["expert_w"], np.maximum(d * cp / ep, 1.0), t * ep)):
+    # the data-parallel ring: the cp·d ranks t apart; the expert-data-parallel one the
+    # cp·d/ep ranks t·ep apart (Megatron-Core's layout, as the step's time places them)
+    for weight_bytes, g, stride in ((sums["dense_w"], d * cp, np.full_like(d, float(t))),
+                                    (sums["expert_w"], np.maximum(np.floor(d * cp / ep), 1.0),
+                                     t * ep)):
         if not weight_bytes:
             continue
         elements = weight_bytes / 2.0 / p
@@ -249,12 +227,12 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, 
         sent = np.select([zero == 0, zero < 3],
                          [2.0 * frac * grads, frac * (grads + weights)],
                          m * frac * (2.0 * weights + grads))
-        share = _net_share(g, stride, node)
+        share = collectives.net_share(g, stride, node)
         net = net + sent * share
         link = link + sent * (1.0 - share)
     # the pipeline's activations forward and gradients backward
     pp = np.where(p > 1, 2.0 * m * sums["boundary"] * (p - 1.0) / p, 0.0)
-    pp_net = np.where(t * cp * d >= node, 1.0, 0.0)
+    pp_net = collectives.boundary_net_share(p, t * cp * d, node)
     net = net + pp * pp_net
     link = link + pp * (1.0 - pp_net)
     parts["link"] = parts["link"] + link * energy["link_j_per_byte"]
@@ -276,6 +254,14 @@ def clock_share(macs_dev, archs, tile_efficiency, time_s):
     return np.clip(c, 0.0, 1.0)
 
 
+def _at_clock(s, time_s, share, clocked, other, static_w):
+    """(seconds, power W) of steps at the clock fraction ``s``: the clock-paced share of
+    the step takes share/s of its time, the rest is unchanged; the clocked energy scales by
+    ``phaze.arch.dvfs_energy_scale(s)`` and static power runs the whole (longer) step."""
+    t = time_s * (share / s + (1.0 - share))
+    return t, (clocked * _arch.dvfs_energy_scale(s) + other + static_w * t) / t
+
+
 def power_capped(parts, time_s, static_w, share, cap_w):
     """The step under a power cap: (clock fraction s, seconds, parts with static, power W,
     feasible) per row. ``parts``: :func:`energy_parts`' (static 0); ``share``:
@@ -285,38 +271,28 @@ def power_capped(parts, time_s, static_w, share, cap_w):
     cap = np.broadcast_to(np.asarray(cap_w, dtype=np.float64), time_s.shape)
     clocked = sum(parts[k] for k in CLOCKED)
     other = sum(parts[k] for k in PARTS if k not in CLOCKED)
-
-    def at(s):
-        t = time_s * (share / s + (1.0 - share))
-        return t, (clocked * _arch.dvfs_energy_scale(s) + other + static_w * t) / t
-
     ok = np.isfinite(time_s) & (time_s > 0)
-    safe_t = np.where(ok, time_s, 1.0)
-    time_s = safe_t
-    t1, p1 = at(np.ones_like(time_s))
+    time_s = np.where(ok, time_s, 1.0)
+    rows = (time_s, share, clocked, other, static_w)
+    _, p1 = _at_clock(np.ones_like(time_s), *rows)
     s = np.ones_like(time_s)
     bind = ok & (p1 > cap)
     lo_s = float(_arch.DVFS_MIN_CLOCK_FRACTION)
-    _, p_lo = at(np.full_like(time_s, lo_s))
+    _, p_lo = _at_clock(np.full_like(time_s, lo_s), *rows)
     feasible = ok & (p_lo <= cap)
     search = bind & feasible
     if np.any(search):
         lo = np.full(int(search.sum()), lo_s)
         hi = np.ones_like(lo)
-        sub = {k: v[search] if np.ndim(v) else v for k, v in
-               (("time_s", time_s), ("share", share), ("clocked", clocked),
-                ("other", other), ("static", static_w))}
+        sub = [v[search] if np.ndim(v) else v for v in rows]
         for _ in range(26):   # the clock to 2⁻²⁶ of its range
             mid = 0.5 * (lo + hi)
-            tt = sub["time_s"] * (sub["share"] / mid + (1.0 - sub["share"]))
-            pw = (sub["clocked"] * _arch.dvfs_energy_scale(mid) + sub["other"]
-                  + sub["static"] * tt) / tt
-            over = pw > cap[search]
+            over = _at_clock(mid, *sub)[1] > cap[search]
             hi = np.where(over, mid, hi)
             lo = np.where(over, lo, mid)
         s[search] = lo
     s = np.where(feasible | ~bind, s, lo_s)
-    t_new, power = at(s)
+    t_new, power = _at_clock(s, *rows)
     out = {k: np.asarray(parts[k], dtype=np.float64).copy() for k in PARTS}
     for k in CLOCKED:
         out[k] = out[k] * _arch.dvfs_energy_scale(s)
@@ -331,16 +307,17 @@ def template_cap(chip, max_power_w):
     (``phaze.arch.TEMPLATE_TDP_W``)."""
     if max_power_w is not None:
         return float(max_power_w)
-    rules = getattr(chip, "efficiency_rules", None) or {}
-    if rules.get("tile_efficiency") == "measured":
+    if chip.gemm_rates_measured:
         return float("inf")
     return float(chip.tdp_w) if chip.tdp_w is not None else float(_arch.TEMPLATE_TDP_W)
 
 
-def chip_energy(chip):
+def chip_energy(chip, rows=None):
     """The energy records of one resolved chip (``phaze.arch.Chip``): its node and the
-    kinds of its memory and fabric, the template's where it gives none."""
-    return _arch.energy_rows(chip.row, process_nm=chip.process_nm or _arch.TEMPLATE_PROCESS_NM,
+    kinds of its memory and fabric, the template's where it gives none; of ``rows`` (rows
+    equal to the chip's, e.g. a search's) when given, else of its own row."""
+    return _arch.energy_rows(chip.row if rows is None else rows,
+                             process_nm=chip.process_nm or _arch.TEMPLATE_PROCESS_NM,
                              hbm_kind=chip.hbm_kind, link_kind=chip.link_kind,
                              net_kind=chip.net_kind)
 

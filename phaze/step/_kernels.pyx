@@ -273,14 +273,8 @@ cdef inline double fmax0(double x) noexcept nogil:
 
 cdef inline int64_t span_nodes(int64_t first, int64_t stride, int64_t count,
                                int64_t node_size) noexcept nogil:
-    """Distinct nodes of the ranks first + k·stride, k = 0..count−1 (increasing ranks: with
-    stride ≤ node_size no node between the first and the last is skipped; with a larger
-    stride every rank has a node of its own)."""
-    if count <= 0:
-        return 0
-    if stride > node_size:
-        return count
-    return (first + (count - 1) * stride) // node_size - first // node_size + 1
+    """``_ring.span_nodes``: the nodes of the ranks first + k·stride, k < count."""
+    return _ring.span_nodes(first, stride, count, node_size)
 
 
 cdef void geometry_c(int64_t p, int64_t t, int64_t d, int64_t node_size, int64_t* masks,
