@@ -11,13 +11,8 @@ Run: ``python3 bench/bench_real_chips.py``
 from __future__ import annotations
 
 import _bench_env  # noqa: F401  (the repository on sys.path)
-import json
-import pathlib
 
 import phaze.arch as arch
-from phaze.arch import _node
-
-CHIPS = pathlib.Path(arch.__file__).parent / "chips"
 
 #: Published die area (mm²) and TDP (W), each with its source; None = unpublished.
 PUBLISHED = {
@@ -37,34 +32,48 @@ def _pct(t, p):
     return "n/a" if p is None else f"{100.0 * (t - p) / p:+.0f}%"
 
 
+def rows():
+    """One pass over the presets: each resolved once (``phaze.arch.resolve_chip``), its node
+    and HBM/link/network kinds read off the chip record, area, power and cost computed."""
+    out = []
+    for name, (area_pub, tdp_pub, _src) in PUBLISHED.items():
+        chip = arch.resolve_chip(name)
+        if chip.process_nm is None:
+            raise ValueError(f"{name}: the chip file gives no process_nm")
+        node = int(chip.process_nm)
+        row = chip.row
+        area, _ = arch.die_area_mm2(row, process_nm=node, hbm_kind=chip.hbm_kind)
+        energy = arch.energy_rows(row, process_nm=node, hbm_kind=chip.hbm_kind,
+                                  link_kind=chip.link_kind, net_kind=chip.net_kind)
+        power = arch.peak_power_w(row, energy)
+        kw = dict(process_nm=node, hbm_gib=float(row["hbm_gib"][0]), hbm_kind=chip.hbm_kind)
+        cost, parts = arch.chip_cost_usd(area, breakdown=True, **kw)
+        cost_pub = None if area_pub is None else float(arch.chip_cost_usd(area_pub, **kw)[0])
+        out.append(dict(name=name, node=node, area=float(area[0]), area_pub=area_pub,
+                        power=float(power[0]), tdp_pub=tdp_pub, cost=float(cost[0]),
+                        cost_pub=cost_pub, hbm_usd=float(parts["hbm_usd"][0])))
+    return out
+
+
+def _pub(x):
+    return "unpublished" if x is None else f"{x:.0f}"
+
+
 def main():
+    table = rows()
     print("| chip | node nm | template die mm² | published mm² | error | template peak W "
           "| published TDP W | error |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, (area_pub, tdp_pub, _src) in PUBLISHED.items():
-        spec = json.loads((CHIPS / f"{name}.json").read_text())
-        node = spec.get("process_nm") or _node.PRESET_PROCESS_NM[name]
-        row = arch.presets.get(name)
-        area, _ = arch.die_area_mm2(row, process_nm=node, hbm_kind=spec["hbm_kind"])
-        energy = arch.energy_rows(row, process_nm=node, hbm_kind=spec["hbm_kind"],
-                                  link_kind=spec["link_kind"], net_kind=spec["net_kind"])
-        power = arch.peak_power_w(row, energy)
-        a, w = float(area[0]), float(power[0])
-        print(f"| {name} | {node} | {a:.0f} | {'unpublished' if area_pub is None else f'{area_pub:.0f}'} "
-              f"| {_pct(a, area_pub)} | {w:.0f} | {'unpublished' if tdp_pub is None else f'{tdp_pub:.0f}'} "
-              f"| {_pct(w, tdp_pub)} |")
+    for r in table:
+        print(f"| {r['name']} | {r['node']} | {r['area']:.0f} | {_pub(r['area_pub'])} "
+              f"| {_pct(r['area'], r['area_pub'])} | {r['power']:.0f} | {_pub(r['tdp_pub'])} "
+              f"| {_pct(r['power'], r['tdp_pub'])} |")
     print()
     print("| chip | chip cost USD, template die | chip cost USD, published die | of which HBM USD |")
     print("|---|---|---|---|")
-    for name, (area_pub, _tdp, _src) in PUBLISHED.items():
-        spec = json.loads((CHIPS / f"{name}.json").read_text())
-        node = spec.get("process_nm") or _node.PRESET_PROCESS_NM[name]
-        row = arch.presets.get(name)
-        area, _ = arch.die_area_mm2(row, process_nm=node, hbm_kind=spec["hbm_kind"])
-        kw = dict(process_nm=node, hbm_gib=float(row["hbm_gib"][0]), hbm_kind=spec["hbm_kind"])
-        t, parts = arch.chip_cost_usd(area, breakdown=True, **kw)
-        p = "unpublished" if area_pub is None else f"{float(arch.chip_cost_usd(area_pub, **kw)[0]):,.0f}"
-        print(f"| {name} | {float(t[0]):,.0f} | {p} | {float(parts['hbm_usd'][0]):,.0f} |")
+    for r in table:
+        p = "unpublished" if r["cost_pub"] is None else f"{r['cost_pub']:,.0f}"
+        print(f"| {r['name']} | {r['cost']:,.0f} | {p} | {r['hbm_usd']:,.0f} |")
 
 
 if __name__ == "__main__":

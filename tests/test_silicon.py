@@ -21,8 +21,9 @@ def test_chip_cost_by_hand():
     total, b = arch.chip_cost_usd(100.0, process_nm=7, hbm_gib=32, hbm_kind="HBM2", breakdown=True)
     die = 9346.0 / (640 * 1.03 ** -3)
     assert b["die_usd"][0] == pytest.approx(die)
-    assert b["hbm_usd"][0] == pytest.approx(32 * 7.5)
-    assert total[0] == pytest.approx(die + 240 + 700)
+    # HBM2 $120 per 8 GiB stack = $15/GiB; CoWoS-S-class packaging $750.
+    assert b["hbm_usd"][0] == pytest.approx(32 * 120.0 / 8)
+    assert total[0] == pytest.approx(die + 480 + 750)
     # default hbm_kind HBM2, returns an array without breakdown
     plain = arch.chip_cost_usd(100.0, process_nm=7, hbm_gib=32)
     assert isinstance(plain, np.ndarray) and plain[0] == pytest.approx(total[0])
@@ -53,9 +54,9 @@ def test_overrides():
 
 
 def test_run_cost_by_hand():
-    # 8 chips × $3000 × 1.82 × 1 h / 5 y + 8 × 700 W × 1.82 × 1 h = 10.192 kWh × 1.58 × $0.08
+    # 8 chips × $3000 × 1.82 × 1 h / 5 y + 8 × 700 W × 1.82 × 1 h = 10.192 kWh × 1.58 × $0.0806
     cap = 8 * 3000 * 1.82 * 3600 / (5 * 365.25 * 86400)
-    energy = 8 * 700 * 1.82 * 3600 / 3.6e6 * 1.58 * 0.08
+    energy = 8 * 700 * 1.82 * 3600 / 3.6e6 * 1.58 * 0.0806
     got = arch.run_cost_usd(chips=8, chip_cost_usd=3000, seconds=3600, power_w=700)
     assert got == pytest.approx(cap + energy)
     assert arch.run_cost_usd(chips=8, chip_cost_usd=3000, seconds=3600, power_w=700, pue=1.0,

@@ -64,12 +64,15 @@ NODE_ENERGY_FACTOR = {22: 0.386, 16: 0.281, 12: 0.211, 7: 0.101, 6: 0.101, 5: 0.
                       4: 0.0637, 3: 0.0496}
 
 #: On-chip wire energy per bit per mm (Keckler et al., IEEE Micro 2011: 256 bits over 1 mm
-#: ≈ 26 pJ at 28 nm ⇒ 0.10 pJ/bit/mm); wires barely scale, so held across nodes.
+#: ≈ 26 pJ at 28 nm ⇒ 0.10 pJ/bit/mm; Keckler's talk quotes 18–110 fJ/bit/mm from the DARPA
+#: Exascale report); wires barely scale, so held across nodes.
 WIRE_J_PER_BIT_MM = 0.10 * PJ
 
-#: HBM access energy per bit (O'Connor et al., MICRO 2017: HBM2 3.9 pJ/bit; later kinds §23).
-HBM_J_PER_BIT = {"HBM2": 3.9 * PJ, "HBM2e": 3.9 * PJ, "HBM3": 3.0 * PJ, "HBM3e": 2.5 * PJ,
-                 "HBM4": 2.0 * PJ}
+#: HBM access energy per bit (§23): HBM2 3.9 pJ/bit (O'Connor et al., MICRO 2017); HBM3E
+#: 3.9 pJ/bit (Samsung, 2024 statement on HBM4E); HBM4 = HBM3E / 1.4 (SK hynix: HBM4 "over 40 %
+#: better energy efficiency"); HBM2e and HBM3 assumed equal to the sourced figures around them.
+HBM_J_PER_BIT = {"HBM2": 3.9 * PJ, "HBM2e": 3.9 * PJ, "HBM3": 3.9 * PJ, "HBM3e": 3.9 * PJ,
+                 "HBM4": 3.9 * PJ / 1.4}
 
 #: One electrical SerDes traversal, pJ/bit (NVIDIA at OFC 2025: 2–5 pJ/bit; mid-range 3.5).
 SERDES_J_PER_BIT = 3.5 * PJ
@@ -78,9 +81,17 @@ LINK_TRAVERSALS = {"nvlink3": 2, "nvlink4": 2, "nvlink5": 2, "infinity-fabric": 
                    "neuronlink": 1, "roce": None}
 #: Scale-out path per bit: two NICs, four pluggable optics (NIC and switch side, two hops),
 #: one packet-switch ASIC (§23); dcn crosses Google's optical circuit switch (no packet switch).
+#: A module's or NIC's power serves both directions: per bit crossing it, W / (2 × line rate).
+#: NIC: assumed (no datasheet power read). Optics: NVIDIA MMS4X00-NS twin-port 800G OSFP,
+#: 16 W typical ⇒ 16 / (2 × 800e9) = 10 pJ/bit. Switch: Broadcom Tomahawk 5, 51.2 Tb/s at an
+#: estimated 500 W (TechInsights / Linley Group) ⇒ 500 / 51.2e12 = 9.77 pJ/bit.
 NIC_J_PER_BIT = 10.0 * PJ
-OPTICS_J_PER_BIT = 15.0 * PJ
-SWITCH_J_PER_BIT = 10.0 * PJ
+OPTICS_MODULE_W = 16.0
+OPTICS_MODULE_BITS_PER_S = 800e9
+OPTICS_J_PER_BIT = OPTICS_MODULE_W / (2.0 * OPTICS_MODULE_BITS_PER_S)
+SWITCH_ASIC_W = 500.0
+SWITCH_ASIC_BITS_PER_S = 51.2e12
+SWITCH_J_PER_BIT = SWITCH_ASIC_W / SWITCH_ASIC_BITS_PER_S
 NET_J_PER_BIT = {k: 2 * NIC_J_PER_BIT + 4 * OPTICS_J_PER_BIT + SWITCH_J_PER_BIT for k in NET_KINDS}
 NET_J_PER_BIT["dcn"] = 2 * NIC_J_PER_BIT + 4 * OPTICS_J_PER_BIT
 #: Per bit over each scale-up link kind (a ``roce`` scale-up link is priced as the network).

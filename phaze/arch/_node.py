@@ -40,10 +40,6 @@ SRAM_BITCELL_UM2 = {22: 0.092, 16: 0.074, 12: 0.074, 7: 0.027, 6: 0.027, 5: 0.02
 
 NODES_NM = tuple(sorted(LOGIC_MTR_PER_MM2))
 
-#: Nodes for presets whose chip file has no ``process_nm`` (Google has not published TPU v5p's
-#: node; press reports put it at a 5 nm-class TSMC node: an assumption, §23).
-PRESET_PROCESS_NM = {"tpu-v5p": 5}
-
 #: Per-stack bandwidth by HBM generation, GB/s (JEDEC pin rates × 1024 bits / 8; HBM4 2048
 #: bits at 8 Gb/s): HBM2 2.4 Gb/s, HBM2e 3.6, HBM3 6.4, HBM3e 9.6.
 HBM_GB_PER_S_PER_STACK = {"HBM2": 307.2, "HBM2e": 460.8, "HBM3": 819.2, "HBM3e": 1228.8,
@@ -54,7 +50,8 @@ HBM_GB_PER_S_PER_STACK = {"HBM2": 307.2, "HBM2e": 460.8, "HBM3": 819.2, "HBM3e":
 HBM_PHY_MM2_PER_STACK = 12.0
 
 #: SerDes (112G-class lane ≈ 0.6 mm² at N7/N5, ≈ 14 GB/s per direction) area per GB/s of
-#: per-direction bandwidth: 0.6 / 14 (§23). Applied to link_gb_per_s + net_gb_per_s.
+#: per-direction bandwidth: 0.6 / 14 (assumed for long-reach lanes; a 113G XSR die-to-die lane
+#: in 5 nm is 0.22 mm², Gangasani et al., IEEE SSC-L 2025: §23). Applied to link + net GB/s.
 SERDES_MM2_PER_GB_PER_S = 0.6 / 14.0
 
 #: Share of the whole die outside the cores, buffer and PHYs (§23: die-shot breakdowns of

@@ -26,24 +26,31 @@ from ._fields import HBM_KINDS
 WAFER_USD = {22: 3000.0, 16: 3984.0, 12: 3984.0, 7: 9346.0, 6: 9346.0, 5: 16988.0, 4: 16988.0,
              3: 20000.0}
 WAFER_DIAMETER_MM = 300.0
-#: Defect density D0, defects per cm² (TSMC-reported mature figures ≈ 0.1 for N7/N5; §23).
+#: Defect density D0, defects per cm² (TSMC: N7 0.09 three quarters into volume, N5 0.10–0.11
+#: at its 2020 symposium, AnandTech 2020; the others §23).
 DEFECT_PER_CM2 = {22: 0.07, 16: 0.07, 12: 0.07, 7: 0.09, 6: 0.09, 5: 0.10, 4: 0.10, 3: 0.12}
 #: Negative-binomial clustering parameter α (Murphy-like for α≈3; §23).
 YIELD_CLUSTER_ALPHA = 3.0
 #: Reticle field, mm² (26 mm × 33 mm).
 RETICLE_MM2 = 26.0 * 33.0
-#: HBM price per GiB, USD (§23 estimates).
-HBM_USD_PER_GIB = {"HBM2": 7.5, "HBM2e": 9.0, "HBM3": 12.0, "HBM3e": 15.0, "HBM4": 20.0}
+#: HBM price per GiB, USD (§23): HBM2 8-Hi stack $120 for 8 GB (Gamers Nexus, 2017) = 15;
+#: HBM2e assumed = HBM2; HBM3: H100's 80 GB ≈ $1,350 (Raymond James BOM) = 16.875; HBM3e:
+#: B200's 192 GB ≈ $2,900 (Silicon Analysts / Epoch AI) = 15.10; HBM4 = HBM3e × 1.3
+#: (TrendForce: "at least 30 % more expensive than HBM3E").
+HBM_USD_PER_GIB = {"HBM2": 120.0 / 8, "HBM2e": 120.0 / 8, "HBM3": 1350.0 / 80,
+                   "HBM3e": 2900.0 / 192, "HBM4": 2900.0 / 192 * 1.3}
 DEFAULT_HBM_KIND = "HBM2"
-#: CoWoS-class packaging (interposer, assembly, test) per chip, USD (§23 estimate).
-PACKAGING_USD = 700.0
+#: CoWoS-class packaging per chip, USD: H100's CoWoS-S ≈ $750 (Silicon Analysts' B200 cost
+#: breakdown, which puts B200's CoWoS-L at ≈ $1,100; §23).
+PACKAGING_USD = 750.0
 
-#: Service life the capex is amortised over, years (§23).
+#: Service life the capex is amortised over, years (Meta's 10-K: servers five years from
+#: Q4 2022; Amazon back to five years for a subset from 2025; Microsoft, Alphabet six; §23).
 LIFE_YEARS = 5.0
 #: Power usage effectiveness (Uptime Institute global survey 2023: 1.58).
 PUE = 1.58
-#: Electricity price, USD/kWh (EIA, US industrial average 2023 ≈ 0.08).
-USD_PER_KWH = 0.08
+#: Electricity price, USD/kWh (EIA, US industrial average 2023: 8.06 ¢/kWh).
+USD_PER_KWH = 0.0806
 #: Host, network and rack overhead on a chip's capex and power (NVIDIA DGX H100: 10.2 kW for
 #: 8 × 700 W GPUs ⇒ 10.2 / 5.6 − 1 = 0.82).
 HOST_OVERHEAD = 0.82
