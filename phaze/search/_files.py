@@ -405,8 +405,13 @@ class Journal:
         self.meta_path = self.path.with_name(self.path.name + ".meta.json")
         self.digest = inputs_digest
         self.chunks: dict = {}  # chunk id → small per-chunk facts (json-able)
-        self.previous = empty_table()
-        self.previous_chunks = np.array([], dtype=np.int64)
+        self.gz = str(self.rows_path).lower().endswith(".gz")
+        # the rows file's segments (start byte, end byte, holds the header), in file order,
+        # and the sorted spill files of a finish under way (``_stream``)
+        self.segments: list = []
+        self.spill_dir = self.path.with_name(self.path.name + ".parts")
+        self.spills: list = []
+        self.spilled: dict = {}
         parent = self.path.parent
         if not parent.exists():  # an OS error (exit 1), as a read-only folder is
             raise OutputError(f"out: cannot write {str(self.path)!r}: its folder "
@@ -441,12 +446,21 @@ class Journal:
     # -- start / resume -----------------------------------------------------
     def _start(self):
         try:
+            if self.spill_dir.is_dir():  # spill files of a replaced (--force) run
+                for p in self.spill_dir.iterdir():
+                    p.unlink()
+                self.spill_dir.rmdir()
             self._write_rows_file(empty_table(), np.array([], dtype=np.int64))
+            self.segments = [(0, os.path.getsize(self.rows_path), True)]
             self._write_meta({})
         except OSError as exc:
             raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
 
     def _load(self):
+        """``--resume``: keep the chunks whose rows are whole (``_stream.load_journal``, one
+        chunk's rows in memory at a time); :meth:`iter_previous` gives their rows."""
+        from . import _stream
+
         try:
             meta = json.loads(self.meta_path.read_text())
         except (OSError, ValueError, RecursionError):
@@ -460,37 +474,30 @@ class Journal:
         except (AttributeError, TypeError, ValueError, OverflowError):
             raise ValueError(f"resume: {self.meta_path} is damaged (its 'chunks' must map chunk "
                              f"numbers to their facts); start again with --force") from None
-        digests: dict = {}
+        n_listed = len(self.chunks)
         try:
-            table, chunk_of_row = (read_rows_csv(self.rows_path, strict=False, digests=digests)
-                                   if self.rows_path.exists()
-                                   else (empty_table(), np.array([], dtype=np.int64)))
-        except DamagedFile as exc:
-            raise ValueError(f"resume: {exc}; its chunks cannot be told apart, so none can be "
-                             f"kept: start again with --force or choose another --out") from None
-        if meta.get("header") not in (None, digests.get("header", meta.get("header"))):
-            print(f"phaze search: resume: the header of {self.rows_path.name} differs from the "
-                  f"one {self.meta_path.name} records; every chunk is computed again",
-                  file=sys.stderr)
-            chunk_of_row = np.full(len(chunk_of_row), -1, dtype=np.int64)
-        bad, expected, found = check_chunk_rows(self.chunks, chunk_of_row, digests)
-        if bad:
-            # Never a silent partial result: these chunks are computed again.
-            print(f"phaze search: resume: {len(bad):,} of the {len(self.chunks):,} chunks listed "
-                  f"in {self.meta_path.name} have {found:,} rows in {self.rows_path.name} instead "
-                  f"of {expected:,} or rows that changed (missing, cut off, duplicated or "
-                  f"damaged); they are computed again", file=sys.stderr)
-            for cid in bad:
-                del self.chunks[cid]
-        keep = np.isin(chunk_of_row, np.array(sorted(self.chunks), dtype=np.int64))
-        self.previous = take(table, keep)
-        self.previous_chunks = chunk_of_row[keep]
-        # Rewrite without rows of chunks the meta file does not list (cut off mid-way).
-        try:
-            self._write_rows_file(self.previous, self.previous_chunks)
+            bad, expected, found, _ = _stream.load_journal(self, meta)
+            if bad:
+                # Never a silent partial result: these chunks are computed again.
+                print(f"phaze search: resume: {len(bad):,} of the {n_listed:,} chunks listed "
+                      f"in {self.meta_path.name} have {found:,} rows in {self.rows_path.name} "
+                      f"instead of {expected:,} or rows that changed (missing, cut off, "
+                      f"duplicated or damaged); they are computed again", file=sys.stderr)
             self._write_meta({})
         except OSError as exc:
             raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
+
+    def iter_previous(self):
+        """(chunk id, table) of each chunk kept by ``--resume``, one at a time."""
+        from . import _stream
+
+        if not self.chunks:
+            return iter(())
+        return _stream.iter_previous(self)
+
+    def write_meta_spilled(self) -> None:
+        """Record the spill files of a finish under way (``_stream.finish_rows``)."""
+        self._write_meta({})
 
     def _write_rows_file(self, table, chunk_ids):
         buf = io.StringIO()
@@ -518,7 +525,9 @@ class Journal:
         if str(self.rows_path).lower().endswith(".gz"):
             data = gzip.compress(data, mtime=0)
         try:
+            start = os.path.getsize(self.rows_path)
             self._append_bytes(data)
+            self.segments.append((start, start + len(data), False))
             self.chunks[int(chunk_id)] = json_safe(facts)
             self._write_meta({})
         except OSError as exc:
@@ -538,25 +547,39 @@ class Journal:
         meta = {"inputs_hash": self.digest, "format": self.format,
                 "rows_file": self.rows_path.name, "header": ROWS_HEADER,
                 "chunks": {str(k): self.chunks[k] for k in sorted(self.chunks)}}
+        if self.spilled:
+            meta["spilled"] = {str(k): self.spilled[k] for k in sorted(self.spilled)}
         meta.update(extra)
         _atomic_write_text(self.meta_path, json.dumps(json_safe(meta), indent=1))
 
-    def finish(self, summary: dict, table: dict = None, chunk_ids=None) -> None:
+    def finish(self, summary: dict, model_names=None) -> None:
         """Record the run's summary (metadata, best, baselines) once every chunk is done.
 
-        ``table`` (every row, sorted by point) with ``chunk_ids`` (each row's chunk)
-        replaces the rows file first, so its order does not depend on which chunk
-        finished first.
+        ``model_names`` (the search's models, in order): the rows file is first rewritten
+        sorted by point (``_stream.finish_rows``: in place, about one chunk's size of free
+        disk), so its order does not depend on which chunk finished first.
         """
+        from . import _stream
+
         try:
-            if table is not None:
-                self._write_rows_file(table, chunk_ids)
+            if model_names is not None:
+                seg = max([e - s for s, e, _ in self.segments] + [0])
+                need = 2 * seg + (1 << 20)
+                free = _stream.free_bytes(self.path.parent)
+                if free < need:
+                    raise OSError(errno.ENOSPC, f"{free:,} bytes free, {need:,} needed")
+                _stream.finish_rows(self, list(model_names))
             self._write_meta({"complete": True, "summary": summary})
+        except _stream.MergeFailed as exc:
+            raise _os_error(exc, f"out: cannot write the sorted rows to {self.rows_path}: the "
+                                 f"final merge failed after consuming the spill files of "
+                                 f"{exc.lost:,} of the {len(self.chunks):,} chunks; --resume "
+                                 f"keeps the others and computes those again") from None
         except OSError as exc:
             raise _os_error(exc, f"out: cannot write the sorted rows to {self.rows_path}; every "
-                                 f"one of the {len(self.chunks):,} chunks is done and kept (in "
-                                 f"the order they finished): make room for a copy of the file "
-                                 f"and finish with --resume") from None
+                                 f"one of the {len(self.chunks):,} chunks is done and kept: "
+                                 f"make room for about two chunks' rows and finish with "
+                                 f"--resume") from None
 
 
 def save_json(path, summary: dict, top_rows: dict) -> None:

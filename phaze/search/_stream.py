@@ -1,0 +1,678 @@
+"""The exhaustive sweep in constant memory (issue 30): what the parent keeps of the rows,
+and the sorted rows file produced from chunk spill files by a k-way merge.
+
+:class:`Reduced` is the running state a sweep with a result file keeps instead of its
+rows: per chunk it folds in the best row of every (model, architecture) under the
+throughput ranking and under the objective's, the best feasible row with a power of
+every architecture (the power front's), the top rows, the rows per architecture (the
+pruned front's limit) and the causes of infeasibility. Each architecture belongs to
+one chunk, so the per-architecture rows of a chunk are final when it ends; everything
+the summary derives from the table (best point, Pareto fronts, top rows, why no point
+is feasible) is the same derived from these rows (tests/test_stream_sweep.py).
+
+:func:`split_segment` and :func:`merge_spills` rewrite the journal's rows file (rows in
+the order chunks finished) sorted by point: segments of the rows file are moved, last
+first, into sorted spill files (the rows file truncated after each), then the spills
+are merged into the final file, each deleted once consumed, so finishing needs about
+one chunk's size of free disk beyond the files.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+import gzip
+import heapq
+import os
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from ._models import RECOMPUTE_MODES
+from ._table import COLUMN_NAMES, concat_tables, empty_table, ranking, take
+
+#: Positions of the sort key's fields in a rows-file line: model, arch_id, microbatch,
+#: hbm_gib, recompute (the order main's lexsort gives).
+_KEY_POS = tuple(COLUMN_NAMES.index(n) for n in ("model", "arch_id", "microbatch",
+                                                  "hbm_gib", "recompute"))
+_RC_RANK = {m: i for i, m in enumerate(RECOMPUTE_MODES)}
+
+
+def line_key(line: str, model_index: dict) -> tuple:
+    """The sort key of one rows-file line: (model's index, arch id, microbatch, HBM GiB,
+    recomputation rank), the key the finished file is ordered by."""
+    f = next(csv.reader((line,)))
+    m, a, mb, h, rc = (f[i] for i in _KEY_POS)
+    return (model_index.get(m, len(model_index)), int(a), int(mb), float(h),
+            _RC_RANK.get(rc, len(_RC_RANK)))
+
+
+def line_chunk(line: str) -> int:
+    """The chunk id of a rows-file line (its last field)."""
+    return int(line.rstrip("\n").rsplit(",", 1)[1])
+
+
+def _first_per_group(table, order, names) -> np.ndarray:
+    """Indices (of ``table``) of the first row in ``order`` of each (model, arch id)."""
+    if not order.size:
+        return order
+    mi = np.array([names.get(str(m), -1) for m in table["model"][order]], dtype=np.int64)
+    pairs = np.stack([mi, np.asarray(table["arch_id"])[order]], axis=1)
+    _, first = np.unique(pairs, axis=0, return_index=True)
+    return order[np.sort(first)]
+
+
+class Reduced:
+    """What a sweep with a result file keeps of its rows (see the module docstring).
+
+    ``held_rows``: rows held now (the per-architecture rows and the top rows), for the
+    structural check that memory does not grow with the rows (tests)."""
+
+    def __init__(self, model_names, objective="throughput", top_n=50):
+        self.models = list(model_names)
+        self.index = {n: i for i, n in enumerate(self.models)}
+        self.objective = objective
+        self.top_n = int(top_n)
+        self.n_rows = 0
+        self._tp, self._obj, self._pow, self._counts = [], [], [], []
+        self.top = empty_table()
+        # model → cause → [count, first key, example reason] (insertion: first in row order)
+        self._causes = {n: {} for n in self.models}
+        self.max_chunk_rows = 0
+
+    @property
+    def held_rows(self) -> int:
+        return (sum(len(t["arch_id"]) for t in self._tp + self._obj + self._pow)
+                + len(self.top["arch_id"]))
+
+    def add(self, tab) -> None:
+        """Fold in one chunk's rows ``tab`` (a table); nothing of ``tab`` is kept but the rows
+        named in the module docstring."""
+        n = len(tab["arch_id"])
+        self.n_rows += n
+        self.max_chunk_rows = max(self.max_chunk_rows, n)
+        if not n:
+            return
+        self._tp.append(take(tab, _first_per_group(tab, ranking(tab), self.index)))
+        if self.objective != "throughput":
+            self._obj.append(take(tab, _first_per_group(tab, ranking(tab, self.objective),
+                                                        self.index)))
+        sel = ((tab["model"].astype(str) == self.models[0]) & np.asarray(tab["feasible"], bool)
+               & np.isfinite(np.asarray(tab["power_w"], dtype=np.float64)))
+        if sel.any():
+            sub = take(tab, np.flatnonzero(sel))
+            self._pow.append(take(sub, _first_per_group(sub, ranking(sub, self.objective),
+                                                        self.index)))
+        ids, counts = np.unique(np.asarray(tab["arch_id"], dtype=np.int64), return_counts=True)
+        self._counts.append((ids, counts))
+        both = concat_tables([self.top, tab])
+        self.top = take(both, ranking(both, self.objective)[:self.top_n])
+        self._add_causes(tab)
+
+    def _add_causes(self, tab) -> None:
+        from ._report import infeasible_cause
+
+        bad = np.flatnonzero(~np.asarray(tab["feasible"], dtype=bool))
+        if not bad.size:
+            return
+        sub = take(tab, bad)
+        rc = np.array([_RC_RANK.get(str(v), len(_RC_RANK)) for v in sub["recompute"]])
+        order = np.lexsort((rc, sub["hbm_gib"], sub["microbatch"], sub["arch_id"]))
+        for i in order.tolist():
+            name = str(sub["model"][i])
+            reason = str(sub["reason"][i] or "infeasible")
+            cause = infeasible_cause(reason)
+            key = (int(sub["arch_id"][i]), int(sub["microbatch"][i]), float(sub["hbm_gib"][i]),
+                   int(rc[i]))
+            slot = self._causes.setdefault(name, {}).get(cause)
+            if slot is None:
+                self._causes[name][cause] = [1, key, reason]
+            else:
+                slot[0] += 1
+                if key < slot[1]:
+                    slot[1], slot[2] = key, reason
+
+    # -- what the summary reads ---------------------------------------------
+    def best_rows(self, objective=None) -> dict:
+        """The best row of every (model, architecture) under ``objective`` (default: the
+        search's; "throughput": the throughput ranking's)."""
+        objective = self.objective if objective is None else objective
+        parts = self._tp if objective == "throughput" else self._obj
+        return concat_tables(parts)
+
+    def power_rows(self) -> dict:
+        """Per architecture the first model's best feasible row with a power (the power front's)."""
+        return concat_tables(self._pow)
+
+    def top_rows(self, n) -> dict:
+        return take(self.top, ranking(self.top, self.objective)[:n])
+
+    def arch_counts(self) -> tuple:
+        """(arch ids, rows of each)."""
+        if not self._counts:
+            return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+        return (np.concatenate([c[0] for c in self._counts]),
+                np.concatenate([c[1] for c in self._counts]))
+
+    def why_infeasible(self, model_name) -> str:
+        """``_report.why_infeasible`` of the whole table, from the causes folded in."""
+        from ._report import why_text
+
+        causes = self._causes.get(model_name) or {}
+        ordered = sorted(causes.items(), key=lambda kv: kv[1][1])  # first occurrence order
+        counts = Counter({c: v[0] for c, v in ordered})
+        return why_text(counts, {c: v[2] for c, v in ordered})
+
+
+class LazyTable(dict):
+    """A result table read from the sorted rows file only when first used (a sweep with a
+    result file does not hold its rows; ``SearchResult.table`` of such a run)."""
+
+    def __init__(self, rows_path):
+        super().__init__()
+        self.rows_path = Path(rows_path)
+        self._loaded = False
+
+    def _load(self):
+        if not self._loaded:
+            from ._files import read_rows_csv
+
+            self._loaded = True
+            table, _ = read_rows_csv(self.rows_path)
+            dict.update(self, table)
+
+    def __getitem__(self, key):
+        self._load()
+        return dict.__getitem__(self, key)
+
+    def __iter__(self):
+        self._load()
+        return dict.__iter__(self)
+
+    def __len__(self):
+        self._load()
+        return dict.__len__(self)
+
+    def __contains__(self, key):
+        self._load()
+        return dict.__contains__(self, key)
+
+    def keys(self):
+        self._load()
+        return dict.keys(self)
+
+    def items(self):
+        self._load()
+        return dict.items(self)
+
+    def values(self):
+        self._load()
+        return dict.values(self)
+
+    def get(self, key, default=None):
+        self._load()
+        return dict.get(self, key, default)
+
+
+# -- the rows file: segments, spills, merge ------------------------------------------
+def read_segment(path: Path, start: int, end: int, gz: bool) -> list:
+    """The text lines of bytes ``start`` … ``end`` of a rows file (one gzip member when
+    ``gz``), each ending in a newline."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if gz:
+        data = gzip.decompress(data)
+    return data.decode("utf-8").splitlines(keepends=True)
+
+
+def spill_name(cid: int, model: int, seq: int, gz: bool) -> str:
+    return f"c{cid:06d}.m{model:03d}.s{seq:06d}.csv" + (".gz" if gz else "")
+
+
+def write_spill(folder: Path, name: str, lines: list, gz: bool) -> None:
+    """One sorted spill file, flushed to disk."""
+    data = "".join(lines).encode()
+    if gz:
+        data = gzip.compress(data, mtime=0)
+    with open(folder / name, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def split_lines(lines, model_index) -> dict:
+    """Lines grouped by (chunk id, model index), each group sorted by :func:`line_key`."""
+    groups: dict = {}
+    for line in lines:
+        key = line_key(line, model_index)
+        groups.setdefault((line_chunk(line), key[0]), []).append((key, line))
+    return {g: [ln for _, ln in sorted(items)] for g, items in groups.items()}
+
+
+def _spill_lines(path: Path, gz: bool):
+    opener = gzip.open if gz else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        yield from f
+
+
+class _Sink:
+    """The merged output: plain text, or one gzip stream (``gzip.compress(…, mtime=0)``'s
+    bytes, written as they come)."""
+
+    def __init__(self, path: Path, gz: bool):
+        self.f = open(path, "wb")
+        self.z = zlib.compressobj(9, zlib.DEFLATED, 31) if gz else None
+        self.buf: list = []
+        self.size = 0
+
+    def write(self, text: str) -> None:
+        self.buf.append(text)
+        self.size += len(text)
+        if self.size >= 1 << 20:
+            self.flush()
+
+    def flush(self) -> None:
+        data = "".join(self.buf).encode()
+        self.buf, self.size = [], 0
+        self.f.write(self.z.compress(data) if self.z is not None else data)
+
+    def close(self) -> None:
+        self.flush()
+        if self.z is not None:
+            self.f.write(self.z.flush())
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+
+
+#: Counted by :func:`merge_spills`: the most spill files open at once (tests).
+MERGE_STATS = {"max_open": 0}
+
+
+def merge_spills(spills, out_path: Path, header: str, gz: bool, model_index) -> None:
+    """Write ``header`` then every line of the sorted ``spills`` ((first key, path) pairs)
+    in key order to ``out_path``, deleting each spill once consumed. A spill is opened only
+    when its first key is reached, so the files open at once are those whose key ranges
+    overlap (one or two for a sweep whose arch ids grow with the row number)."""
+    pending = sorted(spills, key=lambda s: (s[0], str(s[1])))
+    sink = _Sink(out_path, gz)
+    heap, iters, paths = [], {}, {}
+    i, seq = 0, 0
+    MERGE_STATS["max_open"] = 0
+    try:
+        sink.write(header)
+        while heap or i < len(pending):
+            while i < len(pending) and (not heap or pending[i][0] <= heap[0][0]):
+                path = Path(pending[i][1])
+                it = _spill_lines(path, gz)
+                line = next(it, None)
+                if line is not None:
+                    iters[seq], paths[seq] = it, path
+                    heapq.heappush(heap, (line_key(line, model_index), seq, line))
+                    seq += 1
+                else:
+                    path.unlink()
+                i += 1
+                MERGE_STATS["max_open"] = max(MERGE_STATS["max_open"], len(iters))
+            _, s, line = heapq.heappop(heap)
+            sink.write(line)
+            nxt = next(iters[s], None)
+            if nxt is None:
+                iters.pop(s).close()
+                paths.pop(s).unlink()
+            else:
+                heapq.heappush(heap, (line_key(nxt, model_index), s, nxt))
+        sink.close()
+    except BaseException:
+        for it in iters.values():
+            it.close()
+        try:
+            sink.f.close()
+        except OSError:
+            pass
+        raise
+
+
+def iter_segments(path: Path, gz: bool, problems: list):
+    """The rows file's segments, first to last: (start byte, end byte, lines, header?).
+
+    A plain file's segment is a run of lines of one chunk (the header its own); a gzip
+    file's is one member (a chunk's rows as ``Journal.append`` wrote them, the header's,
+    or — in a file an older phaze rewrote — several chunks). Memory: one segment. A
+    cut-off or corrupt tail ends the segments, and ``problems`` gets one sentence."""
+    first = True
+    if not gz:
+        with open(path, "rb") as f:
+            pos, run, run_start, run_cid = 0, [], 0, None
+            while True:
+                raw = f.readline()
+                if not raw:
+                    break
+                if not raw.endswith(b"\n"):
+                    problems.append("its last line is cut off")
+                    break
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    problems.append("it holds bytes that are not UTF-8 text")
+                    break
+                if first:
+                    yield 0, len(raw), [line], True
+                    first, pos = False, len(raw)
+                    run_start = pos
+                    continue
+                try:
+                    cid = line_chunk(line)
+                except (ValueError, IndexError):
+                    cid = None
+                if run and cid != run_cid:
+                    yield run_start, pos, run, False
+                    run, run_start = [], pos
+                run_cid = cid
+                run.append(line)
+                pos += len(raw)
+            if run:
+                yield run_start, pos, run, False
+        return
+    with open(path, "rb") as f:
+        pos, start = 0, 0          # bytes of the file consumed; start of the member
+        d, parts, pending = None, [], b""
+        while True:
+            piece = pending or f.read(1 << 20)
+            pending = b""
+            if not piece:
+                break
+            if d is None:
+                skip = len(piece) - len(piece.lstrip(b"\0"))  # zero padding between members
+                pos += skip
+                piece = piece[skip:]
+                if not piece:
+                    continue
+                start, d, parts = pos, zlib.decompressobj(wbits=31), []
+            try:
+                parts.append(d.decompress(piece))
+            except zlib.error as exc:
+                problems.append(f"its gzip data is corrupt ({exc})")
+                return
+            used = len(piece) - len(d.unused_data)
+            pos += used
+            if d.eof:
+                pending = d.unused_data
+                try:
+                    lines = b"".join(parts).decode("utf-8").splitlines(keepends=True)
+                except UnicodeDecodeError:
+                    problems.append("it holds bytes that are not UTF-8 text")
+                    return
+                if lines and not lines[-1].endswith("\n"):
+                    problems.append("its last line is cut off")
+                    return
+                yield start, pos, lines, first
+                first, d = False, None
+        if d is not None:
+            problems.append("its gzip stream is cut off")
+
+
+# -- the journal's rows file (``_files.Journal`` delegates here) ------------------------
+def _digest_ok(facts, lines) -> bool:
+    from ._files import chunk_digest
+
+    want = facts.get("evaluated") if isinstance(facts, dict) else None
+    if isinstance(want, bool) or not isinstance(want, int) or want != len(lines):
+        return False
+    digest = facts.get("digest")
+    return digest is None or chunk_digest(lines) == digest
+
+
+def _expected(facts):
+    want = facts.get("evaluated") if isinstance(facts, dict) else None
+    return want if isinstance(want, int) and not isinstance(want, bool) and want >= 0 else None
+
+
+def load_journal(j, meta) -> tuple:
+    """Check a journal's rows (``--resume``) in one pass over the rows file and the spill
+    files of a finish that did not end, holding one chunk's lines at a time: keep the
+    chunks whose rows match their count and checksum, drop the others from ``j.chunks``
+    (they are computed again), cut the rows file back to its good segments (a rewrite only
+    when a bad segment lies between good ones) and record the segments and spills.
+    Returns (bad chunk ids, rows expected of them, rows found of them, header seen)."""
+    from ._files import ROWS_HEADER
+
+    gz = j.gz
+    bad: set = set()
+    expected = found = 0
+    # spill files of an interrupted finish: chunk → [[name, first key], ...]
+    j.spills, j.spilled = [], {}
+    listed = meta.get("spilled") if isinstance(meta.get("spilled"), dict) else {}
+    keep_names = set()
+    for key, files in listed.items():
+        try:
+            cid = int(key)
+            names = [(str(n), tuple(k)) for n, k in files]
+        except (TypeError, ValueError):
+            continue
+        if cid not in j.chunks:
+            continue
+        try:
+            lines = [ln for n, _ in names for ln in _spill_lines(j.spill_dir / n, gz)]
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError):
+            lines = None
+        if lines is not None and _digest_ok(j.chunks[cid], lines):
+            j.spilled[cid] = [[n, list(k)] for n, k in names]
+            j.spills += [(k, j.spill_dir / n) for n, k in names]
+            keep_names.update(n for n, _ in names)
+        else:
+            bad.add(cid)
+            expected += _expected(j.chunks[cid]) or 0
+            found += len(lines or [])
+    if j.spill_dir.exists():
+        for p in j.spill_dir.iterdir():
+            if p.name not in keep_names:
+                p.unlink()
+    # the rows file: pass 1, which chunks are whole
+    problems: list = []
+    pending: dict = {}
+    done: set = set()
+    header = None
+    segs = []
+    if j.rows_path.exists():
+        for start, end, lines, has_header in iter_segments(j.rows_path, gz, problems):
+            if has_header:
+                header, lines = lines[0], lines[1:]
+            cids = set()
+            for line in lines:
+                try:
+                    cid = line_chunk(line)
+                except (ValueError, IndexError):
+                    cids.add(None)
+                    continue
+                cids.add(cid)
+                if cid in j.spilled or cid not in j.chunks:
+                    continue
+                if cid in done:
+                    bad.add(cid)  # rows after the chunk was whole: duplicated
+                    continue
+                pending.setdefault(cid, []).append(line)
+                want = _expected(j.chunks[cid])
+                if want is not None and len(pending[cid]) >= want:
+                    lines_c = pending.pop(cid)
+                    done.add(cid)
+                    if not _digest_ok(j.chunks[cid], lines_c):
+                        bad.add(cid)
+                    found_c = len(lines_c)
+                    if cid in bad:
+                        found += found_c
+            segs.append((start, end, cids, has_header))
+    if header is not None and header != ROWS_HEADER:
+        print(f"phaze search: resume: the header of {j.rows_path.name} differs from the one "
+              f"this phaze writes; every chunk is computed again", file=sys.stderr)
+        bad.update(c for c in j.chunks if c not in j.spilled)
+    for cid, lines_c in pending.items():
+        bad.add(cid)
+        found += len(lines_c)
+    for cid in list(j.chunks):
+        if cid not in j.spilled and cid not in done and cid not in bad:
+            bad.add(cid)
+    for cid in bad:
+        expected += _expected(j.chunks.get(cid, {})) or 0
+        j.chunks.pop(cid, None)
+    good = set(j.chunks) - set(j.spilled)
+    # keep the longest run of segments holding only good chunks' rows; rewrite if any good
+    # chunk lies beyond it
+    cut, covered = 0, set()
+    header_ok = header == ROWS_HEADER
+    for start, end, cids, has_header in segs:
+        if has_header and not header_ok:
+            break
+        if not cids <= good:
+            break
+        cut, covered = end, covered | cids
+    j.segments = []
+    if header_ok and covered >= good:
+        segs_kept = [s for s in segs if s[1] <= cut]
+        if os.path.getsize(j.rows_path) != cut:
+            with open(j.rows_path, "r+b") as f:
+                f.truncate(cut)
+                f.flush()
+                os.fsync(f.fileno())
+        j.segments = [(s, e, has_h) for s, e, _, has_h in segs_kept]
+    else:
+        _rewrite(j, good)
+    return sorted(bad), expected, found, header
+
+
+def _rewrite(j, good) -> None:
+    """Rewrite the rows file with the rows of chunks ``good`` alone (one segment per old
+    segment: a copy, so this needs the kept rows' size free; only for a file damaged in
+    the middle)."""
+    from ._files import ROWS_HEADER
+
+    tmp = j.rows_path.with_name(j.rows_path.name + ".tmp")
+    segments = []
+    problems: list = []
+    try:
+        with open(tmp, "wb") as out:
+            data = ROWS_HEADER.encode()
+            out.write(gzip.compress(data, mtime=0) if j.gz else data)
+            segments.append((0, out.tell(), True))
+            if j.rows_path.exists():
+                for _, _, lines, has_header in iter_segments(j.rows_path, j.gz, problems):
+                    keep = [ln for ln in (lines[1:] if has_header else lines)
+                            if _safe_chunk(ln) in good]
+                    if keep:
+                        data = "".join(keep).encode()
+                        start = out.tell()
+                        out.write(gzip.compress(data, mtime=0) if j.gz else data)
+                        segments.append((start, out.tell(), False))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, j.rows_path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    j.segments = segments
+
+
+def _safe_chunk(line):
+    try:
+        return line_chunk(line)
+    except (ValueError, IndexError):
+        return None
+
+
+def iter_previous(j):
+    """(chunk id, table) of every chunk a resumed journal keeps, from the rows file and the
+    spill files, one chunk at a time (a chunk's rows complete when its count is reached)."""
+    from ._files import ROWS_HEADER, _parse_rows
+
+    pos = {name: i for i, name in enumerate(ROWS_HEADER.rstrip("\n").split(","))}
+
+    def table_of(lines):
+        rows = list(csv.reader(lines))
+        return _parse_rows(j.rows_path, rows, pos, True)
+
+    for cid, files in sorted(j.spilled.items()):
+        lines = [ln for n, _ in files for ln in _spill_lines(j.spill_dir / n, j.gz)]
+        yield cid, table_of(lines)
+    pending: dict = {}
+    for _, _, lines, has_header in iter_segments(j.rows_path, j.gz, []):
+        for line in (lines[1:] if has_header else lines):
+            cid = line_chunk(line)
+            pending.setdefault(cid, []).append(line)
+            if len(pending[cid]) == _expected(j.chunks[cid]):
+                yield cid, table_of(pending.pop(cid))
+    for cid, lines in pending.items():  # pragma: no cover - checked by load_journal
+        yield cid, table_of(lines)
+
+
+class MergeFailed(OSError):
+    """The final merge failed after consuming (deleting) the spill files of ``lost`` chunks."""
+
+    def __init__(self, errno_, strerror, lost):
+        super().__init__(errno_, strerror)
+        self.lost = lost
+
+
+def free_bytes(folder) -> int:
+    """Bytes free to this user on the file system of ``folder``."""
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+def finish_rows(j, model_names) -> None:
+    """Rewrite the journal's rows file sorted by point, in place (module docstring): the
+    segments, last first, become sorted spill files (the journal lists them before the
+    rows file is cut back), then the spills are merged into the rows file."""
+    from ._files import ROWS_HEADER
+
+    index = {n: i for i, n in enumerate(model_names)}
+    gz = j.gz
+    j.spill_dir.mkdir(exist_ok=True)
+    seq = 0
+    while j.segments:
+        start, end, has_header = j.segments[-1]
+        lines = read_segment(j.rows_path, start, end, gz)
+        if has_header:
+            lines = lines[1:]
+        by_chunk: dict = {}
+        for (cid, mi), group in split_lines(lines, index).items():
+            name = spill_name(cid, mi, seq, gz)
+            seq += 1
+            write_spill(j.spill_dir, name, group, gz)
+            by_chunk.setdefault(cid, []).append([name, list(line_key(group[0], index))])
+        for cid, files in by_chunk.items():
+            j.spilled.setdefault(cid, []).extend(files)
+            j.spills += [(tuple(k), j.spill_dir / n) for n, k in files]
+        j.write_meta_spilled()
+        with open(j.rows_path, "r+b") as f:
+            f.truncate(0 if has_header else start)
+            if has_header:  # an older file's header member held rows: the header alone
+                data = ROWS_HEADER.encode()
+                f.write(gzip.compress(data, mtime=0) if gz else data)
+            f.flush()
+            os.fsync(f.fileno())
+        j.segments.pop()
+        if has_header:
+            break
+    j.segments = []
+    tmp = j.rows_path.with_name(j.rows_path.name + ".sorted.tmp")
+    try:
+        merge_spills(j.spills, tmp, ROWS_HEADER, gz, index)
+        os.replace(tmp, j.rows_path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        lost = [c for c, files in j.spilled.items()
+                if any(not (j.spill_dir / n).exists() for n, _ in files)]
+        raise MergeFailed(exc.errno, exc.strerror or str(exc), len(lost)) from None
+    j.spills, j.spilled = [], {}
+    try:
+        j.spill_dir.rmdir()
+    except OSError:
+        pass
