@@ -222,3 +222,13 @@ def test_too_little_free_space_is_refused_before_finishing(tmp_path, rows, monke
     monkeypatch.undo()
     r = search.search(TINY, resume=True, **_kw(rows, out))
     assert r.metadata["resumed_chunks"] == 3 and r.metadata["points_evaluated"] == len(r)
+
+
+@pytest.mark.parametrize("model_list", [[TINY], [TINY, TINY2]])
+def test_no_feasible_point_says_why_as_before(tmp_path, rows, model_list):
+    kw = dict(hbm_gib=(1e-7, 2e-7))  # nothing fits: every row infeasible
+    ref = search.search(model_list, **_kw(rows, **kw))
+    r = search.search(model_list, **_kw(rows, tmp_path / "x.csv", **kw))
+    assert not ref.best["feasible"] and "no feasible point" in ref.best["reason"]
+    assert r.best["reason"] == ref.best["reason"]
+    assert _summary(r) == _summary(ref)

@@ -111,6 +111,8 @@ class Reduced:
         self._add_causes(tab)
 
     def _add_causes(self, tab) -> None:
+        """Count the causes of the chunk's infeasible rows (per model) and keep, per cause,
+        the reason of its first row in the file's order (the example the summary gives)."""
         from ._report import infeasible_cause
 
         bad = np.flatnonzero(~np.asarray(tab["feasible"], dtype=bool))
@@ -119,19 +121,24 @@ class Reduced:
         sub = take(tab, bad)
         rc = np.array([_RC_RANK.get(str(v), len(_RC_RANK)) for v in sub["recompute"]])
         order = np.lexsort((rc, sub["hbm_gib"], sub["microbatch"], sub["arch_id"]))
-        for i in order.tolist():
-            name = str(sub["model"][i])
-            reason = str(sub["reason"][i] or "infeasible")
-            cause = infeasible_cause(reason)
-            key = (int(sub["arch_id"][i]), int(sub["microbatch"][i]), float(sub["hbm_gib"][i]),
-                   int(rc[i]))
-            slot = self._causes.setdefault(name, {}).get(cause)
-            if slot is None:
-                self._causes[name][cause] = [1, key, reason]
-            else:
-                slot[0] += 1
-                if key < slot[1]:
-                    slot[1], slot[2] = key, reason
+        reasons = np.array([str(r or "infeasible") for r in sub["reason"]], dtype=object)
+        uniq, inverse = np.unique(reasons.astype(str), return_inverse=True)
+        cause_of = np.array([infeasible_cause(r) for r in uniq.tolist()], dtype=object)[inverse]
+        names = sub["model"].astype(str)
+        for name in np.unique(names).tolist():
+            in_model = order[names[order] == name]
+            for cause in np.unique(cause_of[in_model].astype(str)).tolist():
+                hits = in_model[cause_of[in_model] == cause]
+                i = int(hits[0])  # the first in the file's order
+                key = (int(sub["arch_id"][i]), int(sub["microbatch"][i]),
+                       float(sub["hbm_gib"][i]), int(rc[i]))
+                slot = self._causes.setdefault(name, {}).get(cause)
+                if slot is None:
+                    self._causes[name][cause] = [int(hits.size), key, str(reasons[i])]
+                else:
+                    slot[0] += int(hits.size)
+                    if key < slot[1]:
+                        slot[1], slot[2] = key, str(reasons[i])
 
     # -- what the summary reads ---------------------------------------------
     def best_rows(self, objective=None) -> dict:
