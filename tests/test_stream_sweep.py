@@ -232,3 +232,38 @@ def test_no_feasible_point_says_why_as_before(tmp_path, rows, model_list):
     assert not ref.best["feasible"] and "no feasible point" in ref.best["reason"]
     assert r.best["reason"] == ref.best["reason"]
     assert _summary(r) == _summary(ref)
+
+
+def test_pruned_sweep_resumes_to_the_same_bytes(tmp_path, rows, monkeypatch):
+    whole = tmp_path / "p.csv"
+    r0 = search.search(TINY, **_kw(rows, whole, prune="best"))
+    out = tmp_path / "q.csv"
+    real, calls = _files.Journal._append_bytes, []
+
+    def dies(self, data):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(self, data)
+
+    monkeypatch.setattr(_files.Journal, "_append_bytes", dies)
+    with pytest.raises(KeyboardInterrupt):
+        search.search(TINY, **_kw(rows, out, prune="best"))
+    monkeypatch.setattr(_files.Journal, "_append_bytes", real)
+    r = search.search(TINY, resume=True, **_kw(rows, out, prune="best"))
+    assert out.read_bytes() == whole.read_bytes()
+    assert r.metadata["points_pruned"] == r0.metadata["points_pruned"]
+    assert _summary(r) == _summary(r0)
+    # every chunk of a finished file is kept on resume, one with no rows too
+    again = search.search(TINY, resume=True, **_kw(rows, out, prune="best"))
+    assert again.metadata["resumed_chunks"] == 3 and out.read_bytes() == whole.read_bytes()
+
+
+def test_a_chunk_with_no_rows_is_kept_on_resume(tmp_path):
+    out = tmp_path / "z.csv"
+    j = _files.Journal(out, "h", resume=False)
+    j.append(0, _files.empty_table(), {"evaluated": 0, "pruned": 5})
+    j.close()
+    j = _files.Journal(out, "h", resume=True)
+    assert 0 in j.chunks and list(j.iter_previous()) == []
+    j.close()

@@ -480,7 +480,8 @@ def load_journal(j, meta) -> tuple:
     # the rows file: pass 1, which chunks are whole
     problems: list = []
     pending: dict = {}
-    done: set = set()
+    # a chunk with no rows (every point pruned) is whole from the start
+    done = {c for c, f in j.chunks.items() if c not in j.spilled and _expected(f) == 0}
     header = None
     segs = []
     if j.rows_path.exists():
