@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     root = os.environ.get("PHAZE") or str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    # run from the checkout: ``python -m`` puts the working folder first on sys.path
+    proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.DEVNULL)
     parent = total = 0
     while proc.poll() is None:
         pids = _tree(proc.pid)
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
         total = max(total, sum(_rss_bytes(p) for p in pids))
         time.sleep(0.1)
     wall = time.perf_counter() - t0
-    print(f"command: PYTHONPATH={root} {' '.join(cmd)}")
+    print(f"command: cd {root} && PYTHONPATH={root} {' '.join(cmd)}")
     print(f"exit {proc.returncode}; wall {wall:.1f} s; peak RSS parent {parent / 2**20:.0f} MiB, "
           f"parent + workers {total / 2**20:.0f} MiB; rows file {out.stat().st_size / 2**20:.0f} MiB")
     ok = proc.returncode == 0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from phaze import arch, models, search
-from phaze.search import _files, _stream
+from phaze.search import _files, _reduced, _spill
 from phaze.search._table import COLUMN_NAMES
 
 TINY = models.ModelSpec(name="tiny", n_layers=2, hidden=64, heads=4, kv_heads=4, ffn_hidden=256,
@@ -96,20 +96,20 @@ def test_merge_of_spills_equals_a_naive_sort(tmp_path, gz):
         folder.mkdir()
         spills = []
         for seq, c in enumerate(order):
-            for (cid, mi), group in _stream.split_lines(chunks[c], index).items():
-                name = _stream.spill_name(cid, mi, seq, gz)
-                _stream.write_spill(folder, name, group, gz)
-                spills.append((_stream.line_key(group[0], index), folder / name))
+            for (cid, mi), group in _spill.split_lines(chunks[c], index).items():
+                name = _spill.spill_name(cid, mi, seq, gz)
+                _spill.write_spill(folder, name, group, gz)
+                spills.append((_spill.line_key(group[0], index), folder / name))
         out = folder / "out"
-        _stream.merge_spills(spills, out, header, gz, index)
+        _spill.merge_spills(spills, out, header, gz, index)
         naive = header + "".join(sorted((ln for ls in chunks for ln in ls),
-                                        key=lambda ln: _stream.line_key(ln, index)))
+                                        key=lambda ln: _spill.line_key(ln, index)))
         data = out.read_bytes()
         want = gzip.compress(naive.encode(), mtime=0) if gz else naive.encode()
         assert data == want, seed
         assert not [p for p in folder.iterdir() if p.name != "out"]  # spills consumed
         if ids == sorted(ids):
-            assert _stream.MERGE_STATS["max_open"] <= len(models_used) + 1
+            assert _spill.MERGE_STATS["max_open"] <= len(models_used) + 1
 
 
 # -- byte identity of a tiny sweep --------------------------------------------------
@@ -127,7 +127,7 @@ def test_rows_file_is_the_sorted_table(tmp_path, rows, reference, suffix):
     assert (gzip.decompress(data) if suffix.endswith(".gz") else data) == want
     if suffix.endswith(".gz"):
         assert data == gzip.compress(want, mtime=0)  # one gzip stream, as before
-    assert isinstance(r.table, _stream.LazyTable) and len(r) == len(reference)
+    assert isinstance(r.table, _reduced.LazyTable) and len(r) == len(reference)
     assert _summary(r) == _summary(reference)
     assert np.array_equal(r.table["samples_per_s"], reference.table["samples_per_s"])
     assert not (tmp_path / f"r{suffix}.parts").exists()
@@ -175,13 +175,13 @@ def test_several_models_summary_and_order(tmp_path, rows):
 # -- memory: what the parent holds --------------------------------------------------
 def test_parent_holds_per_arch_rows_and_top_rows_only(tmp_path, rows, monkeypatch):
     seen = []
-    real = _stream.Reduced.add
+    real = _reduced.Reduced.add
 
     def add(self, tab):
         real(self, tab)
         seen.append((self.held_rows, self.n_rows, len(tab["arch_id"])))
 
-    monkeypatch.setattr(_stream.Reduced, "add", add)
+    monkeypatch.setattr(_reduced.Reduced, "add", add)
     r = search.search(TINY, **_kw(rows, tmp_path / "m.csv"))
     assert r.reduced is not None and len(seen) == 3
     n_archs, top = len(rows), r.reduced.top_n
@@ -195,7 +195,7 @@ def test_parent_holds_per_arch_rows_and_top_rows_only(tmp_path, rows, monkeypatc
 # -- finishing when the disk is full -------------------------------------------------
 def test_full_disk_while_spilling_then_resume(tmp_path, rows, reference, monkeypatch):
     out = tmp_path / "f.csv.gz"
-    real, calls = _stream.write_spill, []
+    real, calls = _spill.write_spill, []
 
     def full(*args, **kwargs):
         calls.append(1)
@@ -203,19 +203,19 @@ def test_full_disk_while_spilling_then_resume(tmp_path, rows, reference, monkeyp
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(*args, **kwargs)
 
-    monkeypatch.setattr(_stream, "write_spill", full)
+    monkeypatch.setattr(_spill, "write_spill", full)
     with pytest.raises(OSError, match="every one of the 3 chunks is done and kept.*--resume"):
         search.search(TINY, **_kw(rows, out))
     meta = json.loads((tmp_path / "f.csv.gz.meta.json").read_text())
     assert len(meta["spilled"]) == 1 and not meta.get("complete")
-    monkeypatch.setattr(_stream, "write_spill", real)
+    monkeypatch.setattr(_spill, "write_spill", real)
     r = search.search(TINY, resume=True, **_kw(rows, out))
     assert r.metadata["resumed_chunks"] == 3
     assert gzip.decompress(out.read_bytes()) == _expected_bytes(reference, rows)
 
 
 def test_too_little_free_space_is_refused_before_finishing(tmp_path, rows, monkeypatch):
-    monkeypatch.setattr(_stream, "free_bytes", lambda folder: 10)
+    monkeypatch.setattr(_spill, "free_bytes", lambda folder: 10)
     out = tmp_path / "n.csv"
     with pytest.raises(OSError, match="every one of the 3 chunks is done and kept.*--resume"):
         search.search(TINY, **_kw(rows, out))

@@ -29,7 +29,7 @@ from ..arch import resolve_chip
 from ..precision import is_low_precision
 from .._validate import (MAX_DEVICES, MAX_GLOBAL_BATCH, nonneg_float, one_of, positive_float,
                          positive_int)
-from . import _calibrated, _chunk, _executors, _files, _replay, _stream
+from . import _calibrated, _chunk, _executors, _files, _reduced, _replay
 from ._models import cost_model
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
@@ -401,8 +401,8 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         best = choose_best(table, model_names, settings.objective)
     else:
         # A result file: the rows are on disk only (issue 30), the summary from what the
-        # sweep kept of them (_stream.Reduced); the table reads the file back on demand.
-        table = _stream.LazyTable(journal.rows_path)
+        # sweep kept of them (_reduced.Reduced); the table reads the file back on demand.
+        table = _reduced.LazyTable(journal.rows_path)
         best = choose_best(None, model_names, settings.objective, reduced=reduced)
 
     base = {}
@@ -499,9 +499,9 @@ class _Sweep:
         self.models = list(settings.models)
         self.n_chunks = (archs.shape[0] + chunk_archs - 1) // chunk_archs
         # No result file: every chunk's rows (the table of the SearchResult). A result
-        # file: none — the rows go to disk and only _stream.Reduced's are kept (issue 30).
+        # file: none — the rows go to disk and only _reduced.Reduced's are kept (issue 30).
         self.tables = []
-        self.reduced = (_stream.Reduced([m.name for m in self.models], settings.objective,
+        self.reduced = (_reduced.Reduced([m.name for m in self.models], settings.objective,
                                         _config.SEARCH_TOP_ROWS)
                         if journal is not None else None)
         self.chunk_facts = dict(journal.chunks) if journal is not None else {}

@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import OutputError
+from . import _spill
+from ._spill import ROWS_HEADER, chunk_digest  # noqa: F401  (the journal's; re-exported)
 from ._table import (COLUMN_DTYPES, COLUMN_NAMES, LATE_COLUMNS, TABLE_COLUMNS, empty_table,
                      json_safe, recompute_mode, take)
 
@@ -94,27 +96,12 @@ def table_csv(table: dict, *, header: bool, extra: dict = None) -> str:
     return buf.getvalue()
 
 
-#: The header line of a search's rows file (recorded in its journal: a changed header,
-#: e.g. a renamed column, would otherwise re-map values the chunk checksums vouch for).
-ROWS_HEADER = ",".join(list(COLUMN_NAMES) + ["chunk"]) + "\n"
-
-
 class DamagedFile(ValueError):
     """A result file that cannot be read completely (what is wrong is in the message)."""
 
 
 def _damaged(path, what) -> DamagedFile:
     return DamagedFile(f"{path} is damaged: {what}")
-
-
-def chunk_digest(lines) -> str:
-    """A chunk's checksum: BLAKE2b (16 bytes) of its rows' CSV lines (each ending in a
-    newline, the ``chunk`` column included) sorted, so it depends on the rows and not on
-    their order in the file (the finished file is rewritten sorted by point)."""
-    h = hashlib.blake2b(digest_size=16)
-    for line in sorted(lines):
-        h.update(line.encode())
-    return h.hexdigest()
 
 
 def _read_text(path: Path) -> tuple[str, str]:
@@ -407,7 +394,7 @@ class Journal:
         self.chunks: dict = {}  # chunk id → small per-chunk facts (json-able)
         self.gz = str(self.rows_path).lower().endswith(".gz")
         # the rows file's segments (start byte, end byte, holds the header), in file order,
-        # and the sorted spill files of a finish under way (``_stream``)
+        # and the sorted spill files of a finish under way (``_spill``)
         self.segments: list = []
         self.spill_dir = self.path.with_name(self.path.name + ".parts")
         self.spills: list = []
@@ -457,10 +444,8 @@ class Journal:
             raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
 
     def _load(self):
-        """``--resume``: keep the chunks whose rows are whole (``_stream.load_journal``, one
+        """``--resume``: keep the chunks whose rows are whole (``_spill.load_journal``, one
         chunk's rows in memory at a time); :meth:`iter_previous` gives their rows."""
-        from . import _stream
-
         try:
             meta = json.loads(self.meta_path.read_text())
         except (OSError, ValueError, RecursionError):
@@ -476,7 +461,7 @@ class Journal:
                              f"numbers to their facts); start again with --force") from None
         n_listed = len(self.chunks)
         try:
-            bad, expected, found, _ = _stream.load_journal(self, meta)
+            bad, expected, found, _ = _spill.load_journal(self, meta)
             if bad:
                 # Never a silent partial result: these chunks are computed again.
                 print(f"phaze search: resume: {len(bad):,} of the {n_listed:,} chunks listed "
@@ -489,14 +474,17 @@ class Journal:
 
     def iter_previous(self):
         """(chunk id, table) of each chunk kept by ``--resume``, one at a time."""
-        from . import _stream
-
         if not self.chunks:
             return iter(())
-        return _stream.iter_previous(self)
+        return _spill.iter_previous(self)
+
+    def parse_lines(self, lines) -> dict:
+        """A table of rows-file ``lines`` (each a CSV row ending in the chunk column)."""
+        pos = {name: i for i, name in enumerate(ROWS_HEADER.rstrip("\n").split(","))}
+        return _parse_rows(self.rows_path, list(csv.reader(lines)), pos, True)
 
     def write_meta_spilled(self) -> None:
-        """Record the spill files of a finish under way (``_stream.finish_rows``)."""
+        """Record the spill files of a finish under way (``_spill.finish_rows``)."""
         self._write_meta({})
 
     def _write_rows_file(self, table, chunk_ids):
@@ -556,21 +544,19 @@ class Journal:
         """Record the run's summary (metadata, best, baselines) once every chunk is done.
 
         ``model_names`` (the search's models, in order): the rows file is first rewritten
-        sorted by point (``_stream.finish_rows``: in place, about one chunk's size of free
+        sorted by point (``_spill.finish_rows``: in place, about one chunk's size of free
         disk), so its order does not depend on which chunk finished first.
         """
-        from . import _stream
-
         try:
             if model_names is not None:
                 seg = max([e - s for s, e, _ in self.segments] + [0])
                 need = 2 * seg + (1 << 20)
-                free = _stream.free_bytes(self.path.parent)
+                free = _spill.free_bytes(self.path.parent)
                 if free < need:
                     raise OSError(errno.ENOSPC, f"{free:,} bytes free, {need:,} needed")
-                _stream.finish_rows(self, list(model_names))
+                _spill.finish_rows(self, list(model_names))
             self._write_meta({"complete": True, "summary": summary})
-        except _stream.MergeFailed as exc:
+        except _spill.MergeFailed as exc:
             raise _os_error(exc, f"out: cannot write the sorted rows to {self.rows_path}: the "
                                  f"final merge failed after consuming the spill files of "
                                  f"{exc.lost:,} of the {len(self.chunks):,} chunks; --resume "

@@ -51,7 +51,7 @@ class SearchResult:
     metadata: dict
     models: list
     stored_pareto: dict = None
-    #: A search with a result file: the rows it kept (``_stream.Reduced``) — the summary
+    #: A search with a result file: the rows it kept (``_reduced.Reduced``) — the summary
     #: is derived from them, and ``table`` is read back from the file when first used.
     reduced: object = None
 
@@ -202,7 +202,7 @@ def choose_best(table, model_names, objective="throughput", reduced=None) -> dic
     """The best point under ``objective`` (``_table.OBJECTIVES``): for one model its best
     row (plus ``plans``); for several, the architecture with the highest normalised mean
     of each model's best score, with each model's best plan on it. ``reduced`` (a
-    ``_stream.Reduced``; ``table`` is then ignored): the same from the rows it kept."""
+    ``_reduced.Reduced``; ``table`` is then ignored): the same from the rows it kept."""
     why = lambda tab, name: why_infeasible(tab, name)  # noqa: E731
     feasible_table = table
     if reduced is not None:

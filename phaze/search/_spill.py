@@ -1,42 +1,46 @@
-"""The exhaustive sweep in constant memory (issue 30): what the parent keeps of the rows,
-and the sorted rows file produced from chunk spill files by a k-way merge.
+"""The sorted rows file of a sweep, made in place from chunk spill files (issue 30).
 
-:class:`Reduced` is the running state a sweep with a result file keeps instead of its
-rows: per chunk it folds in the best row of every (model, architecture) under the
-throughput ranking and under the objective's, the best feasible row with a power of
-every architecture (the power front's), the top rows, the rows per architecture (the
-pruned front's limit) and the causes of infeasibility. Each architecture belongs to
-one chunk, so the per-architecture rows of a chunk are final when it ends; everything
-the summary derives from the table (best point, Pareto fronts, top rows, why no point
-is feasible) is the same derived from these rows (tests/test_stream_sweep.py).
-
-:func:`split_segment` and :func:`merge_spills` rewrite the journal's rows file (rows in
-the order chunks finished) sorted by point: segments of the rows file are moved, last
-first, into sorted spill files (the rows file truncated after each), then the spills
-are merged into the final file, each deleted once consumed, so finishing needs about
-one chunk's size of free disk beyond the files.
+``_files.Journal`` appends each chunk's rows to the rows file in the order chunks
+finish. :func:`finish_rows` rewrites it sorted by point: the rows file's segments, last
+first, become spill files sorted by point, one per chunk and model (the journal lists
+them before the rows file is cut back behind them), then :func:`merge_spills` merges
+them into the final file, deleting each once consumed, so finishing needs about one
+chunk's size of free disk beyond the files. :func:`load_journal` checks a journal for
+``--resume`` in one streaming pass, one chunk's lines held at a time.
 """
 from __future__ import annotations
 
 import csv
-import sys
 import gzip
+import hashlib
 import heapq
 import os
+import sys
 import zlib
-from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
 from ._models import RECOMPUTE_MODES
-from ._table import COLUMN_NAMES, concat_tables, empty_table, ranking, take
+from ._table import COLUMN_NAMES
 
 #: Positions of the sort key's fields in a rows-file line: model, arch_id, microbatch,
 #: hbm_gib, recompute (the order main's lexsort gives).
 _KEY_POS = tuple(COLUMN_NAMES.index(n) for n in ("model", "arch_id", "microbatch",
                                                   "hbm_gib", "recompute"))
 _RC_RANK = {m: i for i, m in enumerate(RECOMPUTE_MODES)}
+
+#: The header line of a search's rows file (recorded in its journal: a changed header,
+#: e.g. a renamed column, would otherwise re-map values the chunk checksums vouch for).
+ROWS_HEADER = ",".join(list(COLUMN_NAMES) + ["chunk"]) + "\n"
+
+
+def chunk_digest(lines) -> str:
+    """A chunk's checksum: BLAKE2b (16 bytes) of its rows' CSV lines (each ending in a
+    newline, the ``chunk`` column included) sorted, so it depends on the rows and not on
+    their order in the file (the finished file is rewritten sorted by point)."""
+    h = hashlib.blake2b(digest_size=16)
+    for line in sorted(lines):
+        h.update(line.encode())
+    return h.hexdigest()
 
 
 def line_key(line: str, model_index: dict) -> tuple:
@@ -53,176 +57,16 @@ def line_chunk(line: str) -> int:
     return int(line.rstrip("\n").rsplit(",", 1)[1])
 
 
-def _first_per_group(table, order, names) -> np.ndarray:
-    """Indices (of ``table``) of the first row in ``order`` of each (model, arch id)."""
-    if not order.size:
-        return order
-    mi = np.array([names.get(str(m), -1) for m in table["model"][order]], dtype=np.int64)
-    pairs = np.stack([mi, np.asarray(table["arch_id"])[order]], axis=1)
-    _, first = np.unique(pairs, axis=0, return_index=True)
-    return order[np.sort(first)]
-
-
-class Reduced:
-    """What a sweep with a result file keeps of its rows (see the module docstring).
-
-    ``held_rows``: rows held now (the per-architecture rows and the top rows), for the
-    structural check that memory does not grow with the rows (tests)."""
-
-    def __init__(self, model_names, objective="throughput", top_n=50):
-        self.models = list(model_names)
-        self.index = {n: i for i, n in enumerate(self.models)}
-        self.objective = objective
-        self.top_n = int(top_n)
-        self.n_rows = 0
-        self._tp, self._obj, self._pow, self._counts = [], [], [], []
-        self.top = empty_table()
-        # model → cause → [count, first key, example reason] (insertion: first in row order)
-        self._causes = {n: {} for n in self.models}
-        self.max_chunk_rows = 0
-
-    @property
-    def held_rows(self) -> int:
-        return (sum(len(t["arch_id"]) for t in self._tp + self._obj + self._pow)
-                + len(self.top["arch_id"]))
-
-    def add(self, tab) -> None:
-        """Fold in one chunk's rows ``tab`` (a table); nothing of ``tab`` is kept but the rows
-        named in the module docstring."""
-        n = len(tab["arch_id"])
-        self.n_rows += n
-        self.max_chunk_rows = max(self.max_chunk_rows, n)
-        if not n:
-            return
-        self._tp.append(take(tab, _first_per_group(tab, ranking(tab), self.index)))
-        if self.objective != "throughput":
-            self._obj.append(take(tab, _first_per_group(tab, ranking(tab, self.objective),
-                                                        self.index)))
-        sel = ((tab["model"].astype(str) == self.models[0]) & np.asarray(tab["feasible"], bool)
-               & np.isfinite(np.asarray(tab["power_w"], dtype=np.float64)))
-        if sel.any():
-            sub = take(tab, np.flatnonzero(sel))
-            self._pow.append(take(sub, _first_per_group(sub, ranking(sub, self.objective),
-                                                        self.index)))
-        ids, counts = np.unique(np.asarray(tab["arch_id"], dtype=np.int64), return_counts=True)
-        self._counts.append((ids, counts))
-        both = concat_tables([self.top, tab])
-        self.top = take(both, ranking(both, self.objective)[:self.top_n])
-        self._add_causes(tab)
-
-    def _add_causes(self, tab) -> None:
-        """Count the causes of the chunk's infeasible rows (per model) and keep, per cause,
-        the reason of its first row in the file's order (the example the summary gives)."""
-        from ._report import infeasible_cause
-
-        bad = np.flatnonzero(~np.asarray(tab["feasible"], dtype=bool))
-        if not bad.size:
-            return
-        sub = take(tab, bad)
-        rc = np.array([_RC_RANK.get(str(v), len(_RC_RANK)) for v in sub["recompute"]])
-        order = np.lexsort((rc, sub["hbm_gib"], sub["microbatch"], sub["arch_id"]))
-        reasons = np.array([str(r or "infeasible") for r in sub["reason"]], dtype=object)
-        uniq, inverse = np.unique(reasons.astype(str), return_inverse=True)
-        cause_of = np.array([infeasible_cause(r) for r in uniq.tolist()], dtype=object)[inverse]
-        names = sub["model"].astype(str)
-        for name in np.unique(names).tolist():
-            in_model = order[names[order] == name]
-            for cause in np.unique(cause_of[in_model].astype(str)).tolist():
-                hits = in_model[cause_of[in_model] == cause]
-                i = int(hits[0])  # the first in the file's order
-                key = (int(sub["arch_id"][i]), int(sub["microbatch"][i]),
-                       float(sub["hbm_gib"][i]), int(rc[i]))
-                slot = self._causes.setdefault(name, {}).get(cause)
-                if slot is None:
-                    self._causes[name][cause] = [int(hits.size), key, str(reasons[i])]
-                else:
-                    slot[0] += int(hits.size)
-                    if key < slot[1]:
-                        slot[1], slot[2] = key, str(reasons[i])
-
-    # -- what the summary reads ---------------------------------------------
-    def best_rows(self, objective=None) -> dict:
-        """The best row of every (model, architecture) under ``objective`` (default: the
-        search's; "throughput": the throughput ranking's)."""
-        objective = self.objective if objective is None else objective
-        parts = self._tp if objective == "throughput" else self._obj
-        return concat_tables(parts)
-
-    def power_rows(self) -> dict:
-        """Per architecture the first model's best feasible row with a power (the power front's)."""
-        return concat_tables(self._pow)
-
-    def top_rows(self, n) -> dict:
-        return take(self.top, ranking(self.top, self.objective)[:n])
-
-    def arch_counts(self) -> tuple:
-        """(arch ids, rows of each)."""
-        if not self._counts:
-            return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
-        return (np.concatenate([c[0] for c in self._counts]),
-                np.concatenate([c[1] for c in self._counts]))
-
-    def why_infeasible(self, model_name) -> str:
-        """``_report.why_infeasible`` of the whole table, from the causes folded in."""
-        from ._report import why_text
-
-        causes = self._causes.get(model_name) or {}
-        ordered = sorted(causes.items(), key=lambda kv: kv[1][1])  # first occurrence order
-        counts = Counter({c: v[0] for c, v in ordered})
-        return why_text(counts, {c: v[2] for c, v in ordered})
-
-
-class LazyTable(dict):
-    """A result table read from the sorted rows file only when first used (a sweep with a
-    result file does not hold its rows; ``SearchResult.table`` of such a run)."""
-
-    def __init__(self, rows_path):
-        super().__init__()
-        self.rows_path = Path(rows_path)
-        self._loaded = False
-
-    def _load(self):
-        if not self._loaded:
-            from ._files import read_rows_csv
-
-            self._loaded = True
-            table, _ = read_rows_csv(self.rows_path)
-            dict.update(self, table)
-
-    def __getitem__(self, key):
-        self._load()
-        return dict.__getitem__(self, key)
-
-    def __iter__(self):
-        self._load()
-        return dict.__iter__(self)
-
-    def __len__(self):
-        self._load()
-        return dict.__len__(self)
-
-    def __contains__(self, key):
-        self._load()
-        return dict.__contains__(self, key)
-
-    def keys(self):
-        self._load()
-        return dict.keys(self)
-
-    def items(self):
-        self._load()
-        return dict.items(self)
-
-    def values(self):
-        self._load()
-        return dict.values(self)
-
-    def get(self, key, default=None):
-        self._load()
-        return dict.get(self, key, default)
-
-
 # -- the rows file: segments, spills, merge ------------------------------------------
+def _lines(text: str) -> list:
+    """``text`` cut after each newline (only there: a field may hold other line breaks)."""
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
 def read_segment(path: Path, start: int, end: int, gz: bool) -> list:
     """The text lines of bytes ``start`` … ``end`` of a rows file (one gzip member when
     ``gz``), each ending in a newline."""
@@ -231,7 +75,7 @@ def read_segment(path: Path, start: int, end: int, gz: bool) -> list:
         data = f.read(end - start)
     if gz:
         data = gzip.decompress(data)
-    return data.decode("utf-8").splitlines(keepends=True)
+    return _lines(data.decode("utf-8"))
 
 
 def spill_name(cid: int, model: int, seq: int, gz: bool) -> str:
@@ -260,8 +104,9 @@ def split_lines(lines, model_index) -> dict:
 
 def _spill_lines(path: Path, gz: bool):
     opener = gzip.open if gz else open
-    with opener(path, "rt", encoding="utf-8", newline="") as f:
-        yield from f
+    with opener(path, "rb") as f:  # binary: cut at newlines only
+        for raw in f:
+            yield raw.decode("utf-8")
 
 
 class _Sink:
@@ -408,7 +253,7 @@ def iter_segments(path: Path, gz: bool, problems: list):
             if d.eof:
                 pending = d.unused_data
                 try:
-                    lines = b"".join(parts).decode("utf-8").splitlines(keepends=True)
+                    lines = _lines(b"".join(parts).decode("utf-8"))
                 except UnicodeDecodeError:
                     problems.append("it holds bytes that are not UTF-8 text")
                     return
@@ -423,8 +268,6 @@ def iter_segments(path: Path, gz: bool, problems: list):
 
 # -- the journal's rows file (``_files.Journal`` delegates here) ------------------------
 def _digest_ok(facts, lines) -> bool:
-    from ._files import chunk_digest
-
     want = facts.get("evaluated") if isinstance(facts, dict) else None
     if isinstance(want, bool) or not isinstance(want, int) or want != len(lines):
         return False
@@ -444,8 +287,6 @@ def load_journal(j, meta) -> tuple:
     (they are computed again), cut the rows file back to its good segments (a rewrite only
     when a bad segment lies between good ones) and record the segments and spills.
     Returns (bad chunk ids, rows expected of them, rows found of them, header seen)."""
-    from ._files import ROWS_HEADER
-
     gz = j.gz
     bad: set = set()
     expected = found = 0
@@ -554,8 +395,6 @@ def _rewrite(j, good) -> None:
     """Rewrite the rows file with the rows of chunks ``good`` alone (one segment per old
     segment: a copy, so this needs the kept rows' size free; only for a file damaged in
     the middle)."""
-    from ._files import ROWS_HEADER
-
     tmp = j.rows_path.with_name(j.rows_path.name + ".tmp")
     segments = []
     problems: list = []
@@ -595,13 +434,7 @@ def _safe_chunk(line):
 def iter_previous(j):
     """(chunk id, table) of every chunk a resumed journal keeps, from the rows file and the
     spill files, one chunk at a time (a chunk's rows complete when its count is reached)."""
-    from ._files import ROWS_HEADER, _parse_rows
-
-    pos = {name: i for i, name in enumerate(ROWS_HEADER.rstrip("\n").split(","))}
-
-    def table_of(lines):
-        rows = list(csv.reader(lines))
-        return _parse_rows(j.rows_path, rows, pos, True)
+    table_of = j.parse_lines
 
     for cid, files in sorted(j.spilled.items()):
         lines = [ln for n, _ in files for ln in _spill_lines(j.spill_dir / n, j.gz)]
@@ -635,8 +468,6 @@ def finish_rows(j, model_names) -> None:
     """Rewrite the journal's rows file sorted by point, in place (module docstring): the
     segments, last first, become sorted spill files (the journal lists them before the
     rows file is cut back), then the spills are merged into the rows file."""
-    from ._files import ROWS_HEADER
-
     index = {n: i for i, n in enumerate(model_names)}
     gz = j.gz
     j.spill_dir.mkdir(exist_ok=True)
