@@ -606,7 +606,13 @@ class _Sweep:
             facts["block"] = chunk_block_argmin(res.block_fwbw_s, self.archs,
                                                 cid * self.chunk_archs)
         if self.journal is not None:
-            self.journal.append(cid, tab, facts)
+            # rows in the file's order (model, arch id, knobs): the finish only merges them
+            mi = {m.name: i for i, m in enumerate(self.models)}
+            tab = take(tab, np.lexsort((recompute_rank(tab["recompute"]), tab["hbm_gib"],
+                                        tab["microbatch"], tab["arch_id"],
+                                        np.array([mi[str(x)] for x in tab["model"]],
+                                                 dtype=np.int64))))
+            self.journal.append(cid, tab, facts, in_order=True)
         self.chunk_facts[cid] = facts
         self._keep(cid, tab)
         self._task_state.pop(cid, None)

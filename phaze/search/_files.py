@@ -399,6 +399,8 @@ class Journal:
         self.spill_dir = self.path.with_name(self.path.name + ".parts")
         self.spills: list = []
         self.spilled: dict = {}
+        # start bytes of segments this run appended with their rows in key order
+        self.sorted_starts: set = set()
         parent = self.path.parent
         if not parent.exists():  # an OS error (exit 1), as a read-only folder is
             raise OutputError(f"out: cannot write {str(self.path)!r}: its folder "
@@ -500,7 +502,7 @@ class Journal:
         _atomic_write_bytes(self.rows_path, data)
 
     # -- per chunk ----------------------------------------------------------
-    def append(self, chunk_id: int, table: dict, facts: dict) -> None:
+    def append(self, chunk_id: int, table: dict, facts: dict, in_order: bool = False) -> None:
         """Append one chunk's rows (flushed to disk), then record the chunk as done.
 
         An OSError (full disk, file gone read-only) names the chunk and says the
@@ -516,6 +518,8 @@ class Journal:
             start = os.path.getsize(self.rows_path)
             self._append_bytes(data)
             self.segments.append((start, start + len(data), False))
+            if in_order:  # rows sorted by point (the finish need not sort them again)
+                self.sorted_starts.add(start)
             self.chunks[int(chunk_id)] = json_safe(facts)
             self._write_meta({})
         except OSError as exc:

@@ -93,9 +93,23 @@ def write_spill(folder: Path, name: str, lines: list, gz: bool) -> None:
         os.fsync(f.fileno())
 
 
-def split_lines(lines, model_index) -> dict:
-    """Lines grouped by (chunk id, model index), each group sorted by :func:`line_key`."""
+def _model_of(line: str) -> str:
+    """A rows-file line's model name (its first field)."""
+    if line.startswith('"'):
+        return next(csv.reader((line,)))[0]
+    return line.split(",", 1)[0]
+
+
+def split_lines(lines, model_index, presorted=False) -> dict:
+    """Lines grouped by (chunk id, model index), each group sorted by :func:`line_key`;
+    ``presorted``: the lines are in key order already (``Journal.append`` of this run),
+    only grouped."""
     groups: dict = {}
+    if presorted:
+        for line in lines:
+            mi = model_index.get(_model_of(line), len(model_index))
+            groups.setdefault((line_chunk(line), mi), []).append(line)
+        return groups
     for line in lines:
         key = line_key(line, model_index)
         groups.setdefault((line_chunk(line), key[0]), []).append((key, line))
@@ -144,13 +158,15 @@ MERGE_STATS = {"max_open": 0}
 
 
 def merge_spills(spills, out_path: Path, header: str, gz: bool, model_index) -> None:
-    """Write ``header`` then every line of the sorted ``spills`` ((first key, path) pairs)
-    in key order to ``out_path``, deleting each spill once consumed. A spill is opened only
-    when its first key is reached, so the files open at once are those whose key ranges
-    overlap (one or two for a sweep whose arch ids grow with the row number)."""
+    """Write ``header`` then every line of the sorted ``spills`` ((first key, path) pairs,
+    or (first key, path, last key)) in key order to ``out_path``, deleting each spill once
+    consumed. A spill is opened only when its first key is reached, so the files open at
+    once are those whose key ranges overlap (one for a sweep whose arch ids grow with the
+    row number); a spill alone in the heap whose last key comes before the next spill's
+    first is copied as it is, its lines not parsed."""
     pending = sorted(spills, key=lambda s: (s[0], str(s[1])))
     sink = _Sink(out_path, gz)
-    heap, iters, paths = [], {}, {}
+    heap, iters, paths, last = [], {}, {}, {}
     i, seq = 0, 0
     MERGE_STATS["max_open"] = 0
     try:
@@ -162,6 +178,7 @@ def merge_spills(spills, out_path: Path, header: str, gz: bool, model_index) -> 
                 line = next(it, None)
                 if line is not None:
                     iters[seq], paths[seq] = it, path
+                    last[seq] = tuple(pending[i][2]) if len(pending[i]) > 2 else None
                     heapq.heappush(heap, (line_key(line, model_index), seq, line))
                     seq += 1
                 else:
@@ -170,6 +187,13 @@ def merge_spills(spills, out_path: Path, header: str, gz: bool, model_index) -> 
                 MERGE_STATS["max_open"] = max(MERGE_STATS["max_open"], len(iters))
             _, s, line = heapq.heappop(heap)
             sink.write(line)
+            if (not heap and last[s] is not None
+                    and (i >= len(pending) or tuple(pending[i][0]) > last[s])):
+                for rest in iters[s]:  # nothing else can come before its remaining lines
+                    sink.write(rest)
+                iters.pop(s).close()
+                paths.pop(s).unlink()
+                continue
             nxt = next(iters[s], None)
             if nxt is None:
                 iters.pop(s).close()
@@ -297,19 +321,20 @@ def load_journal(j, meta) -> tuple:
     for key, files in listed.items():
         try:
             cid = int(key)
-            names = [(str(n), tuple(k)) for n, k in files]
+            names = [(str(f[0]), tuple(f[1]), tuple(f[2]) if len(f) > 2 else None)
+                     for f in files]
         except (TypeError, ValueError):
             continue
         if cid not in j.chunks:
             continue
         try:
-            lines = [ln for n, _ in names for ln in _spill_lines(j.spill_dir / n, gz)]
+            lines = [ln for n, _, _ in names for ln in _spill_lines(j.spill_dir / n, gz)]
         except (OSError, EOFError, zlib.error, UnicodeDecodeError):
             lines = None
         if lines is not None and _digest_ok(j.chunks[cid], lines):
-            j.spilled[cid] = [[n, list(k)] for n, k in names]
-            j.spills += [(k, j.spill_dir / n) for n, k in names]
-            keep_names.update(n for n, _ in names)
+            j.spilled[cid] = [[n, list(k)] + ([list(e)] if e else []) for n, k, e in names]
+            j.spills += [(k, j.spill_dir / n) + ((e,) if e else ()) for n, k, e in names]
+            keep_names.update(n for n, _, _ in names)
         else:
             bad.add(cid)
             expected += _expected(j.chunks[cid]) or 0
@@ -437,7 +462,7 @@ def iter_previous(j):
     table_of = j.parse_lines
 
     for cid, files in sorted(j.spilled.items()):
-        lines = [ln for n, _ in files for ln in _spill_lines(j.spill_dir / n, j.gz)]
+        lines = [ln for f in files for ln in _spill_lines(j.spill_dir / f[0], j.gz)]
         yield cid, table_of(lines)
     pending: dict = {}
     for _, _, lines, has_header in iter_segments(j.rows_path, j.gz, []):
@@ -478,14 +503,16 @@ def finish_rows(j, model_names) -> None:
         if has_header:
             lines = lines[1:]
         by_chunk: dict = {}
-        for (cid, mi), group in split_lines(lines, index).items():
+        presorted = start in j.sorted_starts
+        for (cid, mi), group in split_lines(lines, index, presorted).items():
             name = spill_name(cid, mi, seq, gz)
             seq += 1
             write_spill(j.spill_dir, name, group, gz)
-            by_chunk.setdefault(cid, []).append([name, list(line_key(group[0], index))])
+            by_chunk.setdefault(cid, []).append([name, list(line_key(group[0], index)),
+                                                 list(line_key(group[-1], index))])
         for cid, files in by_chunk.items():
             j.spilled.setdefault(cid, []).extend(files)
-            j.spills += [(tuple(k), j.spill_dir / n) for n, k in files]
+            j.spills += [(tuple(f[1]), j.spill_dir / f[0], tuple(f[2])) for f in files]
         j.write_meta_spilled()
         with open(j.rows_path, "r+b") as f:
             f.truncate(0 if has_header else start)
@@ -508,7 +535,7 @@ def finish_rows(j, model_names) -> None:
         except OSError:
             pass
         lost = [c for c, files in j.spilled.items()
-                if any(not (j.spill_dir / n).exists() for n, _ in files)]
+                if any(not (j.spill_dir / f[0]).exists() for f in files)]
         raise MergeFailed(exc.errno, exc.strerror or str(exc), len(lost)) from None
     j.spills, j.spilled = [], {}
     try:
