@@ -520,9 +520,13 @@ class _Sweep:
         self.best_seen = 0.0  # the progress line's best samples/s (one model)
         self.n_evaluated = 0
         if journal is not None:
+            legacy = journal.legacy_path is not None
             for cid, tab in journal.iter_previous():
                 # rows of a file written before the mfu column
                 fill_mfu(tab, self.models, archs, self.rows_of_ids(tab["arch_id"]))
+                if legacy:  # written again in today's format (the journal's _spill)
+                    facts = {k: v for k, v in journal.chunks[cid].items() if k != "digest"}
+                    self._append(cid, tab, facts)
                 self._keep(cid, tab)
         # this run's chunks: plans bounded and priced, and the workers' seconds on them
         self.plans_bounded = self.plans_priced = 0
@@ -581,6 +585,17 @@ class _Sweep:
             feasible = np.where(tab["feasible"], tab["samples_per_s"], 0.0)
             self.best_seen = max(self.best_seen, float(feasible.max()))
 
+    def _append(self, cid, tab, facts) -> dict:
+        """Journal chunk ``cid``'s rows, in the file's order (model, arch id, knobs: the
+        finish only merges them); returns them in that order."""
+        mi = {m.name: i for i, m in enumerate(self.models)}
+        tab = take(tab, np.lexsort((recompute_rank(tab["recompute"]), tab["hbm_gib"],
+                                    tab["microbatch"], tab["arch_id"],
+                                    np.array([mi[str(x)] for x in tab["model"]],
+                                             dtype=np.int64))))
+        self.journal.append(cid, tab, facts, in_order=True)
+        return tab
+
     def _keep(self, cid, tab) -> None:
         """What the parent keeps of chunk ``cid``'s rows: all of them without a result
         file, else only ``Reduced``'s; with pruning, the columns the state needs until the
@@ -606,13 +621,7 @@ class _Sweep:
             facts["block"] = chunk_block_argmin(res.block_fwbw_s, self.archs,
                                                 cid * self.chunk_archs)
         if self.journal is not None:
-            # rows in the file's order (model, arch id, knobs): the finish only merges them
-            mi = {m.name: i for i, m in enumerate(self.models)}
-            tab = take(tab, np.lexsort((recompute_rank(tab["recompute"]), tab["hbm_gib"],
-                                        tab["microbatch"], tab["arch_id"],
-                                        np.array([mi[str(x)] for x in tab["model"]],
-                                                 dtype=np.int64))))
-            self.journal.append(cid, tab, facts, in_order=True)
+            tab = self._append(cid, tab, facts)
         self.chunk_facts[cid] = facts
         self._keep(cid, tab)
         self._task_state.pop(cid, None)

@@ -401,6 +401,9 @@ class Journal:
         self.spilled: dict = {}
         # start bytes of segments this run appended with their rows in key order
         self.sorted_starts: set = set()
+        # --resume of a file of an older format: read from here, written again (``_spill``)
+        self.legacy_path = None
+        self.legacy_header = None
         parent = self.path.parent
         if not parent.exists():  # an OS error (exit 1), as a read-only folder is
             raise OutputError(f"out: cannot write {str(self.path)!r}: its folder "
@@ -480,9 +483,10 @@ class Journal:
             return iter(())
         return _spill.iter_previous(self)
 
-    def parse_lines(self, lines) -> dict:
-        """A table of rows-file ``lines`` (each a CSV row ending in the chunk column)."""
-        pos = {name: i for i, name in enumerate(ROWS_HEADER.rstrip("\n").split(","))}
+    def parse_lines(self, lines, header=ROWS_HEADER) -> dict:
+        """A table of rows-file ``lines`` (each a CSV row ending in the chunk column) under
+        ``header`` (columns it lacks read as their ``LATE_COLUMNS`` value)."""
+        pos = {name: i for i, name in enumerate(header.rstrip("\n").split(","))}
         return _parse_rows(self.rows_path, list(csv.reader(lines)), pos, True)
 
     def write_meta_spilled(self) -> None:

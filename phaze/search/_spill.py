@@ -378,7 +378,9 @@ def load_journal(j, meta) -> tuple:
                     if cid in bad:
                         found += found_c
             segs.append((start, end, cids, has_header))
-    if header is not None and header != ROWS_HEADER:
+    legacy = (header is not None and header != ROWS_HEADER and meta.get("header") is None
+              and _legacy_header(header))
+    if header is not None and header != ROWS_HEADER and not legacy:
         print(f"phaze search: resume: the header of {j.rows_path.name} differs from the one "
               f"this phaze writes; every chunk is computed again", file=sys.stderr)
         bad.update(c for c in j.chunks if c not in j.spilled)
@@ -403,7 +405,20 @@ def load_journal(j, meta) -> tuple:
             break
         cut, covered = end, covered | cids
     j.segments = []
-    if header_ok and covered >= good:
+    if legacy:
+        # a file written before some columns existed (its journal records no header): its
+        # chunks are read from it as it is and written again in today's format
+        # (iter_previous; the sweep fills the new columns), one chunk at a time
+        j.legacy_path = j.rows_path.with_name(j.rows_path.name + ".legacy")
+        os.replace(j.rows_path, j.legacy_path)
+        j.legacy_header = header
+        data = ROWS_HEADER.encode()
+        with open(j.rows_path, "wb") as f:
+            f.write(gzip.compress(data, mtime=0) if gz else data)
+            f.flush()
+            os.fsync(f.fileno())
+        j.segments = [(0, os.path.getsize(j.rows_path), True)]
+    elif header_ok and covered >= good:
         segs_kept = [s for s in segs if s[1] <= cut]
         if os.path.getsize(j.rows_path) != cut:
             with open(j.rows_path, "r+b") as f:
@@ -414,6 +429,16 @@ def load_journal(j, meta) -> tuple:
     else:
         _rewrite(j, good)
     return sorted(bad), expected, found, header
+
+
+def _legacy_header(header: str) -> bool:
+    """Whether ``header`` is a rows header of an older phaze: today's columns less some
+    added since (``_table.LATE_COLUMNS``), with the chunk column."""
+    from ._table import LATE_COLUMNS
+
+    cols = header.rstrip("\n").split(",")
+    return ("chunk" in cols and set(cols) <= set(COLUMN_NAMES) | {"chunk"}
+            and set(COLUMN_NAMES) - set(cols) <= set(LATE_COLUMNS))
 
 
 def _rewrite(j, good) -> None:
@@ -465,14 +490,23 @@ def iter_previous(j):
         lines = [ln for f in files for ln in _spill_lines(j.spill_dir / f[0], j.gz)]
         yield cid, table_of(lines)
     pending: dict = {}
-    for _, _, lines, has_header in iter_segments(j.rows_path, j.gz, []):
+    source = j.rows_path
+    if j.legacy_path is not None:
+        source, header = j.legacy_path, j.legacy_header
+
+        def table_of(lines):  # noqa: F811 - the legacy file's own columns
+            return j.parse_lines(lines, header)
+    for _, _, lines, has_header in iter_segments(source, j.gz, []):
         for line in (lines[1:] if has_header else lines):
             cid = line_chunk(line)
+            if cid not in j.chunks or cid in j.spilled:
+                continue
             pending.setdefault(cid, []).append(line)
             if len(pending[cid]) == _expected(j.chunks[cid]):
                 yield cid, table_of(pending.pop(cid))
-    for cid, lines in pending.items():  # pragma: no cover - checked by load_journal
-        yield cid, table_of(lines)
+    if j.legacy_path is not None:
+        j.legacy_path.unlink()  # every kept chunk is in the rows file again (the caller's)
+        j.legacy_path = None
 
 
 class MergeFailed(OSError):
