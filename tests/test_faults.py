@@ -927,20 +927,20 @@ def test_workers_start_with_sigint_ignored():
 
 
 def test_full_disk_at_the_end_says_every_chunk_is_done(tmp_path, rows, reference, monkeypatch):
+    # issue 30: the sorted rows are merged from chunk spill files; a full disk while
+    # spilling them (the end of the run) leaves every chunk kept
+    from phaze.search import _spill
+
     out = tmp_path / "r.csv"
-    real = _files.Journal._write_rows_file
-    calls = []
+    real = _spill.write_spill
 
-    def full(self, table, chunk_ids):
-        calls.append(1)
-        if len(calls) == 2:  # the sorted rewrite at the end (the first call starts the file)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(self, table, chunk_ids)
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(_files.Journal, "_write_rows_file", full)
+    monkeypatch.setattr(_spill, "write_spill", full)
     with pytest.raises(OSError, match="every one of the 3 chunks is done .* --resume"):
         search.search(TINY, **_kw(rows, out))
-    monkeypatch.setattr(_files.Journal, "_write_rows_file", real)
+    monkeypatch.setattr(_spill, "write_spill", real)
     r = search.search(TINY, resume=True, **_kw(rows, out))
     assert r.metadata["resumed_chunks"] == 3
     _same(r.table, reference.table)

@@ -118,10 +118,12 @@ def tiers_of(row, eff: Efficiency, topology: str = "switch") -> tuple:
     ``(scale-up, scale-out)`` :class:`Tier` s built from today's row and efficiency fields
     (the numbers the cost model prices collectives with, exactly)."""
     r = row[0]
-    return (Tier("scale-up", int(r["node_size"]), float(r["link_gb_per_s"] * 1e9),
+    with np.errstate(over="ignore"):  # a rate beyond the float maximum in B/s: inf, no warning
+        up_bps, out_bps = float(r["link_gb_per_s"] * 1e9), float(r["net_gb_per_s"] * 1e9)
+    return (Tier("scale-up", int(r["node_size"]), up_bps,
                  eff.link_step_s, eff.link_efficiency, eff.link_p2p_latency_s,
                  eff.link_p2p_efficiency, topology),
-            Tier("scale-out", None, float(r["net_gb_per_s"] * 1e9), eff.net_step_s,
+            Tier("scale-out", None, out_bps, eff.net_step_s,
                  eff.net_efficiency, eff.net_p2p_latency_s, eff.net_p2p_efficiency))
 
 

@@ -121,7 +121,9 @@ def validate(archs) -> np.ndarray:
 
 
 def peak_flops(archs) -> np.ndarray:
-    """Peak tensor throughput of each row, FLOP/s: num_tc · tc_width · tc_depth · 2 · clock."""
+    """Peak tensor throughput of each row, FLOP/s: num_tc · tc_width · tc_depth · 2 · clock
+    (inf, without a warning, beyond the float maximum)."""
     archs = validate(archs)
-    return (archs["num_tc"].astype(np.float64) * archs["tc_width"] * archs["tc_depth"]
-            * 2.0 * archs["clock_ghz"] * 1e9)
+    with np.errstate(over="ignore"):
+        return (archs["num_tc"].astype(np.float64) * archs["tc_width"] * archs["tc_depth"]
+                * 2.0 * archs["clock_ghz"] * 1e9)

@@ -178,7 +178,13 @@ def _check_graph(op_graph) -> OpGraph:
 
 
 def _si(archs):
-    """The architecture columns the kernels need, in SI units, as contiguous arrays."""
+    """The architecture columns the kernels need, in SI units, as contiguous arrays (a rate
+    whose SI value exceeds the float maximum saturates to inf, without a warning)."""
+    with np.errstate(over="ignore"):
+        return _si_columns(archs)
+
+
+def _si_columns(archs):
     return dict(
         num_tc=np.ascontiguousarray(archs["num_tc"]),
         tc_width=np.ascontiguousarray(archs["tc_width"]),

@@ -29,7 +29,7 @@ from ..arch import resolve_chip
 from ..precision import is_low_precision
 from .._validate import (MAX_DEVICES, MAX_GLOBAL_BATCH, nonneg_float, one_of, positive_float,
                          positive_int)
-from . import _calibrated, _chunk, _executors, _files, _replay
+from . import _calibrated, _chunk, _executors, _files, _reduced, _replay
 from ._models import cost_model
 from ._baselines import baselines as run_baselines
 from ._baselines import chunk_block_argmin
@@ -38,7 +38,7 @@ from ._inputs import (check_expert_grid, check_some_width, int_tuple, resolve_hb
                       resolve_strategy_grids, space_ids, valid_widths)
 from ._report import SearchResult, choose_best, per_arch, pruned_min_area
 from ._settings import ChunkTask, SearchSettings
-from ._table import OBJECTIVES, concat_tables, expand, fill_mfu, recompute_rank, take
+from ._table import ARCH_FIELDS, OBJECTIVES, concat_tables, expand, fill_mfu, recompute_rank, take
 
 
 def _columns(stream) -> int:
@@ -387,15 +387,23 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         sweep.progress.close()
     sweep_s = time.perf_counter() - wall0
 
-    # Rows in a fixed order (chunks finish in any order): model, arch id, knobs.
     model_names = [m.name for m in model_list]
-    model_index = {name: i for i, name in enumerate(model_names)}
-    table = concat_tables(sweep.tables)
-    order = np.lexsort((recompute_rank(table["recompute"]), table["hbm_gib"], table["microbatch"], table["arch_id"],
-                        np.array([model_index[str(x)] for x in table["model"]],
-                                 dtype=np.int64)))
-    table = take(table, order)
-    best = choose_best(table, model_names, settings.objective)
+    reduced = sweep.reduced
+    if reduced is None:
+        # Rows in a fixed order (chunks finish in any order): model, arch id, knobs.
+        model_index = {name: i for i, name in enumerate(model_names)}
+        table = concat_tables(sweep.tables)
+        order = np.lexsort((recompute_rank(table["recompute"]), table["hbm_gib"],
+                            table["microbatch"], table["arch_id"],
+                            np.array([model_index[str(x)] for x in table["model"]],
+                                     dtype=np.int64)))
+        table = take(table, order)
+        best = choose_best(table, model_names, settings.objective)
+    else:
+        # A result file: the rows are on disk only (issue 30), the summary from what the
+        # sweep kept of them (_reduced.Reduced); the table reads the file back on demand.
+        table = _reduced.LazyTable(journal.rows_path)
+        best = choose_best(None, model_names, settings.objective, reduced=reduced)
 
     base = {}
     if baselines:
@@ -429,20 +437,22 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         # --prune best may skip points of smaller area that are on the front.
         "pareto_exact": prune != "best",
         # ... the front then keeps only what is surely on it (_report.pruned_min_area)
-        "pruned_min_area_mm2": (pruned_min_area(table, archs, ids, settings.points_per_arch)
-                                if prune == "best" else None),
+        "pruned_min_area_mm2": (pruned_min_area(
+            table, archs, ids, settings.points_per_arch,
+            counts=reduced.arch_counts() if reduced is not None else None)
+            if prune == "best" else None),
     }
     if chip is not None:
         metadata["chip"] = chip.to_dict()  # the fixed system, as a chip file
     if run is not None:
         metadata["run"] = run              # what repeats the run (_replay)
     result = SearchResult(table=table, best=best, baselines=base, metadata=metadata,
-                          models=model_names)
+                          models=model_names, reduced=reduced)
     if journal is not None:
         summary = result.summary()
-        # Sorted rows (chunk = row number // chunk_archs): the file no longer depends on
-        # which worker finished first.
-        journal.finish(summary, table, sweep.rows_of_ids(table["arch_id"]) // chunk_archs)
+        # Sorted rows (model, arch id, knobs), merged from sorted chunk spills in place: the
+        # file no longer depends on which worker finished first.
+        journal.finish(summary, model_names)
         if journal.format == ".json":
             _files.save_json(journal.path, summary, result.top_rows())
         elif journal.format == ".parquet":
@@ -488,9 +498,12 @@ class _Sweep:
         self.journal, self.want_block = journal, want_block
         self.models = list(settings.models)
         self.n_chunks = (archs.shape[0] + chunk_archs - 1) // chunk_archs
-        self.tables = [journal.previous] if journal is not None else []
-        for tab in self.tables:  # rows of a file written before the mfu column
-            fill_mfu(tab, self.models, archs, self.rows_of_ids(tab["arch_id"]))
+        # No result file: every chunk's rows (the table of the SearchResult). A result
+        # file: none — the rows go to disk and only _reduced.Reduced's are kept (issue 30).
+        self.tables = []
+        self.reduced = (_reduced.Reduced([m.name for m in self.models], settings.objective,
+                                        _config.SEARCH_TOP_ROWS)
+                        if journal is not None else None)
         self.chunk_facts = dict(journal.chunks) if journal is not None else {}
         self.todo = [c for c in range(self.n_chunks) if c not in self.chunk_facts]
         # Pruning floors: the best throughput an evaluated point of the space reached, per model.
@@ -505,13 +518,16 @@ class _Sweep:
         self._unapplied: dict = {}
         self._task_state: dict = {}
         self.best_seen = 0.0  # the progress line's best samples/s (one model)
-        if journal is not None and settings.prune_mode and len(journal.previous_chunks):
-            prev, prev_chunks = journal.previous, journal.previous_chunks
-            for cid in np.unique(prev_chunks).tolist():
-                self._unapplied[int(cid)] = take(prev, prev_chunks == cid)
-        for tab in self.tables:
-            self._see_best(tab)
-        self.n_evaluated = sum(len(t["arch_id"]) for t in self.tables)
+        self.n_evaluated = 0
+        if journal is not None:
+            legacy = journal.legacy_path is not None
+            for cid, tab in journal.iter_previous():
+                # rows of a file written before the mfu column
+                fill_mfu(tab, self.models, archs, self.rows_of_ids(tab["arch_id"]))
+                if legacy:  # written again in today's format (the journal's _spill)
+                    facts = {k: v for k, v in journal.chunks[cid].items() if k != "digest"}
+                    self._append(cid, tab, facts)
+                self._keep(cid, tab)
         # this run's chunks: plans bounded and priced, and the workers' seconds on them
         self.plans_bounded = self.plans_priced = 0
         self.busy_s = 0.0
@@ -569,6 +585,30 @@ class _Sweep:
             feasible = np.where(tab["feasible"], tab["samples_per_s"], 0.0)
             self.best_seen = max(self.best_seen, float(feasible.max()))
 
+    def _append(self, cid, tab, facts) -> dict:
+        """Journal chunk ``cid``'s rows, in the file's order (model, arch id, knobs: the
+        finish only merges them); returns them in that order."""
+        mi = {m.name: i for i, m in enumerate(self.models)}
+        tab = take(tab, np.lexsort((recompute_rank(tab["recompute"]), tab["hbm_gib"],
+                                    tab["microbatch"], tab["arch_id"],
+                                    np.array([mi[str(x)] for x in tab["model"]],
+                                             dtype=np.int64))))
+        self.journal.append(cid, tab, facts, in_order=True)
+        return tab
+
+    def _keep(self, cid, tab) -> None:
+        """What the parent keeps of chunk ``cid``'s rows: all of them without a result
+        file, else only ``Reduced``'s; with pruning, the columns the state needs until the
+        chunk is applied in chunk order (make_task)."""
+        if self.reduced is None:
+            self.tables.append(tab)
+        else:
+            self.reduced.add(tab)
+        self.n_evaluated += len(tab["arch_id"])
+        if self.settings.prune_mode:
+            self._unapplied[cid] = {k: tab[k] for k in _PRUNE_COLUMNS}
+        self._see_best(tab)
+
     def on_result(self, res) -> None:
         """Keep a finished chunk: journal it, raise the floors, advance the progress line."""
         cid = res.chunk_id
@@ -581,15 +621,15 @@ class _Sweep:
             facts["block"] = chunk_block_argmin(res.block_fwbw_s, self.archs,
                                                 cid * self.chunk_archs)
         if self.journal is not None:
-            self.journal.append(cid, tab, facts)
+            tab = self._append(cid, tab, facts)
         self.chunk_facts[cid] = facts
-        self.tables.append(tab)
-        self.n_evaluated += len(tab["arch_id"])
-        if self.settings.prune_mode:
-            self._unapplied[cid] = tab   # applied in chunk order (make_task)
-            self._task_state.pop(cid, None)
-        self._see_best(tab)
+        self._keep(cid, tab)
+        self._task_state.pop(cid, None)
         self.progress.update(len(tab["arch_id"]), int(res.pruned), self.best_seen)
+
+
+#: The columns the pruning state reads of a chunk's rows (update_floors, update_front).
+_PRUNE_COLUMNS = ("model", "arch_id", "feasible", "samples_per_s", *ARCH_FIELDS)
 
 
 def update_floors(tab, model_list, floors, incumbents) -> None:

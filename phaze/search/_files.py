@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import OutputError
+from . import _spill
+from ._spill import ROWS_HEADER, chunk_digest  # noqa: F401  (the journal's; re-exported)
 from ._table import (COLUMN_DTYPES, COLUMN_NAMES, LATE_COLUMNS, TABLE_COLUMNS, empty_table,
                      json_safe, recompute_mode, take)
 
@@ -94,27 +96,12 @@ def table_csv(table: dict, *, header: bool, extra: dict = None) -> str:
     return buf.getvalue()
 
 
-#: The header line of a search's rows file (recorded in its journal: a changed header,
-#: e.g. a renamed column, would otherwise re-map values the chunk checksums vouch for).
-ROWS_HEADER = ",".join(list(COLUMN_NAMES) + ["chunk"]) + "\n"
-
-
 class DamagedFile(ValueError):
     """A result file that cannot be read completely (what is wrong is in the message)."""
 
 
 def _damaged(path, what) -> DamagedFile:
     return DamagedFile(f"{path} is damaged: {what}")
-
-
-def chunk_digest(lines) -> str:
-    """A chunk's checksum: BLAKE2b (16 bytes) of its rows' CSV lines (each ending in a
-    newline, the ``chunk`` column included) sorted, so it depends on the rows and not on
-    their order in the file (the finished file is rewritten sorted by point)."""
-    h = hashlib.blake2b(digest_size=16)
-    for line in sorted(lines):
-        h.update(line.encode())
-    return h.hexdigest()
 
 
 def _read_text(path: Path) -> tuple[str, str]:
@@ -405,8 +392,18 @@ class Journal:
         self.meta_path = self.path.with_name(self.path.name + ".meta.json")
         self.digest = inputs_digest
         self.chunks: dict = {}  # chunk id → small per-chunk facts (json-able)
-        self.previous = empty_table()
-        self.previous_chunks = np.array([], dtype=np.int64)
+        self.gz = str(self.rows_path).lower().endswith(".gz")
+        # the rows file's segments (start byte, end byte, holds the header), in file order,
+        # and the sorted spill files of a finish under way (``_spill``)
+        self.segments: list = []
+        self.spill_dir = self.path.with_name(self.path.name + ".parts")
+        self.spills: list = []
+        self.spilled: dict = {}
+        # start bytes of segments this run appended with their rows in key order
+        self.sorted_starts: set = set()
+        # --resume of a file of an older format: read from here, written again (``_spill``)
+        self.legacy_path = None
+        self.legacy_header = None
         parent = self.path.parent
         if not parent.exists():  # an OS error (exit 1), as a read-only folder is
             raise OutputError(f"out: cannot write {str(self.path)!r}: its folder "
@@ -441,12 +438,19 @@ class Journal:
     # -- start / resume -----------------------------------------------------
     def _start(self):
         try:
+            if self.spill_dir.is_dir():  # spill files of a replaced (--force) run
+                for p in self.spill_dir.iterdir():
+                    p.unlink()
+                self.spill_dir.rmdir()
             self._write_rows_file(empty_table(), np.array([], dtype=np.int64))
+            self.segments = [(0, os.path.getsize(self.rows_path), True)]
             self._write_meta({})
         except OSError as exc:
             raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
 
     def _load(self):
+        """``--resume``: keep the chunks whose rows are whole (``_spill.load_journal``, one
+        chunk's rows in memory at a time); :meth:`iter_previous` gives their rows."""
         try:
             meta = json.loads(self.meta_path.read_text())
         except (OSError, ValueError, RecursionError):
@@ -460,37 +464,34 @@ class Journal:
         except (AttributeError, TypeError, ValueError, OverflowError):
             raise ValueError(f"resume: {self.meta_path} is damaged (its 'chunks' must map chunk "
                              f"numbers to their facts); start again with --force") from None
-        digests: dict = {}
+        n_listed = len(self.chunks)
         try:
-            table, chunk_of_row = (read_rows_csv(self.rows_path, strict=False, digests=digests)
-                                   if self.rows_path.exists()
-                                   else (empty_table(), np.array([], dtype=np.int64)))
-        except DamagedFile as exc:
-            raise ValueError(f"resume: {exc}; its chunks cannot be told apart, so none can be "
-                             f"kept: start again with --force or choose another --out") from None
-        if meta.get("header") not in (None, digests.get("header", meta.get("header"))):
-            print(f"phaze search: resume: the header of {self.rows_path.name} differs from the "
-                  f"one {self.meta_path.name} records; every chunk is computed again",
-                  file=sys.stderr)
-            chunk_of_row = np.full(len(chunk_of_row), -1, dtype=np.int64)
-        bad, expected, found = check_chunk_rows(self.chunks, chunk_of_row, digests)
-        if bad:
-            # Never a silent partial result: these chunks are computed again.
-            print(f"phaze search: resume: {len(bad):,} of the {len(self.chunks):,} chunks listed "
-                  f"in {self.meta_path.name} have {found:,} rows in {self.rows_path.name} instead "
-                  f"of {expected:,} or rows that changed (missing, cut off, duplicated or "
-                  f"damaged); they are computed again", file=sys.stderr)
-            for cid in bad:
-                del self.chunks[cid]
-        keep = np.isin(chunk_of_row, np.array(sorted(self.chunks), dtype=np.int64))
-        self.previous = take(table, keep)
-        self.previous_chunks = chunk_of_row[keep]
-        # Rewrite without rows of chunks the meta file does not list (cut off mid-way).
-        try:
-            self._write_rows_file(self.previous, self.previous_chunks)
+            bad, expected, found, _ = _spill.load_journal(self, meta)
+            if bad:
+                # Never a silent partial result: these chunks are computed again.
+                print(f"phaze search: resume: {len(bad):,} of the {n_listed:,} chunks listed "
+                      f"in {self.meta_path.name} have {found:,} rows in {self.rows_path.name} "
+                      f"instead of {expected:,} or rows that changed (missing, cut off, "
+                      f"duplicated or damaged); they are computed again", file=sys.stderr)
             self._write_meta({})
         except OSError as exc:
             raise _os_error(exc, f"out: cannot write {self.rows_path}") from None
+
+    def iter_previous(self):
+        """(chunk id, table) of each chunk kept by ``--resume``, one at a time."""
+        if not self.chunks:
+            return iter(())
+        return _spill.iter_previous(self)
+
+    def parse_lines(self, lines, header=ROWS_HEADER) -> dict:
+        """A table of rows-file ``lines`` (each a CSV row ending in the chunk column) under
+        ``header`` (columns it lacks read as their ``LATE_COLUMNS`` value)."""
+        pos = {name: i for i, name in enumerate(header.rstrip("\n").split(","))}
+        return _parse_rows(self.rows_path, list(csv.reader(lines)), pos, True)
+
+    def write_meta_spilled(self) -> None:
+        """Record the spill files of a finish under way (``_spill.finish_rows``)."""
+        self._write_meta({})
 
     def _write_rows_file(self, table, chunk_ids):
         buf = io.StringIO()
@@ -505,7 +506,7 @@ class Journal:
         _atomic_write_bytes(self.rows_path, data)
 
     # -- per chunk ----------------------------------------------------------
-    def append(self, chunk_id: int, table: dict, facts: dict) -> None:
+    def append(self, chunk_id: int, table: dict, facts: dict, in_order: bool = False) -> None:
         """Append one chunk's rows (flushed to disk), then record the chunk as done.
 
         An OSError (full disk, file gone read-only) names the chunk and says the
@@ -518,7 +519,11 @@ class Journal:
         if str(self.rows_path).lower().endswith(".gz"):
             data = gzip.compress(data, mtime=0)
         try:
+            start = os.path.getsize(self.rows_path)
             self._append_bytes(data)
+            self.segments.append((start, start + len(data), False))
+            if in_order:  # rows sorted by point (the finish need not sort them again)
+                self.sorted_starts.add(start)
             self.chunks[int(chunk_id)] = json_safe(facts)
             self._write_meta({})
         except OSError as exc:
@@ -538,25 +543,37 @@ class Journal:
         meta = {"inputs_hash": self.digest, "format": self.format,
                 "rows_file": self.rows_path.name, "header": ROWS_HEADER,
                 "chunks": {str(k): self.chunks[k] for k in sorted(self.chunks)}}
+        if self.spilled:
+            meta["spilled"] = {str(k): self.spilled[k] for k in sorted(self.spilled)}
         meta.update(extra)
         _atomic_write_text(self.meta_path, json.dumps(json_safe(meta), indent=1))
 
-    def finish(self, summary: dict, table: dict = None, chunk_ids=None) -> None:
+    def finish(self, summary: dict, model_names=None) -> None:
         """Record the run's summary (metadata, best, baselines) once every chunk is done.
 
-        ``table`` (every row, sorted by point) with ``chunk_ids`` (each row's chunk)
-        replaces the rows file first, so its order does not depend on which chunk
-        finished first.
+        ``model_names`` (the search's models, in order): the rows file is first rewritten
+        sorted by point (``_spill.finish_rows``: in place, about one chunk's size of free
+        disk), so its order does not depend on which chunk finished first.
         """
         try:
-            if table is not None:
-                self._write_rows_file(table, chunk_ids)
+            if model_names is not None:
+                seg = max([e - s for s, e, _ in self.segments] + [0])
+                need = 2 * seg + (1 << 20)
+                free = _spill.free_bytes(self.path.parent)
+                if free < need:
+                    raise OSError(errno.ENOSPC, f"{free:,} bytes free, {need:,} needed")
+                _spill.finish_rows(self, list(model_names))
             self._write_meta({"complete": True, "summary": summary})
+        except _spill.MergeFailed as exc:
+            raise _os_error(exc, f"out: cannot write the sorted rows to {self.rows_path}: the "
+                                 f"final merge failed after consuming the spill files of "
+                                 f"{exc.lost:,} of the {len(self.chunks):,} chunks; --resume "
+                                 f"keeps the others and computes those again") from None
         except OSError as exc:
             raise _os_error(exc, f"out: cannot write the sorted rows to {self.rows_path}; every "
-                                 f"one of the {len(self.chunks):,} chunks is done and kept (in "
-                                 f"the order they finished): make room for a copy of the file "
-                                 f"and finish with --resume") from None
+                                 f"one of the {len(self.chunks):,} chunks is done and kept: "
+                                 f"make room for about two chunks' rows and finish with "
+                                 f"--resume") from None
 
 
 def save_json(path, summary: dict, top_rows: dict) -> None:

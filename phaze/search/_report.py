@@ -51,8 +51,13 @@ class SearchResult:
     metadata: dict
     models: list
     stored_pareto: dict = None
+    #: A search with a result file: the rows it kept (``_reduced.Reduced``) — the summary
+    #: is derived from them, and ``table`` is read back from the file when first used.
+    reduced: object = None
 
     def __len__(self):
+        if self.reduced is not None:
+            return self.reduced.n_rows
         return len(self.table["arch_id"])
 
     @property
@@ -64,6 +69,8 @@ class SearchResult:
         """Per architecture (dict of columns, by arch id): arch_id, score (samples/s, or the
         normalised mean for several models; −1 when a model has no point on it), the
         architecture's knobs and ``samples_per_s[MODEL]`` (best feasible, 0 if none)."""
+        if self.reduced is not None:
+            return per_arch(self.reduced.best_rows("throughput"), self.models)
         return per_arch(self.table, self.models)
 
     def pareto(self) -> dict:
@@ -101,7 +108,8 @@ class SearchResult:
         strictly better. Columns arch_id, samples_per_s, area_mm2, power_w,
         usd_per_million_tokens, by area; empty when the rows carry no power (the study's
         model, older files)."""
-        return pareto_power(self.table, self.models[0], self.objective)
+        table = self.reduced.power_rows() if self.reduced is not None else self.table
+        return pareto_power(table, self.models[0], self.objective)
 
     def save(self, path) -> Path:
         """Write by extension: .json (top rows), .csv / .csv.gz (all rows; the rest in
@@ -121,6 +129,8 @@ class SearchResult:
     def top_rows(self, n: int = None) -> dict:
         """The ``n`` best rows (None: ``_config.SEARCH_TOP_ROWS``), best first."""
         n = _config.SEARCH_TOP_ROWS if n is None else n
+        if self.reduced is not None and n <= self.reduced.top_n:
+            return self.reduced.top_rows(n)
         order = ranking(self.table, self.objective)[:n]
         return take(self.table, order)
 
@@ -188,10 +198,17 @@ def pareto_power(table, model_name, objective="throughput") -> dict:
     return out
 
 
-def choose_best(table, model_names, objective="throughput") -> dict:
+def choose_best(table, model_names, objective="throughput", reduced=None) -> dict:
     """The best point under ``objective`` (``_table.OBJECTIVES``): for one model its best
     row (plus ``plans``); for several, the architecture with the highest normalised mean
-    of each model's best score, with each model's best plan on it."""
+    of each model's best score, with each model's best plan on it. ``reduced`` (a
+    ``_reduced.Reduced``; ``table`` is then ignored): the same from the rows it kept."""
+    why = lambda tab, name: why_infeasible(tab, name)  # noqa: E731
+    feasible_table = table
+    if reduced is not None:
+        table = reduced.best_rows(objective)
+        feasible_table = reduced.best_rows("throughput")
+        why = lambda tab, name: reduced.why_infeasible(name)  # noqa: E731
     if not len(table["arch_id"]):
         return {"feasible": False, "reason": "no point was evaluated", "plans": {}}
     if len(model_names) == 1:
@@ -199,7 +216,7 @@ def choose_best(table, model_names, objective="throughput") -> dict:
         best = dict(row)
         best["plans"] = {model_names[0]: row}
         if not row["feasible"]:
-            best["reason"] = "no feasible point: " + why_infeasible(table, model_names[0])
+            best["reason"] = "no feasible point: " + why(table, model_names[0])
         return best
     cols = per_arch(table, model_names, objective)
     order = np.lexsort((cols["arch_id"], cols["area_mm2"], -cols["score"]))
@@ -209,9 +226,10 @@ def choose_best(table, model_names, objective="throughput") -> dict:
     best = {"arch_id": aid, "score": float(cols["score"][i]),
             "feasible": bool(cols["score"][i] > 0), "plans": plans}
     if not best["feasible"]:
-        none = [n for n in model_names if not table["feasible"][table["model"].astype(str) == n].any()]
+        ft = feasible_table
+        none = [n for n in model_names if not ft["feasible"][ft["model"].astype(str) == n].any()]
         best["reason"] = "no feasible point: " + "; ".join(
-            f"{n}: {why_infeasible(table, n)}" for n in none or model_names)
+            f"{n}: {why(table, n)}" for n in none or model_names)
     for f in ARCH_FIELDS:
         best[f] = json_safe(cols[f][i])
     return best
@@ -247,9 +265,21 @@ def why_infeasible(table, model_name) -> str:
     if not reasons:
         return "no point was evaluated"
     counts = Counter(infeasible_cause(r) for r in reasons)
+    examples = {}
+    for r in reasons:
+        examples.setdefault(infeasible_cause(r), r)
+    return why_text(counts, examples)
+
+
+def why_text(counts, examples) -> str:
+    """:func:`why_infeasible`'s sentence from the count of each cause (in order of first
+    occurrence) and each cause's first reason."""
+    if not counts:
+        return "no point was evaluated"
     cause, n = counts.most_common(1)[0]
-    example = next(r for r in reasons if infeasible_cause(r) == cause)
-    text = f"{cause} in {n:,} of {len(reasons):,} points"
+    example = examples[cause]
+    total = sum(counts.values())
+    text = f"{cause} in {n:,} of {total:,} points"
     if example != cause:
         text += f" (e.g. {example})"
     if cause == "memory per device":
@@ -448,14 +478,15 @@ def _percent(fraction) -> str:
     return f"{100 * value:.1f}%" if math.isfinite(value) else "n/a"
 
 
-def pruned_min_area(table, archs, ids, points_per_arch):
+def pruned_min_area(table, archs, ids, points_per_arch, counts=None):
     """The least area (mm²) of an architecture of the space (rows ``archs``, ids ``ids``)
     not every one of whose ``points_per_arch`` points has a row in ``table`` (some were
     pruned), or None when none was pruned: what :meth:`SearchResult.pareto` needs to keep
     only points of the exhaustive front after ``--prune best``."""
     from ..arch import area_mm2
 
-    ev, counts = np.unique(np.asarray(table["arch_id"], dtype=np.int64), return_counts=True)
+    ev, counts = (np.unique(np.asarray(table["arch_id"], dtype=np.int64), return_counts=True)
+                  if counts is None else counts)
     full = set(ev[counts >= points_per_arch].tolist())
     mask = np.array([int(i) not in full for i in ids], dtype=bool)
     return float(area_mm2(archs[mask]).min()) if mask.any() else None
