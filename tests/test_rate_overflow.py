@@ -38,3 +38,26 @@ def test_rates_near_the_float_maximum_saturate_without_a_warning():
     assert si["clock_hz"][1] == np.inf and si["hbm_bytes_per_s"][1] == np.inf
     assert peak[1] == np.inf
     assert tiers[0].bytes_per_s == np.inf and tiers[1].bytes_per_s == np.inf
+
+
+def test_a_chip_file_near_the_float_maximum_evaluates_and_searches_without_a_warning(tmp_path):
+    """End to end, as a user writes such a chip: ``phaze evaluate`` and a fixed-chip search
+    price it (energy, die area, cost: inf where the rates are, no RuntimeWarning)."""
+    import json
+    from pathlib import Path
+
+    from phaze import cli
+
+    chip = json.loads((Path(_chipfile.__file__).parent / "chips" / "h200.json").read_text())
+    for f in RATES:
+        chip[f] = 1.7e308
+    chip["name"] = "huge"
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(chip))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main(["evaluate", "--model", "bert-large", "--arch", str(path), "--tp", "1",
+                         "--pp", "1", "--dp", "8", "--microbatch", "1",
+                         "--global-batch", "8"]) == 0
+        assert cli.main(["search", "--model", "bert-large", "--devices", "8",
+                         "--global-batch", "8", "--arch", str(path), "--no-baselines"]) == 0

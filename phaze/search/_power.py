@@ -60,10 +60,13 @@ def chip_costs(archs, area_mm2, hbm_gib) -> np.ndarray:
     searched rows."""
     area = np.asarray(area_mm2, dtype=np.float64)
     gib = np.broadcast_to(np.asarray(hbm_gib, dtype=np.float64), area.shape)
-    out = np.empty(area.shape)
-    for same, chip in row_chips(archs):
-        out[same] = _arch.chip_cost_usd(area[same], process_nm=_node_nm(chip), hbm_gib=gib[same],
-                                        hbm_kind=None if chip is None else chip.hbm_kind)
+    out = np.full(area.shape, np.inf)     # a die of infinite area (a rate near the float
+    for same, chip in row_chips(archs):   # maximum) cannot be bought: inf US$
+        same = same & np.isfinite(area)
+        if same.any():
+            out[same] = _arch.chip_cost_usd(area[same], process_nm=_node_nm(chip),
+                                            hbm_gib=gib[same],
+                                            hbm_kind=None if chip is None else chip.hbm_kind)
     return out
 
 
@@ -78,8 +81,9 @@ class ChunkPower:
         self.archs = archs
         eff = _efficiency.for_rows(archs)
         self.tile_efficiency = np.asarray(eff["tile_efficiency"], dtype=np.float64)
-        self.hbm_bw = (np.asarray(archs["hbm_gb_per_s"], dtype=np.float64) * 1e9
-                       * np.asarray(eff["hbm_efficiency"], dtype=np.float64))
+        with np.errstate(over="ignore"):   # a rate near the float maximum saturates to inf
+            self.hbm_bw = (np.asarray(archs["hbm_gb_per_s"], dtype=np.float64) * 1e9
+                           * np.asarray(eff["hbm_efficiency"], dtype=np.float64))
         self.energy = np.empty(len(archs), dtype=_arch.ENERGY_DTYPE)
         self.area_mm2 = np.empty(len(archs))
         for same, chip in row_chips(archs):
@@ -167,9 +171,7 @@ def power_columns(cfg, model_index, microbatch, chunk, index, plans, feasible, t
     own = np.array_equal(hbm, np.asarray(chunk.archs["hbm_gib"], dtype=np.float64)[index])
     cost = chunk.costs(None if own else float(hbm[0]))[at] if (own or np.all(hbm == hbm[0])) \
         else chip_costs(rows, chunk.area_mm2[at], hbm[live])
-    usd = np.asarray(_arch.usd_per_million_tokens(
-        _arch.run_cost_usd(chips=devices, chip_cost_usd=cost, seconds=t_new, power_w=power),
-        tokens), dtype=np.float64)
+    usd = _usd_per_million_tokens(devices, cost, t_new, power, tokens)
     vals = {"power_w": power, "clock_fraction": s, "energy_per_step_j": e_job,
             "tokens_per_joule": tokens / e_job, "chip_cost_usd": cost,
             "usd_per_million_tokens": usd}
@@ -178,6 +180,24 @@ def power_columns(cfg, model_index, microbatch, chunk, index, plans, feasible, t
     time_s[live] = np.where(ok, t_new, math.inf)
     feasible[live] = ok
     return time_s, feasible, cols
+
+
+def _usd_per_million_tokens(devices, cost, seconds, power_w, tokens):
+    """``phaze.arch.usd_per_million_tokens`` of the run of each row, inf where the chip
+    cannot be bought or the step not priced (an infinite die, time or power: rates near
+    the float maximum), so one such row does not refuse the chunk."""
+    devices, cost, seconds, power_w = (np.asarray(x, dtype=np.float64).reshape(-1)
+                                       for x in (devices, cost, seconds, power_w))
+    n = max(len(devices), len(cost), len(seconds), len(power_w))
+    devices, cost, seconds, power_w = (np.broadcast_to(x, (n,)) for x in
+                                       (devices, cost, seconds, power_w))
+    out = np.full(n, np.inf)
+    ok = np.isfinite(cost) & np.isfinite(seconds) & np.isfinite(power_w) & (power_w >= 0)
+    if ok.any():
+        out[ok] = _arch.usd_per_million_tokens(_arch.run_cost_usd(
+            chips=devices[ok], chip_cost_usd=cost[ok], seconds=seconds[ok],
+            power_w=power_w[ok]), tokens)
+    return out
 
 
 def fixed_power(cfg, spec, row, res):
@@ -190,9 +210,7 @@ def fixed_power(cfg, spec, row, res):
     devices = int(step.step_view(res.plan, res.breakdown)["devices"][0])
     tokens = float(cfg.global_batch) * float(spec.seq_len)
     cost = float(ChunkPower(row).costs(None)[0])
-    usd = float(_arch.usd_per_million_tokens(_arch.run_cost_usd(
-        chips=devices, chip_cost_usd=cost, seconds=pw["time_s"], power_w=pw["power_w"]),
-        tokens))
+    usd = float(_usd_per_million_tokens(devices, cost, pw["time_s"], pw["power_w"], tokens)[0])
     return {"power_w": pw["power_w"], "clock_fraction": pw["clock_fraction"],
             "energy_per_step_j": pw["energy_per_step_j"],
             "tokens_per_joule": tokens / pw["energy_per_step_j"], "chip_cost_usd": cost,

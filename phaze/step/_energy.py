@@ -246,9 +246,10 @@ def energy_parts(mg, archs, energy, *, plans, global_batch, grad_bytes, hbm_bw, 
 def clock_share(macs_dev, archs, tile_efficiency, time_s):
     """The share of the step the arrays' clock paces: their busy time at the calibrated
     rate over the step's seconds, at most 1 (0 where nothing runs)."""
-    rate = (np.asarray(archs["num_tc"], dtype=np.float64) * archs["tc_width"]
-            * archs["tc_depth"] * archs["clock_ghz"] * 1e9
-            * np.asarray(tile_efficiency, dtype=np.float64))
+    with np.errstate(over="ignore"):       # a clock near the float maximum: an infinite rate
+        rate = (np.asarray(archs["num_tc"], dtype=np.float64) * archs["tc_width"]
+                * archs["tc_depth"] * archs["clock_ghz"] * 1e9
+                * np.asarray(tile_efficiency, dtype=np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
         c = np.where((time_s > 0) & np.isfinite(time_s), macs_dev / rate / time_s, 0.0)
     return np.clip(c, 0.0, 1.0)
@@ -336,7 +337,8 @@ def plan_power(m_spec, chip, plan, breakdown, time_s, *, max_power_w=None):
     eff = chip.efficiency_set()
     energy = chip_energy(chip)
     grad = float(GRAD_REDUCE_BYTES[plan.get("grad_reduce_dtype") or "fp32"])
-    hbm_bw = row["hbm_gb_per_s"] * 1e9 * float(eff.hbm_efficiency)
+    with np.errstate(over="ignore"):       # a rate near the float maximum saturates to inf
+        hbm_bw = row["hbm_gb_per_s"] * 1e9 * float(eff.hbm_efficiency)
     parts, macs = energy_parts(mg, row, energy, plans=view,
                                global_batch=int(plan["global_batch"]), grad_bytes=grad,
                                hbm_bw=hbm_bw)
