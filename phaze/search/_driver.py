@@ -455,8 +455,8 @@ def _run(settings, archs, ids, chunk_archs, journal, inputs, model_list, skipped
         journal.finish(summary, model_names)
         if journal.format == ".json":
             _files.save_json(journal.path, summary, result.top_rows())
-        elif journal.format == ".parquet":
-            _files.save_parquet(journal.path, table, summary)
+        elif journal.format == ".parquet":    # from the sorted rows file, batch by batch
+            _files.save_parquet_rows(journal.path, journal.rows_path, summary)
     return result
 
 

@@ -589,22 +589,99 @@ def table_digest(table: dict) -> str:
     return hashlib.blake2b(table_csv(table, header=True).encode(), digest_size=16).hexdigest()
 
 
-def save_parquet(path, table: dict, summary: dict) -> None:
-    """A .parquet result: every row, the summary as JSON in the schema metadata (key 'phaze')."""
+def _pyarrow():
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError("saving .parquet needs pyarrow: pip install 'phaze[parquet]'") from None
+    return pa, pq
+
+
+def _arrow_table(pa, table: dict):
     arrays = {}
     for name, dt in TABLE_COLUMNS:
         col = np.asarray(table[name])
         arrays[name] = pa.array(col.tolist() if dt is object else col)
-    tab = pa.table(arrays)
-    tab = tab.replace_schema_metadata({b"phaze": json.dumps(json_safe(summary)).encode(),
-                                       b"phaze_digest": table_digest(table).encode()})
+    return pa.table(arrays)
+
+
+def _parquet_metadata(summary: dict, digest: str) -> dict:
+    return {b"phaze": json.dumps(json_safe(summary)).encode(), b"phaze_digest": digest.encode()}
+
+
+def save_parquet(path, table: dict, summary: dict) -> None:
+    """A .parquet result: every row, the summary as JSON in the schema metadata (key 'phaze')."""
+    pa, pq = _pyarrow()
+    tab = _arrow_table(pa, table).replace_schema_metadata(
+        _parquet_metadata(summary, table_digest(table)))
     tmp = Path(str(path) + ".tmp")
     pq.write_table(tab, tmp)
+    os.replace(tmp, path)
+
+
+#: Rows per batch (one parquet row group) when a search's sorted rows file becomes its
+#: .parquet result: the memory of the conversion, whatever the sweep's size.
+PARQUET_BATCH_ROWS = 1 << 14
+
+
+def _open_rows(rows_path):
+    rows_path = Path(rows_path)
+    opener = gzip.open if str(rows_path).lower().endswith(".gz") else open
+    return opener(rows_path, "rt", encoding="utf-8", newline="")
+
+
+def _rows_digest(rows_path) -> str:
+    """:func:`table_digest` of the table in a search's sorted rows file, from its lines: each
+    is :func:`table_csv`'s line of the row followed by the chunk column (an integer, never
+    quoted), which is cut off."""
+    with _open_rows(rows_path) as fh:
+        header = fh.readline()
+        if header != ROWS_HEADER:
+            raise ValueError(f"{rows_path}: not a rows file of this phaze (its header differs)")
+        h = hashlib.blake2b(table_csv(empty_table(), header=True).encode(), digest_size=16)
+        for line in fh:
+            h.update(line[:line.rindex(",")].encode() + b"\n")
+    return h.hexdigest()
+
+
+def _rows_batches(rows_path, batch_rows):
+    """The tables of a search's sorted rows file (``Journal.rows_path``: its header line,
+    then rows ending in the chunk column), ``batch_rows`` rows at a time; one empty table
+    when it holds no row."""
+    with _open_rows(rows_path) as fh:
+        header = fh.readline()
+        pos = {name: i for i, name in enumerate(header.rstrip("\n").split(","))}
+        batch, any_rows = [], False
+        for line in fh:
+            batch.append(line)
+            if len(batch) == batch_rows:
+                yield _parse_rows(rows_path, list(csv.reader(batch)), pos, True)
+                batch, any_rows = [], True
+        if batch or not any_rows:
+            yield (_parse_rows(rows_path, list(csv.reader(batch)), pos, True) if batch
+                   else empty_table())
+
+
+def save_parquet_rows(path, rows_path, summary: dict, *,
+                      batch_rows: int = PARQUET_BATCH_ROWS) -> None:
+    """:func:`save_parquet` of the table in a search's sorted rows file without holding
+    it: one pass for the digest (the same :func:`table_digest` of the whole table, from the
+    file's lines: :func:`_rows_digest`), one writing a row group per ``batch_rows`` rows."""
+    pa, pq = _pyarrow()
+    meta = _parquet_metadata(summary, _rows_digest(rows_path))
+    tmp = Path(str(path) + ".tmp")
+    writer = schema = None
+    try:
+        for tab in _rows_batches(rows_path, batch_rows):
+            t = _arrow_table(pa, tab)
+            if writer is None:
+                schema = t.schema.with_metadata(meta)
+                writer = pq.ParquetWriter(tmp, schema)
+            writer.write_table(t.replace_schema_metadata(meta).cast(schema))
+    finally:
+        if writer is not None:
+            writer.close()
     os.replace(tmp, path)
 
 
