@@ -13,6 +13,8 @@ the table of such a run, read back from the rows file when first used.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -140,49 +142,23 @@ class Reduced:
         return why_text(counts, {c: v[2] for c, v in ordered})
 
 
-class LazyTable(dict):
+class LazyTable(Mapping):
     """A result table read from the sorted rows file only when first used (a sweep with a
-    result file does not hold its rows; ``SearchResult.table`` of such a run)."""
+    result file does not hold its rows; ``SearchResult.table`` of such a run). A read-only
+    mapping (``keys``, ``items``, ``get``, ``in`` come from ``Mapping``)."""
 
     def __init__(self, rows_path):
-        super().__init__()
         self.rows_path = Path(rows_path)
-        self._loaded = False
 
-    def _load(self):
-        if not self._loaded:
-            self._loaded = True
-            table, _ = read_rows_csv(self.rows_path)
-            dict.update(self, table)
+    @cached_property
+    def _table(self) -> dict:
+        return read_rows_csv(self.rows_path)[0]
 
     def __getitem__(self, key):
-        self._load()
-        return dict.__getitem__(self, key)
+        return self._table[key]
 
     def __iter__(self):
-        self._load()
-        return dict.__iter__(self)
+        return iter(self._table)
 
     def __len__(self):
-        self._load()
-        return dict.__len__(self)
-
-    def __contains__(self, key):
-        self._load()
-        return dict.__contains__(self, key)
-
-    def keys(self):
-        self._load()
-        return dict.keys(self)
-
-    def items(self):
-        self._load()
-        return dict.items(self)
-
-    def values(self):
-        self._load()
-        return dict.values(self)
-
-    def get(self, key, default=None):
-        self._load()
-        return dict.get(self, key, default)
+        return len(self._table)
