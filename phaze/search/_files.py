@@ -232,16 +232,14 @@ def check_chunk_rows(chunks: dict, chunk_of_row: np.ndarray,
     found = dict(zip(ids.tolist(), counts.tolist()))
     bad, expected, got = [], 0, 0
     for cid, facts in chunks.items():
-        want = facts.get("evaluated") if isinstance(facts, dict) else None
+        want = _spill.expected_rows(facts)   # the one rule _spill.load_journal reads too
         have = found.get(int(cid), 0)
         digest = facts.get("digest") if isinstance(facts, dict) else None
         changed = (digests is not None and digest is not None
                    and digests.get(int(cid), chunk_digest([])) != digest)
-        if isinstance(want, bool) or not isinstance(want, int) or want < 0 or want != have \
-                or changed:
+        if want is None or want != have or changed:
             bad.append(int(cid))
-            expected += want if isinstance(want, int) and not isinstance(want, bool) and want > 0 \
-                else 0
+            expected += want or 0
             got += have
     return sorted(bad), expected, got
 
@@ -262,26 +260,23 @@ def _parse_column(name, texts) -> np.ndarray:
     return np.array(texts, dtype=object)
 
 
+def parse_rows_lines(path, lines, header=ROWS_HEADER) -> dict:
+    """A table of rows-file ``lines`` (each a CSV row ending in the chunk column) under
+    ``header`` (columns it lacks read as their ``LATE_COLUMNS`` value); ``path`` names the
+    file in a :class:`DamagedFile`."""
+    pos = {name: i for i, name in enumerate(header.rstrip("\n").split(","))}
+    return _parse_rows(path, list(csv.reader(lines)), pos, True)
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     _atomic_write_bytes(path, text.encode())
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write, flush to disk, then rename over ``path``: readers see the old or the new file."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk or Ctrl-C mid-write: leave the old file as it was, no stray .tmp.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write, flush to disk, then rename over ``path``: readers see the old or the new file
+    (``_spill.atomic_output``)."""
+    with _spill.atomic_output(path) as f:
+        f.write(data)
 
 
 def _os_error(exc: OSError, what: str) -> OSError:
@@ -484,10 +479,8 @@ class Journal:
         return _spill.iter_previous(self)
 
     def parse_lines(self, lines, header=ROWS_HEADER) -> dict:
-        """A table of rows-file ``lines`` (each a CSV row ending in the chunk column) under
-        ``header`` (columns it lacks read as their ``LATE_COLUMNS`` value)."""
-        pos = {name: i for i, name in enumerate(header.rstrip("\n").split(","))}
-        return _parse_rows(self.rows_path, list(csv.reader(lines)), pos, True)
+        """:func:`parse_rows_lines` of this journal's rows file."""
+        return parse_rows_lines(self.rows_path, lines, header)
 
     def write_meta_spilled(self) -> None:
         """Record the spill files of a finish under way (``_spill.finish_rows``)."""
@@ -625,42 +618,39 @@ def save_parquet(path, table: dict, summary: dict) -> None:
 PARQUET_BATCH_ROWS = 1 << 14
 
 
-def _open_rows(rows_path):
-    rows_path = Path(rows_path)
-    opener = gzip.open if str(rows_path).lower().endswith(".gz") else open
-    return opener(rows_path, "rt", encoding="utf-8", newline="")
+def _rows_lines(rows_path):
+    """(header, the other lines) of a search's sorted rows file (``_spill.spill_lines``:
+    cut at newlines only); ``ValueError`` unless its header is today's."""
+    lines = _spill.spill_lines(Path(rows_path), str(rows_path).lower().endswith(".gz"))
+    header = next(lines, "")
+    if header != ROWS_HEADER:
+        raise ValueError(f"{rows_path}: not a rows file of this phaze (its header differs)")
+    return header, lines
 
 
 def _rows_digest(rows_path) -> str:
     """:func:`table_digest` of the table in a search's sorted rows file, from its lines: each
     is :func:`table_csv`'s line of the row followed by the chunk column (an integer, never
     quoted), which is cut off."""
-    with _open_rows(rows_path) as fh:
-        header = fh.readline()
-        if header != ROWS_HEADER:
-            raise ValueError(f"{rows_path}: not a rows file of this phaze (its header differs)")
-        h = hashlib.blake2b(table_csv(empty_table(), header=True).encode(), digest_size=16)
-        for line in fh:
-            h.update(line[:line.rindex(",")].encode() + b"\n")
+    _, lines = _rows_lines(rows_path)
+    h = hashlib.blake2b(table_csv(empty_table(), header=True).encode(), digest_size=16)
+    for line in lines:
+        h.update(line[:line.rindex(",")].encode() + b"\n")
     return h.hexdigest()
 
 
 def _rows_batches(rows_path, batch_rows):
-    """The tables of a search's sorted rows file (``Journal.rows_path``: its header line,
-    then rows ending in the chunk column), ``batch_rows`` rows at a time; one empty table
-    when it holds no row."""
-    with _open_rows(rows_path) as fh:
-        header = fh.readline()
-        pos = {name: i for i, name in enumerate(header.rstrip("\n").split(","))}
-        batch, any_rows = [], False
-        for line in fh:
-            batch.append(line)
-            if len(batch) == batch_rows:
-                yield _parse_rows(rows_path, list(csv.reader(batch)), pos, True)
-                batch, any_rows = [], True
-        if batch or not any_rows:
-            yield (_parse_rows(rows_path, list(csv.reader(batch)), pos, True) if batch
-                   else empty_table())
+    """The tables of a search's sorted rows file, ``batch_rows`` rows at a time
+    (:func:`parse_rows_lines`); one empty table when it holds no row."""
+    header, lines = _rows_lines(rows_path)
+    batch, any_rows = [], False
+    for line in lines:
+        batch.append(line)
+        if len(batch) == batch_rows:
+            yield parse_rows_lines(rows_path, batch, header)
+            batch, any_rows = [], True
+    if batch or not any_rows:
+        yield parse_rows_lines(rows_path, batch, header) if batch else empty_table()
 
 
 def save_parquet_rows(path, rows_path, summary: dict, *,

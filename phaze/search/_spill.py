@@ -17,6 +17,7 @@ import heapq
 import os
 import sys
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 from ._models import RECOMPUTE_MODES
@@ -55,6 +56,36 @@ def line_key(line: str, model_index: dict) -> tuple:
 def line_chunk(line: str) -> int:
     """The chunk id of a rows-file line (its last field)."""
     return int(line.rstrip("\n").rsplit(",", 1)[1])
+
+
+@contextmanager
+def atomic_output(path: Path):
+    """A binary file written beside ``path`` (``PATH.tmp``), flushed to disk and renamed
+    over ``path`` when the block ends: readers see the old or the new file; a full disk or
+    Ctrl-C mid-write leaves the old one as it was and no stray ``.tmp``."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def spill_lines(path: Path, gz: bool):
+    """The lines of a rows or spill file (one gzip stream or plain), each cut after a
+    newline only (a field may hold other line breaks)."""
+    opener = gzip.open if gz else open
+    with opener(path, "rb") as f:  # binary: cut at newlines only
+        for raw in f:
+            yield raw.decode("utf-8")
 
 
 # -- the rows file: segments, spills, merge ------------------------------------------
@@ -116,13 +147,6 @@ def split_lines(lines, model_index, presorted=False) -> dict:
     return {g: [ln for _, ln in sorted(items)] for g, items in groups.items()}
 
 
-def _spill_lines(path: Path, gz: bool):
-    opener = gzip.open if gz else open
-    with opener(path, "rb") as f:  # binary: cut at newlines only
-        for raw in f:
-            yield raw.decode("utf-8")
-
-
 class _Sink:
     """The merged output: plain text, or one gzip stream (``gzip.compress(…, mtime=0)``'s
     bytes, written as they come)."""
@@ -174,7 +198,7 @@ def merge_spills(spills, out_path: Path, header: str, gz: bool, model_index) -> 
         while heap or i < len(pending):
             while i < len(pending) and (not heap or pending[i][0] <= heap[0][0]):
                 path = Path(pending[i][1])
-                it = _spill_lines(path, gz)
+                it = spill_lines(path, gz)
                 line = next(it, None)
                 if line is not None:
                     iters[seq], paths[seq] = it, path
@@ -299,7 +323,8 @@ def _digest_ok(facts, lines) -> bool:
     return digest is None or chunk_digest(lines) == digest
 
 
-def _expected(facts):
+def expected_rows(facts):
+    """A journal entry's row count (``evaluated``), None when it is not a count >= 0."""
     want = facts.get("evaluated") if isinstance(facts, dict) else None
     return want if isinstance(want, int) and not isinstance(want, bool) and want >= 0 else None
 
@@ -328,7 +353,7 @@ def load_journal(j, meta) -> tuple:
         if cid not in j.chunks:
             continue
         try:
-            lines = [ln for n, _, _ in names for ln in _spill_lines(j.spill_dir / n, gz)]
+            lines = [ln for n, _, _ in names for ln in spill_lines(j.spill_dir / n, gz)]
         except (OSError, EOFError, zlib.error, UnicodeDecodeError):
             lines = None
         if lines is not None and _digest_ok(j.chunks[cid], lines):
@@ -337,7 +362,7 @@ def load_journal(j, meta) -> tuple:
             keep_names.update(n for n, _, _ in names)
         else:
             bad.add(cid)
-            expected += _expected(j.chunks[cid]) or 0
+            expected += expected_rows(j.chunks[cid]) or 0
             found += len(lines or [])
     if j.spill_dir.exists():
         for p in j.spill_dir.iterdir():
@@ -347,7 +372,7 @@ def load_journal(j, meta) -> tuple:
     problems: list = []
     pending: dict = {}
     # a chunk with no rows (every point pruned) is whole from the start
-    done = {c for c, f in j.chunks.items() if c not in j.spilled and _expected(f) == 0}
+    done = {c for c, f in j.chunks.items() if c not in j.spilled and expected_rows(f) == 0}
     header = None
     segs = []
     if j.rows_path.exists():
@@ -368,7 +393,7 @@ def load_journal(j, meta) -> tuple:
                     bad.add(cid)  # rows after the chunk was whole: duplicated
                     continue
                 pending.setdefault(cid, []).append(line)
-                want = _expected(j.chunks[cid])
+                want = expected_rows(j.chunks[cid])
                 if want is not None and len(pending[cid]) >= want:
                     lines_c = pending.pop(cid)
                     done.add(cid)
@@ -391,7 +416,7 @@ def load_journal(j, meta) -> tuple:
         if cid not in j.spilled and cid not in done and cid not in bad:
             bad.add(cid)
     for cid in bad:
-        expected += _expected(j.chunks.get(cid, {})) or 0
+        expected += expected_rows(j.chunks.get(cid, {})) or 0
         j.chunks.pop(cid, None)
     good = set(j.chunks) - set(j.spilled)
     # keep the longest run of segments holding only good chunks' rows; rewrite if any good
@@ -445,32 +470,21 @@ def _rewrite(j, good) -> None:
     """Rewrite the rows file with the rows of chunks ``good`` alone (one segment per old
     segment: a copy, so this needs the kept rows' size free; only for a file damaged in
     the middle)."""
-    tmp = j.rows_path.with_name(j.rows_path.name + ".tmp")
     segments = []
     problems: list = []
-    try:
-        with open(tmp, "wb") as out:
-            data = ROWS_HEADER.encode()
-            out.write(gzip.compress(data, mtime=0) if j.gz else data)
-            segments.append((0, out.tell(), True))
-            if j.rows_path.exists():
-                for _, _, lines, has_header in iter_segments(j.rows_path, j.gz, problems):
-                    keep = [ln for ln in (lines[1:] if has_header else lines)
-                            if _safe_chunk(ln) in good]
-                    if keep:
-                        data = "".join(keep).encode()
-                        start = out.tell()
-                        out.write(gzip.compress(data, mtime=0) if j.gz else data)
-                        segments.append((start, out.tell(), False))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, j.rows_path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_output(j.rows_path) as out:
+        data = ROWS_HEADER.encode()
+        out.write(gzip.compress(data, mtime=0) if j.gz else data)
+        segments.append((0, out.tell(), True))
+        if j.rows_path.exists():
+            for _, _, lines, has_header in iter_segments(j.rows_path, j.gz, problems):
+                keep = [ln for ln in (lines[1:] if has_header else lines)
+                        if _safe_chunk(ln) in good]
+                if keep:
+                    data = "".join(keep).encode()
+                    start = out.tell()
+                    out.write(gzip.compress(data, mtime=0) if j.gz else data)
+                    segments.append((start, out.tell(), False))
     j.segments = segments
 
 
@@ -487,7 +501,7 @@ def iter_previous(j):
     table_of = j.parse_lines
 
     for cid, files in sorted(j.spilled.items()):
-        lines = [ln for f in files for ln in _spill_lines(j.spill_dir / f[0], j.gz)]
+        lines = [ln for f in files for ln in spill_lines(j.spill_dir / f[0], j.gz)]
         yield cid, table_of(lines)
     pending: dict = {}
     source = j.rows_path
@@ -502,7 +516,7 @@ def iter_previous(j):
             if cid not in j.chunks or cid in j.spilled:
                 continue
             pending.setdefault(cid, []).append(line)
-            if len(pending[cid]) == _expected(j.chunks[cid]):
+            if len(pending[cid]) == expected_rows(j.chunks[cid]):
                 yield cid, table_of(pending.pop(cid))
     if j.legacy_path is not None:
         j.legacy_path.unlink()  # every kept chunk is in the rows file again (the caller's)
