@@ -159,12 +159,11 @@ def die_area_mm2(archs, *, process_nm, hbm_stacks=None, hbm_kind="HBM2"):
         if stacks.size != n or np.any(~np.isfinite(stacks)) or np.any(stacks < 0):
             raise ValueError(f"hbm_stacks must be a count >= 0, scalar or one per row ({n})")
     phy = stacks * HBM_PHY_MM2_PER_STACK
-    with np.errstate(over="ignore"):     # a rate near the float maximum: inf mm², no warning
+    with np.errstate(over="ignore", invalid="ignore"):   # a rate near the float maximum:
         serdes = (rows["link_gb_per_s"] + rows["net_gb_per_s"]) * SERDES_MM2_PER_GB_PER_S
-        inner = tensor + vector + buffer + phy + serdes
+        inner = tensor + vector + buffer + phy + serdes     # inf mm², no warning
         total = inner / (1.0 - UNCORE_FRACTION)
-    uncore = np.where(np.isfinite(inner), total - np.where(np.isfinite(inner), inner, 0.0),
-                      np.inf)
+        uncore = np.where(np.isfinite(inner), total - inner, np.inf)
     breakdown = dict(tensor_mm2=tensor, vector_mm2=vector, buffer_mm2=buffer, hbm_phy_mm2=phy,
                      serdes_mm2=serdes, uncore_mm2=uncore)
     return total, breakdown
