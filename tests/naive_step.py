@@ -410,7 +410,9 @@ def step_time(plan, cell, stages, lt, rp, sz, kind_prefix, slots, bd):
             crit = r
     slot = slots[crit, 0]
     steady = m * slot
-    bubble = (p - 1) * slot / v
+    # one fill and drain per pipeline schedule: m / mp of them (mp = 0: one per step)
+    passes = m // (plan["mp"] if plan["mp"] > 0 else m)
+    bubble = passes * ((p - 1) * slot / v)
     # -- data-parallel reduction, tied-embedding all-reduce, optimizer ---------------
     dp_s = 0.0
     upd = 0.0
@@ -479,7 +481,7 @@ def stage_memory(r, plan, sz, kind_prefix, out):
     ranks and the routed experts' over the cp·d/ep expert-data-parallel ranks."""
     p = plan["p"]
     v = plan["v"]
-    m = plan["m"]
+    m = plan["mp"] if plan["mp"] > 0 else plan["m"]   # in flight: one schedule's at most
     ep = plan["ep"]
     n_layers = plan["n_layers"]
     zero = plan["zero"]

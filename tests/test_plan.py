@@ -133,7 +133,7 @@ def _bad(knob):
     if knob.type is bool:
         return "yes"
     if knob.type is int:
-        return 7 if knob.choices else 0
+        return 7 if knob.choices else knob.minimum - 1 if knob.minimum is not None else 0
     if knob.type is float:
         return -1.0
     return "bogus"

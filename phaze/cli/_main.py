@@ -422,8 +422,11 @@ def _add_evaluate_arguments(p) -> None:
 
 
 #: evaluate's options of the training-step model alone (phaze.plan.STRATEGY), in the
-#: order of the search's grids.
-_EVALUATE_KNOBS = tuple(n for n in _plan.GRIDS if n in _plan.STRATEGY)
+#: order of the search's grids, then those the search does not take (the pipeline split
+#: and the microbatches per pipeline schedule), in table order.
+_EVALUATE_KNOBS = (tuple(n for n in _plan.GRIDS if n in _plan.STRATEGY)
+                   + tuple(n for n in _plan.STRATEGY if n not in _plan.GRIDS
+                           and _plan.KNOB[n].flags and _plan.KNOB[n].search is None))
 
 
 def _given_for_study(name, value) -> bool:

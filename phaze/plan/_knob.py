@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from .._validate import positive_float, positive_int, show
+from .._validate import nonneg_int, positive_float, positive_int, show
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +119,8 @@ class Knob:
                         value, (int, np.integer)) or int(value) not in self.choices:
                     raise ValueError(f"{field} must be {self.rule}, got {show(value)}")
                 return int(value)
-            return positive_int(field, value)
+            return (nonneg_int(field, value) if self.minimum == 0
+                    else positive_int(field, value))
         if self.type is float:
             return positive_float(field, value)
         if isinstance(value, str) and value in self.choices:

@@ -11,6 +11,7 @@ import numpy as np
 from .. import precision as _precision
 from ._knob import Knob, Rule, Trainer
 from ._rows import _ROWS
+from ._torchtitan import stages_expressible as _tt_stages_expressible, units as _tt_units
 
 
 _MEGATRON_CORE = "Megatron-Core"
@@ -127,7 +128,7 @@ KNOBS = (
     _ROWS["reshard_after_forward"],
     _ROWS["tp_comm_overlap"], _ROWS["grad_reduce_dtype"],
     _ROWS["optimizer"], _ROWS["optimizer_state_dtype"],
-    _ROWS["moe_dispatcher"], _ROWS["pipeline_split"],
+    _ROWS["moe_dispatcher"], _ROWS["pipeline_split"], _ROWS["pipeline_microbatches"],
 )
 
 #: Knob by name.
@@ -351,6 +352,12 @@ RULES = (
          and not v["overlap_grad_reduce"] and not _torch_fsdp2(v),
          lambda v: "Megatron-LM overlaps the parameter gathers (--overlap-param-gather) only "
                    "together with the gradient reduction: turn overlap_grad_reduce on"),
+    # torchtitan's and NeMo AutoModel's one schedule per local batch (pipeline_microbatches)
+    *(Rule(tr, "layout", ("pipeline_microbatches", "pipeline_parallel", "microbatch",
+                          "data_parallel", "global_batch"), lambda v: _per_local_batch(v),
+           lambda v, n=name: f"{n} runs the step's {_microbatches(v)} microbatches in one "
+                             f"pipeline schedule, not {v['pipeline_microbatches']} per schedule")
+      for tr, name in (("megatron-lm", "Megatron-LM"), ("deepspeed", "Megatron-DeepSpeed"))),
     Rule("deepspeed", "emit", ("expert_parallel", "context_parallel"),
          lambda v: v["expert_parallel"] > 1 or v["context_parallel"] > 1 or v.get("moe", False),
          lambda v: "the Megatron-DeepSpeed arguments written here have no mixture of experts, "
@@ -501,6 +508,12 @@ PARAMETER_DTYPE = {d: ("fp16" if d == "fp16" else "bf16") for d in _precision.DT
 def _microbatches(v) -> int:
     """Microbatches per pipeline per batch: B / (b·d)."""
     return v["global_batch"] // (v["microbatch"] * v["data_parallel"])
+
+
+def _per_local_batch(v) -> bool:
+    """Whether the plan runs more than one pipeline schedule per step."""
+    n = v.get("pipeline_microbatches") or 0
+    return v["pipeline_parallel"] > 1 and n not in (0, _microbatches(v))
 
 
 def _values(values: dict) -> dict:
@@ -689,29 +702,16 @@ def _tt_data_parallel(v) -> list:
 
 def _tt_microbatch(v) -> list:
     if v["pipeline_parallel"] > 1:
-        return [("training.local_batch_size", v["global_batch"] // v["data_parallel"]),
+        per = v.get("pipeline_microbatches") or _microbatches(v)  # one schedule's
+        return [("training.local_batch_size", per * v["microbatch"]),
                 ("parallelism.pipeline_parallel_microbatch_size", v["microbatch"])]
     return [("training.local_batch_size", v["microbatch"])]
-
-
-def _tt_units(v) -> int:
-    """The units torchtitan splits over the stages: the layers, and the embedding and head
-    one each with ``account_for_embedding`` (first/last_stage_less_layers = 1)."""
-    return v["n_layers"] + 2 * int(bool(v.get("account_for_embedding")))
 
 
 def _uneven_remainder_first(v) -> int:
     """Chunks the remainder_first split gives one more unit (0: none, or another split)."""
     return (_tt_units(v) % (v["pipeline_parallel"] * v["virtual_stages"])
             if v["pipeline_parallel"] > 1 and v.get("pipeline_split") == "remainder_first" else 0)
-
-
-def _tt_stages_expressible(v) -> bool:
-    """torchtitan's layers_per_stage x = ceil(U/(p·v)) makes ceil(U/x) = p·v stages, each
-    of one unit or more (its checks: no empty stage, less_layers ≤ U // (p·v))."""
-    units, stages = _tt_units(v), v["pipeline_parallel"] * v["virtual_stages"]
-    x = -(-units // stages)
-    return -(-units // x) == stages and units // stages >= 1
 
 
 def _tt_pipeline(v) -> list:

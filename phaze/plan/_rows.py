@@ -129,7 +129,7 @@ _ROWS["account_for_embedding"] = Knob(
 _ROWS["pipeline_split"] = Knob(
     "pipeline_split", str, "even", "one of even, remainder_first",
     choices=("even", "remainder_first"), flags=("--pipeline-split",), study="even",
-    calibrated_only=True, study_lacks="uneven pipeline split",
+    calibrated_only=True, study_lacks="uneven pipeline split", title="pipeline split",
     file_key="pipeline_split", file_rank=27, file_optional=True,
     trace_values=("even",),
     trace_note="phaze trace draws even pipeline splits only",
@@ -141,6 +141,33 @@ _ROWS["pipeline_split"] = Knob(
     megatron="",
     deepspeed="",
     torchtitan="--parallelism.pipeline_parallel_layers_per_stage ceil(units / (p·v))")
+
+# Sources: torchtitan torchtitan/train.py (forward_backward_step once per gradient-
+# accumulation step, each running the pipeline schedule over local_batch_size /
+# pipeline_parallel_microbatch_size microbatches); NeMo AutoModel
+# examples/benchmark/benchmark_recipe.py and examples/benchmarking/benchmark.py (the
+# ``for ga_step_idx in range(ga_steps)`` loop, pp_schedule.step per local batch; ga_steps =
+# global / (local × dp)); Megatron-LM's schedules run all microbatches of a step in one
+# schedule (megatron/core/pipeline_parallel/schedules.py, num_microbatches);
+# docs/fidelity-sources.md §10.6 "Pipeline schedules per local batch".
+_ROWS["pipeline_microbatches"] = Knob(
+    "pipeline_microbatches", int, 0,
+    "0 (every microbatch of the step in one pipeline schedule) or a positive integer",
+    minimum=0, flags=("--pipeline-microbatches",), metavar="N", study=0,
+    calibrated_only=True, study_lacks="pipeline schedules per local batch",
+    title="microbatches per pipeline schedule (0: all)",
+    file_key="pipeline_microbatches", file_rank=28, file_optional=True,
+    trace_values=(0,),
+    trace_note="phaze trace draws one pipeline schedule per step only",
+    help="microbatches one pipeline schedule runs: 0 (default) all B/(b·d) of the step in "
+         "one schedule (Megatron-LM), or N dividing them, the schedule, with its fill and "
+         "drain, run B/(b·d·N) times (torchtitan and NeMo AutoModel run one schedule per "
+         "local batch of N microbatches and accumulate over the rest; calibrated model "
+         "only)",
+    megatron="",
+    deepspeed="",
+    torchtitan="--training.local_batch_size N·b (p > 1; gradient accumulation = "
+               "B/(N·b·d))")
 
 _ROWS["precision"] = Knob(
     "precision", str, "bf16", "one of " + ", ".join(_precision.DTYPES),

@@ -66,6 +66,21 @@ FLAVORS = {
 CONFIG_FILE = "phaze_torchtitan.toml"
 
 
+def units(v) -> int:
+    """The units torchtitan splits over the stages of a plan's knob values ``v``: the
+    layers, and the embedding and head one each with ``account_for_embedding``
+    (first/last_stage_less_layers = 1)."""
+    return v["n_layers"] + 2 * int(bool(v.get("account_for_embedding")))
+
+
+def stages_expressible(v) -> bool:
+    """torchtitan's layers_per_stage x = ceil(U/(p·v)) makes ceil(U/x) = p·v stages, each
+    of one unit or more (its checks: no empty stage, less_layers ≤ U // (p·v))."""
+    n, stages = units(v), v["pipeline_parallel"] * v["virtual_stages"]
+    x = -(-n // stages)
+    return -(-n // x) == stages and n // stages >= 1
+
+
 def flavor(spec):
     """torchtitan's (model name, flavor) of the ModelSpec ``spec``, or None when it has
     none (matched by shape; a mixture of experts or latent attention never matches)."""

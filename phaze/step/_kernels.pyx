@@ -49,8 +49,11 @@ structs that read them; the import checks that each dtype is its struct's layout
   layers and of the embedding and head (``state_bytes``, ``state_bytes_eh``: 12 for Adam's
   fp32 master weights and moments; Muon keeps one momentum and runs Adam on the embedding
   and head) and its HBM bytes per parameter of the embedding and head (``opt_bytes_eh``;
-  ``opt_bytes`` the layers'), and the MoE token dispatcher (``dispatch``: 0 Megatron-Core's
-  all-to-all, 1 DeepEP).
+  ``opt_bytes`` the layers'), the MoE token dispatcher (``dispatch``: 0 Megatron-Core's
+  all-to-all, 1 DeepEP), and the microbatches one pipeline schedule runs (``mp``: 0 = all
+  m of the step, Megatron-LM's one schedule per step; else a divisor of m, the schedule
+  run m/mp times, torchtitan's and NeMo AutoModel's one schedule per local batch:
+  :func:`pipeline_passes`).
 - :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
   Megatron's rank layout on the row's nodes (``geometry``, ``group_geometry``):
   per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
@@ -126,7 +129,7 @@ PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8
                  ("rec_mode", "i8"), ("sp", "u1"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
                  ("n_tiny", "i8"), ("grad_bytes", "i8"), ("opg", "u1"), ("reshard", "u1"),
                  ("acct", "i8"), ("state_bytes", "f8"), ("state_bytes_eh", "f8"),
-                 ("opt_bytes_eh", "f8"), ("dispatch", "u1")])
+                 ("opt_bytes_eh", "f8"), ("dispatch", "u1"), ("mp", "i8")])
 #: Megatron's rank layout per stage (see the module docstring).
 STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
                                       "edp_nodes")))
@@ -218,6 +221,7 @@ cdef packed struct Plan:
     double state_bytes_eh
     double opt_bytes_eh
     unsigned char dispatch
+    int64_t mp
 
 cdef packed struct StageNodes:
     int64_t mask
@@ -758,6 +762,19 @@ cdef double optimizer_seconds(int64_t r, const Plan* plan, int64_t dn, int64_t e
     return x + ns
 
 
+cdef inline int64_t pass_microbatches(const Plan* plan) noexcept nogil:
+    """Microbatches one pipeline schedule runs: ``mp``, or all m when 0 (one schedule per
+    step)."""
+    return plan.mp if plan.mp > 0 else plan.m
+
+
+cdef inline int64_t pipeline_passes(const Plan* plan) noexcept nogil:
+    """Pipeline schedules per step: m / ``mp`` (torchtitan and NeMo AutoModel run one
+    schedule, with its fill and drain, per local batch of a gradient-accumulation step;
+    Megatron-LM one per step)."""
+    return plan.m // pass_microbatches(plan)
+
+
 cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNodes* stages,
                         const LayerTimes* lt, const RowParams* rp, const Sizes* sz,
                         const int64_t* kind_prefix, double* slots, Breakdown* bd) noexcept nogil:
@@ -808,7 +825,8 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
             crit = r
     slot = slots[6 * crit]
     steady = <double>m * slot
-    bubble = <double>(p - 1) * slot / <double>v
+    # one fill and drain per pipeline schedule (pipeline_passes: 1 for Megatron-LM)
+    bubble = <double>pipeline_passes(plan) * (<double>(p - 1) * slot / <double>v)
     # -- data-parallel reduction, tied-embedding all-reduce, optimizer ---------------
     dp_s = 0.0
     upd = 0.0
@@ -863,7 +881,8 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     GPU") into ``out``; returns their total (all but the count in flight and the layer
     state). ZeRO shards the dense parameters' state over the cp·d ranks and the routed
     experts' over the cp·d/ep expert-data-parallel ranks."""
-    cdef int64_t p = plan.p, v = plan.v, m = plan.m, ep = plan.ep
+    # the microbatches in flight are bounded by one schedule's (pass_microbatches)
+    cdef int64_t p = plan.p, v = plan.v, m = pass_microbatches(plan), ep = plan.ep
     cdef int64_t n_layers = plan.n_layers, zero = plan.zero
     cdef int64_t gb = plan.grad_bytes   # the gradient buffer's bytes per parameter
     cdef int64_t D = plan.cp * plan.d

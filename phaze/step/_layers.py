@@ -355,7 +355,7 @@ def kind_prefix(m_spec) -> np.ndarray:
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
                  precision, grad_reduce_dtype="fp32", opg=False, reshard=True,
                  acct=False, optimizer="adam", optimizer_state_dtype="fp32",
-                 moe_dispatcher="alltoall") -> np.ndarray:
+                 moe_dispatcher="alltoall", mp=0) -> np.ndarray:
     """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
     (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
     parameter, its kernels and its tiny all-reduces follow from them;
@@ -365,12 +365,13 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
     the pipeline split counting the embedding and loss as layers; ``optimizer`` and
     ``optimizer_state_dtype`` the state and HBM bytes per parameter, ``_optim``: the
     embedding and head always run Adam; ``moe_dispatcher`` "alltoall" (Megatron-Core's) or
-    "deepep")."""
+    "deepep"; ``mp`` the microbatches one pipeline schedule runs, 0 = all m (the knob
+    ``pipeline_microbatches``))."""
     cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp, opg, reshard,
-                               acct)
+                               acct, mp)
     out = np.zeros(cols[0].shape, dtype=kern.PLAN)
     for name, col in zip(("p", "t", "d", "cp", "ep", "v", "m", "n_layers", "zero", "ogr",
-                          "sp", "opg", "reshard", "acct"), cols):
+                          "sp", "opg", "reshard", "acct", "mp"), cols):
         out[name] = col
     out["rec_mode"] = RECOMPUTE_CODES[recompute]
     copy = OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype]

@@ -593,6 +593,14 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
         if m % p:
             return _not("infeasible", f"interleaved 1F1B needs the microbatches per pipeline "
                                       f"({m}) divisible by p = {p}", plan)
+    mp = pl.pipeline_microbatches
+    if mp and m % mp:
+        return _not("infeasible", f"pipeline_microbatches {mp} does not divide the {m} "
+                                  f"microbatches per pipeline (global batch / (microbatch × "
+                                  f"data parallel))", plan)
+    if mp and v > 1 and mp % p:
+        return _not("infeasible", f"interleaved 1F1B needs the microbatches of each pipeline "
+                                  f"schedule ({mp}) divisible by p = {p}", plan)
     if sp and (m_spec.seq_len // cp) % t:
         return _not("infeasible", f"sequence parallelism needs the sequence ({m_spec.seq_len}) "
                                   f"divisible by tensor parallel {t}"
@@ -613,7 +621,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
                                     bool(overlap_grad_reduce), recompute, sp, precision,
                                     pl.grad_reduce_dtype, bool(pl.overlap_param_gather),
                                     bool(pl.reshard_after_forward), acct, pl.optimizer,
-                                    pl.optimizer_state_dtype, pl.moe_dispatcher).reshape(1)
+                                    pl.optimizer_state_dtype, pl.moe_dispatcher,
+                                    mp).reshape(1)
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)
     cell = np.zeros(1, dtype=_kern.CELL_NODES)
     _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell)
