@@ -70,6 +70,7 @@ import numpy as np
 
 from . import _catalog, dtype_rates, rules
 from ._efields import EFFICIENCY_DTYPE
+from ._node import TEMPLATE_PROCESS_NM
 from ._fields import (CHIP_FIELDS, FIELDS, KNOB_UNITS, MAX_INT, OPTIONAL_NUMBERS,
                       TOPOLOGIES, check_fields, check_value, read_file)
 from ._rows import ARCH_DTYPE, KNOBS, build_rows, validate
@@ -247,6 +248,12 @@ class Chip:
         ``dtype_rates.for_rows`` of the row. A chip without fp8 tensor cores refuses fp8
         (``ValueError``, one sentence)."""
         return dtype_rates.tensor_rate(dtype, self.rates, self.name, self.resolved_formats)
+
+    @property
+    def priced_process_nm(self):
+        """The process node, nm, its energy, die area and price are formed at: its own
+        ``process_nm``, else the template's (``TEMPLATE_PROCESS_NM``)."""
+        return self.process_nm or TEMPLATE_PROCESS_NM
 
     @property
     def gemm_rates_measured(self) -> bool:

@@ -47,10 +47,9 @@ def row_chips(archs) -> list:
 
 
 def _node_nm(chip):
-    """The node a row is priced at: a preset's own (as ``step.chip_energy`` takes it),
-    else :data:`SEARCH_PROCESS_NM`."""
-    return SEARCH_PROCESS_NM if chip is None else (chip.process_nm
-                                                   or _arch.TEMPLATE_PROCESS_NM)
+    """The node a row is priced at: a preset's own (``Chip.priced_process_nm``, as
+    ``step.chip_energy`` takes it), else :data:`SEARCH_PROCESS_NM`."""
+    return SEARCH_PROCESS_NM if chip is None else chip.priced_process_nm
 
 
 def chip_costs(archs, area_mm2, hbm_gib) -> np.ndarray:
@@ -81,9 +80,7 @@ class ChunkPower:
         self.archs = archs
         eff = _efficiency.for_rows(archs)
         self.tile_efficiency = np.asarray(eff["tile_efficiency"], dtype=np.float64)
-        with np.errstate(over="ignore"):   # a rate near the float maximum saturates to inf
-            self.hbm_bw = (np.asarray(archs["hbm_gb_per_s"], dtype=np.float64) * 1e9
-                           * np.asarray(eff["hbm_efficiency"], dtype=np.float64))
+        self.hbm_bw = step.bytes_per_s(eff["hbm_efficiency"], archs["hbm_gb_per_s"])
         self.energy = np.empty(len(archs), dtype=_arch.ENERGY_DTYPE)
         self.area_mm2 = np.empty(len(archs))
         for same, chip in row_chips(archs):

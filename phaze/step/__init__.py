@@ -14,11 +14,11 @@ from ._model import (OPTIMIZER_BYTES_PER_PARAM, PLAN_DTYPE, PLAN_REASONS, Memory
                      ring_allreduce_seconds, stage_layers, step_lower_bounds, training_step)
 from ._energy import (ENERGY_PARTS, chip_energy, clock_share, energy_parts, layer_sums,
                       plan_power, power_capped, take_sums, template_cap)
-from ._layers import GRAD_REDUCE_BYTES
+from ._layers import GRAD_REDUCE_BYTES, bytes_per_s
 from ._plans import (LayerTable, context_parallel_grid, expert_parallel_grid, layer_table,
                      plan_view, step_view, variant_graph)
 
-__all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
+__all__ = ["OPTIMIZER_BYTES_PER_PARAM", "bytes_per_s", "StepBreakdown", "MemoryBreakdown", "StepResult",
            "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
            "PLAN_DTYPE", "PLAN_REASONS", "best_plans", "step_lower_bounds",
            "context_parallel_grid", "expert_parallel_grid", "LayerTable", "layer_table",

@@ -58,6 +58,7 @@ from .. import arch as _arch
 from .. import collectives, cost, graph, precision as _precision
 from .._cache import Memo
 from . import _plans
+from . import _layers
 from ._layers import GRAD_REDUCE_BYTES
 
 #: The parts of a step's energy, in the order ``energy_parts`` returns them.
@@ -318,7 +319,7 @@ def chip_energy(chip, rows=None):
     kinds of its memory and fabric, the template's where it gives none; of ``rows`` (rows
     equal to the chip's, e.g. a search's) when given, else of its own row."""
     return _arch.energy_rows(chip.row if rows is None else rows,
-                             process_nm=chip.process_nm or _arch.TEMPLATE_PROCESS_NM,
+                             process_nm=chip.priced_process_nm,
                              hbm_kind=chip.hbm_kind, link_kind=chip.link_kind,
                              net_kind=chip.net_kind)
 
@@ -337,8 +338,7 @@ def plan_power(m_spec, chip, plan, breakdown, time_s, *, max_power_w=None):
     eff = chip.efficiency_set()
     energy = chip_energy(chip)
     grad = float(GRAD_REDUCE_BYTES[plan.get("grad_reduce_dtype") or "fp32"])
-    with np.errstate(over="ignore"):       # a rate near the float maximum saturates to inf
-        hbm_bw = row["hbm_gb_per_s"] * 1e9 * float(eff.hbm_efficiency)
+    hbm_bw = _layers.bytes_per_s(eff.hbm_efficiency, row["hbm_gb_per_s"])
     parts, macs = energy_parts(mg, row, energy, plans=view,
                                global_batch=int(plan["global_batch"]), grad_bytes=grad,
                                hbm_bw=hbm_bw)

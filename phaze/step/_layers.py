@@ -118,9 +118,11 @@ def efficiency_rows(efficiency, archs) -> np.ndarray:
     return _efficiency.rows(efficiency, archs.shape[0])
 
 
-def _bytes_per_s(efficiency, gb_per_s) -> np.ndarray:
+def bytes_per_s(efficiency, gb_per_s) -> np.ndarray:
     """(η · GB/s) · 10⁹ per row, +inf where the product would pass the float maximum (a
-    chip file's rate near it): the value the overflow would give, formed without one."""
+    chip file's rate near it): the value the overflow would give, formed without one. The
+    one form of an achievable bandwidth (the kernels' ``ROW_PARAMS``, the energy model's
+    optimizer traffic, the search's power columns)."""
     eta_gb = np.asarray(efficiency, dtype=np.float64) * np.asarray(gb_per_s, dtype=np.float64)
     fits = eta_gb <= np.finfo(np.float64).max / 1e9
     return np.multiply(eta_gb, 1e9, out=np.full(eta_gb.shape, np.inf), where=fits)
@@ -134,7 +136,7 @@ def row_params(archs, eff_rows) -> np.ndarray:
     rp["link_step_s"] = eff_rows["link_step_s"]
     rp["net_step_s"] = eff_rows["net_step_s"]
     for bw, field in (("link_bw", "link"), ("net_bw", "net"), ("hbm_bw", "hbm")):
-        rp[bw] = _bytes_per_s(eff_rows[f"{field}_efficiency"], archs[f"{field}_gb_per_s"])
+        rp[bw] = bytes_per_s(eff_rows[f"{field}_efficiency"], archs[f"{field}_gb_per_s"])
     rp["launch_s"] = eff_rows["launch_s"]
     return rp
 
