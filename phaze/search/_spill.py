@@ -109,15 +109,31 @@ def read_segment(path: Path, start: int, end: int, gz: bool) -> list:
     return _lines(data.decode("utf-8"))
 
 
+def encode(text: str, gz: bool) -> bytes:
+    """``text`` as a rows or spill file stores it: UTF-8, as one gzip member
+    (``mtime=0``: the same bytes every run) when ``gz``."""
+    data = text.encode()
+    return gzip.compress(data, mtime=0) if gz else data
+
+
+def _synced_truncate(path: Path, size: int, tail: bytes = b"") -> None:
+    """Cut ``path`` to ``size`` bytes, append ``tail`` and flush it to disk."""
+    with open(path, "r+b") as f:
+        f.truncate(size)
+        if tail:
+            f.seek(size)
+            f.write(tail)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def spill_name(cid: int, model: int, seq: int, gz: bool) -> str:
     return f"c{cid:06d}.m{model:03d}.s{seq:06d}.csv" + (".gz" if gz else "")
 
 
 def write_spill(folder: Path, name: str, lines: list, gz: bool) -> None:
     """One sorted spill file, flushed to disk."""
-    data = "".join(lines).encode()
-    if gz:
-        data = gzip.compress(data, mtime=0)
+    data = encode("".join(lines), gz)
     with open(folder / name, "wb") as f:
         f.write(data)
         f.flush()
@@ -437,19 +453,15 @@ def load_journal(j, meta) -> tuple:
         j.legacy_path = j.rows_path.with_name(j.rows_path.name + ".legacy")
         os.replace(j.rows_path, j.legacy_path)
         j.legacy_header = header
-        data = ROWS_HEADER.encode()
         with open(j.rows_path, "wb") as f:
-            f.write(gzip.compress(data, mtime=0) if gz else data)
+            f.write(encode(ROWS_HEADER, gz))
             f.flush()
             os.fsync(f.fileno())
         j.segments = [(0, os.path.getsize(j.rows_path), True)]
     elif header_ok and covered >= good:
         segs_kept = [s for s in segs if s[1] <= cut]
         if os.path.getsize(j.rows_path) != cut:
-            with open(j.rows_path, "r+b") as f:
-                f.truncate(cut)
-                f.flush()
-                os.fsync(f.fileno())
+            _synced_truncate(j.rows_path, cut)
         j.segments = [(s, e, has_h) for s, e, _, has_h in segs_kept]
     else:
         _rewrite(j, good)
@@ -473,17 +485,15 @@ def _rewrite(j, good) -> None:
     segments = []
     problems: list = []
     with atomic_output(j.rows_path) as out:
-        data = ROWS_HEADER.encode()
-        out.write(gzip.compress(data, mtime=0) if j.gz else data)
+        out.write(encode(ROWS_HEADER, j.gz))
         segments.append((0, out.tell(), True))
         if j.rows_path.exists():
             for _, _, lines, has_header in iter_segments(j.rows_path, j.gz, problems):
                 keep = [ln for ln in (lines[1:] if has_header else lines)
                         if _safe_chunk(ln) in good]
                 if keep:
-                    data = "".join(keep).encode()
                     start = out.tell()
-                    out.write(gzip.compress(data, mtime=0) if j.gz else data)
+                    out.write(encode("".join(keep), j.gz))
                     segments.append((start, out.tell(), False))
     j.segments = segments
 
@@ -562,13 +572,9 @@ def finish_rows(j, model_names) -> None:
             j.spilled.setdefault(cid, []).extend(files)
             j.spills += [(tuple(f[1]), j.spill_dir / f[0], tuple(f[2])) for f in files]
         j.write_meta_spilled()
-        with open(j.rows_path, "r+b") as f:
-            f.truncate(0 if has_header else start)
-            if has_header:  # an older file's header member held rows: the header alone
-                data = ROWS_HEADER.encode()
-                f.write(gzip.compress(data, mtime=0) if gz else data)
-            f.flush()
-            os.fsync(f.fileno())
+        # an older file's header member held rows: the header alone stays
+        _synced_truncate(j.rows_path, 0 if has_header else start,
+                         encode(ROWS_HEADER, gz) if has_header else b"")
         j.segments.pop()
         if has_header:
             break
