@@ -52,8 +52,12 @@ def test_die_area_by_hand():
     total, b = arch.die_area_mm2(row(), process_nm=7)
     assert b["tensor_mm2"][0] == pytest.approx(8 * 12.899083068 * 16.5 / 91.2)
     assert b["buffer_mm2"][0] == pytest.approx(175.423 * 0.027 / 0.092)
-    assert b["hbm_phy_mm2"][0] == pytest.approx(4 * 12.0)
-    assert b["serdes_mm2"][0] == pytest.approx(100 * 0.6 / 14)
+    # LLMCompass (ISCA 2024) Table II: per 1,024-bit HBM interface a 10.45 mm² PHY (fixed) and a
+    # 552.743 M-transistor controller at the node's density (N7 91.2 MTr/mm²); 4 stacks.
+    assert b["hbm_phy_mm2"][0] == pytest.approx(4 * (10.45 + 552.743 / 91.2))
+    # NVLink3 link of A100 (25 GB/s per direction): PHY 1.888 mm², controller 74.632 M
+    # transistors; 50 + 50 GB/s of link and network.
+    assert b["serdes_mm2"][0] == pytest.approx(100 * (1.888 / 25 + 74.632 / 25 / 91.2))
     inner = sum(v[0] for k, v in b.items() if k != "uncore_mm2")
     assert total[0] == pytest.approx(inner / 0.8)
     assert total[0] == pytest.approx(sum(v[0] for v in b.values()))
@@ -61,6 +65,13 @@ def test_die_area_by_hand():
     t22, b22 = arch.die_area_mm2(row(), process_nm=22)
     assert b22["tensor_mm2"][0] + b22["vector_mm2"][0] + b22["buffer_mm2"][0] == pytest.approx(
         row()["area_mm2"][0])
+
+
+def test_node_energy_4nm_from_n4p():
+    # TSMC N4P: 22 % better power efficiency than N5 -> 4 nm = 0.0708 / 1.22, to 3 figures.
+    assert _energy.NODE_ENERGY_FACTOR[4] == round(0.0708 / 1.22, 4) == 0.0580
+    e4 = arch.energy_rows(row(), process_nm=4)[0]
+    assert e4["mac16_j"] == pytest.approx(2.0e-12 * 0.0580)
 
 
 def test_directions():
@@ -140,7 +151,12 @@ def test_stacks_by_kind():
     np.testing.assert_array_equal(_node.hbm_stacks_for([1200.0, 3350.0, 8000.0],
                                                        ["HBM2", "HBM3", "HBM3e"]), [4, 5, 7])
     _, b = arch.die_area_mm2(row(), process_nm=7, hbm_stacks=6)
-    assert b["hbm_phy_mm2"][0] == pytest.approx(72.0)
+    assert b["hbm_phy_mm2"][0] == pytest.approx(6 * (10.45 + 552.743 / 91.2))
+    # HBM4's 2,048-bit interface is two 1,024-bit ones; at 22 nm the controller is at 16.5 MTr/mm².
+    _, b4 = arch.die_area_mm2(row(), process_nm=7, hbm_stacks=6, hbm_kind="HBM4")
+    assert b4["hbm_phy_mm2"][0] == pytest.approx(2 * b["hbm_phy_mm2"][0])
+    _, b22 = arch.die_area_mm2(row(), process_nm=22, hbm_stacks=1)
+    assert b22["hbm_phy_mm2"][0] == pytest.approx(10.45 + 552.743 / 16.5)
     assert _energy.buffer_bytes_per_array_cycle(8, 8) == 32.0
 
 

@@ -24,7 +24,7 @@ docs/fidelity-sources.md §23. SI units: joules, watts, bytes.
 
 Energy by node: Horowitz (ISSCC 2014) gives 45 nm figures; :data:`NODE_ENERGY_FACTOR` scales
 them (45 → 22/16 nm by C·V² with C ∝ feature size and the nodes' nominal Vdd; 16 → 12/7/5/3 nm
-by TSMC's iso-speed power reductions; §23).
+by TSMC's iso-speed power reductions, 4 nm by N4P's power efficiency over N5; §23).
 """
 from __future__ import annotations
 
@@ -60,8 +60,9 @@ MAC4_45NM_J = H45_INT8_MUL_J * (4 / 8) ** 2 + H45_FP32_ADD_J
 VECTOR_OP_45NM_J = H45_FP32_MUL_J + H45_FP32_ADD_J
 
 #: Dynamic energy per operation relative to 45 nm (§23 arithmetic).
+#: 4 nm = 5 nm / 1.22 (TSMC N4P: 22 % better power efficiency than N5).
 NODE_ENERGY_FACTOR = {22: 0.386, 16: 0.281, 12: 0.211, 7: 0.101, 6: 0.101, 5: 0.0708,
-                      4: 0.0637, 3: 0.0496}
+                      4: 0.0580, 3: 0.0496}
 
 #: On-chip wire energy per bit per mm (Keckler et al., IEEE Micro 2011: 256 bits over 1 mm
 #: ≈ 26 pJ at 28 nm ⇒ 0.10 pJ/bit/mm; Keckler's talk quotes 18–110 fJ/bit/mm from the DARPA
@@ -160,7 +161,8 @@ def energy_rows(archs, *, process_nm, hbm_kind=None, link_kind=None, net_kind=No
     link_bit = _node.kind_values(LINK_J_PER_BIT, lk, LINK_KINDS)
     out["link_j_per_byte"] = 8.0 * link_bit
     out["net_j_per_byte"] = 8.0 * _node.kind_values(NET_J_PER_BIT, nk, NET_KINDS)
-    stacks = parts["hbm_phy_mm2"] / _node.HBM_PHY_MM2_PER_STACK
+    stacks = _node.hbm_stacks_for(rows["hbm_gb_per_s"],
+                                  DEFAULT_HBM_KIND if hbm_kind is None else hbm_kind)
     out["static_w"] = LEAKAGE_W_PER_MM2 * total + HBM_BACKGROUND_W_PER_STACK * stacks
     return out
 
