@@ -89,6 +89,9 @@ def test_directions():
            for k in ("HBM2", "HBM3", "HBM3e", "HBM4")]
     # HBM2 through HBM3E at 3.9 pJ/bit (O'Connor 2017; Samsung on HBM3E), HBM4 below it
     assert hbm[0] == hbm[1] == hbm[2] > hbm[3]
+    # HBM2e: Micron's "Average Device Power" 6.0 pJ/bit
+    e2e = arch.energy_rows(row(), process_nm=7, hbm_kind="HBM2e")[0]
+    assert e2e["hbm_j_per_byte"] == pytest.approx(8 * 6.0e-12)
 
 
 def test_peak_power_by_hand():

@@ -69,10 +69,11 @@ NODE_ENERGY_FACTOR = {22: 0.386, 16: 0.281, 12: 0.211, 7: 0.101, 6: 0.101, 5: 0.
 #: Exascale report); wires barely scale, so held across nodes.
 WIRE_J_PER_BIT_MM = 0.10 * PJ
 
-#: HBM access energy per bit (§23): HBM2 3.9 pJ/bit (O'Connor et al., MICRO 2017); HBM3E
+#: HBM access energy per bit (§23): HBM2 3.9 pJ/bit (O'Connor et al., MICRO 2017); HBM2e
+#: 6.0 pJ/bit (Micron's memory comparison table, "Average Device Power (pJ/bit)"); HBM3E
 #: 3.9 pJ/bit (Samsung, 2024 statement on HBM4E); HBM4 = HBM3E / 1.4 (SK hynix: HBM4 "over 40 %
-#: better energy efficiency"); HBM2e and HBM3 assumed equal to the sourced figures around them.
-HBM_J_PER_BIT = {"HBM2": 3.9 * PJ, "HBM2e": 3.9 * PJ, "HBM3": 3.9 * PJ, "HBM3e": 3.9 * PJ,
+#: better energy efficiency"); HBM3 assumed equal to the sourced figures around it.
+HBM_J_PER_BIT = {"HBM2": 3.9 * PJ, "HBM2e": 6.0 * PJ, "HBM3": 3.9 * PJ, "HBM3e": 3.9 * PJ,
                  "HBM4": 3.9 * PJ / 1.4}
 
 #: One electrical SerDes traversal, pJ/bit (NVIDIA at OFC 2025: 2–5 pJ/bit; mid-range 3.5).
