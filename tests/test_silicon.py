@@ -38,6 +38,14 @@ def test_reticle_split():
     assert b["die_usd"][0] == pytest.approx(2 * 16988.0 / (dpw * y))
 
 
+def test_defect_density_3nm_equals_5nm():
+    # TSMC (European Technology Symposium 2024): N3E defect density similar to N5's -> 0.10.
+    assert sc.DEFECT_PER_CM2[3] == sc.DEFECT_PER_CM2[5] == 0.10
+    _, b = arch.chip_cost_usd(100.0, process_nm=3, hbm_gib=0, breakdown=True)
+    assert b["yield"][0] == pytest.approx((1 + 1.0 * 0.10 / 3) ** -3)
+    assert b["die_usd"][0] == pytest.approx(20000.0 / (640 * (1 + 0.10 / 3) ** -3))
+
+
 def test_directions():
     c = arch.chip_cost_usd([100.0, 200.0, 400.0, 800.0], process_nm=5, hbm_gib=0)
     assert np.all(np.diff(c) > 0)

@@ -23,8 +23,9 @@ docs/fidelity-sources.md §23. SI units: joules, watts, bytes.
   Jouppi et al., ISCA 2023).
 
 Energy by node: Horowitz (ISSCC 2014) gives 45 nm figures; :data:`NODE_ENERGY_FACTOR` scales
-them (45 → 22/16 nm by C·V² with C ∝ feature size and the nodes' nominal Vdd; 16 → 12/7/5/3 nm
-by TSMC's iso-speed power reductions; §23).
+them (45 → 22/16 nm by Stillmaker & Baas's fitted energy equations, :data:`SB_HP_ENERGY_FIT`;
+16 → 12/7/5/3 nm by TSMC's iso-speed power reductions, 4 nm by N4P's power efficiency over N5;
+§23).
 """
 from __future__ import annotations
 
@@ -59,19 +60,46 @@ MAC8_45NM_J = H45_INT8_MUL_J + H45_FP32_ADD_J
 MAC4_45NM_J = H45_INT8_MUL_J * (4 / 8) ** 2 + H45_FP32_ADD_J
 VECTOR_OP_45NM_J = H45_FP32_MUL_J + H45_FP32_ADD_J
 
-#: Dynamic energy per operation relative to 45 nm (§23 arithmetic).
-NODE_ENERGY_FACTOR = {22: 0.386, 16: 0.281, 12: 0.211, 7: 0.101, 6: 0.101, 5: 0.0708,
-                      4: 0.0637, 3: 0.0496}
+#: Stillmaker & Baas, "Scaling equations for the accurate prediction of CMOS device
+#: performance from 180 nm to 7 nm", Integration 58 (2017): energy of the high-performance (HP)
+#: devices fitted as a·V² + b·V + c per node (their Table 5, as transcribed in UCLA NanoCAD's
+#: nodeScale, wromaszkan/nodeScale ``nodeScale.py`` ``depCoeffDict``; §23). No 22 nm row: it
+#: is interpolated linearly between 32 and 20 nm.
+SB_HP_ENERGY_FIT = {45: (1.018, -0.3107, 0.1539), 32: (0.8367, -0.4341, 0.1701),
+                    20: (0.373, -0.1582, 0.04104), 16: (0.2958, -0.1241, 0.03024)}
+#: Supply voltages the fit is evaluated at: Horowitz's 45 nm figures are at 0.9 V; 22 and 16 nm
+#: taken at 0.8 V (assumed nominal, §23).
+H45_VDD = 0.9
+FINFET_VDD = 0.8
+
+
+def _sb_energy(node, vdd):
+    a, b, c = SB_HP_ENERGY_FIT[node]
+    return a * vdd * vdd + b * vdd + c
+
+
+_E45 = _sb_energy(45, H45_VDD)
+_F16 = _sb_energy(16, FINFET_VDD) / _E45
+_F22 = (_sb_energy(20, FINFET_VDD)
+        + (_sb_energy(32, FINFET_VDD) - _sb_energy(20, FINFET_VDD)) * (22 - 20) / (32 - 20)) / _E45
+#: Dynamic energy per operation relative to 45 nm (§23 arithmetic): 22 and 16 nm from the fit
+#: above; 12 = 16 × 0.75 (TSMC 12FFC vs 16FFC); 7 = 16 × 0.6 × 0.6 (TSMC: N10 −40 % vs 16FF+,
+#: N7 −40 % vs N10); 6 = 7; 5 = 7 × 0.70 (N5 vs N7); 4 = 5 / 1.22 (TSMC N4P: 22 % better power
+#: efficiency than N5); 3 = 5 × 0.70 (N3 vs N5).
+NODE_ENERGY_FACTOR = {22: _F22, 16: _F16, 12: _F16 * 0.75, 7: _F16 * 0.36, 6: _F16 * 0.36,
+                      5: _F16 * 0.36 * 0.70, 4: _F16 * 0.36 * 0.70 / 1.22,
+                      3: _F16 * 0.36 * 0.70 * 0.70}
 
 #: On-chip wire energy per bit per mm (Keckler et al., IEEE Micro 2011: 256 bits over 1 mm
 #: ≈ 26 pJ at 28 nm ⇒ 0.10 pJ/bit/mm; Keckler's talk quotes 18–110 fJ/bit/mm from the DARPA
 #: Exascale report); wires barely scale, so held across nodes.
 WIRE_J_PER_BIT_MM = 0.10 * PJ
 
-#: HBM access energy per bit (§23): HBM2 3.9 pJ/bit (O'Connor et al., MICRO 2017); HBM3E
+#: HBM access energy per bit (§23): HBM2 3.9 pJ/bit (O'Connor et al., MICRO 2017); HBM2e
+#: 6.0 pJ/bit (Micron's memory comparison table, "Average Device Power (pJ/bit)"); HBM3E
 #: 3.9 pJ/bit (Samsung, 2024 statement on HBM4E); HBM4 = HBM3E / 1.4 (SK hynix: HBM4 "over 40 %
-#: better energy efficiency"); HBM2e and HBM3 assumed equal to the sourced figures around them.
-HBM_J_PER_BIT = {"HBM2": 3.9 * PJ, "HBM2e": 3.9 * PJ, "HBM3": 3.9 * PJ, "HBM3e": 3.9 * PJ,
+#: better energy efficiency"); HBM3 assumed equal to the sourced figures around it.
+HBM_J_PER_BIT = {"HBM2": 3.9 * PJ, "HBM2e": 6.0 * PJ, "HBM3": 3.9 * PJ, "HBM3e": 3.9 * PJ,
                  "HBM4": 3.9 * PJ / 1.4}
 
 #: One electrical SerDes traversal, pJ/bit (NVIDIA at OFC 2025: 2–5 pJ/bit; mid-range 3.5).
@@ -160,7 +188,8 @@ def energy_rows(archs, *, process_nm, hbm_kind=None, link_kind=None, net_kind=No
     link_bit = _node.kind_values(LINK_J_PER_BIT, lk, LINK_KINDS)
     out["link_j_per_byte"] = 8.0 * link_bit
     out["net_j_per_byte"] = 8.0 * _node.kind_values(NET_J_PER_BIT, nk, NET_KINDS)
-    stacks = parts["hbm_phy_mm2"] / _node.HBM_PHY_MM2_PER_STACK
+    stacks = _node.hbm_stacks_for(rows["hbm_gb_per_s"],
+                                  DEFAULT_HBM_KIND if hbm_kind is None else hbm_kind)
     out["static_w"] = LEAKAGE_W_PER_MM2 * total + HBM_BACKGROUND_W_PER_STACK * stacks
     return out
 

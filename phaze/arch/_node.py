@@ -8,11 +8,13 @@ arch.yaml``): :data:`TEMPLATE_PROCESS_NM` = 22. This module scales them to anoth
   :data:`LOGIC_MTR_PER_MM2` (template node ÷ target node);
 - the shared buffer (SRAM) by the ratio of high-density 6T bitcell areas,
   :data:`SRAM_BITCELL_UM2` (periphery assumed to scale with the bitcell);
-- then adds what the template lacks and real dies have: HBM PHY + controller per stack
-  (:data:`HBM_PHY_MM2_PER_STACK`), SerDes area per GB/s of scale-up link and network
-  (:data:`SERDES_MM2_PER_GB_PER_S`), and an uncore share (:data:`UNCORE_FRACTION` of the
-  whole die: L2/crossbar, PCIe, command processors, clocks; the total is
-  ``(core + buffer + phy) / (1 - UNCORE_FRACTION)``).
+- then adds what the template lacks and real dies have: HBM PHY + controller per 1,024-bit
+  interface (:data:`HBM_PHY_MM2_PER_1024_BITS` held across nodes,
+  :data:`HBM_CTRL_MTR_PER_1024_BITS` scaled by the node's logic density; a stack has
+  :data:`HBM_BITS_PER_STACK` bits), SerDes PHY + controller per GB/s of scale-up link and
+  network (:data:`SERDES_PHY_MM2_PER_GB_PER_S`, :data:`SERDES_CTRL_MTR_PER_GB_PER_S`), and an
+  uncore share (:data:`UNCORE_FRACTION` of the whole die: L2/crossbar, PCIe, command
+  processors, clocks; the total is ``(core + buffer + phy + serdes) / (1 - UNCORE_FRACTION)``).
 
 ``die_area_mm2(archs, *, process_nm, hbm_stacks=None) -> (total_mm2, breakdown)``: vectorised
 over rows; ``process_nm`` a scalar or per-row array of nodes in :data:`NODES_NM`; stacks
@@ -45,14 +47,21 @@ NODES_NM = tuple(sorted(LOGIC_MTR_PER_MM2))
 HBM_GB_PER_S_PER_STACK = {"HBM2": 307.2, "HBM2e": 460.8, "HBM3": 819.2, "HBM3e": 1228.8,
                           "HBM4": 2048.0}
 
-#: HBM PHY + controller area on the compute die per stack, mm² (die-shot estimate of an
-#: HBM3 PHY at N5-class, §23; held node-independent: PHY analog/bump pitch barely scales).
-HBM_PHY_MM2_PER_STACK = 12.0
+#: HBM interface on the compute die per 1,024 bits (LLMCompass, Zhang et al., ISCA 2024,
+#: Table II, from annotated A100 and MI210 die photos; §23): PHY 10.45 mm², held across nodes
+#: (analog, bump-limited: "the PHY area remains fixed"); controller 552.743 M transistors,
+#: scaled by the node's logic density (:data:`LOGIC_MTR_PER_MM2`).
+HBM_PHY_MM2_PER_1024_BITS = 10.45
+HBM_CTRL_MTR_PER_1024_BITS = 552.743
+#: Interface bits per stack: 1,024 through HBM3e, 2,048 for HBM4 (JESD238).
+HBM_BITS_PER_STACK = {"HBM2": 1024, "HBM2e": 1024, "HBM3": 1024, "HBM3e": 1024, "HBM4": 2048}
 
-#: SerDes (112G-class lane ≈ 0.6 mm² at N7/N5, ≈ 14 GB/s per direction) area per GB/s of
-#: per-direction bandwidth: 0.6 / 14 (assumed for long-reach lanes; a 113G XSR die-to-die lane
-#: in 5 nm is 0.22 mm², Gangasani et al., IEEE SSC-L 2025: §23). Applied to link + net GB/s.
-SERDES_MM2_PER_GB_PER_S = 0.6 / 14.0
+#: SerDes per GB/s of per-direction bandwidth (LLMCompass's cost model, PrincetonUniversity/
+#: LLMCompass cost_model/cost_model.py: one NVLink3 link of A100, 25 GB/s per direction, PHY
+#: 1.888 mm² held across nodes, controller 74.632 M transistors scaled by logic density; §23).
+#: Applied to link + net GB/s.
+SERDES_PHY_MM2_PER_GB_PER_S = 1.888 / 25.0
+SERDES_CTRL_MTR_PER_GB_PER_S = 74.632 / 25.0
 
 #: Share of the whole die outside the cores, buffer and PHYs (§23: die-shot breakdowns of
 #: A100/H100 put L2 + crossbar + I/O + misc at roughly a fifth of the die).
@@ -134,6 +143,15 @@ def hbm_stacks_for(hbm_gb_per_s, hbm_kind):
     return np.ceil(bw / per - 1e-9)
 
 
+def hbm_interface_mm2(hbm_kind, logic_mtr_per_mm2):
+    """PHY + controller of one stack of ``hbm_kind`` at a node of the given logic density, mm²."""
+    density = np.asarray(logic_mtr_per_mm2, dtype=np.float64).reshape(-1)
+    allowed = tuple(HBM_GB_PER_S_PER_STACK)
+    bits = kind_values(HBM_BITS_PER_STACK, check_kind("hbm_kind", hbm_kind, allowed, density.size),
+                       allowed)
+    return bits / 1024.0 * (HBM_PHY_MM2_PER_1024_BITS + HBM_CTRL_MTR_PER_1024_BITS / density)
+
+
 def die_area_mm2(archs, *, process_nm, hbm_stacks=None, hbm_kind="HBM2"):
     """Die area of each row at ``process_nm``, mm², and its breakdown.
 
@@ -145,7 +163,8 @@ def die_area_mm2(archs, *, process_nm, hbm_stacks=None, hbm_kind="HBM2"):
     rows = _rows(archs)
     n = rows.shape[0]
     nodes = _node_array(process_nm, n)
-    ls = LOGIC_MTR_PER_MM2[TEMPLATE_PROCESS_NM] / _lookup(LOGIC_MTR_PER_MM2, nodes)
+    density = _lookup(LOGIC_MTR_PER_MM2, nodes)
+    ls = LOGIC_MTR_PER_MM2[TEMPLATE_PROCESS_NM] / density
     ss = _lookup(SRAM_BITCELL_UM2, nodes) / SRAM_BITCELL_UM2[TEMPLATE_PROCESS_NM]
     tensor = rows["num_tc"] * _area.tensor_core_mm2(rows["tc_width"], rows["tc_depth"]) * ls
     vector = rows["num_vc"] * _area.vector_core_mm2(rows["vc_width"]) * ls
@@ -158,9 +177,10 @@ def die_area_mm2(archs, *, process_nm, hbm_stacks=None, hbm_kind="HBM2"):
             stacks = np.full(n, stacks[0])
         if stacks.size != n or np.any(~np.isfinite(stacks)) or np.any(stacks < 0):
             raise ValueError(f"hbm_stacks must be a count >= 0, scalar or one per row ({n})")
-    phy = stacks * HBM_PHY_MM2_PER_STACK
+    phy = stacks * hbm_interface_mm2(hbm_kind, density)
     with np.errstate(over="ignore", invalid="ignore"):   # a rate near the float maximum:
-        serdes = (rows["link_gb_per_s"] + rows["net_gb_per_s"]) * SERDES_MM2_PER_GB_PER_S
+        serdes = ((rows["link_gb_per_s"] + rows["net_gb_per_s"])
+                  * (SERDES_PHY_MM2_PER_GB_PER_S + SERDES_CTRL_MTR_PER_GB_PER_S / density))
         inner = tensor + vector + buffer + phy + serdes     # inf mm², no warning
         total = inner / (1.0 - UNCORE_FRACTION)
         uncore = np.where(np.isfinite(inner), total - inner, np.inf)
