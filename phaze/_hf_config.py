@@ -94,7 +94,7 @@ _HF_DEFAULTS = {
                        n_routed_experts=None, num_experts_per_tok=None,
                        moe_intermediate_size=None, n_shared_experts=None,
                        moe_shared_expert_intermediate_size=None, n_group=1, topk_group=1,
-                       routed_scaling_factor=1.0, norm_topk_prob=True,
+                       routed_scaling_factor=1.0, norm_topk_prob=True, moe_latent_size=None,
                        num_nextn_predict_layers=0, mtp_hybrid_override_pattern=None),
     "gemma2": dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216,
                    num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
@@ -200,8 +200,9 @@ _UNMODELLED_READ = {"deepseek_v3": ("num_nextn_predict_layers",),
                     "kimi_k2": ("num_nextn_predict_layers",),
                     # Llama 4's qk norm is a weightless L2 norm: no parameter, accepted.
                     "llama4_text": ("use_qk_norm",),
-                    # refused by _hf_nemotron_h in a sentence naming Nemotron 3's MTP block
-                    "nemotron_h": ("num_nextn_predict_layers",)}
+                    # refused by _hf_nemotron_h in a sentence naming Nemotron 3's MTP block;
+                    # LatentMoE read by _hf_nemotron_moe
+                    "nemotron_h": ("num_nextn_predict_layers", "moe_latent_size")}
 _UNMODELLED_TRUE = {
     "add_cross_attention": "cross-attention layers",
     "parallel_attn": "attention and MLP in parallel",
@@ -209,10 +210,11 @@ _UNMODELLED_TRUE = {
     "parallel_residual": "attention and MLP in parallel",
     "qk_layernorm": "LayerNorms on queries and keys",
     "use_qk_norm": "norms on queries and keys",
-    # Nemotron 3 Super / Ultra's LatentMoE: routed experts computing in a moe_latent_size-wide
-    # space between fc1_latent_proj and fc2_latent_proj (no ModelSpec field holds either).
+    # Nemotron 3 Super / Ultra's LatentMoE (ModelSpec.moe_latent_size), read from
+    # nemotron_h configs only.
     "moe_latent_size": ("a latent mixture of experts (routed experts working in a narrower "
-                        "latent space between fc1_latent_proj and fc2_latent_proj)"),
+                        "latent space between fc1_latent_proj and fc2_latent_proj), which "
+                        "phaze reads from nemotron_h configs only"),
     "num_nextn_predict_layers": "multi-token-prediction layers",
 }
 
@@ -527,7 +529,8 @@ def _hf_nemotron_h(cfg) -> dict:
                          f"multi-token-prediction block (mtp_hybrid_override_pattern "
                          f"{show(cfg.get('mtp_hybrid_override_pattern'))}: an attention and an "
                          f"MoE layer behind the eh_proj fusion), which phaze's MTP module (one "
-                         f"layer of the last layer's kind) does not model; it must be 0 or absent")
+                         f"layer of the last layer's kind: the step model holds one MTP layer "
+                         f"kind) does not model; it must be 0 or absent")
     # Nemotron-H spells the head width attention_head_dim, Nemotron 3 head_dim (default 128).
     given = [k for k in ("attention_head_dim", "head_dim") if cfg.get(k) is not None]
     widths = {_hf_int(cfg, k) for k in given} or {128}
@@ -558,10 +561,14 @@ def _hf_nemotron_moe(cfg, has_moe: bool) -> dict:
     e_score_correction_bias (router_bias: n_routed_experts more per layer) within
     topk_group of n_group groups, one shared expert of
     moe_shared_expert_intermediate_size; routed_scaling_factor and norm_topk_prob scale
-    the routed output and add no parameter. Empty for a pattern without 'E' (whose
-    expert keys must then be absent: they would describe layers the model does not have)."""
+    the routed output and add no parameter. Nemotron 3 Super's moe_latent_size (null:
+    none) is LatentMoE: the routed experts on a latent of that width between
+    fc1_latent_proj and fc2_latent_proj (NemotronHMOE, Megatron-Core's MoELayer). Empty
+    for a pattern without 'E' (whose expert keys must then be absent: they would describe
+    layers the model does not have)."""
     if not has_moe:
-        for key in ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        for key in ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                    "moe_latent_size"):
             if not _neutral(cfg.get(key)):
                 raise ValueError(f"config key {key!r} ({show(cfg[key])}) describes MoE "
                                  f"layers, but hybrid_override_pattern has no 'E' layer")
@@ -594,6 +601,8 @@ def _hf_nemotron_moe(cfg, has_moe: bool) -> dict:
                 topk_groups=top_groups)
     if shared:
         spec["shared_ffn_hidden"] = _hf_int(cfg, "moe_shared_expert_intermediate_size")
+    if cfg.get("moe_latent_size") is not None:
+        spec["moe_latent_size"] = _hf_int(cfg, "moe_latent_size")
     return spec
 
 

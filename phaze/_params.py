@@ -50,11 +50,12 @@ def attention_params(m) -> int:
     return n
 
 
-def mlp_params(m, width: int = None) -> int:
-    """Parameters of one MLP of ``width`` (default ``ffn_hidden``): two matrices (three
-    with a gated activation, SwiGLU or GeGLU) and, with ``bias``, their biases. A routed
-    or shared expert is one."""
-    h, f = m.hidden, m.ffn_hidden if width is None else width
+def mlp_params(m, width: int = None, io: int = None) -> int:
+    """Parameters of one MLP of ``width`` (default ``ffn_hidden``) reading and writing
+    ``io`` features (default ``hidden``; a LatentMoE expert's: the latent): two matrices
+    (three with a gated activation, SwiGLU or GeGLU) and, with ``bias``, their biases. A
+    routed or shared expert is one."""
+    h, f = m.hidden if io is None else io, m.ffn_hidden if width is None else width
     gated = m.activation in GATED_ACTIVATIONS
     n = 3 * h * f if gated else 2 * h * f
     if m.bias:
@@ -63,17 +64,30 @@ def mlp_params(m, width: int = None) -> int:
 
 
 def expert_params(m) -> int:
-    """Parameters of one routed expert (0 for a dense model)."""
-    return mlp_params(m, m.expert_ffn_hidden) if m.is_moe else 0
+    """Parameters of one routed expert (0 for a dense model): an MLP of width
+    ``expert_ffn_hidden`` on ``hidden`` or, with LatentMoE, on ``moe_latent_size``."""
+    if not m.is_moe:
+        return 0
+    return mlp_params(m, m.expert_ffn_hidden, io=m.moe_latent_size or m.hidden)
+
+
+def latent_proj_params(m) -> int:
+    """Parameters of one MoE layer's LatentMoE projections (0 without ``moe_latent_size``):
+    ``fc1_latent_proj`` ``hidden × L`` and ``fc2_latent_proj`` ``L × hidden``, with
+    ``bias`` their ``L`` and ``hidden`` biases (Megatron-Core's ``add_bias_linear``)."""
+    lat = m.moe_latent_size
+    if not lat:
+        return 0
+    return 2 * m.hidden * lat + ((lat + m.hidden) if m.bias else 0)
 
 
 def moe_params(m) -> int:
     """Parameters of one MoE layer's MLP part: routed experts, shared experts, the router
-    (``hidden × n_experts``, and with ``router_bias`` ``n_experts`` more) and a
-    shared-expert gate (``hidden × 1``)."""
+    (``hidden × n_experts``, and with ``router_bias`` ``n_experts`` more), a shared-expert
+    gate (``hidden × 1``) and LatentMoE's two projections (:func:`latent_proj_params`)."""
     if not m.is_moe:
         raise ValueError(f"{m.name} has no MoE layers (n_experts = 0)")
-    n = m.n_experts * expert_params(m) + m.n_experts * m.hidden
+    n = m.n_experts * expert_params(m) + m.n_experts * m.hidden + latent_proj_params(m)
     if m.router_bias:
         n += m.n_experts
     if m.n_shared_experts:
@@ -196,6 +210,6 @@ def count_params(m) -> tuple:
 
 
 __all__ = ["ATTENTION_MIXERS", "GATED_ACTIVATIONS", "attention_params", "mlp_params",
-           "expert_params", "moe_params", "mamba_params", "mixer_params", "ffn_params",
-           "layer_params", "block_params", "embedding_params", "head_params",
+           "expert_params", "latent_proj_params", "moe_params", "mamba_params", "mixer_params",
+           "ffn_params", "layer_params", "block_params", "embedding_params", "head_params",
            "mtp_module_params", "count_params"]

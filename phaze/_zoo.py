@@ -198,6 +198,39 @@ def _nemotron_3_nano(M):
              router_bias=True)
 
 
+#: nvidia/NVIDIA-Nemotron-3-Super-120B-A12B hybrid_override_pattern (88 layers: 40 Mamba-2,
+#: 40 MoE, 8 attention at 7, 16, 25, 36, 47, 58, 69, 78).
+NEMOTRON_3_SUPER = ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
+                    "EMEMEMEM*EMEMEMEME")
+
+
+def _nemotron_3_super(M):
+    # NVIDIA Nemotron 3 Super 120B-A12B (NemotronHForCausalLM, config.json of
+    # nvidia/NVIDIA-Nemotron-3-Super-120B-A12B; the same shapes in Megatron-Bridge's
+    # Nemotron3SuperProvider): Nano's one-sublayer layers, 4096 wide, 32 query and 2 K/V
+    # heads of 128 without position embedding, Mamba-2 mixers of 128 heads of 64 in 8 groups
+    # (state 128, conv 4, chunk 128), and LatentMoE 'E' layers: fc1_latent_proj 4096 → 1024,
+    # 512 squared-ReLU experts of 2,688 on the 1,024-wide latent (top-22 by sigmoid scores
+    # plus e_score_correction_bias; n_group = topk_group = 1; routed_scaling_factor 5.0),
+    # fc2_latent_proj 1024 → 4096, one shared expert of 5,376 at 4096; vocab 131,072, untied.
+    # The config's MTP block (num_nextn_predict_layers 1, mtp_hybrid_override_pattern '*E':
+    # an attention and a LatentMoE layer behind eh_proj; 2,942,325,248 parameters) is not
+    # modelled: the step model holds one MTP layer kind. Sequence: 8,192, Megatron-Bridge's
+    # nemotron_3_super_pretrain_config seq_length (262,144 is the extended context).
+    # 120,668,707,840 parameters, 12,770,237,440 active (NVIDIA: "120B total, 12B active";
+    # with the MTP block 123,611,033,088, the BF16 checkpoint's tensor total).
+    return M(name="nemotron-3-super-120b-a12b", n_layers=len(NEMOTRON_3_SUPER), hidden=4096,
+             heads=32, kv_heads=2, head_dim=128, ffn_hidden=2688, vocab=131072, seq_len=8192,
+             activation="squared_relu", norm="rmsnorm", position="none", bias=False,
+             causal=True, tied_embeddings=False,
+             layer_mixers=tuple(NEMOTRON_H_KINDS[c][0] for c in NEMOTRON_3_SUPER),
+             layer_ffns=tuple(NEMOTRON_H_KINDS[c][1] for c in NEMOTRON_3_SUPER),
+             mamba_heads=128, mamba_head_dim=64, mamba_state=128, mamba_groups=8,
+             mamba_conv=4, mamba_chunk=128, n_experts=512, experts_per_token=22,
+             expert_ffn_hidden=2688, n_shared_experts=1, shared_ffn_hidden=5376,
+             router_bias=True, moe_latent_size=1024)
+
+
 def _gpt_oss(M, name, layers, experts):
     # openai/gpt-oss-20b and -120b config.json (GptOssForCausalLM): 2880 wide, 64 query
     # heads and 8 K/V heads of 64, biases on every linear layer and the router, a learned
@@ -287,6 +320,7 @@ def zoo_2025(M) -> list:
         _nemotron_h(M, "nemotron-h-8b", NEMOTRON_H_8B, 4096, 32, 21504, 128, 128),
         _nemotron_h(M, "nemotron-h-56b", NEMOTRON_H_56B, 8192, 64, 32768, 256, 256),
         _nemotron_3_nano(M),
+        _nemotron_3_super(M),
         # google/gemma-2-9b config.json: 42 × 3584, 16 query and 8 K/V heads, FFN 14,336,
         # vocab 256,000, every other layer (from 0) a 4,096-token sliding window. Sequence:
         # 8,192, its training context (Gemma 2 report, arXiv:2408.00118 §2). 9,241,705,984

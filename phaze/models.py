@@ -28,7 +28,10 @@ Parameter count (``ModelSpec.n_params``), every weight and bias once:
 - an MoE block replaces the MLP by ``n_experts`` routed expert MLPs of width
   ``expert_ffn_hidden``, ``n_shared_experts`` shared expert MLPs of width
   ``shared_ffn_hidden``, the router ``hidden × n_experts`` (no bias) and, with
-  ``shared_expert_gate`` (Qwen2-MoE), a ``hidden × 1`` gate of the shared expert;
+  ``shared_expert_gate`` (Qwen2-MoE), a ``hidden × 1`` gate of the shared expert; with
+  ``moe_latent_size`` L (LatentMoE) the routed experts' matrices are ``L × width`` and the
+  layer has ``fc1_latent_proj`` ``hidden × L`` and ``fc2_latent_proj`` ``L × hidden``
+  (with ``bias``, their biases);
 - an MLA block (``kv_lora_rank > 0``, DeepSeek-V2) replaces Q, K, V by
   ``hidden × q_lora_rank`` + norm + ``q_lora_rank × heads·(head_dim + qk_rope_head_dim)``
   (or one ``hidden × heads·(head_dim + qk_rope_head_dim)`` without ``q_lora_rank``),
@@ -100,7 +103,7 @@ MODEL_LIMITS = {"n_layers": 100_000, "hidden": 2 ** 20, "heads": 2 ** 14, "kv_he
 #: Mixture-of-experts fields and their dense (neutral) values: a dense model holds exactly these.
 _MOE_NEUTRAL = {"experts_per_token": 0, "expert_ffn_hidden": None, "n_shared_experts": 0,
                 "shared_ffn_hidden": None, "shared_expert_gate": False, "first_dense_layers": 0,
-                "moe_every": 1}
+                "moe_every": 1, "moe_latent_size": 0}
 #: Multi-head latent attention fields and their values without MLA.
 _MLA_NEUTRAL = {"q_lora_rank": 0, "qk_rope_head_dim": 0, "v_head_dim": None}
 #: Mamba-2 fields: the value stored without a Mamba layer (0) and the default with one
@@ -145,7 +148,12 @@ class ModelSpec:
     - ``first_dense_layers`` and ``moe_every``: layer ``i`` (from 0) is an MoE layer when
       ``i >= first_dense_layers`` and ``i % moe_every == 0`` (DeepSeek's
       ``first_k_dense_replace`` and ``moe_layer_freq``, Megatron-Core's ``moe_layer_freq``);
-      the other layers have the dense MLP of width ``ffn_hidden``.
+      the other layers have the dense MLP of width ``ffn_hidden``;
+    - ``moe_latent_size``: LatentMoE (Nemotron 3 Super / Ultra; 0: none): each MoE layer
+      projects its input down to this width (``fc1_latent_proj``, ``hidden × latent``)
+      before dispatch, its routed experts read and write the latent (``latent ×
+      expert_ffn_hidden`` matrices) and ``fc2_latent_proj`` (``latent × hidden``) projects
+      the combined output back; the router and the shared experts stay at ``hidden``.
 
     Every MoE layer has a router (``hidden × n_experts``, no bias). Experts use the
     model's ``activation`` and ``bias``.
@@ -214,6 +222,7 @@ class ModelSpec:
     shared_expert_gate: bool = False
     first_dense_layers: int = 0
     moe_every: int = 1
+    moe_latent_size: int = 0
     # -- multi-head latent attention --
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
@@ -409,6 +418,8 @@ class ModelSpec:
             f = "shared_ffn_hidden" if self.shared_ffn_hidden is not None else "shared_expert_gate"
             raise ValueError(f"{f} needs shared experts (n_shared_experts > 0)")
         set_(self, "moe_every", positive_int("moe_every", self.moe_every, MODEL_LIMITS["n_layers"]))
+        set_(self, "moe_latent_size", nonneg_int("moe_latent_size", self.moe_latent_size,
+                                                 MODEL_LIMITS["hidden"]))
         set_(self, "first_dense_layers", nonneg_int("first_dense_layers", self.first_dense_layers,
                                                     MODEL_LIMITS["n_layers"]))
         set_(self, "n_expert_groups", positive_int("n_expert_groups", self.n_expert_groups,

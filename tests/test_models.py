@@ -46,7 +46,8 @@ PENDING_NAMES = [n for n in (
 ISSUE27_NAMES = [
     "deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b",
     "llama4-scout", "llama4-maverick", "nemotron-h-8b", "nemotron-h-56b", "gemma-2-9b",
-    "gemma-3-12b", "mistral-7b", "nemotron-3-nano-30b-a3b"]
+    "gemma-3-12b", "mistral-7b", "nemotron-3-nano-30b-a3b",
+    "nemotron-3-super-120b-a12b"]
 
 
 def test_zoo_names_exact():

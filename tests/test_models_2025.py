@@ -345,9 +345,13 @@ def test_hybrid_counts_add_up_layer_by_layer(m):
     ("nemotron-h-8b", {"mlp_hidden_act": "silu"}, "mlp_hidden_act"),
     ("nemotron-h-8b", {"use_conv_bias": False}, "use_conv_bias"),
     ("nemotron-h-8b", {"n_routed_experts": 128}, "n_routed_experts"),
-    # Nemotron 3 Super / Ultra: LatentMoE and the two-layer MTP block are not modelled
+    # Nemotron 3 Super / Ultra: LatentMoE is read (tests/test_latent_moe.py); the two-layer
+    # MTP block is not modelled (the step model holds one MTP layer kind)
     ("nemotron-3-nano-30b-a3b", {"moe_latent_size": 1024, "num_nextn_predict_layers": 1,
-                                 "mtp_hybrid_override_pattern": "*E"}, "'moe_latent_size'"),
+                                 "mtp_hybrid_override_pattern": "*E"},
+     "'num_nextn_predict_layers'"),
+    ("nemotron-3-nano-30b-a3b", {"moe_latent_size": 0}, "'moe_latent_size'"),
+    ("llama3-8b", {"moe_latent_size": 1024}, "'moe_latent_size'.*nemotron_h"),
     ("nemotron-3-nano-30b-a3b", {"num_nextn_predict_layers": 1,
                                  "mtp_hybrid_override_pattern": "*E"},
      "'num_nextn_predict_layers'.*mtp_hybrid_override_pattern"),

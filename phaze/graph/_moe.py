@@ -19,6 +19,17 @@ gradients), ``alltoall_combine.bwd``, the experts' ``.dX`` / ``.dW`` GEMMs,
 ``router_topk.bwd``, ``router.dX``, ``router.dW``, the shared experts' backward,
 ``mlp_in.dX_sum``, ``ln2.bwd``; then the attention half's backward.
 
+LatentMoE (``ModelSpec.moe_latent_size`` L > 0; Nemotron 3 Super / Ultra, Megatron-Core's
+``MoELayer`` with ``moe_latent_size``): ``fc1_latent_proj`` (GEMM tokens × hidden × L)
+runs after the router on ``ln2``'s output and before ``moe_permute``; the permutation, both
+all-to-alls, the all-gather / reduce-scatter under t > 1 and the experts (L × width
+matrices) move and compute L-wide tokens; ``latent_combine`` sums each token's k latent
+outputs, ``fc2_latent_proj`` (tokens × L × hidden) projects back and ``moe_combine`` adds
+the shared experts (which, with the router, stay at hidden). The two projections are
+replicated on every tensor-parallel slice (TELinear ``parallel_mode="duplicated"``), each
+on the slice's own s/t tokens; their backward is ``fc2_latent_proj.dX/.dW`` before
+``moe_combine.bwd`` and ``fc1_latent_proj.dX/.dW`` after ``moe_permute.bwd``.
+
 Parallelism (Megatron-Core's rules, stated):
 
 - *Expert parallelism* ``ep``: each rank holds n_experts/ep routed experts; the
@@ -63,10 +74,12 @@ def tokens_per_expert(routed_tokens: int, top_k: int, n_experts: int, capacity_f
     return math.ceil(routed_tokens * top_k / n_experts * capacity_factor)
 
 
-def _mlp_forward(f: Ops, sh: Shape, p: str, src: str, batch: int, rows: int, cols: int) -> str:
-    """A (batched) MLP of ``cols`` columns per slice on ``rows`` tokens, operators named
+def _mlp_forward(f: Ops, sh: Shape, p: str, src: str, batch: int, rows: int, cols: int,
+                 io: int = None) -> str:
+    """A (batched) MLP of ``cols`` columns per slice on ``rows`` tokens of ``io`` features
+    (default the model width; LatentMoE's experts: the latent), operators named
     ``p + gate_proj | up_proj | swiglu (geglu) | fc1 [| fc1_act] | fc2``; returns fc2's name."""
-    m, B, h = sh.m, sh.B, sh.h
+    m, B, h = sh.m, sh.B, sh.h if io is None else io
     bias_c = _C["bias"] if m.bias else 0.0
     extra = batch * cols * B if m.bias else 0
     if m.activation in GATED:
@@ -84,11 +97,12 @@ def _mlp_forward(f: Ops, sh: Shape, p: str, src: str, batch: int, rows: int, col
     return f.gemm(p + "fc2", [act], batch, rows, cols, h)
 
 
-def _mlp_backward(g: Ops, sh: Shape, p: str, dy: str, x, batch: int, rows: int, cols: int) -> str:
+def _mlp_backward(g: Ops, sh: Shape, p: str, dy: str, x, batch: int, rows: int, cols: int,
+                  io: int = None) -> str:
     """Backward of :func:`_mlp_forward` from the output gradient ``dy`` (``x``: an extra
     predecessor of the weight gradients, e.g. a re-gathered input); returns the name of
     the input gradient."""
-    m, B, h = sh.m, sh.B, sh.h
+    m, B, h = sh.m, sh.B, sh.h if io is None else io
     bias_g = _C["bias_grad"] if m.bias else 0.0
     n = batch * rows * cols
     g.gemm(p + "fc2.dX", [dy], batch, rows, h, cols)
@@ -138,14 +152,28 @@ def moe_forward(f: Ops, sh: Shape, src) -> str:
     f.gemm("router", ["ln2"], 1, R, h, n_e)
     f.vector("router_topk", ["router"], R * n_e, _C["softmax"] + k * _C["topk"], R * n_e * B,
              R * n_e * B + routing)
-    f.vector("moe_permute", ["ln2", "router_topk"], sent * h, _C["permute"],
-             R * h * B + R * k * EXPERT_INDEX_BYTES, sent * h * B)
-    x = f.all_to_all("alltoall_dispatch", ["moe_permute"], sent * h * B, ep)
-    x = f.all_gather("allgather_moe", [x], local * rows * h * B) if sp else x
-    y = _mlp_forward(f, sh, "expert_", x, local, rows, fe_t)
-    y = f.reduce_scatter("reduce_scatter_moe", [y], local * rows * h * B) if sp else y
-    y = f.all_to_all("alltoall_combine", [y], sent * h * B, ep)
+    lat = m.moe_latent_size
+    w = lat or h                                     # width of the dispatched tokens
+    src = "ln2"
+    if lat:
+        # LatentMoE: fc1_latent_proj (replicated over t, on this slice's R tokens) before
+        # the permutation; everything up to the combine is latent-wide
+        src = f.gemm("fc1_latent_proj", ["ln2"], 1, R, h, lat, epilogue=bias_c,
+                     extra_in=lat * B if m.bias else 0)
+    f.vector("moe_permute", [src, "router_topk"], sent * w, _C["permute"],
+             R * w * B + R * k * EXPERT_INDEX_BYTES, sent * w * B)
+    x = f.all_to_all("alltoall_dispatch", ["moe_permute"], sent * w * B, ep)
+    x = f.all_gather("allgather_moe", [x], local * rows * w * B) if sp else x
+    y = _mlp_forward(f, sh, "expert_", x, local, rows, fe_t, io=w)
+    y = f.reduce_scatter("reduce_scatter_moe", [y], local * rows * w * B) if sp else y
+    y = f.all_to_all("alltoall_combine", [y], sent * w * B, ep)
     parts = [y, "router_topk"]
+    if lat:
+        # the weighted sum of each token's k latent outputs, then fc2_latent_proj back to h
+        f.vector("latent_combine", parts, R * lat, k * (_C["scale_add"] + bias_c),
+                 sent * lat * B + R * k * B, R * lat * B)
+        parts = [f.gemm("fc2_latent_proj", ["latent_combine"], 1, R, lat, h, epilogue=bias_c,
+                        extra_in=h * B if m.bias else 0)]
     if shared:
         s_in = f.all_gather("allgather_shared", ["ln2"], T * h * B) if sp else "ln2"
         s_out = _mlp_forward(f, sh, "shared_", s_in, 1, T, fs_t)
@@ -155,12 +183,20 @@ def moe_forward(f: Ops, sh: Shape, src) -> str:
     # Weighted sum of each token's k expert outputs (each with its fc2 bias), plus the
     # (sigmoid-gated) shared experts' output.
     gate_c = _C["sigmoid"] / h + _C["scale_add"] if m.shared_expert_gate else _C["add"]
-    f.vector("moe_combine", parts, R * h,
-             k * (_C["scale_add"] + bias_c) + (gate_c if shared else 0.0),
-             (sent + (R if shared else 0)) * h * B + R * k * B + (R * B if m.shared_expert_gate else 0),
-             R * h * B)
+    if not lat:
+        f.vector("moe_combine", parts, R * h,
+                 k * (_C["scale_add"] + bias_c) + (gate_c if shared else 0.0),
+                 (sent + (R if shared else 0)) * h * B + R * k * B
+                 + (R * B if m.shared_expert_gate else 0), R * h * B)
+        out = "moe_combine"
+    elif shared:
+        # LatentMoE: the projected routed output plus the (gated) shared experts' output
+        f.vector("moe_combine", parts, R * h, gate_c, 2 * R * h * B
+                 + (R * B if m.shared_expert_gate else 0), R * h * B)
+        out = "moe_combine"
+    else:
+        out = "fc2_latent_proj"
     # t = 1 or sequence parallel: the output is complete on this slice's tokens.
-    out = "moe_combine"
     if m.sandwich_norm:
         out = post_norm(f, sh, "post_mlp_norm", out)
     return residual_out(f, sh, "residual2", out, bias=False)
@@ -177,16 +213,27 @@ def moe_backward(g: Ops, sh: Shape) -> str:
     dy0 = g.vector("residual2.bwd", [], Tn * h, _C["dropout_bwd"], Tn * h * B + mask, Tn * h * B)
     if m.sandwich_norm:
         dy0 = post_norm_backward(g, sh, "post_mlp_norm", dy0)
+    lat = m.moe_latent_size
+    w = lat or h                                     # width of the dispatched tokens
+    r_dy = dy0
+    if lat:
+        # fc2_latent_proj's gradients (its input: the stashed latent combine)
+        r_dy = g.gemm("fc2_latent_proj.dX", [dy0], 1, R, h, lat)
+        g.gemm("fc2_latent_proj.dW", [dy0], 1, lat, R, h)
     # Gradients of the k expert outputs (routing weight × dy) and of the routing weights
     # (dy · expert output, from the stashed outputs).
-    g.vector("moe_combine.bwd", [dy0], sent * h, _C["scale_add"],
-             R * h * B + sent * h * B + R * k * B, sent * h * B + R * k * B)
-    dy = g.all_to_all("alltoall_combine.bwd", ["moe_combine.bwd"], sent * h * B, ep)
-    dy = g.all_gather("allgather_expert_fc2.dY", [dy], local * rows * h * B) if sp else dy
-    dx = _mlp_backward(g, sh, "expert_", dy, None, local, rows, fe_t)
-    dx = g.reduce_scatter("reduce_scatter_expert.dX", [dx], local * rows * h * B) if sp else dx
-    dx = g.all_to_all("alltoall_dispatch.bwd", [dx], sent * h * B, ep)
-    parts = [g.vector("moe_permute.bwd", [dx], R * h, k * _C["add"], sent * h * B, R * h * B)]
+    g.vector("moe_combine.bwd", [r_dy], sent * w, _C["scale_add"],
+             R * w * B + sent * w * B + R * k * B, sent * w * B + R * k * B)
+    dy = g.all_to_all("alltoall_combine.bwd", ["moe_combine.bwd"], sent * w * B, ep)
+    dy = g.all_gather("allgather_expert_fc2.dY", [dy], local * rows * w * B) if sp else dy
+    dx = _mlp_backward(g, sh, "expert_", dy, None, local, rows, fe_t, io=w)
+    dx = g.reduce_scatter("reduce_scatter_expert.dX", [dx], local * rows * w * B) if sp else dx
+    dx = g.all_to_all("alltoall_dispatch.bwd", [dx], sent * w * B, ep)
+    parts = [g.vector("moe_permute.bwd", [dx], R * w, k * _C["add"], sent * w * B, R * w * B)]
+    if lat:
+        g.gemm("fc1_latent_proj.dX", [parts[0]], 1, R, lat, h)
+        g.gemm("fc1_latent_proj.dW", [parts[0]], 1, h, R, lat)
+        parts = ["fc1_latent_proj.dX"]
     g.vector("router_topk.bwd", ["moe_combine.bwd"], R * n_e, _C["softmax_bwd"],
              2 * R * n_e * B + routing, R * n_e * B)
     g.gemm("router.dX", ["router_topk.bwd"], 1, R, n_e, h)
@@ -219,8 +266,13 @@ def moe_params(sh: Shape) -> tuple:
     local, R, c, sent, rows, fe_t, fs_t, routing = _moe_sizes(sh)
     shared = m.n_shared_experts
     mats = 3 if m.activation in GATED else 2
-    expert = mats * h * fe_t + ((mats - 1) * fe_t + h if m.bias else 0)
+    w = m.moe_latent_size or h                       # the experts' input and output width
+    expert = mats * w * fe_t + ((mats - 1) * fe_t + w if m.bias else 0)
     params = sh.norm_w + h * n_e + local * expert
+    if m.moe_latent_size:
+        # fc1/fc2_latent_proj, replicated on every slice (Megatron-Core's TELinear
+        # parallel_mode "duplicated")
+        params += 2 * h * w + ((w + h) if m.bias else 0)
     if m.router_bias:
         params += n_e
     if m.sandwich_norm:
@@ -237,13 +289,19 @@ def moe_stash(sh: Shape) -> int:
     n_e = m.n_experts
     local, R, c, sent, rows, fe_t, fs_t, routing = _moe_sizes(sh)
     act = (2 if m.activation in GATED else 1)
+    lat = m.moe_latent_size
+    w = lat or h                                     # width of the dispatched tokens
     stash = (B * (2 * Tn * h                         # ln2 input and output (router, permute)
                   + R * n_e                          # router probabilities (softmax backward)
                   + act * local * rows * fe_t        # expert activation inputs
-                  + sent * h)                        # expert outputs (routing-weight gradient)
+                  + sent * w)                        # expert outputs (routing-weight gradient)
              + routing
-             + sh.B8 * local * rows * (h + fe_t)     # expert fc1 and fc2 inputs
+             + sh.B8 * local * rows * (w + fe_t)     # expert fc1 and fc2 inputs
              + Tn * h * MASK_BYTES_PER_ELEMENT)
+    if lat:
+        # fc2_latent_proj's input (the latent combine); fc1_latent_proj's is ln2's output,
+        # kept above. Both projections are 16-bit GEMMs (not in precision.FP8_GEMMS).
+        stash += B * R * lat
     if m.n_shared_experts:
         stash += B * act * T * fs_t + sh.B8 * T * fs_t + (sh.B8 * Tn * h if sh.B8 != B else 0)
     if m.sandwich_norm:

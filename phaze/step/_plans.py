@@ -151,7 +151,8 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
         tokens = mg.microbatch * (m_spec.seq_len // cp)
         if mg.sequence_parallel:
             tokens //= t
-        sizes["a2a_token_bytes"] = tokens * m_spec.hidden * e
+        # (LatentMoE dispatches moe_latent_size-wide tokens: ModelSpec.moe_latent_size)
+        sizes["a2a_token_bytes"] = tokens * (m_spec.moe_latent_size or m_spec.hidden) * e
         sizes["topk"] = m_spec.experts_per_token
         sizes["node_limit"] = m_spec.topk_groups if m_spec.n_expert_groups > 1 else 0
     sizes["a2a_bytes"] = a2a_sizes.pop() if a2a_sizes else 0
