@@ -202,7 +202,10 @@ FP8_GEMMS = ("q_proj", "k_proj", "v_proj", "qkv_proj", "out_proj",
              "expert_fc1", "expert_gate_proj", "expert_up_proj", "expert_fc2",
              "shared_fc1", "shared_gate_proj", "shared_up_proj", "shared_fc2",
              # multi-head latent attention's projections
-             "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj")
+             "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj",
+             # LatentMoE's projections (Megatron-Core's MoELayer builds them as TELinear,
+             # parallel_mode "duplicated")
+             "fc1_latent_proj", "fc2_latent_proj")
 #: Vector cycles per element of one quantisation pass (scale, round to the format, and the
 #: max of the absolute values for the scale): 3 (module docstring).
 QUANT_CYCLES_PER_ELEMENT = 3.0
