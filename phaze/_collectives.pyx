@@ -25,32 +25,31 @@ def exchange_seconds(double nbytes, int64_t n, int64_t nodes, double coll_latenc
 
 
 def placed_seconds(int64_t kind, double nbytes, int64_t n, int64_t nodes,
-                   double coll_latency_s, double link_step_s, double net_step_s,
-                   double link_bw, double net_bw):
-    cdef c.Fabric f
-    f.coll_latency_s = coll_latency_s
-    f.link_step_s = link_step_s
-    f.net_step_s = net_step_s
-    f.link_bw = link_bw
-    f.net_bw = net_bw
-    return c.placed(kind, nbytes, n, nodes, &f)
+                   const unsigned char[::1] fabric):
+    """``placed`` on the fabric whose ``FABRIC_DTYPE`` record's bytes are ``fabric``."""
+    if fabric.shape[0] < <Py_ssize_t>sizeof(c.Fabric):
+        raise ValueError("fabric must hold one FABRIC_DTYPE record")
+    return c.placed(kind, nbytes, n, nodes, <const c.Fabric*>&fabric[0])
 
 
-def contiguous_seconds(int64_t kind, double nbytes, int64_t n, const double[:] coll_latency_s,
-                       const double[:] link_step_s, const double[:] net_step_s,
-                       const double[:] link_bw, const double[:] net_bw,
-                       const int64_t[:] node_size, double[:] out):
-    """``placed`` of one collective over ranks 0..n−1 on every row into ``out``."""
+def contiguous_seconds(int64_t kind, double nbytes, int64_t n,
+                       const unsigned char[:, ::1] rows, const int64_t[:] node_size,
+                       double[:] out):
+    """``placed`` of one collective over ranks 0..n−1 on every row into ``out``: ``rows``
+    the bytes of (rows,) records whose first fields are a ``FABRIC_DTYPE`` record."""
     cdef Py_ssize_t k
-    cdef c.Fabric f
+    if rows.shape[0] < out.shape[0] or (out.shape[0] > 0
+                                        and rows.shape[1] < <Py_ssize_t>sizeof(c.Fabric)):
+        raise ValueError("rows must hold one FABRIC_DTYPE record per output")
     with nogil:
         for k in range(out.shape[0]):
-            f.coll_latency_s = coll_latency_s[k]
-            f.link_step_s = link_step_s[k]
-            f.net_step_s = net_step_s[k]
-            f.link_bw = link_bw[k]
-            f.net_bw = net_bw[k]
-            out[k] = c.placed(kind, nbytes, n, c.ring_nodes(n, node_size[k]), &f)
+            out[k] = c.placed(kind, nbytes, n, c.ring_nodes(n, node_size[k]),
+                              <const c.Fabric*>&rows[k, 0])
+
+
+def fabric_size():
+    """Bytes of one ``Fabric`` (``collectives.FABRIC_DTYPE``'s itemsize)."""
+    return sizeof(c.Fabric)
 
 
 def ring_nodes(int64_t n, int64_t node_size):

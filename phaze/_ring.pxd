@@ -8,8 +8,9 @@ operator kernels: a call across extension modules would go through a function po
 Each function is the literal transcription of the numba kernel it replaced, in the same
 order of floating-point operations (tests/test_collectives.py and the reference sweeps
 check the numbers bit for bit). ``Fabric`` is ``collectives.FABRIC_DTYPE``; a record whose
-first five fields are these (the step model's ``ROW_PARAMS``) is read through a
-``Fabric*`` to its start.
+first fields are these (the step model's ``ROW_PARAMS``) is read through a ``Fabric*`` to
+its start. All-reduce, reduce-scatter and all-gather rings take NCCL's protocol choice
+(:func:`protocol_ring`); with the LL/LL128 fields 0 they are the Simple ring bit for bit.
 """
 from libc.math cimport ceil
 from libc.stdint cimport int64_t
@@ -26,11 +27,27 @@ cdef enum:
 
 
 cdef packed struct Fabric:
+    # NCCL's Simple protocol (the α–β form every collective is priced in)
     double coll_latency_s
     double link_step_s
     double net_step_s
     double link_bw
     double net_bw
+    # NCCL's LL and LL128 protocols (:func:`protocol_ring`; docs/fidelity-sources.md §4.4):
+    # their α parts (s), LL's bus-bandwidth caps (bytes/s: one node, two nodes, more) and
+    # LL128's share of the Simple bus bandwidth; a cap or share of 0: not run
+    double ll_latency_s
+    double ll_link_step_s
+    double ll_span_step_s
+    double ll_net_step_s
+    double ll_link_bw
+    double ll_net2_bw
+    double ll_net_bw
+    double ll128_latency_s
+    double ll128_link_step_s
+    double ll128_net_step_s
+    double ll128_share
+
 
 
 cdef inline double ring_seconds(double nbytes, int64_t n, int64_t nodes, int64_t passes,
@@ -69,6 +86,50 @@ cdef inline double ring(double nbytes, int64_t n, int64_t nodes, int64_t passes,
                         f.net_step_s, f.link_bw, f.net_bw)
 
 
+cdef inline double protocol_ring(double nbytes, int64_t n, int64_t nodes, int64_t passes,
+                                 const Fabric* f) noexcept nogil:
+    """A ring all-reduce (``passes`` 2), reduce-scatter or all-gather (1) as NCCL prices it
+    (src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime): the least of its
+    three protocols' times, each α + β with its own base latency, per-step latencies and
+    bus bandwidth (docs/fidelity-sources.md §4.4). Simple is :func:`ring` (bit for bit the
+    one-protocol price). LL: α of ``ll_latency_s`` and the per-step latencies (in-node
+    steps of a ring spanning nodes at ``ll_span_step_s``), bus bandwidth min(cap, factor ·
+    the tier's), factor 1/4 for an all-reduce or across nodes, 1/3 otherwise, cap
+    ``ll_link_bw`` in one node, ``ll_net2_bw`` on two nodes, ``ll_net_bw`` on more. LL128:
+    its α parts, bus bandwidth ``ll128_share`` (0.92) of the tier's, 0.7 with fewer than
+    two ranks per node. A cap or share of 0 leaves the protocol out; ``ll_link_bw`` 0 leaves
+    both out in one node (a chip whose in-node curve is a fit to measured NCCL: already
+    NCCL's choice)."""
+    cdef double best = ring(nbytes, n, nodes, passes, f)
+    cdef double base, cap, bw, factor, share, t
+    if n <= 1 or (nodes <= 1 and f.ll_link_bw <= 0.0):
+        return best
+    if nodes > 1:
+        base = f.net_bw
+        cap = f.ll_net2_bw if nodes == 2 else f.ll_net_bw
+    else:
+        base = f.link_bw
+        cap = f.ll_link_bw
+    if cap > 0.0:
+        factor = 0.25 if (passes == 2 or nodes > 1) else 1.0 / 3.0
+        bw = factor * base
+        if cap < bw:
+            bw = cap
+        t = ring_seconds(nbytes, n, nodes, passes, f.ll_latency_s,
+                         f.ll_span_step_s if nodes > 1 else f.ll_link_step_s,
+                         f.ll_net_step_s, bw, bw)
+        if t < best:
+            best = t
+    if f.ll128_share > 0.0:
+        share = 0.7 if <double>n < 2.0 * <double>nodes else f.ll128_share
+        bw = share * base
+        t = ring_seconds(nbytes, n, nodes, passes, f.ll128_latency_s, f.ll128_link_step_s,
+                         f.ll128_net_step_s, bw, bw)
+        if t < best:
+            best = t
+    return best
+
+
 cdef inline int64_t log2_floor(int64_t x) noexcept nogil:
     cdef int64_t k = 0
     while x > 1:
@@ -95,8 +156,9 @@ cdef inline double tree_all_reduce(double nbytes, int64_t n, int64_t nodes,
 cdef inline double all_reduce(double nbytes, int64_t n, int64_t nodes,
                               const Fabric* f) noexcept nogil:
     """A ring all-reduce, or across nodes the faster of the ring and NCCL's tree (NCCL's
-    tuner picks the algorithm of the least modelled time)."""
-    cdef double r = ring(nbytes, n, nodes, 2, f)
+    tuner picks the algorithm of the least modelled time); the ring at the fastest of its
+    protocols (:func:`protocol_ring`), the tree Simple's."""
+    cdef double r = protocol_ring(nbytes, n, nodes, 2, f)
     cdef double t
     if n <= 1 or nodes <= 1:
         return r
@@ -106,16 +168,19 @@ cdef inline double all_reduce(double nbytes, int64_t n, int64_t nodes,
 
 cdef inline double reduce_scatter(double nbytes, int64_t n, int64_t nodes,
                                   const Fabric* f) noexcept nogil:
-    return ring(nbytes, n, nodes, 1, f)
+    return protocol_ring(nbytes, n, nodes, 1, f)
 
 
 cdef inline double all_gather(double nbytes, int64_t n, int64_t nodes,
                               const Fabric* f) noexcept nogil:
-    return ring(nbytes, n, nodes, 1, f)
+    return protocol_ring(nbytes, n, nodes, 1, f)
 
 
 cdef inline double all_to_all(double nbytes, int64_t n, int64_t nodes,
                               const Fabric* f) noexcept nogil:
+    """One Simple ring pass: NCCL runs an all-to-all as grouped send/receive, outside the
+    tuner's per-protocol model (tuning.cc prices all-reduce, reduce-scatter, all-gather,
+    broadcast and reduce)."""
     return ring(nbytes, n, nodes, 1, f)
 
 

@@ -22,6 +22,18 @@ ranks sit in one node, else the network). Per kind (S the bytes given):
 - point-to-point ring exchange (ring attention's K/V chunks): n − 1 steps, all ranks
   sending at once, x = nodes − 1, β = S / (η·BW) (S: what reaches each rank in all).
 
+Protocols (docs/fidelity-sources.md §4.4): NCCL runs each collective in one of three
+protocols and takes the one its tuning model (src/graph/tuning.cc) prices fastest for the
+message size. The form above is Simple's. All-reduce, reduce-scatter and all-gather rings
+take the least of it and of LL's and LL128's, each α + β with its own base latency and
+per-step latencies (``ll_*``, ``ll128_*`` of :data:`FABRIC_DTYPE`) and its own bus
+bandwidth: LL min(cap, ¼ of the tier's; ⅓ for a one-pass ring in one node), the cap
+NCCL's per node count; LL128 ``ll128_share`` (0.92) of the tier's, 0.7 with fewer than two
+ranks per node. A protocol whose cap or share is 0 is not run (NCCL disables LL128 off
+NVLink and on untested architectures; a chip whose in-node curve is a fit to a measured
+NCCL run has both off in one node: the fit already is NCCL's choice). The tree, the
+all-to-all and the point-to-point exchange stay Simple's.
+
 Two callers form the same all-reduce with their own order of operations, and each keeps
 its bits: the training-step model (``phaze.step``) prices rings over placed ranks from
 per-tier η·bandwidths it formed itself (:func:`ring_seconds` and the kind functions);
@@ -49,17 +61,36 @@ from . import _collectives as _c
 from .graph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_NONE, COLL_P2P,
                     COLL_REDUCE_SCATTER, COLLECTIVE_KINDS)
 
-__all__ = ["FABRIC_DTYPE", "COLLECTIVE_KINDS", "fabric", "collective_seconds", "ring_seconds",
+__all__ = ["FABRIC_DTYPE", "PROTOCOL_FIELDS", "COLLECTIVE_KINDS", "fabric", "protocol_parameters", "collective_seconds", "ring_seconds",
            "exchange_seconds", "all_reduce_seconds", "reduce_scatter_seconds",
            "all_gather_seconds", "all_to_all_seconds", "p2p_seconds", "placed_seconds",
            "contiguous_seconds", "contiguous_all_reduce_seconds",
            "ring_nodes", "span_nodes", "net_share", "boundary_net_share"]
 
-#: A two-tier fabric as the collectives see it (seconds, bytes/s): NCCL's fixed latency of
-#: one collective, the α of one ring step inside a node and of one crossing nodes, and
-#: η·bandwidth of the in-node link and of the network (``_ring.pxd``'s ``Fabric``).
+#: A two-tier fabric as the collectives see it (seconds, bytes/s; ``_ring.pxd``'s ``Fabric``):
+#: NCCL's fixed latency of one collective, the α of one ring step inside a node and of one
+#: crossing nodes, and η·bandwidth of the in-node link and of the network — the Simple
+#: protocol's — then NCCL's LL and LL128 protocols (module docstring, "Protocols"): their
+#: base latencies and per-step latencies (LL's in-node steps of a ring that spans nodes
+#: apart), LL's bus-bandwidth caps in one node, on two nodes and on more, and LL128's share
+#: of the Simple bus bandwidth. A cap or share of 0 (the default of :func:`fabric`): the
+#: protocol is not run, and the collectives are the Simple α–β form bit for bit.
 FABRIC_DTYPE = np.dtype([("coll_latency_s", "f8"), ("link_step_s", "f8"), ("net_step_s", "f8"),
-                         ("link_bw", "f8"), ("net_bw", "f8")])
+                         ("link_bw", "f8"), ("net_bw", "f8"),
+                         ("ll_latency_s", "f8"), ("ll_link_step_s", "f8"),
+                         ("ll_span_step_s", "f8"), ("ll_net_step_s", "f8"),
+                         ("ll_link_bw", "f8"), ("ll_net2_bw", "f8"), ("ll_net_bw", "f8"),
+                         ("ll128_latency_s", "f8"), ("ll128_link_step_s", "f8"),
+                         ("ll128_net_step_s", "f8"), ("ll128_share", "f8")])
+assert FABRIC_DTYPE.itemsize == _c.fabric_size(), "phaze/_ring.pxd: Fabric out of date"
+#: The protocol fields of :data:`FABRIC_DTYPE` and the efficiency parameter each is made
+#: from (``phaze.arch.efficiency``; caps in GB/s there, bytes/s here).
+PROTOCOL_FIELDS = {"ll_latency_s": "ll_latency_s", "ll_link_step_s": "ll_link_step_s",
+                   "ll_span_step_s": "ll_span_step_s", "ll_net_step_s": "ll_net_step_s",
+                   "ll_link_bw": "ll_link_gb_per_s", "ll_net2_bw": "ll_net2_gb_per_s",
+                   "ll_net_bw": "ll_net_gb_per_s", "ll128_latency_s": "ll128_latency_s",
+                   "ll128_link_step_s": "ll128_link_step_s",
+                   "ll128_net_step_s": "ll128_net_step_s", "ll128_share": "ll128_share"}
 
 #: ring_seconds(nbytes, n, nodes, passes, coll_latency_s, link_step_s, net_step_s, link_bw,
 #: net_bw): a ring collective of n ranks spanning ``nodes`` nodes that goes ``passes``
@@ -88,16 +119,39 @@ span_nodes = _c.span_nodes
 contiguous_all_reduce_seconds = _c.contiguous_all_reduce_seconds
 
 
-def _fields(fabric):
-    return (float(fabric["coll_latency_s"]), float(fabric["link_step_s"]),
-            float(fabric["net_step_s"]), float(fabric["link_bw"]), float(fabric["net_bw"]))
+def protocol_parameters(eff) -> dict:
+    """The LL/LL128 fields of :data:`FABRIC_DTYPE` made from an efficiency set ``eff`` (an
+    ``Efficiency``, a record or rows of ``EFFICIENCY_DTYPE``: floats or arrays): the
+    latencies and LL128's share as they are, LL's caps from GB/s to bytes/s (× 10⁹)."""
+    def get(name):
+        return eff[name] if not hasattr(eff, name) else getattr(eff, name)
+    out = {}
+    for field, name in PROTOCOL_FIELDS.items():
+        x = np.asarray(get(name), dtype=np.float64)
+        out[field] = x * 1e9 if field.endswith("_bw") else x
+    return out
+
+
+def _record(fabric) -> np.ndarray:
+    """The bytes of one :data:`FABRIC_DTYPE` record holding ``fabric``'s fields (a field
+    it lacks of the protocols' 0: not run)."""
+    rec = np.zeros(1, dtype=FABRIC_DTYPE)
+    names = getattr(getattr(fabric, "dtype", None), "names", None)
+    have = names if names is not None else tuple(fabric)
+    for name in FABRIC_DTYPE.names:
+        if name in have:
+            rec[name] = float(fabric[name])
+        elif name not in PROTOCOL_FIELDS:
+            raise ValueError(f"fabric lacks field {name}")
+    return rec.view(np.uint8)
 
 
 def placed_seconds(kind, nbytes, n, nodes, fabric) -> float:
     """A collective of ``kind`` (an ``OpGraph.collective`` code) over n ranks spanning
-    ``nodes`` nodes on ``fabric`` (a record with the fields of :data:`FABRIC_DTYPE`),
-    seconds (0 for ``COLL_NONE``)."""
-    return _c.placed_seconds(int(kind), nbytes, int(n), int(nodes), *_fields(fabric))
+    ``nodes`` nodes on ``fabric`` (a record or mapping with the fields of
+    :data:`FABRIC_DTYPE`; the protocol fields may be left out: not run), seconds (0 for
+    ``COLL_NONE``)."""
+    return _c.placed_seconds(int(kind), float(nbytes), int(n), int(nodes), _record(fabric))
 
 
 def all_reduce_seconds(nbytes, n, nodes, fabric) -> float:
@@ -126,13 +180,30 @@ def p2p_seconds(nbytes, n, nodes, fabric) -> float:
     return placed_seconds(COLL_P2P, nbytes, n, nodes, fabric)
 
 
+def _row_bytes(fabric_rows) -> np.ndarray:
+    """(rows, itemsize) uint8: the bytes of ``fabric_rows``, records whose first fields are
+    those of :data:`FABRIC_DTYPE` in its order (the step model's ``ROW_PARAMS``); others are
+    copied into :data:`FABRIC_DTYPE` records first (absent protocol fields 0)."""
+    rows = np.asarray(fabric_rows).reshape(-1)
+    descr = rows.dtype.descr
+    if not (descr[:len(FABRIC_DTYPE.descr)] == FABRIC_DTYPE.descr
+            and rows.dtype.itemsize == sum(np.dtype(t).itemsize for _, t in descr)
+            and rows.flags.c_contiguous):
+        out = np.zeros(rows.shape[0], dtype=FABRIC_DTYPE)
+        for name in FABRIC_DTYPE.names:
+            if name in rows.dtype.names:
+                out[name] = rows[name]
+            elif name not in PROTOCOL_FIELDS:
+                raise ValueError(f"fabric rows lack field {name}")
+        rows = out
+    return rows.view(np.uint8).reshape(rows.shape[0], rows.dtype.itemsize)
+
+
 def contiguous_seconds(kind, nbytes, n, fabric_rows, node_size, out) -> None:
     """:func:`placed_seconds` of one collective over ranks 0..n−1 on every row
     (``fabric_rows`` (rows,) records with the fields of :data:`FABRIC_DTYPE`,
     ``node_size`` (rows,) int64) into ``out`` (rows,) float64."""
-    _c.contiguous_seconds(int(kind), nbytes, int(n), fabric_rows["coll_latency_s"],
-                          fabric_rows["link_step_s"], fabric_rows["net_step_s"],
-                          fabric_rows["link_bw"], fabric_rows["net_bw"],
+    _c.contiguous_seconds(int(kind), float(nbytes), int(n), _row_bytes(fabric_rows),
                           np.asarray(node_size, dtype=np.int64), out)
 
 
@@ -179,15 +250,22 @@ def net_share(group, stride, node_size, *, all_to_all=False) -> np.ndarray:
 
 # --- the Python face ----------------------------------------------------------------------
 
-def fabric(*, coll_latency_s, link_step_s, net_step_s, link_bw, net_bw) -> np.void:
-    """One :data:`FABRIC_DTYPE` record (seconds; η·bandwidths in bytes/s, > 0)."""
+def fabric(*, coll_latency_s, link_step_s, net_step_s, link_bw, net_bw, **protocols) -> np.void:
+    """One :data:`FABRIC_DTYPE` record (seconds; η·bandwidths in bytes/s, > 0); the LL/LL128
+    fields of :data:`PROTOCOL_FIELDS` as keywords too (each >= 0 and finite, ``ll128_share``
+    at most 1; left out: 0, the protocol not run)."""
+    unknown = sorted(set(protocols) - set(PROTOCOL_FIELDS))
+    if unknown:
+        raise ValueError(f"fabric has no field {unknown[0]}")
     values = dict(coll_latency_s=coll_latency_s, link_step_s=link_step_s,
-                  net_step_s=net_step_s, link_bw=link_bw, net_bw=net_bw)
+                  net_step_s=net_step_s, link_bw=link_bw, net_bw=net_bw, **protocols)
     for name, x in values.items():
         if not isinstance(x, (int, float, np.integer, np.floating)) or not math.isfinite(x) \
-                or x < 0 or (name.endswith("_bw") and x <= 0):
-            raise ValueError(f"{name} must be a finite number "
-                             f"{'> 0' if name.endswith('_bw') else '>= 0'}, got {x!r}")
+                or x < 0 or (name in ("link_bw", "net_bw") and x <= 0) \
+                or (name == "ll128_share" and x > 1):
+            rule = ("> 0" if name in ("link_bw", "net_bw")
+                    else "in [0, 1]" if name == "ll128_share" else ">= 0")
+            raise ValueError(f"{name} must be a finite number {rule}, got {x!r}")
     out = np.zeros(1, dtype=FABRIC_DTYPE)
     for name, x in values.items():
         out[name] = x

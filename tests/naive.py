@@ -3,6 +3,7 @@
 Each section belongs to one module of phaze and is written for clarity, not
 speed: brute force over every choice the fast code prunes or structures away.
 """
+import dataclasses
 import itertools  # noqa: F401  (used by the sections below)
 import math  # noqa: F401
 
@@ -464,8 +465,42 @@ def naive_tile_cycles(batch, m, k, n, w, d, cores, tile_m_mult, tile_n_mult, til
     return max(busy) * step_cycles
 
 
+def naive_protocol_rings(group, nodes, comm_bytes, bw, eff, passes=2):
+    """NCCL's LL and LL128 rings step by step (docs/fidelity-sources.md §4.4), an all-reduce
+    (``passes`` 2) or a reduce-scatter / all-gather (1): each protocol's base latency,
+    passes·(n−1) steps paying its per-step latencies (the first passes·(nodes−1) crossing
+    nodes; LL's in-node steps of a ring that spans nodes at ``ll_span_step_s``), each moving
+    1/n of the bytes at its bus bandwidth: LL min(cap, bw/4) (bw/3 for one pass in one node),
+    the cap that of one node / two nodes / more; LL128 ``ll128_share``·bw (0.7·bw with fewer
+    than two ranks per node). ``bw``: the Simple ring's bus bandwidth (bytes/s). The times
+    of the protocols the set runs there (none in one node when ``ll_link_gb_per_s`` is 0)."""
+    out = []
+    if nodes == 1 and float(eff["ll_link_gb_per_s"]) <= 0:
+        return out
+    steps, crossing = passes * (group - 1), passes * (nodes - 1)
+    cap = float(eff["ll_link_gb_per_s"] if nodes == 1 else eff["ll_net2_gb_per_s"]
+                if nodes == 2 else eff["ll_net_gb_per_s"]) * 1e9
+    if cap > 0:
+        ll_bw = min(cap, bw / 4 if (passes == 2 or nodes > 1) else bw / 3)
+        lat = float(eff["ll_latency_s"])
+        for step in range(steps):
+            lat += float(eff["ll_net_step_s"] if step < crossing else
+                         eff["ll_span_step_s"] if nodes > 1 else eff["ll_link_step_s"])
+            lat += comm_bytes / group / ll_bw
+        out.append(lat)
+    if float(eff["ll128_share"]) > 0:
+        share = 0.7 if group < 2 * nodes else float(eff["ll128_share"])
+        lat = float(eff["ll128_latency_s"])
+        for step in range(steps):
+            lat += float(eff["ll128_net_step_s"] if step < crossing
+                         else eff["ll128_link_step_s"])
+            lat += comm_bytes / group / (share * bw)
+        out.append(lat)
+    return out
+
+
 def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff, per_node=1,
-                         tree=False):
+                         tree=False, protocols=False):
     """A ring all-reduce step by step: 2(n−1) steps, the first 2(nodes−1) of them crossing
     a node boundary (NCCL's count), each paying its tier's latency; then the bytes.
     ``per_node``: NICs the ring's ranks in one node drive between nodes (the step model's
@@ -473,7 +508,9 @@ def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff, per
     cost model's contiguous operator collectives keep 1). ``tree`` (the step model's):
     across nodes the faster of the ring and NCCL's tree — up a chain of the group/nodes
     ranks of a node and ⌊log2 nodes⌋ levels of a binary tree, then down again, each step
-    paying its tier's latency, the bytes at 0.92 of the ring's bus bandwidth."""
+    paying its tier's latency, the bytes at 0.92 of the ring's bus bandwidth. ``protocols``
+    (the step model's): the ring at the fastest of NCCL's Simple, LL and LL128
+    (:func:`naive_protocol_rings`)."""
     if group <= 1 or comm_bytes == 0:
         return 0.0
     nodes = 1 if group <= node_size else -(-group // node_size)
@@ -487,6 +524,8 @@ def naive_ring_allreduce(group, comm_bytes, node_size, link_bw, net_bw, eff, per
         if per_node > 1:
             bw = min(per_node * bw, link_bw * float(eff["link_efficiency"]))
     ring = latency + 2 * (group - 1) / group * comm_bytes / bw
+    if protocols:
+        ring = min([ring] + naive_protocol_rings(group, nodes, comm_bytes, bw, eff))
     if not tree or nodes <= 1:
         return ring
     levels = 0
@@ -696,11 +735,14 @@ def naive_interleaved_in_flight(p, v, r, m):
     return peak
 
 
-def naive_ring_gather_seconds(n, nbytes_total, nodes, link_bw, net_bw, eff, per_node=1):
+def naive_ring_gather_seconds(n, nbytes_total, nodes, link_bw, net_bw, eff, per_node=1,
+                              protocols=False):
     """Ring all-gather / reduce-scatter of a ``nbytes_total`` tensor on n ranks spread
     over ``nodes`` nodes, step by step: n − 1 steps each moving nbytes_total/n over the
     slowest tier, α per step by tier (``nodes − 1`` steps cross a node); between nodes over
-    the ``per_node`` NICs of the ranks in each node (capped by the in-node link)."""
+    the ``per_node`` NICs of the ranks in each node (capped by the in-node link).
+    ``protocols`` (the step model's): the fastest of NCCL's Simple, LL and LL128
+    (:func:`naive_protocol_rings`)."""
     if n <= 1:
         return 0.0
     x = nodes - 1
@@ -710,6 +752,9 @@ def naive_ring_gather_seconds(n, nbytes_total, nodes, link_bw, net_bw, eff, per_
     total = eff.coll_latency_s
     for step in range(n - 1):
         total += (eff.net_step_s if step < x else eff.link_step_s) + nbytes_total / n / bw
+    if protocols:
+        fields = {f.name: getattr(eff, f.name) for f in dataclasses.fields(eff)}
+        total = min([total] + naive_protocol_rings(n, nodes, nbytes_total, bw, fields, 1))
     return total
 
 

@@ -4,6 +4,7 @@ Cython kernels to, bit for bit (these are the functions numba compiled, and the 
 them as plain Python under NUMBA_DISABLE_JIT=1 with the same answers)."""
 import math
 
+import naive_nccl
 from phaze.graph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_P2P,
                          COLL_REDUCE_SCATTER)
 
@@ -53,30 +54,33 @@ def tree_all_reduce_seconds(nbytes, n, nodes, fabric):
 
 
 def all_reduce_seconds(nbytes, n, nodes, fabric):
-    """All-reduce of ``nbytes`` per rank over n ranks on ``nodes`` nodes: the two-pass ring,
-    or across nodes the faster of it and NCCL's tree."""
-    ring = _ring(nbytes, n, nodes, 2, fabric)
+    """All-reduce of ``nbytes`` per rank over n ranks on ``nodes`` nodes: the two-pass ring
+    at NCCL's protocol choice (tests/naive_nccl.py), or across nodes the faster of it and
+    NCCL's tree."""
+    ring = naive_nccl.ring_seconds(nbytes, n, nodes, 2, fabric)
     if n <= 1 or nodes <= 1:
         return ring
     return min(ring, tree_all_reduce_seconds(nbytes, n, nodes, fabric))
 
 
 def reduce_scatter_seconds(nbytes, n, nodes, fabric):
-    """Ring reduce-scatter of an ``nbytes`` tensor (per rank, before the scatter): one pass."""
-    return _ring(nbytes, n, nodes, 1, fabric)
+    """Ring reduce-scatter of an ``nbytes`` tensor (per rank, before the scatter): one pass,
+    at NCCL's protocol choice."""
+    return naive_nccl.ring_seconds(nbytes, n, nodes, 1, fabric)
 
 
 def all_gather_seconds(nbytes, n, nodes, fabric):
-    """Ring all-gather ending with ``nbytes`` on every rank: one pass."""
-    return _ring(nbytes, n, nodes, 1, fabric)
+    """Ring all-gather ending with ``nbytes`` on every rank: one pass, at NCCL's protocol
+    choice."""
+    return naive_nccl.ring_seconds(nbytes, n, nodes, 1, fabric)
 
 
 def spread(fabric, per_node):
     """The fabric a group with ``per_node`` ranks in each node sees between nodes: one NIC
     per device, every one of them used (per_node × the per-device network bandwidth,
     at most the in-node link's); a copy, as a dict."""
-    out = {k: float(fabric[k]) for k in ("coll_latency_s", "link_step_s", "net_step_s",
-                                         "link_bw", "net_bw")}
+    names = fabric.dtype.names if hasattr(fabric, "dtype") else tuple(fabric)
+    out = {k: float(fabric[k]) for k in names}
     if per_node > 1:
         out["net_bw"] = min(per_node * out["net_bw"], out["link_bw"])
     return out

@@ -50,17 +50,30 @@ _A100_FRACTIONS = dict(
 # causal forward, 516 backward; the FlashAttention-3 paper's Figures 5-6).
 _GPU_TILE = dict(tile_m_mult=16, tile_n_mult=8, tile_k_mult=2, cores_per_tile=4, k_stages=3)
 _TEMPLATE_TILE = dict(tile_m_mult=1, tile_n_mult=1, tile_k_mult=1, cores_per_tile=1, k_stages=1)
+# NCCL's LL/LL128 protocols (issue 25; docs/fidelity-sources.md §4.4): NVIDIA/nccl
+# src/graph/tuning.cc at v2.12.7 (the A100: LL's in-node steps of a multi-node ring 1.8 x
+# 0.47 us; its in-node tier the fitted curve, so no LL cap in one node; AMD-host caps) and
+# at v2.20.3 (the H100: Hopper cap 87.7 GB/s in one node, Intel-host caps between nodes).
+_A100_NCCL = dict(ll_latency_s=3.6e-6, ll_link_step_s=0.47e-6, ll_span_step_s=0.846e-6,
+                  ll_net_step_s=2.7e-6, ll_link_gb_per_s=0.0, ll_net2_gb_per_s=22.5,
+                  ll_net_gb_per_s=19.0, ll128_latency_s=10e-6, ll128_link_step_s=1.9e-6,
+                  ll128_net_step_s=4e-6, ll128_share=0.92)
+_H100_NCCL = dict(ll_latency_s=6.6e-6, ll_link_step_s=0.6e-6, ll_span_step_s=1.0e-6,
+                  ll_net_step_s=2.7e-6, ll_link_gb_per_s=87.7, ll_net2_gb_per_s=39.0,
+                  ll_net_gb_per_s=20.4, ll128_latency_s=14e-6, ll128_link_step_s=1.9e-6,
+                  ll128_net_step_s=4e-6, ll128_share=0.92)
 _TODAY_EFFICIENCY = {
     "tpuv4": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
     "a100-80g": dict(_GPU_TILE, **dict(_A100_FRACTIONS, flash_fwd_efficiency=0.73,
-                                       flash_bwd_efficiency=0.63)),
+                                       flash_bwd_efficiency=0.63, **_A100_NCCL)),
     "h100-sxm": dict(_GPU_TILE, **dict(
         _A100_FRACTIONS, tile_efficiency=808699906572796 / _H100_PEAK,
         fp8_tile_efficiency=1402.6e12 / (2 * _H100_PEAK),
         hbm_efficiency=0.90, link_step_s=3.4e-6, net_step_s=14e-6,
         link_efficiency=367.61 / 450.0,
         net_efficiency=47.0 / 50.0, net_p2p_efficiency=47.0 / 50.0,
-        flash_fwd_efficiency=539e12 / _H100_PEAK, flash_bwd_efficiency=516e12 / _H100_PEAK)),
+        flash_fwd_efficiency=539e12 / _H100_PEAK, flash_bwd_efficiency=516e12 / _H100_PEAK,
+        **_H100_NCCL)),
     "template": dict(_TEMPLATE_TILE, **_A100_FRACTIONS),
 }
 # h100-sxm's but the GEMM fractions of a 500 W H100 (FBGEMM PR #2546: bf16 8192³ in
@@ -108,6 +121,13 @@ def _rules_of_four(tile, tile_efficiency=None):
                 net_efficiency=_mean(24.0 / 25.0, 47.0 / 50.0), link_p2p_latency_s=16.5e-6,
                 link_p2p_efficiency=195.1 / 300.0, net_p2p_latency_s=2.0e-5,
                 net_p2p_efficiency=_mean(24.0 / 25.0, 47.0 / 50.0),
+                # NCCL's protocols: latencies the two dies' mean; a cap or share the mean
+                # where it is > 0 (the A100 prices no protocol choice in one node)
+                ll_latency_s=_mean(3.6e-6, 6.6e-6), ll_link_step_s=_mean(0.47e-6, 0.6e-6),
+                ll_span_step_s=_mean(0.846e-6, 1.0e-6), ll_net_step_s=2.7e-6,
+                ll_link_gb_per_s=87.7, ll_net2_gb_per_s=_mean(22.5, 39.0),
+                ll_net_gb_per_s=_mean(19.0, 20.4), ll128_latency_s=_mean(10e-6, 14e-6),
+                ll128_link_step_s=1.9e-6, ll128_net_step_s=4e-6, ll128_share=0.92,
                 **{f: min(1.0, te * r) for f, r in _RATIO.items()})
 
 
@@ -195,6 +215,8 @@ def test_template_set_is_the_rules_and_names_in_order():
     assert all(r != "measured" for r in _catalog.EFFICIENCY_RULES["template"].values())
     for f, v in presets.EFFICIENCY["template"].items():
         pool = [m[f] for m in _catalog.MEASURED.values() if f in m]
+        if f.endswith(("_gb_per_s", "_share")):   # a protocol's cap or share: where it runs
+            pool = [x for x in pool if x > 0]
         if f in rules.RATIO_FIELDS:
             ratios = [m[f] / m["tile_efficiency"] for m in _catalog.MEASURED.values()
                       if f in m and "tile_efficiency" in m]

@@ -2,6 +2,7 @@
 plan search: best_plans against the brute force over training_step on tiny dense and
 mixture-of-experts models, Megatron-Core's rank groups against an explicit generator
 (tests/naive.py), and identities of memory, gradient sync, all-to-all and K/V ring."""
+import dataclasses
 import math
 
 import numpy as np
@@ -83,7 +84,9 @@ def test_best_plans_is_the_brute_force_minimum_with_ep_and_cp(model, devices, ba
 
 
 @pytest.mark.parametrize("model, row, recompute, cap, parallel", [
-    (ALL_MOE, 1, "none", 10 ** 6.3, True),    # the optimum has ep = 2 and cp = 2
+    # the optimum has ep = 2 and cp = 2 (at 10^6.3 before NCCL's protocol choice, issue 25:
+    # its faster small collectives make a t2 d4 plan optimal there)
+    (ALL_MOE, 1, "none", 10 ** 6.2, True),
     (ALL_MOE, 2, "full", 10 ** 6.3, True),    # ep = 4
     (DENSE, 1, "none", 10 ** 6.0, True),      # cp = 2
     (MOE, 1, "full", 1e12, False)])           # a dense first layer, then MoE layers
@@ -162,7 +165,11 @@ def test_all_to_all_is_priced_over_the_expert_groups_ranks():
     g = graph.build_layers(ALL_MOE, 1, 2, sequence_parallel=True, kernels="megatron",
                            expert_parallel=2).kinds()["moe_block"].forward
     nbytes = int(g.bytes_in[g.names.index("alltoall_dispatch")])
-    a2a = {id(row): step.ring_allgather_seconds(nbytes, [0, 2], row, A100)
+    # one Simple ring pass (NCCL runs an all-to-all as send/receive, outside the tuner's
+    # protocol choice): the all-gather's price with the LL/LL128 protocols off
+    simple = dataclasses.replace(A100, ll_link_gb_per_s=0.0, ll_net2_gb_per_s=0.0,
+                                 ll_net_gb_per_s=0.0, ll128_share=0.0)
+    a2a = {id(row): step.ring_allgather_seconds(nbytes, [0, 2], row, simple)
            for row in (wide, narrow)}
     want = ALL_MOE.n_layers * 2 * (a2a[id(narrow)] - a2a[id(wide)])
     assert want > 0

@@ -31,14 +31,32 @@ EFFICIENCY_DTYPE = np.dtype([
     ("link_p2p_efficiency", np.float64),
     ("net_p2p_latency_s", np.float64),
     ("net_p2p_efficiency", np.float64),
+    ("ll_latency_s", np.float64),
+    ("ll_link_step_s", np.float64),
+    ("ll_span_step_s", np.float64),
+    ("ll_net_step_s", np.float64),
+    ("ll_link_gb_per_s", np.float64),
+    ("ll_net2_gb_per_s", np.float64),
+    ("ll_net_gb_per_s", np.float64),
+    ("ll128_latency_s", np.float64),
+    ("ll128_link_step_s", np.float64),
+    ("ll128_net_step_s", np.float64),
+    ("ll128_share", np.float64),
 ])
 
 #: Integer fields (≥ 1): the GEMM tile rule's multiples, cores per tile, pipeline stages.
 INT_FIELDS = tuple(n for n in EFFICIENCY_DTYPE.names if EFFICIENCY_DTYPE[n] == np.int64)
 #: Fractions in (0, 1]: achieved / ideal.
 FRACTIONS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("efficiency"))
+#: Bus-bandwidth caps in GB/s, finite and ≥ 0 (0: the protocol is not run on that tier).
+RATES = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("_gb_per_s"))
+#: Shares in [0, 1] (0: the protocol is not run).
+SHARES = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("_share"))
 #: Times in seconds, finite and ≥ 0.
-SECONDS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("_s"))
+SECONDS = tuple(n for n in EFFICIENCY_DTYPE.names if n.endswith("_s") and n not in RATES)
+#: NCCL's LL/LL128 protocol parameters (``phaze.collectives``, "Protocols"); a chip that
+#: does not state them runs Simple only (each 0).
+PROTOCOL_FIELDS = tuple(n for n in EFFICIENCY_DTYPE.names if n.startswith("ll"))
 
 
 def _all_in_range(values) -> bool:
@@ -50,10 +68,13 @@ def _all_in_range(values) -> bool:
         fracs = np.concatenate([np.asarray(values[f], dtype=np.float64).reshape(-1)
                                 for f in FRACTIONS])
         secs = np.concatenate([np.asarray(values[f], dtype=np.float64).reshape(-1)
-                               for f in SECONDS])
+                               for f in SECONDS + RATES])
+        shares = np.concatenate([np.asarray(values[f], dtype=np.float64).reshape(-1)
+                                 for f in SHARES])
         return bool((ints >= 1).all() and (ints == np.floor(ints)).all()
                     and np.isfinite(ints).all() and (fracs > 0).all() and (fracs <= 1).all()
-                    and (secs >= 0).all() and np.isfinite(secs).all())
+                    and (secs >= 0).all() and np.isfinite(secs).all()
+                    and (shares >= 0).all() and (shares <= 1).all())
 
 
 def check_row(values) -> None:
@@ -75,3 +96,12 @@ def check_row(values) -> None:
         v = np.asarray(values[f], dtype=np.float64)
         if np.any(~np.isfinite(v)) or np.any(v < 0):
             raise ValueError(f"efficiency {f} must be a finite time >= 0 s, got {values[f]!r}")
+    for f in RATES:
+        v = np.asarray(values[f], dtype=np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(f"efficiency {f} must be a finite bandwidth >= 0 GB/s, "
+                             f"got {values[f]!r}")
+    for f in SHARES:
+        v = np.asarray(values[f], dtype=np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v < 0) or np.any(v > 1):
+            raise ValueError(f"efficiency {f} must be a share in [0, 1], got {values[f]!r}")

@@ -21,7 +21,7 @@ import numbers
 import os
 
 from .._validate import show
-from ._efields import EFFICIENCY_DTYPE, FRACTIONS, INT_FIELDS, SECONDS
+from ._efields import EFFICIENCY_DTYPE, FRACTIONS, INT_FIELDS, RATES, SECONDS, SHARES
 from ._rows import INT_KNOBS, KNOBS
 
 #: Largest integer a chip file may give a count (2**31 − 1): no real chip comes near it,
@@ -250,6 +250,15 @@ def _check_efficiency(where, value) -> dict:
             if not math.isfinite(_as_float(v)) or _as_float(v) < 0:
                 raise ValueError(f"{where}: {key} must be a finite time >= 0 (seconds), "
                                  f"got {show(v)}")
+            out[field] = float(v)
+        elif field in RATES:
+            if not math.isfinite(_as_float(v)) or _as_float(v) < 0:
+                raise ValueError(f"{where}: {key} must be a finite bandwidth >= 0 (GB/s), "
+                                 f"got {show(v)}")
+            out[field] = float(v)
+        elif field in SHARES:
+            if not 0 <= _as_float(v) <= 1:
+                raise ValueError(f"{where}: {key} must be a share in [0, 1], got {show(v)}")
             out[field] = float(v)
         else:  # pragma: no cover - every field has a range above
             raise AssertionError(field)

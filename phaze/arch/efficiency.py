@@ -53,6 +53,26 @@ Collectives (ring all-reduce, NCCL's α–β form) and point-to-point transfers:
 - ``link_p2p_latency_s``, ``link_p2p_efficiency``, ``net_p2p_latency_s``,
   ``net_p2p_efficiency``: the same for one point-to-point send on each tier.
 
+NCCL's other protocols (``phaze.collectives``, "Protocols"; sheet §4.4): the parameters
+above are NCCL's Simple protocol's; an all-reduce, reduce-scatter or all-gather ring is
+priced at the fastest of Simple, LL and LL128 (NCCL's tuning model, src/graph/tuning.cc at
+the chip's NCCL version):
+
+- ``ll_latency_s``, ``ll_link_step_s``, ``ll_net_step_s``: LL's base latency and per-step
+  latencies in a node and between nodes, s; ``ll_span_step_s``: LL's in-node step of a
+  ring that spans nodes, s (v2.12.7: 1.8 × the in-node step; v2.20.3: at least the host's
+  network overhead);
+- ``ll_link_gb_per_s``, ``ll_net2_gb_per_s``, ``ll_net_gb_per_s``: LL's bus-bandwidth cap
+  (NCCL ``llMaxBws``) in one node, on two nodes and on more, GB/s; LL runs at the least
+  of the cap and a quarter (a one-pass ring in one node: a third) of the tier's bus
+  bandwidth. 0: not run on that tier; ``ll_link_gb_per_s`` 0 runs neither LL nor LL128
+  in one node (an in-node curve fitted to measured NCCL runs: already NCCL's choice);
+- ``ll128_latency_s``, ``ll128_link_step_s``, ``ll128_net_step_s``: LL128's, s;
+  ``ll128_share``: LL128's bus bandwidth as a share of the tier's (NCCL: 0.92), 0 where
+  NCCL does not enable it.
+
+A set made without them runs Simple only (each 0).
+
 Where each preset's numbers come from: its chip file's ``cite`` lines (the first study's
 four: :mod:`phaze.arch.presets`' docstring), the sheet behind them being
 ``docs/fidelity-sources.md``. A preset's set is what was measured on its die, the rest by
@@ -103,6 +123,18 @@ class Efficiency:
     fp8_tile_efficiency: float = None
     flash_fwd_efficiency: float = None
     flash_bwd_efficiency: float = None
+    # NCCL's LL/LL128 protocols (module docstring); 0: not run (Simple only)
+    ll_latency_s: float = 0.0
+    ll_link_step_s: float = 0.0
+    ll_span_step_s: float = 0.0
+    ll_net_step_s: float = 0.0
+    ll_link_gb_per_s: float = 0.0
+    ll_net2_gb_per_s: float = 0.0
+    ll_net_gb_per_s: float = 0.0
+    ll128_latency_s: float = 0.0
+    ll128_link_step_s: float = 0.0
+    ll128_net_step_s: float = 0.0
+    ll128_share: float = 0.0
 
     def __post_init__(self):
         # no FP8 or fused-attention measurement: the 16-bit GEMM fraction

@@ -33,6 +33,11 @@ The rules (each in terms of what the datasheet gives):
   2 / ``scale_up_links`` (a 3-D torus: 1/3). Several dimensions driven at once would give
   more; the rule prices the dimension-by-dimension algorithm. A mesh (MI300X's, Gaudi 3's
   all-to-all links) takes the switch's fraction: the full domain's ring uses every link.
+- **NCCL's LL/LL128 protocols** (``ll_*``, ``ll128_*``: tuning.cc's constants at the
+  chip's NCCL version, sheet §4.4): latencies as above, the mean over the other dies that
+  state them; a bus-bandwidth cap or share (``*_gb_per_s``, ``ll128_share``) the mean over
+  the other dies where it is > 0 (0 says the protocol is not run there, nothing about its
+  bandwidth); none stated: 0, Simple only.
 - A field no other die measured falls back to the template's tile rule value (integers) or
   is refused (a bug in the shipped data: every fraction and latency is measured somewhere).
 
@@ -41,7 +46,7 @@ while the presets are read.
 """
 from __future__ import annotations
 
-from ._efields import EFFICIENCY_DTYPE, INT_FIELDS
+from ._efields import EFFICIENCY_DTYPE, INT_FIELDS, PROTOCOL_FIELDS, RATES, SHARES
 
 __all__ = ["RATIO_FIELDS", "FABRIC_FIELDS", "TORUS_FIELDS", "derive", "measured_table"]
 
@@ -115,6 +120,15 @@ def derive(values: dict, measured: dict) -> tuple:
                     and kinds[s].get(FABRIC_FIELDS[f]) == kind]
             if same:
                 pool, where = same, f"the other dies on {kind}"
+        if f in RATES or f in SHARES:
+            # a protocol's cap or share: 0 says NCCL does not run it there (or a fitted
+            # in-node curve stands), nothing about its bandwidth where it runs
+            pool = [x for x in pool if x > 0]
+            where += " that run the protocol"
+        if not pool and f in PROTOCOL_FIELDS:
+            out[f] = 0.0
+            rules[f] = "no die states it: NCCL's Simple protocol only (0)"
+            continue
         if not pool:
             raise ValueError(f"efficiency {f}: no die measured it, so no rule can give it")
         out[f] = _mean(pool)

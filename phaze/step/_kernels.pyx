@@ -147,11 +147,24 @@ MEMORY = np.dtype(_fields("i8", (
 
 
 cdef packed struct RowParams:
+    # a Fabric (phaze/_ring.pxd, collectives.FABRIC_DTYPE), field for field
     double coll_latency_s
     double link_step_s
     double net_step_s
     double link_bw
     double net_bw
+    double ll_latency_s
+    double ll_link_step_s
+    double ll_span_step_s
+    double ll_net_step_s
+    double ll_link_bw
+    double ll_net2_bw
+    double ll_net_bw
+    double ll128_latency_s
+    double ll128_link_step_s
+    double ll128_net_step_s
+    double ll128_share
+    # the row's own
     double hbm_bw
     double launch_s
 
@@ -262,7 +275,7 @@ cdef packed struct Memory:
 
 
 cdef inline const Fabric* fab(const RowParams* rp) noexcept nogil:
-    """The row's first five fields are a ``Fabric`` (ROW_PARAMS = FABRIC_DTYPE + two)."""
+    """The row's first fields are a ``Fabric`` (ROW_PARAMS = FABRIC_DTYPE + two)."""
     return <const Fabric*>rp
 
 

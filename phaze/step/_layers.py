@@ -130,11 +130,14 @@ def bytes_per_s(efficiency, gb_per_s) -> np.ndarray:
 
 def row_params(archs, eff_rows) -> np.ndarray:
     """(n,) ``step._kernels.ROW_PARAMS`` records: the collective parameters of each row,
-    each product formed as ``training_step`` forms it: (η · GB/s) · 10⁹."""
+    each product formed as ``training_step`` forms it: (η · GB/s) · 10⁹; NCCL's LL/LL128
+    protocol parameters as ``collectives.protocol_parameters`` makes them."""
     rp = np.empty(archs.shape[0], dtype=kern.ROW_PARAMS)
     rp["coll_latency_s"] = eff_rows["coll_latency_s"]
     rp["link_step_s"] = eff_rows["link_step_s"]
     rp["net_step_s"] = eff_rows["net_step_s"]
+    for field, x in collectives.protocol_parameters(eff_rows).items():
+        rp[field] = x
     for bw, field in (("link_bw", "link"), ("net_bw", "net"), ("hbm_bw", "hbm")):
         rp[bw] = bytes_per_s(eff_rows[f"{field}_efficiency"], archs[f"{field}_gb_per_s"])
     rp["launch_s"] = eff_rows["launch_s"]

@@ -431,7 +431,8 @@ def _ring_seconds(nbytes, ranks, row, eff, passes) -> float:
         net_bw = min(g * net_bw, link_bw)
     fabric = collectives.fabric(
         coll_latency_s=eff.coll_latency_s, link_step_s=eff.link_step_s,
-        net_step_s=eff.net_step_s, link_bw=link_bw, net_bw=net_bw)
+        net_step_s=eff.net_step_s, link_bw=link_bw, net_bw=net_bw,
+        **{k: float(v) for k, v in collectives.protocol_parameters(eff).items()})
     price = collectives.all_reduce_seconds if passes == 2 else collectives.all_gather_seconds
     return price(float(nbytes), n, nodes, fabric)
 
