@@ -7,6 +7,7 @@ answers). Records are the package's dtypes (``phaze.step._kernels``)."""
 import numpy as np
 
 import naive_collectives as coll
+from phaze.step._kernels import OVERLAP_SLOWDOWN
 from phaze.step._kernels import (BREAKDOWN, CELL_NODES, LAYER_TIMES, MEMORY, PLAN,  # noqa: F401
                                    ROW_PARAMS, SIZES, STAGE_NODES)
 
@@ -17,6 +18,17 @@ OPT_STATE_BYTES = 12
 
 #: Recomputation modes as the kernels code them.
 REC_NONE, REC_SELECTIVE, REC_FULL, REC_OP = 0, 1, 2, 3
+
+
+
+#: The kernels' overlap slowdown (phaze/step/_kernels.pyx, OVERLAP_SLOWDOWN): a collective
+#: beside compute costs at least KAPPA of its seconds.
+KAPPA = OVERLAP_SLOWDOWN / (1.0 + OVERLAP_SLOWDOWN)
+
+
+def exposed(c, w):
+    """Seconds a collective of c seconds adds to compute of w seconds it overlaps."""
+    return max(c - w, KAPPA * c)
 
 
 def span_nodes(first, stride, count, node_size):
@@ -164,7 +176,7 @@ def layer_times(cp, ep, stage, lt, sz, rp, dispatch=0):
     on a stage (a :data:`STAGE_NODES` record) whose context-parallel ring spans
     ``stage.cp_nodes`` nodes and expert-parallel group ``stage.ep_nodes``: the priced
     operators (``lt``), plus a kind's K/V exchange's excess over the flash attention it runs
-    concurrently with (max(0, exchange − attention), forward and backward; the exchange
+    concurrently with (exposed(exchange, attention), forward and backward; the exchange
     ``collectives.p2p_seconds``), plus its all-to-alls (``collectives.all_to_all_seconds``
     over the ep ranks)."""
     kf, kb = [], []
@@ -172,12 +184,10 @@ def layer_times(cp, ep, stage, lt, sz, rp, dispatch=0):
         f = lt["k_f"][q]
         b = lt["k_b"][q]
         if cp > 1 and sz["k_ring_f"][q] > 0:
-            xf = coll.p2p_seconds(sz["k_ring_f"][q], cp, stage["cp_nodes"], rp) - lt["k_flash_f"][q]
-            xb = coll.p2p_seconds(sz["k_ring_b"][q], cp, stage["cp_nodes"], rp) - lt["k_flash_b"][q]
-            if xf > 0.0:
-                f += xf
-            if xb > 0.0:
-                b += xb
+            f += exposed(coll.p2p_seconds(sz["k_ring_f"][q], cp, stage["cp_nodes"], rp),
+                         lt["k_flash_f"][q])
+            b += exposed(coll.p2p_seconds(sz["k_ring_b"][q], cp, stage["cp_nodes"], rp),
+                         lt["k_flash_b"][q])
         if ep > 1 and (sz["k_a2a_f_n"][q] or sz["k_a2a_b_n"][q]):
             if dispatch == 1:
                 a = coll.dedup_all_to_all_seconds(sz["a2a_bytes"], sz["a2a_token_bytes"],
@@ -241,8 +251,8 @@ def hidden(counts, c, w):
         return 0.0
     out = 0.0
     for q in present:
-        out += counts[q] * max(0.0, c[q] - w[q])
-    return out + max(c[q] - max(0.0, c[q] - w[q]) for q in present)
+        out += counts[q] * exposed(c[q], w[q])
+    return out + max(c[q] - exposed(c[q], w[q]) for q in present)
 
 
 def bucket_fraction(params, D):
@@ -437,14 +447,14 @@ def step_time(plan, cell, stages, lt, rp, sz, kind_prefix, slots, bd):
             red = 0.0
         if ogr and zero <= 1:
             frac = bucket_fraction(dn + en, D)
-            red = max(red - slots[r, 2] - slots[r, 3], frac * red)
+            red = max(red - slots[r, 2] - slots[r, 3], frac * red + KAPPA * (red - frac * red))
         if (zero == 1 or zero == 2) and D > 1:
             ag = coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, Fd)
             if en > 0:
                 ag += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, Fe)
             if plan["opg"]:
                 frac = bucket_fraction(dn + en, D)
-                ag = max(ag - slots[r, 1], frac * ag)
+                ag = max(ag - slots[r, 1], frac * ag + KAPPA * (ag - frac * ag))
             red += ag
         if red > dp_s:
             dp_s = red

@@ -81,8 +81,8 @@ def test_fsdp_not_resharded_gathers_once():
 
 def test_prefetched_gathers_hide_behind_compute():
     """With the gathers prefetched (overlap_param_gather) and the reduce-scatters
-    overlapped, a layer whose compute outlasts its traffic leaves only the first layer's
-    traffic and the embedding/head's exposed."""
+    overlapped, a layer whose compute outlasts its traffic leaves the first layer's
+    traffic, the embedding/head's and the compute's slowdown beside the rest exposed."""
     d = 64
     z3 = _step(data_parallel=d, global_batch=d, zero_stage=3, overlap_param_gather=True,
                overlap_grad_reduce=True)
@@ -95,7 +95,12 @@ def test_prefetched_gathers_hide_behind_compute():
     head_rs = ring(4 * (VOCAB * H + H), d, 8, 1, 8)
     per_layer_f = (bd.forward_s) / L       # embedding/head forward are small beside it
     assert layer < per_layer_f               # the case this test is about
-    exposed = layer + (layer + rs) + 2 * emb + 2 * head + emb_rs + head_rs
+    # the first layer's gathers run alone; the other L − 1 layers' gathers and
+    # reduce-scatters slow the compute they overlap by 18.9 % of their seconds' worth
+    # (Lee et al. 2025): κ = 0.189/1.189 of each
+    k = 0.189 / 1.189
+    exposed = (layer + (layer + rs) + (L - 1) * k * (layer + (layer + rs))
+               + 2 * emb + 2 * head + emb_rs + head_rs)
     comm = bd.slot_s - bd.forward_s - bd.backward_s - bd.recompute_s - bd.p2p_s
     assert comm == pytest.approx(exposed, rel=1e-6)
 

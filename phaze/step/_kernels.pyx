@@ -284,6 +284,25 @@ cdef inline double fmax0(double x) noexcept nogil:
     return x if x > 0.0 else 0.0
 
 
+#: Compute beside a collective runs slower: the mean slowdown of a training step's compute
+#: kernels while NCCL communication overlaps them, 18.9 % (Lee et al., "Characterizing
+#: Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning: Performance
+#: and Power Implications", arXiv 2507.03114, 2025: GPT and Llama layers on 4 A100, H100,
+#: MI250 and MI210; docs/fidelity-sources.md §4.5). While a collective of c seconds runs
+#: beside compute, the compute advances at 1/(1 + s) of its rate, so the overlap costs at
+#: least c·s/(1 + s) beside compute that outlasts it (:func:`exposed`).
+OVERLAP_SLOWDOWN = 0.189
+cdef double KAPPA = OVERLAP_SLOWDOWN / (1.0 + OVERLAP_SLOWDOWN)
+
+
+cdef inline double exposed(double c, double w) noexcept nogil:
+    """Seconds a collective of ``c`` seconds adds to compute of ``w`` seconds it overlaps:
+    its excess over the compute, c − w, or, when the compute outlasts it, the compute's
+    slowdown while they overlap, KAPPA·c (:data:`OVERLAP_SLOWDOWN`); 0 for c = 0."""
+    cdef double x = c - w, y = KAPPA * c
+    return x if x > y else y
+
+
 # ---------------------------------------------------------------------------
 # rank layout
 # ---------------------------------------------------------------------------
@@ -481,8 +500,8 @@ cdef inline void layer_times(int64_t cp, int64_t ep, int64_t dispatch,
     """Forward (``kf[k]``) and backward (``kb[k]``) seconds of one layer of each kind (one
     microbatch) on a stage whose context-parallel ring spans ``stage.cp_nodes`` nodes and
     expert-parallel group ``stage.ep_nodes``: the priced operators (``lt``), plus a kind's
-    K/V exchange's excess over the flash attention it runs concurrently with (max(0,
-    exchange − attention), forward and backward; the exchange ``_ring.p2p``), plus its
+    K/V exchange beside the flash attention it runs concurrently with (:func:`exposed`,
+    forward and backward; the exchange ``_ring.p2p``), plus its
     all-to-alls (``_ring.split_all_to_all`` over the ep ranks: the peers in the node over
     the link, the others through each rank's own NIC; ``dispatch`` 1, DeepEP's dispatch:
     ``_ring.dedup_all_to_all``, each token once per remote node)."""
@@ -497,12 +516,10 @@ cdef inline void layer_times(int64_t cp, int64_t ep, int64_t dispatch,
         kf[q] = lt.k_f[q]
         kb[q] = lt.k_b[q]
         if cp > 1 and sz.k_ring_f[q] > 0:
-            xf = _ring.p2p(<double>sz.k_ring_f[q], cp, stage.cp_nodes, fab(rp)) - lt.k_flash_f[q]
-            xb = _ring.p2p(<double>sz.k_ring_b[q], cp, stage.cp_nodes, fab(rp)) - lt.k_flash_b[q]
-            if xf > 0.0:
-                kf[q] += xf
-            if xb > 0.0:
-                kb[q] += xb
+            xf = _ring.p2p(<double>sz.k_ring_f[q], cp, stage.cp_nodes, fab(rp))
+            xb = _ring.p2p(<double>sz.k_ring_b[q], cp, stage.cp_nodes, fab(rp))
+            kf[q] += exposed(xf, lt.k_flash_f[q])
+            kb[q] += exposed(xb, lt.k_flash_b[q])
         if ep > 1 and (sz.k_a2a_f_n[q] > 0 or sz.k_a2a_b_n[q] > 0):
             kf[q] += <double>sz.k_a2a_f_n[q] * a
             kb[q] += <double>sz.k_a2a_b_n[q] * a
@@ -558,8 +575,8 @@ cdef inline double hidden(int64_t n_kinds, const int64_t* counts, const double* 
                           const double* w) noexcept nogil:
     """Exposed seconds of the communication of ``counts[k]`` layers of each kind (``c[k]``
     seconds per layer) that runs one layer ahead, beside the compute of the layer before it
-    (``w[k]`` seconds per layer): the excess max(0, c − w) of every layer, plus the hidden
-    part min(c, w) of the first one (nothing runs before it; the largest of the kinds
+    (``w[k]`` seconds per layer): :func:`exposed` (c, w) of every layer, plus the rest
+    c − exposed of the first one (nothing runs before it; the largest of the kinds
     present, the order of the layers not being known here). With c = 0 it is 0."""
     cdef double e, out = 0.0, first = 0.0
     cdef int64_t q
@@ -567,7 +584,7 @@ cdef inline double hidden(int64_t n_kinds, const int64_t* counts, const double* 
     for q in range(n_kinds):
         if counts[q] <= 0:
             continue
-        e = fmax0(c[q] - w[q])
+        e = exposed(c[q], w[q])
         out += <double>counts[q] * e
         if not any_ or c[q] - e > first:
             first = c[q] - e
@@ -808,6 +825,7 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
     cdef int64_t edp = D // ep
     cdef double g1 = 0.0, g2 = 0.0, worst, x
     cdef int64_t a, mk, bit, r, dn, en, crit, shard, shard_e
+    cdef double y
     cdef int64_t counts[KM]
     cdef double f, bw, rec, comm, extra, slot, steady, bubble
     cdef double dp_s, upd, red, ag, emb_s, tiny, opt_s, total, frac
@@ -852,13 +870,16 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
         if ogr and zero <= 1:
             # bucketed during the last microbatch's backward: the last bucket's share
             # stays exposed however long the backward (Megatron-Core's buckets)
+            # and the buckets before it slow the backward they overlap (exposed's KAPPA)
             x = red - slots[6 * r + 2] - slots[6 * r + 3]
-            red = x if x > frac * red else frac * red
+            y = frac * red + KAPPA * (red - frac * red)
+            red = x if x > y else y
         if (zero == 1 or zero == 2) and D > 1:
             if opg:
                 # bucket by bucket beside the next iteration's first forward
                 x = ag - slots[6 * r + 1]
-                ag = x if x > frac * ag else frac * ag
+                y = frac * ag + KAPPA * (ag - frac * ag)
+                ag = x if x > y else y
             red += ag
         if red > dp_s:
             dp_s = red

@@ -144,6 +144,19 @@ def row_params(archs, eff_rows) -> np.ndarray:
     return rp
 
 
+#: κ = s/(1 + s): the least share of an overlapped collective's seconds it costs, compute
+#: beside it running 1/(1 + s) as fast (s = ``step._kernels.OVERLAP_SLOWDOWN``, Lee et
+#: al. 2025, docs/fidelity-sources.md §4.5; the kernels' ``KAPPA``).
+OVERLAP_KAPPA = kern.OVERLAP_SLOWDOWN / (1.0 + kern.OVERLAP_SLOWDOWN)
+
+
+def overlap_exposed(comm, busy):
+    """Seconds a collective of ``comm`` seconds adds beside compute of ``busy`` seconds
+    (arrays or floats): its excess comm − busy, or, when the compute outlasts it, the
+    compute's slowdown while they overlap, κ·comm (the kernels' ``exposed``)."""
+    return np.maximum(comm - busy, OVERLAP_KAPPA * comm)
+
+
 def tp_overlap_exposed(method, comm, gemm, t):
     """Seconds of a tensor-parallel collective of ``comm`` seconds left exposed beside its
     partner GEMMs of ``gemm`` seconds under ``tp_comm_overlap`` (arrays or floats; method
@@ -151,14 +164,16 @@ def tp_overlap_exposed(method, comm, gemm, t):
     t − 1 exchange steps beside the next chunk's GEMM): (t−1)·max(0, comm/(t−1) − gemm/t)
     = max(0, comm − gemm·(t−1)/t). "pipeline" (n = ``TP_PIPELINE_SPLITS`` chunks, chunk
     i's reduce-scatter beside GEMM chunk i+1, the last one alone): (n−1)/n·max(0, comm −
-    gemm) + comm/n. "bulk" (the whole collective beside the GEMM): max(0, comm − gemm)."""
+    gemm) + comm/n. "bulk" (the whole collective beside the GEMM): max(0, comm − gemm).
+    Each max(0, ·) is at least the GEMMs' slowdown beside the traffic, κ·comm
+    (:func:`overlap_exposed`)."""
     if method == "ring":
-        return np.maximum(comm - gemm * ((t - 1) / t), 0.0)
+        return overlap_exposed(comm, gemm * ((t - 1) / t))
     if method == "pipeline":
         n = TP_PIPELINE_SPLITS
-        return np.maximum(comm - gemm, 0.0) * ((n - 1) / n) + comm / n
+        return overlap_exposed(comm, gemm) * ((n - 1) / n) + comm / n
     if method == "bulk":
-        return np.maximum(comm - gemm, 0.0)
+        return overlap_exposed(comm, gemm)
     raise ValueError(f"method must be one of ring, pipeline, bulk, got {method!r}")
 
 
@@ -186,8 +201,7 @@ def op_seconds_rows(g, pricer, rp, node_size, t, fp8_rate=None, intra=None,
     for i, code, nbytes in rings:
         collectives.contiguous_seconds(code, nbytes, t, rp, node_size, sec[i])
     for i, partners in overlapped:
-        busy = _partner_seconds(sec, partners)
-        sec[i] = np.where(sec[i] - busy > 0.0, sec[i] - busy, 0.0)
+        sec[i] = overlap_exposed(sec[i], _partner_seconds(sec, partners))
     if tp_overlap and t > 1:
         for i, partners, method in tp_overlapped:
             sec[i] = tp_overlap_exposed(method, sec[i], _partner_seconds(sec, partners), t)
