@@ -46,6 +46,16 @@ def test_defect_density_3nm_equals_5nm():
     assert b["die_usd"][0] == pytest.approx(20000.0 / (640 * (1 + 0.10 / 3) ** -3))
 
 
+def test_defect_density_mature_nodes():
+    # Chiplet Actuary (DAC 2022) parameter.ini: 14 nm 0.08, 20 and 28 nm 0.07 defects per cm²;
+    # its 7 nm 0.09 equals TSMC's N7 figure used here.
+    assert sc.DEFECT_PER_CM2[16] == sc.DEFECT_PER_CM2[12] == 0.08
+    assert sc.DEFECT_PER_CM2[22] == 0.07
+    _, b = arch.chip_cost_usd(100.0, process_nm=16, hbm_gib=0, breakdown=True)
+    assert b["yield"][0] == pytest.approx((1 + 1.0 * 0.08 / 3) ** -3)
+    assert b["die_usd"][0] == pytest.approx(3984.0 / (640 * (1 + 0.08 / 3) ** -3))
+
+
 def test_directions():
     c = arch.chip_cost_usd([100.0, 200.0, 400.0, 800.0], process_nm=5, hbm_gib=0)
     assert np.all(np.diff(c) > 0)

@@ -110,10 +110,14 @@ LINK_TRAVERSALS = {"nvlink3": 2, "nvlink4": 2, "nvlink5": 2, "infinity-fabric": 
 #: Scale-out path per bit: two NICs, four pluggable optics (NIC and switch side, two hops),
 #: one packet-switch ASIC (§23); dcn crosses Google's optical circuit switch (no packet switch).
 #: A module's or NIC's power serves both directions: per bit crossing it, W / (2 × line rate).
-#: NIC: assumed (no datasheet power read). Optics: NVIDIA MMS4X00-NS twin-port 800G OSFP,
-#: 16 W typical ⇒ 16 / (2 × 800e9) = 10 pJ/bit. Switch: Broadcom Tomahawk 5, 51.2 Tb/s at an
-#: estimated 500 W (TechInsights / Linley Group) ⇒ 500 / 51.2e12 = 9.77 pJ/bit.
-NIC_J_PER_BIT = 10.0 * PJ
+#: NIC: NVIDIA ConnectX-7 MCX75310AAS-NEAT (one 400 Gb/s OSFP port), "typical power with passive
+#: cables in PCIe Gen 5.0 x16" 24.9 W (ConnectX-7 user manual, Specifications) ⇒ 24.9 / (2 × 400e9)
+#: = 31.1 pJ/bit. Optics: NVIDIA MMS4X00-NS twin-port 800G OSFP, 16 W typical ⇒ 16 / (2 × 800e9)
+#: = 10 pJ/bit. Switch: Broadcom Tomahawk 5, 51.2 Tb/s at an estimated 500 W (TechInsights /
+#: Linley Group) ⇒ 500 / 51.2e12 = 9.77 pJ/bit.
+NIC_CARD_W = 24.9
+NIC_BITS_PER_S = 400e9
+NIC_J_PER_BIT = NIC_CARD_W / (2.0 * NIC_BITS_PER_S)
 OPTICS_MODULE_W = 16.0
 OPTICS_MODULE_BITS_PER_S = 800e9
 OPTICS_J_PER_BIT = OPTICS_MODULE_W / (2.0 * OPTICS_MODULE_BITS_PER_S)
@@ -127,7 +131,13 @@ LINK_J_PER_BIT = {k: NET_J_PER_BIT["roce"] if t is None else t * SERDES_J_PER_BI
                   for k, t in LINK_TRAVERSALS.items()}
 
 #: Static power: leakage per mm² of die (all nodes) and HBM background power per stack (§23).
-LEAKAGE_W_PER_MM2 = 0.03
+#: Leakage: AccelWattch (Kandiah et al., MICRO 2021) static power of a V100 (GV100, 815 mm²,
+#: TSMC 12FFN) running INT+FP+tensor-core work, 48.94875596 W (``static_cat6_flane``, no
+#: per-lane term; accel-sim configs SM7_QV100 ``accelwattch_sass_hw.xml``) ⇒ 48.949 / 815 W/mm².
+#: HBM background: assumed.
+ACCELWATTCH_V100_TENSOR_STATIC_W = 48.94875596
+GV100_DIE_MM2 = 815.0
+LEAKAGE_W_PER_MM2 = ACCELWATTCH_V100_TENSOR_STATIC_W / GV100_DIE_MM2
 HBM_BACKGROUND_W_PER_STACK = 2.0
 
 DEFAULT_HBM_KIND = "HBM2"

@@ -28,9 +28,11 @@ WAFER_USD = {22: 3000.0, 16: 3984.0, 12: 3984.0, 7: 9346.0, 6: 9346.0, 5: 16988.
 WAFER_DIAMETER_MM = 300.0
 #: Defect density D0, defects per cm² (TSMC: N7 0.09 three quarters into volume, N5 0.10–0.11
 #: at its 2020 symposium, AnandTech 2020; N3E "similar to" N5, TSMC European Technology
-#: Symposium 2024, so 3 nm = 0.10; 22/16/12 nm assumed, §23).
-DEFECT_PER_CM2 = {22: 0.07, 16: 0.07, 12: 0.07, 7: 0.09, 6: 0.09, 5: 0.10, 4: 0.10, 3: 0.10}
-#: Negative-binomial clustering parameter α (Murphy-like for α≈3; §23).
+#: Symposium 2024, so 3 nm = 0.10; 16/12 nm = the 14 nm row 0.08 and 22 nm = the 20/28 nm rows
+#: 0.07 of Chiplet Actuary's cost model, Feng & Ma, DAC 2022, ``parameter.ini``; §23).
+DEFECT_PER_CM2 = {22: 0.07, 16: 0.08, 12: 0.08, 7: 0.09, 6: 0.09, 5: 0.10, 4: 0.10, 3: 0.10}
+#: Negative-binomial clustering parameter α: 3, the value LLMCompass's supply-chain cost model
+#: (Zhang et al., ISCA 2024) calls its yield with (Chiplet Actuary, DAC 2022, uses 10; §23).
 YIELD_CLUSTER_ALPHA = 3.0
 #: Reticle field, mm² (26 mm × 33 mm).
 RETICLE_MM2 = 26.0 * 33.0
