@@ -822,13 +822,13 @@ def dp_tail_bound(pl, sz, stages, rp, kind_prefix):
         if en > 0:
             red += coll.reduce_scatter_seconds(gb * en, edp, edpn, Fe)
     if pl["ogr"] and pl["zero"] <= 1:
-        red = frac * red
+        red = frac * red + KAPPA * (red - frac * red)
     if pl["zero"] in (1, 2):
         ag = coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, Fd)
         if en > 0:
             ag += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, Fe)
         if pl["opg"]:
-            ag = frac * ag
+            ag = frac * ag + KAPPA * (ag - frac * ag)
         red += ag
     return red
 

@@ -1105,7 +1105,8 @@ cdef double dp_tail_bound(const Plan* pl, const Sizes* sz, const StageNodes* sta
                           const RowParams* rp, const int64_t* kind_prefix) noexcept nogil:
     """A lower bound of ``step_time_c``'s data-parallel time after the pipeline: stage 0's
     reduction and parameter gather as it forms them, an overlapped one at its last
-    bucket's share (what the overlap never hides)."""
+    bucket's share and the slowdown the buckets before it cause (what the overlap never
+    hides: ``step_time_c``'s floor)."""
     cdef double red, ag, frac
     cdef int64_t dn, en
     cdef int64_t counts[KM]
@@ -1115,10 +1116,10 @@ cdef double dp_tail_bound(const Plan* pl, const Sizes* sz, const StageNodes* sta
     stage_params(0, pl.p, counts, sz, &dn, &en)
     dp_traffic(pl, dn, en, &stages[0], fab(rp), &red, &ag, &frac)
     if pl.ogr and pl.zero <= 1:
-        red = frac * red
+        red = frac * red + KAPPA * (red - frac * red)
     if pl.zero == 1 or pl.zero == 2:
         if pl.opg:
-            ag = frac * ag
+            ag = frac * ag + KAPPA * (ag - frac * ag)
         red += ag
     return red
 
