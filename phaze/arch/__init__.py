@@ -42,6 +42,7 @@ import numpy as np
 from .. import _config
 from .._validate import nonneg_float, positive_float
 from . import dtype_rates, efficiency, presets
+from ._attention import KERNEL_NAMES as ATTENTION_KERNELS, attention_efficiency
 from ._chipfile import Chip, Tier, chip_from_dict, load_chip
 from ._fields import CHIP_FIELDS, ChipField
 from ._make import make_archs
@@ -52,7 +53,7 @@ from ._energy import (DVFS_MIN_CLOCK_FRACTION, ENERGY_DTYPE, TEMPLATE_TDP_W, dvf
 from ._node import TEMPLATE_PROCESS_NM, die_area_mm2
 from ._silicon_cost import chip_cost_usd, run_cost_usd, usd_per_million_tokens
 
-__all__ = ["DVFS_MIN_CLOCK_FRACTION", "ENERGY_DTYPE", "TEMPLATE_PROCESS_NM", "TEMPLATE_TDP_W",
+__all__ = ["ATTENTION_KERNELS", "attention_efficiency", "DVFS_MIN_CLOCK_FRACTION", "ENERGY_DTYPE", "TEMPLATE_PROCESS_NM", "TEMPLATE_TDP_W",
            "chip_cost_usd", "die_area_mm2", "dvfs_energy_scale", "energy_rows", "peak_power_w",
            "run_cost_usd", "usd_per_million_tokens", "ARCH_DTYPE", "CHIP_FIELDS", "KNOBS", "ArchSpace", "Chip", "ChipField", "ChipRows",
            "Tier", "area_mm2", "chip_from_dict", "dtype_rates", "efficiency", "load_chip",

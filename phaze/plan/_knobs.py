@@ -124,11 +124,11 @@ KNOBS = (
          megatron="--overlap-grad-reduce",
          deepspeed="ds_config zero_optimization.overlap_comm (ZeRO >= 1)",
          torchtitan="(FSDP2 overlaps its reduce-scatters by default)"),
-    _ROWS["overlap_param_gather"],
-    _ROWS["reshard_after_forward"],
+    _ROWS["overlap_param_gather"], _ROWS["reshard_after_forward"],
     _ROWS["tp_comm_overlap"], _ROWS["grad_reduce_dtype"],
     _ROWS["optimizer"], _ROWS["optimizer_state_dtype"],
     _ROWS["moe_dispatcher"], _ROWS["pipeline_split"], _ROWS["pipeline_microbatches"],
+    _ROWS["attention_kernel"],
 )
 
 #: Knob by name.

@@ -5,6 +5,7 @@ assembles :data:`KNOBS` from these rows and its own, in :class:`Plan` field orde
 from __future__ import annotations
 
 from .. import precision as _precision
+from ..arch import ATTENTION_KERNELS
 from ._knob import Knob
 
 #: The rows by knob name.
@@ -168,6 +169,25 @@ _ROWS["pipeline_microbatches"] = Knob(
     deepspeed="",
     torchtitan="--training.local_batch_size N·b (p > 1; gradient accumulation = "
                "B/(N·b·d))")
+
+# Sources: the fused-attention kernels measured on each die (phaze/arch/_attention.py,
+# docs/fidelity-sources.md §1.6): the FlashAttention-3 paper's H100 figures (cuDNN,
+# FlashAttention-2, FlashAttention-3), the FlashAttention-2 paper's A100 ones.
+_ROWS["attention_kernel"] = Knob(
+    "attention_kernel", str, "chip", "one of " + ", ".join(ATTENTION_KERNELS),
+    choices=ATTENTION_KERNELS, flags=("--attention-kernel",), study="chip",
+    calibrated_only=True, study_lacks="choice of attention kernel",
+    title="attention kernel", file_key="attention_kernel", file_rank=29,
+    file_optional=True,
+    help="the fused attention kernel the flash-attention operators run: chip (default: the "
+         "one the chip's own rates are of, e.g. cuDNN on h100-sxm and h200 as Transformer "
+         "Engine runs it, FlashAttention-2 on a100-80g and h100-96g), cudnn, fa2 "
+         "(FlashAttention-2: PyTorch SDPA's flash backend) or fa3 (FlashAttention-3), at "
+         "their measured rates on the chip's die; a chip without a measurement of the "
+         "kernel refuses it (calibrated model only)",
+    megatron="(Transformer Engine's NVTE_FUSED_ATTN / NVTE_FLASH_ATTN)",
+    deepspeed="",
+    torchtitan="(torch.nn.attention.sdpa_kernel)")
 
 _ROWS["precision"] = Knob(
     "precision", str, "bf16", "one of " + ", ".join(_precision.DTYPES),

@@ -241,7 +241,7 @@ from .. import plan as _plan
 from .. import precision as _precision
 from ._layers import OPTIMIZER_BYTES_PER_PARAM
 from ._plans import PLAN_DTYPE, PLAN_REASONS, best_plans, step_lower_bounds
-from ..arch import resolve as resolve_arch
+from ..arch import attention_efficiency, resolve as resolve_arch
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
            "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
@@ -530,7 +530,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     fp8_family = low and _precision.datatype(precision).family == "fp8"
     chip = resolve_arch(arch, efficiency=efficiency,
                         fp8_rate=fp8_rate if fp8_family else None)
-    row, eff = chip.row, chip.efficiency_set()
+    # the fused attention at the trainer's kernel (plan knob attention_kernel; arch)
+    row, eff = chip.row, attention_efficiency(chip, pl.attention_kernel)
     fp8_rate = chip.tensor_rate(precision) if low else None
     # Sequence parallelism splits over the tensor-parallel group: at t = 1 it is a no-op
     # (Megatron-LM switches it off there), and the plan records what ran.
