@@ -33,7 +33,8 @@ sources.md §23) → ``rules`` (the stated rules for unmeasured efficiency param
 (the presets' files as data) → ``efficiency`` (parameter sets,
 ``for_rows``) → ``dtype_rates`` (tensor rate per datatype) → ``_chipfile`` (the ``Chip``
 record, chip files) → ``presets`` (the real chips, cited) → ``_resolve`` (the entrance)
-→ ``_make`` (``make_archs``) → this face with ``ArchSpace``.
+→ ``_make`` (``make_archs``) → ``_attention`` (the attention kernels measured per die,
+``attention_efficiency``) → this face with ``ArchSpace``.
 """
 from __future__ import annotations
 
