@@ -132,18 +132,23 @@ def protocol_parameters(eff) -> dict:
     return out
 
 
-def _record(fabric) -> np.ndarray:
-    """The bytes of one :data:`FABRIC_DTYPE` record holding ``fabric``'s fields (a field
-    it lacks of the protocols' 0: not run)."""
-    rec = np.zeros(1, dtype=FABRIC_DTYPE)
-    names = getattr(getattr(fabric, "dtype", None), "names", None)
-    have = names if names is not None else tuple(fabric)
+def _fill(out, source, have, what) -> np.ndarray:
+    """``out`` (:data:`FABRIC_DTYPE` records) with ``source``'s fields among ``have``; a
+    protocol field it lacks stays 0 (not run), another is refused naming ``what``."""
     for name in FABRIC_DTYPE.names:
         if name in have:
-            rec[name] = float(fabric[name])
+            out[name] = source[name]
         elif name not in PROTOCOL_FIELDS:
-            raise ValueError(f"fabric lacks field {name}")
-    return rec.view(np.uint8)
+            raise ValueError(f"{what} lack{'s' if what == 'fabric' else ''} field {name}")
+    return out
+
+
+def _record(fabric) -> np.ndarray:
+    """The bytes of one :data:`FABRIC_DTYPE` record holding ``fabric``'s fields (a record or
+    mapping; a field it lacks of the protocols' 0: not run)."""
+    names = getattr(getattr(fabric, "dtype", None), "names", None)
+    have = names if names is not None else tuple(fabric)
+    return _fill(np.zeros(1, dtype=FABRIC_DTYPE), fabric, have, "fabric").view(np.uint8)
 
 
 def placed_seconds(kind, nbytes, n, nodes, fabric) -> float:
@@ -189,13 +194,8 @@ def _row_bytes(fabric_rows) -> np.ndarray:
     if not (descr[:len(FABRIC_DTYPE.descr)] == FABRIC_DTYPE.descr
             and rows.dtype.itemsize == sum(np.dtype(t).itemsize for _, t in descr)
             and rows.flags.c_contiguous):
-        out = np.zeros(rows.shape[0], dtype=FABRIC_DTYPE)
-        for name in FABRIC_DTYPE.names:
-            if name in rows.dtype.names:
-                out[name] = rows[name]
-            elif name not in PROTOCOL_FIELDS:
-                raise ValueError(f"fabric rows lack field {name}")
-        rows = out
+        rows = _fill(np.zeros(rows.shape[0], dtype=FABRIC_DTYPE), rows, rows.dtype.names,
+                     "fabric rows")
     return rows.view(np.uint8).reshape(rows.shape[0], rows.dtype.itemsize)
 
 

@@ -31,6 +31,12 @@ def exposed(c, w):
     return max(c - w, KAPPA * c)
 
 
+def bucket_floor(x, frac):
+    """What no compute hides of x seconds of bucketed data-parallel traffic: the last
+    bucket's share in full, the buckets before it at the slowdown they cause."""
+    return frac * x + KAPPA * (x - frac * x)
+
+
 def span_nodes(first, stride, count, node_size):
     """Distinct nodes of the ranks first + k·stride, k = 0..count−1 (increasing ranks: with
     stride ≤ node_size no node between the first and the last is skipped; with a larger
@@ -447,14 +453,14 @@ def step_time(plan, cell, stages, lt, rp, sz, kind_prefix, slots, bd):
             red = 0.0
         if ogr and zero <= 1:
             frac = bucket_fraction(dn + en, D)
-            red = max(red - slots[r, 2] - slots[r, 3], frac * red + KAPPA * (red - frac * red))
+            red = max(red - slots[r, 2] - slots[r, 3], bucket_floor(red, frac))
         if (zero == 1 or zero == 2) and D > 1:
             ag = coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, Fd)
             if en > 0:
                 ag += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, Fe)
             if plan["opg"]:
                 frac = bucket_fraction(dn + en, D)
-                ag = max(ag - slots[r, 1], frac * ag + KAPPA * (ag - frac * ag))
+                ag = max(ag - slots[r, 1], bucket_floor(ag, frac))
             red += ag
         if red > dp_s:
             dp_s = red
@@ -822,13 +828,13 @@ def dp_tail_bound(pl, sz, stages, rp, kind_prefix):
         if en > 0:
             red += coll.reduce_scatter_seconds(gb * en, edp, edpn, Fe)
     if pl["ogr"] and pl["zero"] <= 1:
-        red = frac * red + KAPPA * (red - frac * red)
+        red = bucket_floor(red, frac)
     if pl["zero"] in (1, 2):
         ag = coll.all_gather_seconds(WEIGHT_BYTES * dn, D, dpn, Fd)
         if en > 0:
             ag += coll.all_gather_seconds(WEIGHT_BYTES * en, edp, edpn, Fe)
         if pl["opg"]:
-            ag = frac * ag + KAPPA * (ag - frac * ag)
+            ag = bucket_floor(ag, frac)
         red += ag
     return red
 

@@ -279,11 +279,6 @@ cdef inline const Fabric* fab(const RowParams* rp) noexcept nogil:
     return <const Fabric*>rp
 
 
-cdef inline double fmax0(double x) noexcept nogil:
-    """Python's max(0.0, x)."""
-    return x if x > 0.0 else 0.0
-
-
 #: Compute beside a collective runs slower: the mean slowdown of a training step's compute
 #: kernels while NCCL communication overlaps them, 18.9 % (Lee et al., "Characterizing
 #: Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning: Performance
@@ -301,6 +296,14 @@ cdef inline double exposed(double c, double w) noexcept nogil:
     slowdown while they overlap, KAPPA·c (:data:`OVERLAP_SLOWDOWN`); 0 for c = 0."""
     cdef double x = c - w, y = KAPPA * c
     return x if x > y else y
+
+
+cdef inline double bucket_floor(double x, double frac) noexcept nogil:
+    """The least of ``x`` seconds of bucketed data-parallel traffic (Megatron-Core's
+    overlapped reduction or parameter gather) no compute hides: its last bucket's share
+    ``frac`` in full, and the buckets before it at the compute's slowdown beside them
+    (KAPPA of theirs). ``step_time_c`` and ``dp_tail_bound`` take the same floor."""
+    return frac * x + KAPPA * (x - frac * x)
 
 
 # ---------------------------------------------------------------------------
@@ -872,13 +875,13 @@ cdef double step_time_c(const Plan* plan, const CellNodes* cell, const StageNode
             # stays exposed however long the backward (Megatron-Core's buckets)
             # and the buckets before it slow the backward they overlap (exposed's KAPPA)
             x = red - slots[6 * r + 2] - slots[6 * r + 3]
-            y = frac * red + KAPPA * (red - frac * red)
+            y = bucket_floor(red, frac)
             red = x if x > y else y
         if (zero == 1 or zero == 2) and D > 1:
             if opg:
                 # bucket by bucket beside the next iteration's first forward
                 x = ag - slots[6 * r + 1]
-                y = frac * ag + KAPPA * (ag - frac * ag)
+                y = bucket_floor(ag, frac)
                 ag = x if x > y else y
             red += ag
         if red > dp_s:
@@ -1116,10 +1119,10 @@ cdef double dp_tail_bound(const Plan* pl, const Sizes* sz, const StageNodes* sta
     stage_params(0, pl.p, counts, sz, &dn, &en)
     dp_traffic(pl, dn, en, &stages[0], fab(rp), &red, &ag, &frac)
     if pl.ogr and pl.zero <= 1:
-        red = frac * red + KAPPA * (red - frac * red)
+        red = bucket_floor(red, frac)
     if pl.zero == 1 or pl.zero == 2:
         if pl.opg:
-            ag = frac * ag + KAPPA * (ag - frac * ag)
+            ag = bucket_floor(ag, frac)
         red += ag
     return red
 
