@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import math
 
+from .._params import latent_proj_params
 from ._block import (attention_backward, attention_forward, attention_params, attention_stash,
                      post_norm, post_norm_backward)
 from ._ops import EXPERT_INDEX_BYTES, GATED, MASK_BYTES_PER_ELEMENT, Ops, Shape, residual_out
@@ -269,10 +270,9 @@ def moe_params(sh: Shape) -> tuple:
     w = m.moe_latent_size or h                       # the experts' input and output width
     expert = mats * w * fe_t + ((mats - 1) * fe_t + w if m.bias else 0)
     params = sh.norm_w + h * n_e + local * expert
-    if m.moe_latent_size:
-        # fc1/fc2_latent_proj, replicated on every slice (Megatron-Core's TELinear
-        # parallel_mode "duplicated")
-        params += 2 * h * w + ((w + h) if m.bias else 0)
+    # fc1/fc2_latent_proj (0 without LatentMoE), replicated on every slice (Megatron-Core's
+    # TELinear parallel_mode "duplicated"): the whole model's count of them
+    params += latent_proj_params(m)
     if m.router_bias:
         params += n_e
     if m.sandwich_norm:
