@@ -14,7 +14,8 @@ phaze prices the same module from its own operators on ``h100-96g`` (the torchti
 "H100 500W"): a LayerNorm (no affine) and its backward, the three GEMMs, a sigmoid and its
 backward, and under fp8-rowwise the quantisation operators phaze's graphs add (the input and
 the output gradient: ``quant_reads`` reads of the 16-bit tensor, ``quant_layouts`` FP8 copies;
-the weight cast for the forward and again for the dgrad). Nothing here is fitted.
+the weight cast for the forward and again for the dgrad; the backward GEMMs' output-scaling
+passes, ``Datatype.backward_rescale``). Nothing here is fitted.
 
     python3 bench/bench_torchao_rowwise.py [--arch h100-96g]
 
@@ -105,8 +106,15 @@ def module_graph(M, K, N, dtype):
     if low:
         ops += [quant("dy.quant", M * N, d.quant_layouts), quant("wT.quant", K * N, 1)]
         bwd = ["dy.quant", "wT.quant"]
-    ops += [_gemm("fc.dX", M, N, K, low, e, bwd), _gemm("fc.dW", N, M, K, low, e, bwd[:1]),
-            _vector("ln.bwd", M * K, C["layernorm_bwd"], 4 * M * K, 2 * M * K, ["fc.dX"])]
+    ops += [_gemm("fc.dX", M, N, K, low, e, bwd), _gemm("fc.dW", N, M, K, low, e, bwd[:1])]
+    dx = "fc.dX"
+    if low and d.backward_rescale:
+        # torchao's row-wise backward: each GEMM's output scaled in a pass of its own
+        ops += [_vector("fc.dX.rescale", M * K, C["add"], 2 * M * K + 4 * (M + K), 2 * M * K, [dx]),
+                _vector("fc.dW.rescale", N * K, C["add"], 2 * N * K + 4 * (N + K), 2 * N * K,
+                        ["fc.dW"])]
+        dx = "fc.dX.rescale"
+    ops += [_vector("ln.bwd", M * K, C["layernorm_bwd"], 4 * M * K, 2 * M * K, [dx])]
     return OpGraph.from_ops(ops, dtype=dtype)
 
 

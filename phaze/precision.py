@@ -53,7 +53,8 @@ their scales, their rate and their quantisation:
   * ``fp8-tensorwise``: the same scaling as torchao's default float8 recipe runs it
     (torchtitan): the weights are cast again in every forward and backward.
   * ``fp8-rowwise``: one fp32 scale per row (torchao ``recipe_name="rowwise"``): each of
-    the two layouts scaled along its own rows, one pass each.
+    the two layouts scaled along its own rows, one pass each; the backward GEMMs' outputs
+    scaled in a pass of their own (``Datatype.backward_rescale``).
   * ``fp8-blockwise``: DeepSeek-V3's 1×128 activation and 128×128 weight blocks with fp32
     scales (TE ``Float8BlockScaling``, Megatron-Core ``--fp8-recipe blockwise``).
   * ``mxfp8``, ``mxfp6``, ``mxfp4``: OCP microscaling, one E8M0 scale per 32 elements
@@ -130,6 +131,16 @@ class Datatype:
     - ``megatron`` / ``torchtitan``: what each trainer's launch line says for it
       (Megatron-Core arguments; torchtitan's converter and recipe), ``None`` where that
       trainer has no form.
+    - ``backward_rescale``: whether the backward's GEMMs end with a separate pass that
+      scales their output (torchao's row-wise recipe: its dgrad and wgrad GEMMs run
+      without fast accumulation, which torchao sends to cuBLAS's per-tensor kernel with
+      unit scales, multiplying the output by the two scale vectors afterwards — ``output *=
+      post_inverse_scale`` in ``addmm_float8_unwrapped``, pytorch/ao PR #1325; under
+      ``torch.compile`` one more kernel per GEMM, pytorch/ao issue #2184). Priced as the
+      operator ``NAME.dX.rescale`` / ``NAME.dW.rescale`` after each backward linear GEMM
+      but the routed experts' grouped ones: one read and one write of the 16-bit output,
+      one multiply per element, the two fp32 scale vectors read (``docs/fidelity-sources.md``
+      §13.2).
     - ``weight_cast``: when the weights are quantised — ``"step"`` (Transformer Engine: its
       FP8 weight copies are made on a step's first microbatch and cached, Megatron passing
       ``is_first_microbatch``; not priced: ≤ 4 B per weight per step) or ``"microbatch"``
@@ -148,6 +159,7 @@ class Datatype:
     megatron: tuple = None
     torchtitan: tuple = None
     weight_cast: str = "step"
+    backward_rescale: bool = False
 
     @property
     def low_precision(self) -> bool:
@@ -167,7 +179,7 @@ DATATYPES = (
     Datatype("fp8-tensorwise", "fp8", 1, "current", "", 2, 2, megatron=None,
              torchtitan=("float8", "tensorwise"), weight_cast="microbatch"),
     Datatype("fp8-rowwise", "fp8", 1, "row", "", 2, 2, megatron=None,
-             torchtitan=("float8", "rowwise"), weight_cast="microbatch"),
+             torchtitan=("float8", "rowwise"), weight_cast="microbatch", backward_rescale=True),
     Datatype("fp8-blockwise", "fp8", 1 + 4 / 128, "block", "", 1, 2,
              megatron=("--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "blockwise"),
              torchtitan=None),

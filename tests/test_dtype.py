@@ -95,6 +95,30 @@ def _check_quant_ops(g, dtype):
     return quant
 
 
+def _check_rescale_ops(g, dtype):
+    """Under ``Datatype.backward_rescale`` (torchao's row-wise recipe) each backward linear
+    GEMM but the routed experts' is followed by ``NAME.rescale``: one read and one write of
+    its b·m·n 16-bit output plus the m + n fp32 scales (by hand), one multiply per element;
+    every other reader of the GEMM waits on the rescale. Returns the rescale operators'
+    mask (all False for other datatypes)."""
+    d = precision.datatype(dtype)
+    mask = np.array([n.endswith(".rescale") for n in g.names], dtype=bool)
+    gemms = [i for i in np.flatnonzero(g.fp8)
+             if g.names[i].endswith((".dX", ".dW")) and not g.names[i].startswith("expert_")]
+    assert mask.sum() == (len(gemms) if d.backward_rescale else 0)
+    for i in gemms if d.backward_rescale else ():
+        r = g.names.index(g.names[i] + ".rescale")
+        b_, m_, _, n_ = (int(x) for x in g.dims[i])
+        assert _preds(g, r) == [g.names[i]]
+        assert g.kind[r] == 1 and not g.fp8[r] and g.elements[r] == b_ * m_ * n_
+        assert g.bytes_in[r] == 2 * b_ * m_ * n_ + 4 * b_ * (m_ + n_)
+        assert g.bytes_out[r] == g.bytes_out[i] == 2 * b_ * m_ * n_
+        assert g.cycles_per_element[r] == 1.0
+        readers = [j for j in range(len(g.names)) if g.names[i] in _preds(g, j)]
+        assert readers == [r], g.names[i]        # the rest read the scaled output
+    return mask
+
+
 @given(_layers())
 def test_fp8_halves_exactly_the_documented_bytes(graphs):
     bf16, fp8, fp16 = graphs
@@ -145,7 +169,7 @@ def test_every_low_precision_dtype_prices_operands_and_quantisation(dtype):
     lq = build_layers("llama2-7b", 1, 2, dtype=dtype).layers[1]
     assert lq.param_bytes == la.param_bytes
     for ga, gq in ((la.forward, lq.forward), (la.backward, lq.backward)):
-        quant = _check_quant_ops(gq, dtype)
+        quant = _check_quant_ops(gq, dtype) | _check_rescale_ops(gq, dtype)
         keep = ~quant
         assert ga.names == [n for n, q in zip(gq.names, quant) if not q]
         dd = ga.dims
@@ -169,6 +193,14 @@ def test_every_low_precision_dtype_prices_operands_and_quantisation(dtype):
     # q_proj reads X (4096 x 4096) and W (4096 x 2048) at element_bytes
     j = g.names.index("q_proj")
     assert g.bytes_in[j] == round((4096 * 4096 + 4096 * 2048) * d.element_bytes)
+    # torchao's row-wise backward: fc2's dgrad output (4096 tokens x 11008 / 2) scaled in a
+    # pass of its own, 2 B read + 2 B written per element and 4 B per scale
+    gb = lq.backward
+    assert ("fc2.dX.rescale" in gb.names) == (dtype == "fp8-rowwise")
+    if dtype == "fp8-rowwise":
+        i = gb.names.index("fc2.dX.rescale")
+        assert (gb.elements[i], gb.bytes_in[i], gb.bytes_out[i]) == (
+            4096 * 5504, 2 * 4096 * 5504 + 4 * (4096 + 5504), 2 * 4096 * 5504)
 
 
 def test_datatype_table():

@@ -100,6 +100,9 @@ VECTOR_CYCLES_PER_ELEMENT = {
     "sigmoid_bwd": 3.0,
 }
 
+#: Bytes of one scale read by a backward GEMM's output-scaling pass (torchao's row-wise
+#: scales are fp32; ``precision.Datatype.backward_rescale``).
+RESCALE_SCALE_BYTES = 4
 #: Bytes of an element of the cross-entropy's saved softmax: Megatron computes the
 #: (vocab-parallel) loss in fp32 whatever the training precision.
 LOSS_BYTES_PER_ELEMENT = 4
@@ -191,6 +194,7 @@ class Ops:
         self.ops = []
         self._quant = {}
         self._quant_of = {}     # GEMM base name → its dY quantisation (for the .dW)
+        self._rescaled = {}     # backward GEMM name → the pass scaling its output
 
     def gemm(self, name, preds, batch, m, k, n, *, epilogue=0.0, extra_in=0):
         """GEMM/BMM (batch, M, K, N); both operands read once, output written once. A
@@ -215,7 +219,22 @@ class Ops:
             dims=(batch, m, k, n), cycles_per_element=float(epilogue), elements=batch * m * n,
             bytes_in=int(round(batch * (m * k + k * n) * e_in)) + extra_in,
             bytes_out=batch * m * n * self.B, fp8=fp8))
+        if fp8 and self.dt.backward_rescale and name.endswith((".dX", ".dW")) \
+                and not name.startswith("expert_"):
+            self.rescale(name, batch, m, n)
         return name
+
+    def rescale(self, name, batch, m, n):
+        """The pass scaling the ``batch``·m×n 16-bit output of the backward GEMM ``name``
+        by its operands' scale vectors (``precision.Datatype.backward_rescale``): one read
+        and one write of the output, the m + n fp32 scales read, one multiply per element.
+        Every operator reading the GEMM's output waits on it instead (:meth:`graph`)."""
+        elements = batch * m * n
+        rname = self.vector(name + ".rescale", [name], elements, _C["add"],
+                            elements * self.B + batch * (m + n) * RESCALE_SCALE_BYTES,
+                            elements * self.B)
+        self._rescaled[name] = rname
+        return rname
 
     def quantise_weight(self, name, elements):
         """torchao's cast of a linear layer's ``elements``-element 16-bit weight for the
@@ -338,6 +357,12 @@ class Ops:
                                      collective=COLL_ALL_TO_ALL)
 
     def graph(self) -> OpGraph:
+        if self._rescaled:
+            # a rescaled GEMM's readers read the scaled output
+            done = set(self._rescaled.values())
+            for op in self.ops:
+                if op["name"] not in done:
+                    op["preds"] = uniq([self._rescaled.get(p, p) for p in op["preds"]])
         return OpGraph.from_ops(self.ops, bytes_per_element=self.B, dtype=self.dtype)
 
 
