@@ -33,7 +33,6 @@ import sys
 
 import _bench_env  # noqa: F401  (the repository on sys.path)
 from phaze import step
-from phaze.arch import resolve
 
 #: (label, model, chip, chips, b, seq, tokens/s/device, MaxText remat policy, phaze modes)
 ROWS = (
@@ -54,9 +53,10 @@ def price(model, chip, d, b, mode):
                            data_parallel=d, microbatch=b, global_batch=b * d,
                            zero_stage=3, flash_attention=True, overlap_param_gather=True,
                            overlap_grad_reduce=True, recompute=mode)
-    seconds = r.breakdown.total_s if r.breakdown is not None else float("nan")
-    peak = max(mb.total for mb in r.memory) / 2 ** 30 if r.memory else float("nan")
-    return seconds, r.status, peak, peak <= float(resolve(chip).row["hbm_gib"][0])
+    if r.breakdown is None:
+        return float("nan"), r.status, float("nan"), False
+    peak = r.peak_memory
+    return r.breakdown.total_s, r.status, peak.total / 2 ** 30, peak.fits
 
 
 def main() -> int:

@@ -30,7 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from phaze import cost, precision  # noqa: E402
 from phaze.arch import resolve  # noqa: E402
-from phaze.graph import KIND_GEMM, KIND_VECTOR, OpGraph, VECTOR_CYCLES_PER_ELEMENT as C  # noqa: E402
+from phaze.graph import (KIND_GEMM, KIND_VECTOR, RESCALE_SCALE_BYTES, OpGraph,  # noqa: E402
+                         VECTOR_CYCLES_PER_ELEMENT as C)
 
 NS = (1024, 2048, 4096, 8192, 16384, 32768)
 #: (M, K): measured speedup (bf16 time / rowwise time) for N in NS.
@@ -109,10 +110,12 @@ def module_graph(M, K, N, dtype):
     ops += [_gemm("fc.dX", M, N, K, low, e, bwd), _gemm("fc.dW", N, M, K, low, e, bwd[:1])]
     dx = "fc.dX"
     if low and d.backward_rescale:
-        # torchao's row-wise backward: each GEMM's output scaled in a pass of its own
-        ops += [_vector("fc.dX.rescale", M * K, C["add"], 2 * M * K + 4 * (M + K), 2 * M * K, [dx]),
-                _vector("fc.dW.rescale", N * K, C["add"], 2 * N * K + 4 * (N + K), 2 * N * K,
-                        ["fc.dW"])]
+        # torchao's row-wise backward: each GEMM's 16-bit output scaled in a pass of its own
+        def rescale(gemm, rows, cols):
+            return _vector(gemm + ".rescale", rows * cols, C["add"],
+                           2 * rows * cols + RESCALE_SCALE_BYTES * (rows + cols),
+                           2 * rows * cols, [gemm])
+        ops += [rescale("fc.dX", M, K), rescale("fc.dW", N, K)]
         dx = "fc.dX.rescale"
     ops += [_vector("ln.bwd", M * K, C["layernorm_bwd"], 4 * M * K, 2 * M * K, [dx])]
     return OpGraph.from_ops(ops, dtype=dtype)

@@ -17,13 +17,13 @@ from ._newton_schulz import newton_schulz, weight_matrices
 from ._opgraph import (COLL_ALL_GATHER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_NONE, COLL_P2P,
                        COLL_REDUCE_SCATTER, COLLECTIVE_KINDS, UNFUSED_ATTENTION_OPS, OpGraph)
 from ._ops import (KERNEL_SETS, KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR,
-                   LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
-                   VECTOR_CYCLES_PER_ELEMENT)
+                   LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, RESCALE_SCALE_BYTES,
+                   TOKEN_ID_BYTES, VECTOR_CYCLES_PER_ELEMENT)
 
 __all__ = ["LayerGraph", "ModelGraph", "build_layers", "block_kind_names", "layer_kind_name",
            "ring_attention_refusal", "newton_schulz", "weight_matrices",
            "layer_kind_names", "OpGraph", "UNFUSED_ATTENTION_OPS",
            "KERNEL_SETS", "KIND_COLLECTIVE", "KIND_FUSED", "KIND_GEMM", "KIND_VECTOR",
-           "LOSS_BYTES_PER_ELEMENT", "MASK_BYTES_PER_ELEMENT", "TOKEN_ID_BYTES",
+           "LOSS_BYTES_PER_ELEMENT", "MASK_BYTES_PER_ELEMENT", "RESCALE_SCALE_BYTES", "TOKEN_ID_BYTES",
            "VECTOR_CYCLES_PER_ELEMENT", "COLLECTIVE_KINDS", "COLL_NONE", "COLL_ALL_REDUCE",
            "COLL_REDUCE_SCATTER", "COLL_ALL_GATHER", "COLL_ALL_TO_ALL", "COLL_P2P"]
