@@ -57,7 +57,7 @@ Validation file schema (JSON; the built-in table follows it)
          "table": str,                 (optional, default the name up to its first "/")
                                        the published table the row belongs to
          "trainer": str,               (optional, default "megatron") who ran it: megatron
-                                       (Megatron-LM, NeMo), torchtitan, automodel, ...;
+                                       (Megatron-LM, NeMo), torchtitan, automodel, maxtext, ...;
                                        it sets the default of the row's pipeline_split
                                        (TRAINER_SPLITS: remainder_first for torchtitan
                                        and automodel, else even)
@@ -70,9 +70,10 @@ Validation file schema (JSON; the built-in table follows it)
       ]
     }
 
-The built-in table is ``phaze/data/validation.json`` (the runs of 2021–22) and
-``phaze/data/modern_runs.json`` (the published runs of 2024–26, issue 25) read together:
-:func:`builtin_paths`. Besides the overall errors a :class:`Report` groups the rows
+The built-in table is ``phaze/data/validation.json`` (the runs of 2021–22),
+``phaze/data/modern_runs.json`` (the published runs of 2024–26, issue 25) and
+``phaze/data/held_out_runs.json`` (published runs no issue names, found by the project and
+marked ``held_out``: MaxText's TPU v5p and v6e runs) read together: :func:`builtin_paths`. Besides the overall errors a :class:`Report` groups the rows
 (``groups``): per table and per chip (the row's ``arch``) the rows, how many are
 modelled and the time MAPE / max error; per trainer and chip the signed mean time
 error; and the H100 rows of dense or Mixtral-class models (``model_class``) modelled.
@@ -149,8 +150,10 @@ def builtin_path() -> str:
 
 def builtin_paths() -> tuple:
     """Paths of the built-in tables read together when no file is given: the runs of
-    2021–22 and the published runs of 2024–26 (``modern_runs.json``, issue 25)."""
-    return (builtin_path(), str(resources.files("phaze") / "data" / "modern_runs.json"))
+    2021–22, the published runs of 2024–26 (``modern_runs.json``, issue 25) and the held-out
+    runs the project found (``held_out_runs.json``)."""
+    data = resources.files("phaze") / "data"
+    return (builtin_path(), str(data / "modern_runs.json"), str(data / "held_out_runs.json"))
 
 
 def _check_row(row, where, shapes):
