@@ -225,7 +225,7 @@ def test_field_table_is_the_one_declaration():
     assert names[2 + len(KNOBS):] == [
         "fp8_rate", "fp6_rate", "fp4_rate", "scaled_formats", "tdp_w", "process_nm",
         "buffer_bytes_per_cycle", "topology", "scale_up_links", "torus_dims", "family", "silicon", "hbm_kind",
-        "link_kind", "net_kind", "efficiency", "cite"]
+        "link_kind", "net_kind", "platform", "efficiency", "cite"]
     assert arch._chipfile.FIELDS == tuple(names)
     kinds = {f.name: f.kind for f in CHIP_FIELDS}
     assert (kinds["fp6_rate"], kinds["fp4_rate"], kinds["scaled_formats"], kinds["topology"],

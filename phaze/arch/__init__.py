@@ -45,7 +45,7 @@ from .._validate import nonneg_float, positive_float
 from . import dtype_rates, efficiency, presets
 from ._attention import KERNEL_NAMES as ATTENTION_KERNELS, attention_efficiency
 from ._chipfile import Chip, Tier, chip_from_dict, load_chip
-from ._fields import CHIP_FIELDS, ChipField
+from ._fields import CHIP_FIELDS, PLATFORMS, ChipField
 from ._make import make_archs
 from ._resolve import ChipRows, resolve, resolve_chip, resolve_rows
 from ._rows import ARCH_DTYPE, KNOBS, area_of, check_knob, peak_flops, validate
@@ -56,7 +56,7 @@ from ._silicon_cost import chip_cost_usd, run_cost_usd, usd_per_million_tokens
 
 __all__ = ["ATTENTION_KERNELS", "attention_efficiency", "DVFS_MIN_CLOCK_FRACTION", "ENERGY_DTYPE", "TEMPLATE_PROCESS_NM", "TEMPLATE_TDP_W",
            "chip_cost_usd", "die_area_mm2", "dvfs_energy_scale", "energy_rows", "peak_power_w",
-           "run_cost_usd", "usd_per_million_tokens", "ARCH_DTYPE", "CHIP_FIELDS", "KNOBS", "ArchSpace", "Chip", "ChipField", "ChipRows",
+           "run_cost_usd", "usd_per_million_tokens", "ARCH_DTYPE", "CHIP_FIELDS", "KNOBS", "PLATFORMS", "ArchSpace", "Chip", "ChipField", "ChipRows",
            "Tier", "area_mm2", "chip_from_dict", "dtype_rates", "efficiency", "load_chip",
            "make_archs", "peak_flops", "presets", "resolve", "resolve_chip", "resolve_rows",
            "validate"]

@@ -39,6 +39,9 @@ parser, :meth:`Chip.to_dict` and the checks read; :data:`FIELDS` is their order)
 - ``topology`` ("switch" | "mesh" | "torus"), ``scale_up_links``, ``torus_dims`` (a torus
   only, multiplying to ``node_size``): the scale-up fabric; ``family``, ``silicon``,
   ``hbm_kind``, ``link_kind``, ``net_kind``: words the rules and reports group by;
+  ``platform`` ("cuda" | "rocm" | "gaudi" | "tpu" | "neuron"; optional): the software the
+  chip's trainers run on, which decides which of phaze's trainers can launch a plan on it
+  (``phaze.plan.TRAINERS``' platforms; left out: no restriction);
   ``cite``: field name → its source line (a shipped preset cites every number).
 - ``efficiency`` (optional): the calibrated cost model's parameters measured on the chip
   (``phaze.arch.efficiency.Efficiency``; integers ≥ 1, fractions in (0, 1], seconds ≥ 0);
@@ -187,6 +190,7 @@ class Chip:
     hbm_kind: object = None
     link_kind: object = None
     net_kind: object = None
+    platform: object = None
     cite: object = None
     efficiency_rules: object = None
     rule_efficiency: object = None

@@ -40,6 +40,10 @@ TOPOLOGIES = ("switch", "mesh", "torus")
 HBM_KINDS = ("HBM2", "HBM2e", "HBM3", "HBM3e", "HBM4")
 LINK_KINDS = ("nvlink3", "nvlink4", "nvlink5", "infinity-fabric", "ici", "neuronlink", "roce")
 NET_KINDS = ("hdr-ib", "ndr-ib", "xdr-ib", "roce", "efa", "dcn")
+#: The software platform a chip's trainers run on (``platform``): NVIDIA's CUDA, AMD's ROCm,
+#: Intel Gaudi's SynapseAI, Google's TPU (XLA: JAX) and AWS Neuron (Trainium). Which
+#: trainers phaze writes arguments for run on which platform is ``phaze.plan.TRAINERS``'.
+PLATFORMS = ("cuda", "rocm", "gaudi", "tpu", "neuron")
 
 #: ``ChipField.cite`` values: the presets' module docstring cites the value
 #: (``phaze/arch/presets.py``); a shipped preset giving the field must have a ``source``
@@ -145,6 +149,9 @@ CHIP_FIELDS = (
               "unknown (None)", CITE_SOURCE_LINE, LINK_KINDS),
     ChipField("net_kind", "choice", "", "one of " + ", ".join(NET_KINDS), None,
               "unknown (None)", CITE_SOURCE_LINE, NET_KINDS),
+    ChipField("platform", "choice", "", "one of " + ", ".join(PLATFORMS), None,
+              "not stated (None): every trainer that launches the plan is listed, as for the "
+              "template's hypothetical chips and the study's tpuv4", CITE_SOURCE_LINE, PLATFORMS),
     ChipField("efficiency", "efficiency", "", "an object of efficiency parameters ("
               + ", ".join(EFFICIENCY_DTYPE.names) + ")", None,
               "the set the knobs alone get (phaze.arch.efficiency.for_rows); a partial object "

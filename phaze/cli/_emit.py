@@ -29,9 +29,18 @@ def emit_plan(args, model, knobs, result=None) -> int:
     """``evaluate --emit``: the plan's launch arguments (``phaze.launch.emit``) for the
     model as priced (``--seq-len`` applied); a plan the trainer cannot launch, or one
     ``result`` (evaluate's dict of the same plan) calls infeasible, is one sentence and
-    exit status 2 (a ValueError)."""
+    exit status 2 (a ValueError), as is a trainer that does not run on the chip's platform
+    (``phaze.plan.platform_refusal``)."""
     from .. import launch, models
+    from ..arch import resolve
 
+    arch = getattr(args, "arch", None)
+    if arch is not None:
+        # the chip's platform first: Megatron-LM's arguments are no use on a TPU
+        chip = resolve(arch)
+        why = _plan.platform_refusal(args.emit, chip.name, chip.platform)
+        if why is not None:
+            raise ValueError(f"--emit {args.emit}: {why}")
     spec = models.resolve(model)
     if getattr(args, "seq_len", None) and spec.seq_len != args.seq_len:
         spec = spec.with_(seq_len=args.seq_len)   # the model as priced

@@ -586,9 +586,11 @@ def _evaluate_calibrated(args, model) -> int:
     titles = {t.id: t.title for t in _plan.TRAINERS}
     refused = r.get("not_launchable") or {}
     first = next(iter(refused.items()), None)
+    if first is not None:
+        title = titles.get(first[0], first[0])
+        first = first[1] if first[1].startswith(title) else f"{title}: {first[1]}"
     print("  launchable by: " + (", ".join(titles.get(x, x) for x in r["trainers"])
-                                 or "no trainer" + (f" ({titles.get(first[0], first[0])}: "
-                                                    f"{first[1]})" if first else "")))
+                                 or "no trainer" + (f" ({first})" if first else "")))
     if r["status"] != "ok":
         reason = str(r["reason"])
         if r["status"] == "not_modelled" and reason.startswith("not modelled yet: "):

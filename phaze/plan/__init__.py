@@ -48,8 +48,8 @@ from ._knobs import (ARGUMENTS, COLUMNS, DS_CONFIG, GRIDS, KNOB, KNOBS, MODEL_AR
                      Rule, Trainer, check, check_expert_grid, check_keywords, devices_of,
                      differs_from_study, ds_config, launchable, model_expert_grid, refusal,
                      study_value, torchtitan_notes, trainer_arguments, trainers)
-from ._launchers import (launch_refusal, launchers, model_values, search_grids, sharding_refusal,
-                         sharding_rules, trainer_ids, launched_mask)
+from ._launchers import (launch_refusal, launchers, model_values, platform_refusal, search_grids,
+                         sharding_refusal, sharding_rules, trainer_ids, launched_mask)
 from ._knobs import environment, layer_graph_keywords, pipeline_chunks
 from ._model_flags import (MODEL_FLAGS, ROTARY_BASE, ModelFlag, hybrid_pattern, model_arguments,
                            model_refusal)
@@ -61,6 +61,7 @@ from ._use import (RECOMPUTE_WORDS, SWITCH_WORDS, add_evaluate_options, add_sear
 __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS",
            "STRATEGY_COLUMNS", "Plan", "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule",
            "RULES", "trainers", "launchable", "refusal", "launchers", "launch_refusal",
+           "platform_refusal",
            "search_grids", "model_values", "sharding_rules", "sharding_refusal",
            "trainer_ids", "launched_mask", "environment", "layer_graph_keywords",
            "pipeline_chunks", "MODEL_FLAGS", "ModelFlag",

@@ -131,13 +131,16 @@ class Knob:
 @dataclasses.dataclass(frozen=True)
 class Trainer:
     """A trainer phaze knows: ``id`` (as ``StepResult.plan["trainers"]`` lists it),
-    ``title`` (in sentences), ``emit`` (``phaze.launch``'s name, "" when it writes none)
-    and ``knob`` (the :class:`Knob` field holding its argument names)."""
+    ``title`` (in sentences), ``emit`` (``phaze.launch``'s name, "" when it writes none),
+    ``knob`` (the :class:`Knob` field holding its argument names) and ``platforms`` (the
+    chip platforms it runs on, ``phaze.arch.PLATFORMS``: a chip whose file states another
+    platform cannot launch it)."""
 
     id: str
     title: str
     emit: str
     knob: str
+    platforms: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)

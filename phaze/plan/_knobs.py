@@ -254,11 +254,12 @@ PLAN_RECORD_DTYPE = np.dtype([(k.name, _NUMPY.get(k.type) or f"<U{max(map(len, k
 # trainers and the launchability rules
 # ---------------------------------------------------------------------------
 
-#: The trainers, in the order ``trainers`` lists them (torchtitan judged by its "trainer"
-#: rules: FSDP2 = ZeRO 3 with any pipeline, tensor and context parallelism).
-TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron"),
-            Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed"),
-            Trainer("torchtitan", "torchtitan", "torchtitan", "torchtitan"))
+#: The trainers, in the order ``trainers`` lists them (torchtitan: FSDP2 = ZeRO 3 with any p,
+#: t and cp), with the chip platforms each runs on (docs/fidelity-sources.md §20).
+_GPU = ("cuda", "rocm", "gaudi")
+TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron", _GPU),
+            Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed", _GPU),
+            Trainer("torchtitan", "torchtitan", "torchtitan", "torchtitan", ("cuda", "rocm")))
 _JUDGED = ("megatron-lm", "deepspeed", "torchtitan")
 _SPLIT = ("pipeline_parallel", "virtual_stages", "pipeline_split", "account_for_embedding")
 
@@ -487,8 +488,7 @@ RULES = (
                    f"remainder_first split (torchtitan's, NeMo AutoModel's) gives the first "
                    f"{_uneven_remainder_first(v)} of the "
                    f"{v['pipeline_parallel'] * v['virtual_stages']} chunks one more"),
-    Rule("deepspeed", "emit", _SPLIT,
-         lambda v: _uneven_remainder_first(v) > 0,
+    Rule("deepspeed", "emit", _SPLIT, lambda v: _uneven_remainder_first(v) > 0,
          lambda v: "the Megatron-DeepSpeed arguments written here split the layers evenly "
                    "over the pipeline; emit torchtitan for the remainder_first split"),
     Rule("torchtitan", "emit", ("expert_parallel", "zero_stage", "context_parallel"),

@@ -60,6 +60,19 @@ def launchers(values: dict, spec=None) -> tuple:
     return tuple(t for t in _JUDGED if launch_refusal(t, values, spec) is None)
 
 
+def platform_refusal(trainer: str, chip: str, platform) -> str:
+    """Why ``trainer`` (an id of :data:`TRAINERS` or its ``emit`` name) does not run on the
+    chip named ``chip`` whose file states ``platform`` (``phaze.arch.PLATFORMS``), in one
+    sentence, or None: it does, or the chip states no platform (the template's
+    hypothetical chips, the study's tpuv4)."""
+    tid = _EMITTER.get(trainer, trainer)
+    t = next(x for x in TRAINERS if x.id == tid)
+    if platform is None or platform in t.platforms:
+        return None
+    return (f"{t.title} does not run on {chip}, a {platform} chip ({t.title} runs on "
+            f"{', '.join(t.platforms)})")
+
+
 def trainer_ids(names) -> tuple:
     """The trainer ids (in :data:`TRAINERS` order) of ``names`` (ids or ``emit`` names,
     e.g. ``phaze search --emit``'s choice); an unknown name is ``ValueError``."""

@@ -215,7 +215,9 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     samples/s × the model's seq_len.
 
     ``trainers``: trainer names (``phaze.plan.TRAINERS`` ids or emit names; () any
-    trainer): search only the plans one of them launches (``phaze search --emit``).
+    trainer): search only the plans one of them launches (``phaze search --emit``); on a
+    fixed ``arch`` whose file states a platform, a trainer that does not run on it is
+    dropped, and none left is ``ValueError`` (``phaze.plan.platform_refusal``).
 
     Power and cost (issue 28): ``max_power_w`` is one chip's power budget (default: the
     calibrated model's, ``phaze.arch.TEMPLATE_TDP_W``, the TPUv4-class budget; a fixed
@@ -314,6 +316,12 @@ def search(models, devices=1024, global_batch=4096, microbatch=(1, 2, 4, 8),
     if trainers and study:
         raise ValueError("trainers: the study's model (study=True) has no trainer plans; "
                          "drop one of them")
+    if trainers and chip is not None:
+        # a fixed chip's platform: the trainers that do not run on it launch nothing there
+        why = [_plan.platform_refusal(t, chip.name, chip.platform) for t in trainers]
+        if all(w is not None for w in why):
+            raise ValueError(f"trainers: {'; '.join(why)}")
+        trainers = tuple(t for t, w in zip(trainers, why) if w is None)
     settings = SearchSettings(
         models=tuple(model_list), widths=tuple(tuple(widths[m.name]) for m in model_list),
         devices=devices, global_batch=global_batch, microbatch=microbatch, hbm_gib=hbm,

@@ -347,8 +347,11 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     plan = dict(res.plan)
     # who launches it with the arguments phaze writes: the plan and the model's rules
     # (phaze.plan.launchers), the one answer evaluate, --emit and the search share
-    plan["trainers"] = list(_plan.launchers(pl.as_dict(), spec))
-    plan["not_launchable"] = {t.id: _plan.launch_refusal(t.id, pl.as_dict(), spec)
+    # and the chip's platform (a preset's file states it: Megatron-LM on a TPU is refused)
+    platform = getattr(chip, "platform", None)
+    refused = {t.id: _plan.platform_refusal(t.id, chip.name, platform) for t in _plan.TRAINERS}
+    plan["trainers"] = [t for t in _plan.launchers(pl.as_dict(), spec) if refused[t] is None]
+    plan["not_launchable"] = {t.id: refused[t.id] or _plan.launch_refusal(t.id, pl.as_dict(), spec)
                               for t in _plan.TRAINERS if t.id not in plan["trainers"]}
     flops = model_flops_per_sample(spec)
     out = {"model": spec.name, "arch": arch_name, "cost_model": "calibrated",
