@@ -122,3 +122,13 @@ def test_chip_file_platform(tmp_path):
     del data["platform"]
     path.write_text(json.dumps(data))
     assert arch.load_chip(path).platform is None
+
+
+def test_archs_lists_each_presets_platform(capsys):
+    assert main(["archs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(ln for ln in lines if ln.startswith("name ") and "platform" in ln)
+    col = header.index("platform")
+    for name, platform in PLATFORM.items():
+        row = next(ln for ln in lines[lines.index(header):] if ln.split()[0] == name)
+        assert row[col:col + 8].strip() == (platform or "-"), name

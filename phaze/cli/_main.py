@@ -65,7 +65,7 @@ def _cmd_archs(args) -> int:
               f"{r['hbm_gb_per_s']:>8g} {r['clock_ghz']:>5g} {peak:>7.1f} {r['link_gb_per_s']:>9g} "
               f"{r['net_gb_per_s']:>8g} {r['node_size']:>5} {r['area_mm2']:>8.2f}")
     print(f"\n{'name':<10} {'family':<16} {'fabric':<22} {'fp8':>4} {'fp4':>4} {'scaled':<10} "
-          f"{'measured':>8}  source (phaze archs --show NAME for every citation)")
+          f"{'platform':<8} {'measured':>8}  source (phaze archs --show NAME for every citation)")
     for name in arch.presets.names():
         c = arch.presets.chip(name)
         fabric = (c.topology or "switch") + (f" {'x'.join(map(str, c.torus_dims))}"
@@ -74,7 +74,7 @@ def _cmd_archs(args) -> int:
         first = c.source.split("\n")[0]
         print(f"{name:<10} {c.family or '':<16} {fabric:<22} {c.rates['fp8']:>4g} "
               f"{c.rates['nvfp4'] or c.rates['mxfp4']:>4g} {','.join(c.scaled_formats or ()) or '-':<10} "
-              f"{measured:>5}/{len(c.efficiency_rules or ()):<2}  "
+              f"{c.platform or '-':<8} {measured:>5}/{len(c.efficiency_rules or ()):<2}  "
               f"{first[:90] + ('...' if len(first) > 90 else '')}")
     space = arch.ArchSpace.default()
     cfg = space.configs
