@@ -22,9 +22,10 @@ below, then the model arguments ``phaze.plan.MODEL_FLAGS`` can write for the tra
 ``phaze evaluate``'s "launchable by" line and ``phaze search --emit``'s plan set read the
 same function. The functions here take no chip; on a chip whose file states its
 ``platform`` (a TPU, Trainium, Gaudi), ``phaze evaluate`` and ``phaze search`` also drop
-the trainers that do not run there (``phaze.plan.platform_refusal``). ``phaze evaluate --emit`` also refuses a plan evaluate calls infeasible
-(it does not fit, or the step model refuses it: e.g. Megatron-Core's mixture of experts
-at t > 1 without sequence parallelism).
+the trainers that do not run there (``phaze.plan.platform_refusal``). ``phaze evaluate
+--emit`` also refuses a plan evaluate calls infeasible (it does not fit, or the step model
+refuses it: e.g. Megatron-Core's mixture of experts at t > 1 without sequence
+parallelism).
 
 - every trainer: the global batch not divisible by b·d (Megatron-LM asserts it in
   ``megatron/training/arguments.py``; DeepSpeed requires ``train_batch_size =

@@ -256,9 +256,9 @@ PLAN_RECORD_DTYPE = np.dtype([(k.name, _NUMPY.get(k.type) or f"<U{max(map(len, k
 
 #: The trainers, in the order ``trainers`` lists them (torchtitan: FSDP2 = ZeRO 3 with any p,
 #: t and cp), with the chip platforms each runs on (docs/fidelity-sources.md §20).
-_GPU = ("cuda", "rocm", "gaudi")
-TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron", _GPU),
-            Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed", _GPU),
+_CUDA_ROCM_GAUDI = ("cuda", "rocm", "gaudi")
+TRAINERS = (Trainer("megatron-lm", "Megatron-LM", "megatron", "megatron", _CUDA_ROCM_GAUDI),
+            Trainer("deepspeed", "DeepSpeed", "deepspeed", "deepspeed", _CUDA_ROCM_GAUDI),
             Trainer("torchtitan", "torchtitan", "torchtitan", "torchtitan", ("cuda", "rocm")))
 _JUDGED = ("megatron-lm", "deepspeed", "torchtitan")
 _SPLIT = ("pipeline_parallel", "virtual_stages", "pipeline_split", "account_for_embedding")

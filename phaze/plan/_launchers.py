@@ -60,7 +60,7 @@ def launchers(values: dict, spec=None) -> tuple:
     return tuple(t for t in _JUDGED if launch_refusal(t, values, spec) is None)
 
 
-def platform_refusal(trainer: str, chip: str, platform) -> str:
+def platform_refusal(trainer: str, chip: str, platform):
     """Why ``trainer`` (an id of :data:`TRAINERS` or its ``emit`` name) does not run on the
     chip named ``chip`` whose file states ``platform`` (``phaze.arch.PLATFORMS``), in one
     sentence, or None: it does, or the chip states no platform (the template's
