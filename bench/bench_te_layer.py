@@ -20,8 +20,8 @@ phaze's price is the layer of ``gpt3-5b`` (hidden 4096, FFN 16384, 32 heads, GEL
 biases: the same block) at microbatch 8, t = 1, flash attention, FP8 (``fp8``: per-tensor
 delayed scaling, Transformer Engine's) on ``h100-sxm``: the sum of its forward and backward
 operators as the step model charges them per microbatch. The benchmark's loop does three
-things a training step does once per step or not at all, added by hand at the HBM rule of
-the operators (``hbm_efficiency`` of the HBM peak):
+things a training step does once per step or not at all, each added as one memory-bound
+vector operator priced by the cost model (the HBM rule of the other operators):
 - TE casts the bf16 weights to FP8 on every call (no ``is_first_microbatch``): read 2 B,
   write the FP8 copy and its transpose, 1 + 1 B per weight;
 - autograd accumulates each iteration's weight gradients into ``.grad`` (bf16: read 2 + 2,
@@ -41,7 +41,8 @@ layer closer to, or past, the measured one.
 
 Prints phaze's forward and backward sums by operator class, the loop's extras, the total
 against the measured 21.670 ms, and the signed error; exits non-zero if the priced layer is
-not a finite positive time or its GEMMs do not carry the layer's FLOPs.
+not a finite positive time, its GEMMs do not carry the layer's FLOPs, or an extra is not its
+bytes at the HBM rule plus one launch.
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ import numpy as np
 import _bench_env  # noqa: F401  (the repository on sys.path)
 from phaze import cost, graph, models
 from phaze.arch import resolve
+from phaze.graph import KIND_VECTOR, VECTOR_CYCLES_PER_ELEMENT, OpGraph
 
 #: The measured row (ms) and the layer's shape.
 MEASURED_MS = 21.670
@@ -95,15 +97,20 @@ def price(arch: str = "h100-sxm", dtype: str = "fp8"):
 
 
 def loop_extras_s(chip) -> dict:
-    """The benchmark loop's per-iteration work that a step does not repeat (module docstring)."""
+    """The benchmark loop's per-iteration work that a step does not repeat (module
+    docstring), each pass one memory-bound vector operator priced by the cost model."""
     weights = 4 * HIDDEN * HIDDEN + 2 * HIDDEN * FFN           # qkv 3h^2 + out h^2 + fc1 + fc2
     params = weights + 3 * HIDDEN + HIDDEN + FFN + HIDDEN + 4 * HIDDEN   # + biases and norms
-    bw = (float(chip.row["hbm_gb_per_s"][0]) * 1e9
-          * float(chip.efficiency_set().row()["hbm_efficiency"][0]))
-    tokens = SEQ * BATCH
-    return {"fp8 weight casts": weights * (2 + 1 + 1) / bw,
-            "grad accumulation": params * 6 / bw,
-            "y.sum() and its backward": tokens * HIDDEN * 2 * 2 / bw}
+    out = SEQ * BATCH * HIDDEN
+    passes = {"fp8 weight casts": (weights, 2 * weights, 2 * weights),   # bf16 in, fp8 + its T
+              "grad accumulation": (params, 4 * params, 2 * params),    # .grad += new, bf16
+              "y.sum() and its backward": (out, 2 * out, 2 * out)}      # read y, write dy
+    g = OpGraph.from_ops([dict(name=k, kind=KIND_VECTOR, elements=n, bytes_in=bi, bytes_out=bo,
+                               cycles_per_element=VECTOR_CYCLES_PER_ELEMENT["add"], preds=[])
+                          for k, (n, bi, bo) in passes.items()], dtype="bf16")
+    _, intra = cost.op_latencies(g, chip.row, model="calibrated",
+                                 efficiency=chip.efficiency_set().row())
+    return {k: float(sec) for k, sec in zip(passes, intra[:, 0])}
 
 
 def main() -> int:
@@ -119,6 +126,18 @@ def main() -> int:
     layer = sum(sums.values())
     extras = loop_extras_s(chip)
     print("  loop extras: " + ", ".join(f"{k} {1e3 * v:.3f}" for k, v in extras.items()) + " ms")
+    # each extra by hand: its bytes at hbm_efficiency of the HBM peak, plus one launch
+    eff = chip.efficiency_set().row()
+    bw = float(chip.row["hbm_gb_per_s"][0]) * 1e9 * float(eff["hbm_efficiency"][0])
+    weights = 4 * HIDDEN * HIDDEN + 2 * HIDDEN * FFN
+    hand = {"fp8 weight casts": 4 * weights / bw,
+            "y.sum() and its backward": 4 * SEQ * BATCH * HIDDEN / bw}
+    extras_ok = True
+    for k, v in hand.items():
+        v += float(eff["launch_s"][0])
+        if abs(extras[k] - v) > 1e-3 * v:
+            print(f"FAIL: {k} priced {1e3 * extras[k]:.4f} ms, by hand {1e3 * v:.4f} ms")
+            extras_ok = False
     total = layer + sum(extras.values())
     gemm = sum(s for (p, c), s in sums.items() if c == "gemm")
     print(f"  GEMMs {flops / 1e12:.2f} TFLOP in {1e3 * gemm:.3f} ms "
@@ -132,7 +151,7 @@ def main() -> int:
     if not (np.isfinite(total) and total > 0):
         print("FAIL: the priced layer is not a finite positive time")
         ok = False
-    return 0 if ok else 1
+    return 0 if ok and extras_ok else 1
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ Validation file schema (JSON; the built-in table follows it)
 The built-in table is ``phaze/data/validation.json`` (the runs of 2021–22),
 ``phaze/data/modern_runs.json`` (the published runs of 2024–26, issue 25) and
 ``phaze/data/held_out_runs.json`` (published runs no issue names, found by the project and
-marked ``held_out``: MaxText's TPU v5p and v6e runs) read together: :func:`builtin_paths`. Besides the overall errors a :class:`Report` groups the rows
+marked ``held_out``: MaxText's TPU v5p and v6e runs) read together: :func:`builtin_paths`.
+Besides the overall errors a :class:`Report` groups the rows
 (``groups``): per table and per chip (the row's ``arch``) the rows, how many are
 modelled and the time MAPE / max error; per trainer and chip the signed mean time
 error; and the H100 rows of dense or Mixtral-class models (``model_class``) modelled.

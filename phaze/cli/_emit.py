@@ -32,13 +32,10 @@ def emit_plan(args, model, knobs, result=None) -> int:
     exit status 2 (a ValueError), as is a trainer that does not run on the chip's platform
     (``phaze.plan.platform_refusal``)."""
     from .. import launch, models
-    from ..arch import resolve
 
-    arch = getattr(args, "arch", None)
-    if arch is not None:
+    if result is not None:
         # the chip's platform first: Megatron-LM's arguments are no use on a TPU
-        chip = resolve(arch)
-        why = _plan.platform_refusal(args.emit, chip.name, chip.platform)
+        why = _plan.platform_refusal(args.emit, result["arch"], result["platform"])
         if why is not None:
             raise ValueError(f"--emit {args.emit}: {why}")
     spec = models.resolve(model)

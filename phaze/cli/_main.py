@@ -585,12 +585,13 @@ def _evaluate_calibrated(args, model) -> int:
     print("  " + ", ".join(words) + f", optimizer {r['optimizer'].title()}")
     titles = {t.id: t.title for t in _plan.TRAINERS}
     refused = r.get("not_launchable") or {}
-    first = next(iter(refused.items()), None)
-    if first is not None:
-        title = titles.get(first[0], first[0])
-        first = first[1] if first[1].startswith(title) else f"{title}: {first[1]}"
+    why = ""
+    if refused:     # the first refusal, named by its trainer unless the sentence names it
+        tid, text = next(iter(refused.items()))
+        title = titles.get(tid, tid)
+        why = f" ({text})" if text.startswith(title) else f" ({title}: {text})"
     print("  launchable by: " + (", ".join(titles.get(x, x) for x in r["trainers"])
-                                 or "no trainer" + (f" ({first})" if first else "")))
+                                 or "no trainer" + why))
     if r["status"] != "ok":
         reason = str(r["reason"])
         if r["status"] == "not_modelled" and reason.startswith("not modelled yet: "):

@@ -272,7 +272,8 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     knobs as :func:`evaluate_point` takes them (None: the table's default); ``optimizer``
     "adam" (None: the default) or "muon".
 
-    Keys: model, arch (the chip's name, or "row" for a structured row), cost_model
+    Keys: model, arch (the chip's name, or "row" for a structured row), platform (the
+    chip file's ``platform``, None when it states none), cost_model
     ("calibrated"), schedule ("1F1B" | "interleaved 1F1B"), optimizer ("adam"), devices,
     seq_len, the plan (``phaze.plan.NAMES`` in table order, then ``training_step``'s
     derived keys: whether sequence parallelism took effect, and the trainers), hbm_gib,
@@ -348,13 +349,14 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     # who launches it with the arguments phaze writes: the plan and the model's rules
     # (phaze.plan.launchers), the one answer evaluate, --emit and the search share
     # and the chip's platform (a preset's file states it: Megatron-LM on a TPU is refused)
-    platform = getattr(chip, "platform", None)
-    refused = {t.id: _plan.platform_refusal(t.id, chip.name, platform) for t in _plan.TRAINERS}
+    refused = {t.id: _plan.platform_refusal(t.id, chip.name, chip.platform)
+               for t in _plan.TRAINERS}
     plan["trainers"] = [t for t in _plan.launchers(pl.as_dict(), spec) if refused[t] is None]
     plan["not_launchable"] = {t.id: refused[t.id] or _plan.launch_refusal(t.id, pl.as_dict(), spec)
                               for t in _plan.TRAINERS if t.id not in plan["trainers"]}
     flops = model_flops_per_sample(spec)
-    out = {"model": spec.name, "arch": arch_name, "cost_model": "calibrated",
+    out = {"model": spec.name, "arch": arch_name, "platform": chip.platform,
+           "cost_model": "calibrated",
            "schedule": pl.schedule,
            "optimizer": pl.optimizer, "devices": used if devices is None else int(devices),
            "seq_len": spec.seq_len, **plan, "hbm_gib": float(row["hbm_gib"][0]),
