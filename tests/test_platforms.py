@@ -17,20 +17,14 @@ PLATFORM = {"a100-80g": "cuda", "h100-sxm": "cuda", "h100-96g": "cuda", "h200": 
             "mi300x": "rocm", "mi325x": "rocm", "mi355x": "rocm", "gaudi3": "gaudi",
             "tpu-v5e": "tpu", "tpu-v5p": "tpu", "tpu-v6e": "tpu", "tpu7x": "tpu",
             "trainium2": "neuron", "tpuv4": None}
-#: A plan Megatron-LM and DeepSpeed launch (ZeRO 1, no interleaving) and torchtitan does not
-#: (it shards with FSDP2 or replicates with DDP).
-_PLAN = dict(tensor_parallel=8, pipeline_parallel=4, data_parallel=4, microbatch=1,
-             recompute="selective", global_batch=256, flash_attention=True,
-             sequence_parallel=True, zero_stage=1)
+#: A plan (t 8, p 4, d 4, b 1, selective recomputation, these knobs) Megatron-LM and DeepSpeed
+#: launch (ZeRO 1, no interleaving) and torchtitan does not (FSDP2 or DDP).
+_KNOBS = dict(global_batch=256, flash_attention=True, sequence_parallel=True, zero_stage=1)
 
 
 def _launchers(chip):
-    r = search.evaluate_point("llama3-70b", chip, _PLAN["tensor_parallel"],
-                              _PLAN["pipeline_parallel"], _PLAN["data_parallel"],
-                              _PLAN["microbatch"], _PLAN["recompute"],
-                              **{k: v for k, v in _PLAN.items()
-                                 if k not in ("tensor_parallel", "pipeline_parallel",
-                                              "data_parallel", "microbatch", "recompute")})
+    r = search.evaluate_point("llama3-70b", chip, 8, 4, 4, 1, "selective", **_KNOBS)
+    assert r["platform"] == PLATFORM[chip]
     return r["trainers"], r["not_launchable"]
 
 
