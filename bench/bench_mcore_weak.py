@@ -17,8 +17,10 @@ Not published, so each is a stated setting here: the FFN is 4h with GELU and bia
 embeddings untied (the 1.7B row's parameter count needs it), bf16 (MFU = TFLOP/s / 989),
 no recomputation, flash attention, sequence parallelism at t > 1, the distributed optimizer
 with both overlaps, fp32 gradient reduction (Megatron-LM's default under bf16,
-``arguments.py``: ``accumulate_allreduce_grads_in_fp32`` set True), no interleaving, and the
-microbatch (1 and 2 are both printed).
+``arguments.py``: ``accumulate_allreduce_grads_in_fp32`` set True), no interleaving,
+Megatron-Core's unfused cross-entropy (``loss_kernel`` native: the release's default,
+``cross_entropy_loss_fusion`` False; docs/fidelity-sources.md §27), and the microbatch (1
+and 2 are both printed).
 
     python3 bench/bench_mcore_weak.py
 
@@ -61,7 +63,7 @@ def priced(label, a, h, L, t, p, d, B, microbatch):
         microbatch=microbatch, global_batch=B, recompute="none", flash_attention=True,
         sequence_parallel=t > 1, zero_stage=1, overlap_grad_reduce=True,
         overlap_param_gather=True, tp_comm_overlap=t > 1, precision="bf16",
-        grad_reduce_dtype="fp32")
+        grad_reduce_dtype="fp32", loss_kernel="native")
 
 
 def main() -> int:

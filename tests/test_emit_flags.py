@@ -50,6 +50,8 @@ MEGATRON_LM_FLAGS = {
     "--no-gradient-accumulation-fusion": None,
     "--overlap-grad-reduce": None, "--overlap-param-gather": None, "--tp-comm-overlap": None,
     "--use-flash-attn": None,
+    # the loss (ModelParallelConfig: cross_entropy_loss_fusion, cross_entropy_fusion_impl)
+    "--cross-entropy-loss-fusion": None, "--cross-entropy-fusion-impl": ("native", "te"),
     # the model (TransformerConfig, arguments.py "network size")
     "--num-layers": int, "--hidden-size": int, "--num-attention-heads": int,
     "--group-query-attention": None, "--num-query-groups": int, "--kv-channels": int,

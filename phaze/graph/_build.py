@@ -50,6 +50,8 @@ from .._validate import positive_float, positive_int
 
 
 from ._layer import layer as _layer
+from ._loss import DEFAULT_LOSS_KERNEL, LOSS_KERNELS, STUDY as _STUDY_LOSS, add_loss, \
+    check_loss_kernel
 from ._ops import (KERNEL_SETS, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
                    Ops, Shape)
 from ._ops import VECTOR_CYCLES_PER_ELEMENT as _C
@@ -233,17 +235,14 @@ def _head(sh: Shape):
         src = f.all_gather("allgather_head", [src], T * E * B)
     # Column-parallel logits over the padded vocabulary (no bias).
     f.gemm("logits", [src], 1, T, E, sh.V_t)
-    f.vector("cross_entropy", ["logits"], logits, _C["cross_entropy"], logits * B,
-             logits * LOSS_BYTES_PER_ELEMENT)
+    # The loss's kernels (plan knob loss_kernel; phaze/graph/_loss.py), forward and backward.
+    g = Ops(B, sh.t, sh.dtype)
+    loss, loss_bwd = add_loss(f, g, "", logits, sh.loss, B, _C)
     # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of
     # exponentials, target logit).
-    f.allreduce("allreduce_loss", ["cross_entropy"], 3 * T * LOSS_BYTES_PER_ELEMENT)
-
-    g = Ops(B, sh.t, sh.dtype)
-    g.vector("cross_entropy.bwd", [], logits, _C["cross_entropy_bwd"],
-             logits * LOSS_BYTES_PER_ELEMENT, logits * B)
-    g.gemm("logits.dX", ["cross_entropy.bwd"], 1, T, sh.V_t, E)
-    g.gemm("logits.dW", ["cross_entropy.bwd"], 1, E, T, sh.V_t)
+    f.allreduce("allreduce_loss", [loss], 3 * T * LOSS_BYTES_PER_ELEMENT)
+    g.gemm("logits.dX", [loss_bwd], 1, T, sh.V_t, E)
+    g.gemm("logits.dW", [loss_bwd], 1, E, T, sh.V_t)
     if sp:
         src = g.reduce_scatter("reduce_scatter_logits.dX", ["logits.dX"], T * E * B)
     else:
@@ -301,13 +300,10 @@ def _mtp_head(f: Ops, g: Ops, sh: Shape, p: str) -> tuple:
     x = f.all_gather("allgather_" + p + "head", [p + "final_norm"], T * E * B) if sp \
         else p + "final_norm"
     f.gemm(p + "logits", [x], 1, T, E, sh.V_t)
-    f.vector(p + "cross_entropy", [p + "logits"], logits, _C["cross_entropy"], logits * B,
-             logits * LOSS_BYTES_PER_ELEMENT)
-    f.allreduce("allreduce_" + p + "loss", [p + "cross_entropy"], 3 * T * LOSS_BYTES_PER_ELEMENT)
-    g.vector(p + "cross_entropy.bwd", [], logits, _C["cross_entropy_bwd"],
-             logits * LOSS_BYTES_PER_ELEMENT, logits * B)
-    g.gemm(p + "logits.dX", [p + "cross_entropy.bwd"], 1, T, sh.V_t, E)
-    g.gemm(p + "logits.dW", [p + "cross_entropy.bwd"], 1, E, T, sh.V_t)
+    loss, loss_bwd = add_loss(f, g, p, logits, sh.loss, B, _C)
+    f.allreduce("allreduce_" + p + "loss", [loss], 3 * T * LOSS_BYTES_PER_ELEMENT)
+    g.gemm(p + "logits.dX", [loss_bwd], 1, T, sh.V_t, E)
+    g.gemm(p + "logits.dW", [loss_bwd], 1, E, T, sh.V_t)
     dx = (g.reduce_scatter("reduce_scatter_" + p + "logits.dX", [p + "logits.dX"], T * E * B) if sp
           else g.allreduce("allreduce_" + p + "logits.dX", [p + "logits.dX"], T * E * B))
     g.vector(p + "final_norm.bwd", [dx], Tn * h, _C[m.norm + "_bwd"],
@@ -329,7 +325,7 @@ def build_layers(model, microbatch, tensor_parallel, *,
                  sequence_parallel: bool = False, flash_attention: bool = False,
                  dtype: str = precision.DEFAULT_DTYPE, kernels: str = "study",
                  expert_parallel: int = 1, capacity_factor: float = None,
-                 context_parallel: int = 1) -> ModelGraph:
+                 context_parallel: int = 1, loss_kernel: str = None) -> ModelGraph:
     """Operator graphs of one tensor-parallel slice of ``model`` for one microbatch.
 
     ``model`` is a ModelSpec or a zoo name; ``microbatch`` samples of ``seq_len`` tokens;
@@ -386,6 +382,12 @@ def build_layers(model, microbatch, tensor_parallel, *,
       core is 1/cp of the full one; the K/V exchange (``ring_kv_exchange``) may overlap
       the attention compute: ``phaze/graph/_block.py``.
 
+    - ``loss_kernel`` (kernels "megatron" only): the head's cross-entropy as the trainer's
+      kernels run it, one of ``LOSS_KERNELS`` ("te": Transformer Engine's Triton kernels,
+      the default; "native-fused", "native": Megatron-Core's jit-fused and unfused ones):
+      their passes over the logits, ``phaze/graph/_loss.py``. The study's graphs keep its
+      single fused pass each way.
+
     Every block carries its stash per recomputation mode (:meth:`LayerGraph.stash`):
     none, selective (attention core recomputed), full (layer input only).
     """
@@ -433,8 +435,15 @@ def build_layers(model, microbatch, tensor_parallel, *,
                          f"tensor_parallel ({t})" + (f" × context_parallel ({cp})" if cp > 1 else ""))
     if kernels not in KERNEL_SETS:
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_SETS)}, got {kernels!r}")
+    if kernels == "study":
+        if loss_kernel is not None:
+            raise ValueError(f"loss_kernel applies to kernels='megatron' only (the study's "
+                             f"graphs have one fused loss); got {loss_kernel!r}")
+        loss = "study"
+    else:
+        loss = check_loss_kernel(DEFAULT_LOSS_KERNEL if loss_kernel is None else loss_kernel)
     return _build_layers_cached(model, b, t, B, sp, bool(flash_attention), dtype, kernels,
-                                ep, capacity_factor, cp)
+                                ep, capacity_factor, cp, loss)
 
 
 #: Built model graphs by their validated arguments (512 kept; the graphs are immutable).
@@ -491,17 +500,20 @@ def _block_runs(model) -> list:
 
 
 def _build_layers_cached(model, b, t, B, sp=False, flash=False, dtype="bf16",
-                         kernels="study", ep=1, capacity_factor=None, cp=1) -> ModelGraph:
-    """:func:`build_layers` of validated arguments, memoised (:data:`_LAYERS_MEMO`)."""
-    key = (model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor, cp)
+                         kernels="study", ep=1, capacity_factor=None, cp=1,
+                         loss="study") -> ModelGraph:
+    """:func:`build_layers` of validated arguments, memoised (:data:`_LAYERS_MEMO`);
+    ``loss``: a ``LOSS_KERNELS`` name, or "study"."""
+    key = (model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor, cp, loss)
     return _LAYERS_MEMO.get_or_compute(
         key, lambda: _build_layers(model, b, t, B, sp, flash, dtype, kernels, ep,
-                                   capacity_factor, cp))
+                                   capacity_factor, cp, loss))
 
 
 def _build_layers(model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor,
-                  cp) -> ModelGraph:
-    sh = Shape(model, b, t, B, sp, flash, dtype, kernels, cp, ep, capacity_factor)
+                  cp, loss="study") -> ModelGraph:
+    sh = Shape(model, b, t, B, sp, flash, dtype, kernels, cp, ep, capacity_factor,
+               _STUDY_LOSS if loss == "study" else LOSS_KERNELS[loss])
     builders = {"embedding": _embedding, "head": _head}
     for mixer, ffn in set(model.layer_kinds):
         builders[layer_kind_name(mixer, ffn)] = \

@@ -379,12 +379,14 @@ class Shape:
 
     ``cp``: context-parallel width (this rank holds ``s/cp`` tokens of each sample);
     ``ep``: expert-parallel width (this rank holds ``n_experts/ep`` routed experts);
-    ``capacity_factor``: None (balanced routing) or the expert capacity factor.
+    ``capacity_factor``: None (balanced routing) or the expert capacity factor;
+    ``loss``: the head's loss kernel (a ``phaze.graph._loss.LossKernel``).
     """
 
     def __init__(self, m, b, t, B, sp=False, flash=False, dtype="bf16", kernels="study",
-                 cp=1, ep=1, capacity_factor=None):
+                 cp=1, ep=1, capacity_factor=None, loss=None):
         self.m, self.b, self.t, self.B = m, b, t, B
+        self.loss = loss
         self.sp, self.flash, self.dtype = sp, flash, dtype
         self.cp, self.ep, self.capacity_factor = cp, ep, capacity_factor
         self.megatron = kernels == "megatron"

@@ -45,8 +45,8 @@ model flavours and job-config writers.
 """
 from ._knobs import (ARGUMENTS, COLUMNS, DS_CONFIG, GRIDS, KNOB, KNOBS, MODEL_ARGUMENTS, NAMES,
                      PLAN_RECORD_DTYPE, RULES, STRATEGY, STRATEGY_COLUMNS, TRAINERS, Knob, Plan,
-                     Rule, Trainer, check, check_expert_grid, check_keywords, devices_of,
-                     differs_from_study, ds_config, launchable, model_expert_grid, refusal,
+                     Rule, Trainer, check, check_keywords, devices_of,
+                     differs_from_study, ds_config, launchable, refusal,
                      study_value, torchtitan_notes, trainer_arguments, trainers)
 from ._launchers import (launch_refusal, launchers, model_values, platform_refusal, search_grids,
                          sharding_refusal, sharding_rules, trainer_ids, launched_mask)
@@ -55,8 +55,9 @@ from ._model_flags import (MODEL_FLAGS, ROTARY_BASE, ModelFlag, hybrid_pattern, 
                            model_refusal)
 from . import _torchtitan as torchtitan
 from ._use import (RECOMPUTE_WORDS, SWITCH_WORDS, add_evaluate_options, add_search_options,
-                   grid, grid_words, int_tuple, keyword_signature, legend_lines, search_values,
-                   summary_cells, summary_header, summary_phrases, summary_row, words)
+                   check_expert_grid, grid, grid_words, int_tuple, keyword_signature,
+                   legend_lines, model_expert_grid, search_values, summary_cells,
+                   summary_header, summary_phrases, summary_row, words)
 
 __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS",
            "STRATEGY_COLUMNS", "Plan", "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule",

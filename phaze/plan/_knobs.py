@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from .. import precision as _precision
+from ..graph import LOSS_KERNELS as _LOSS
 from ._knob import Knob, Rule, Trainer
 from ._rows import _ROWS
 from ._torchtitan import stages_expressible as _tt_stages_expressible, units as _tt_units
@@ -128,7 +129,7 @@ KNOBS = (
     _ROWS["tp_comm_overlap"], _ROWS["grad_reduce_dtype"],
     _ROWS["optimizer"], _ROWS["optimizer_state_dtype"],
     _ROWS["moe_dispatcher"], _ROWS["pipeline_split"], _ROWS["pipeline_microbatches"],
-    _ROWS["attention_kernel"],
+    _ROWS["attention_kernel"], _ROWS["loss_kernel"],
 )
 
 #: Knob by name.
@@ -377,6 +378,12 @@ RULES = (
                    f"({PARAMETER_DTYPE[v['precision']]} under {v['precision']} training), not "
                    f"in {v['grad_reduce_dtype']}; emit deepspeed (ds_config "
                    f"communication_data_type)"),
+    # phaze/graph/_loss.py: Megatron-LM's validate_args refuses TE's cross-entropy since
+    # NVIDIA/Megatron-LM 168cb15d (2026-06-03).
+    Rule("megatron-lm", "trainer", ("loss_kernel",), lambda v: v["loss_kernel"] == "te",
+         lambda v: "Megatron-LM refuses --cross-entropy-fusion-impl te (Transformer Engine's "
+                   "cross-entropy, disabled for stability issues since June 2026); use "
+                   "loss_kernel native-fused or native"),
     # Muon (phaze/step/_optim.py): Megatron-LM's --optimizer muon, at ZeRO 0 or with the
     # layer-wise distributed optimizer (ZeRO 1); DeepSpeed's and torchtitan's optimizers
     # have no Muon. Megatron-LM's precision-aware optimizer keeps Adam's moments in fp32,
@@ -645,6 +652,7 @@ ARGUMENTS = {
         ("recompute", _recompute_megatron),
         ("zero_stage", _zero_megatron),
         ("flash_attention", lambda v: ["--use-flash-attn"] if v["flash_attention"] else []),
+        ("loss_kernel", lambda v: list(_LOSS[v["loss_kernel"]].megatron)),
         ("overlap_grad_reduce", lambda v: ["--overlap-grad-reduce"]
          if v["overlap_grad_reduce"] else []),
         ("overlap_param_gather", lambda v: ["--overlap-param-gather"]
@@ -855,13 +863,13 @@ def layer_graph_keywords(values: dict, tensor_parallel: int, moe: bool) -> dict:
     """``phaze.graph.build_layers``' keywords of the plan ``values`` as the step model
     builds its layers (Megatron's kernels; sequence parallelism at t > 1 only, always for
     a mixture of experts there; the datatype, flash attention, expert and context
-    parallel widths and the capacity factor)."""
+    parallel widths, the capacity factor and the loss kernel)."""
     v = _values(values)
     return dict(sequence_parallel=tensor_parallel > 1 and (bool(v["sequence_parallel"]) or moe),
                 flash_attention=bool(v["flash_attention"]), kernels="megatron",
                 dtype=v["precision"], expert_parallel=int(v["expert_parallel"]),
                 context_parallel=int(v["context_parallel"]),
-                capacity_factor=v["capacity_factor"])
+                capacity_factor=v["capacity_factor"], loss_kernel=v["loss_kernel"])
 
 
 def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list:
@@ -873,28 +881,5 @@ def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list
     return out
 
 
+#: The expert-parallel knob's name (the search's expert grid, ``_use.check_expert_grid``).
 _EXPERT = "expert_parallel"
-
-
-def model_expert_grid(model, grid):
-    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
-    mixture of experts the grid's values that divide its routed experts (None: every
-    divisor, ``phaze.step.best_plans``' default)."""
-    if not model.is_moe:
-        return (1,)
-    if grid is None:
-        return None
-    return tuple(e for e in grid if model.n_experts % e == 0)
-
-
-def check_expert_grid(models, grids) -> None:
-    """Every mixture of experts must keep one expert-parallel width of the search's grid
-    (``grids``: the checked strategy grids, or that grid alone): one sentence naming the
-    model and its divisors otherwise."""
-    grid = grids.get(_EXPERT) if isinstance(grids, dict) else grids
-    for m in models:
-        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
-            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
-            raise ValueError(f"{_EXPERT}: no value of {','.join(map(str, grid))} divides "
-                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
-                             f"{', '.join(map(str, allowed))}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .. import precision as _precision
 from ..arch import ATTENTION_KERNELS
+from ..graph import DEFAULT_LOSS_KERNEL, LOSS_KERNEL_NAMES
 from ._knob import Knob
 
 #: The rows by knob name.
@@ -188,6 +189,23 @@ _ROWS["attention_kernel"] = Knob(
     megatron="(Transformer Engine's NVTE_FUSED_ATTN / NVTE_FLASH_ATTN)",
     deepspeed="",
     torchtitan="(torch.nn.attention.sdpa_kernel)")
+
+# Sources: Megatron-Core's three loss paths and Transformer Engine's kernels, read in their
+# code (phaze/graph/_loss.py; docs/fidelity-sources.md §27).
+_ROWS["loss_kernel"] = Knob(
+    "loss_kernel", str, DEFAULT_LOSS_KERNEL, "one of " + ", ".join(LOSS_KERNEL_NAMES),
+    choices=LOSS_KERNEL_NAMES, flags=("--loss-kernel",), study=DEFAULT_LOSS_KERNEL,
+    calibrated_only=True, study_lacks="choice of loss kernel",
+    title="loss kernel", file_key="loss_kernel", file_rank=30, file_optional=True,
+    help="the head's cross-entropy kernels: native-fused (default: Megatron-Core's "
+         "jit-fused loss, 28 B per logit), te (Transformer Engine's Triton kernels, 22 B; "
+         "Megatron-LM refuses them since June 2026) or native (Megatron-Core's unfused "
+         "default, 52 B): their passes over the logits priced at the HBM rate (calibrated "
+         "model only)",
+    megatron="--cross-entropy-loss-fusion --cross-entropy-fusion-impl native | te (native: "
+             "neither flag)",
+    deepspeed="",
+    torchtitan="")
 
 _ROWS["precision"] = Knob(
     "precision", str, "bf16", "one of " + ", ".join(_precision.DTYPES),

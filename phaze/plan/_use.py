@@ -7,7 +7,7 @@ import inspect
 
 import numpy as np
 
-from ._knobs import COLUMNS, KNOB, KNOBS
+from ._knobs import _EXPERT, COLUMNS, KNOB, KNOBS
 
 # ---------------------------------------------------------------------------
 # the search's grids
@@ -259,3 +259,27 @@ def keyword_signature(function, names, defaults=None):
              for n in names if n not in have]
     function.__signature__ = sig.replace(parameters=params + extra)
     return function
+
+
+def model_expert_grid(model, grid):
+    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
+    mixture of experts the grid's values that divide its routed experts (None: every
+    divisor, ``phaze.step.best_plans``' default)."""
+    if not model.is_moe:
+        return (1,)
+    if grid is None:
+        return None
+    return tuple(e for e in grid if model.n_experts % e == 0)
+
+
+def check_expert_grid(models, grids) -> None:
+    """Every mixture of experts must keep one expert-parallel width of the search's grid
+    (``grids``: the checked strategy grids, or that grid alone): one sentence naming the
+    model and its divisors otherwise."""
+    grid = grids.get(_EXPERT) if isinstance(grids, dict) else grids
+    for m in models:
+        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
+            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
+            raise ValueError(f"{_EXPERT}: no value of {','.join(map(str, grid))} divides "
+                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
+                             f"{', '.join(map(str, allowed))}")

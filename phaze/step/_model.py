@@ -609,7 +609,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
                                   + (f" × context parallel {cp}" if cp > 1 else ""), plan)
     mg = graph.build_layers(m_spec, b, t, sequence_parallel=sp, flash_attention=flash,
                             kernels="megatron", dtype=precision, expert_parallel=ep,
-                            context_parallel=cp, capacity_factor=capacity_factor)
+                            context_parallel=cp, capacity_factor=capacity_factor,
+                            loss_kernel=pl.loss_kernel)
     # Layer times (Python, via phaze.cost), then the one compiled definition of the step's
     # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
