@@ -67,8 +67,9 @@ VECTOR_OP_45NM_J = H45_FP32_MUL_J + H45_FP32_ADD_J
 #: is interpolated linearly between 32 and 20 nm.
 SB_HP_ENERGY_FIT = {45: (1.018, -0.3107, 0.1539), 32: (0.8367, -0.4341, 0.1701),
                     20: (0.373, -0.1582, 0.04104), 16: (0.2958, -0.1241, 0.03024)}
-#: Supply voltages the fit is evaluated at: Horowitz's 45 nm figures are at 0.9 V; 22 and 16 nm
-#: taken at 0.8 V (assumed nominal, §23).
+#: Supply voltages the fit is evaluated at: Horowitz's 45 nm figures are at 0.9 V; 16 nm at
+#: 0.8 V, the typical corner of TSMC's 16FF+ standard cells (libraries
+#: ``tcbn16ffplus…tt0p8v25c``, §23), and 22 nm at the same 0.8 V (no 22 nm figure read).
 H45_VDD = 0.9
 FINFET_VDD = 0.8
 

@@ -63,9 +63,12 @@ HBM_BITS_PER_STACK = {"HBM2": 1024, "HBM2e": 1024, "HBM3": 1024, "HBM3e": 1024, 
 SERDES_PHY_MM2_PER_GB_PER_S = 1.888 / 25.0
 SERDES_CTRL_MTR_PER_GB_PER_S = 74.632 / 25.0
 
-#: Share of the whole die outside the cores, buffer and PHYs (§23: die-shot breakdowns of
-#: A100/H100 put L2 + crossbar + I/O + misc at roughly a fifth of the die).
-UNCORE_FRACTION = 0.20
+#: Share of the whole die outside the cores, buffer and PHYs (§23): TPU v1's published
+#: floorplan (Jouppi et al., ISCA 2017, Figure 2: "datapath is 67%, ... i/o is 10%, and ...
+#: control is just 2% of the die") leaves 1 - 0.67 - 0.10 = 0.23 outside its datapath
+#: (matrix unit, buffers, accumulators: phaze's cores and buffer) and its I/O (phaze's
+#: PHYs and SerDes).
+UNCORE_FRACTION = 0.23
 
 
 def _node_array(process_nm, n):
