@@ -383,10 +383,10 @@ def build_layers(model, microbatch, tensor_parallel, *,
       the attention compute: ``phaze/graph/_block.py``.
 
     - ``loss_kernel`` (kernels "megatron" only): the head's cross-entropy as the trainer's
-      kernels run it, one of ``LOSS_KERNELS`` ("te": Transformer Engine's Triton kernels,
-      the default; "native-fused", "native": Megatron-Core's jit-fused and unfused ones):
-      their passes over the logits, ``phaze/graph/_loss.py``. The study's graphs keep its
-      single fused pass each way.
+      kernels run it, one of ``LOSS_KERNELS`` ("native-fused", the default, and "native":
+      Megatron-Core's jit-fused and unfused ones; "te": Transformer Engine's Triton
+      kernels): their passes over the logits, ``phaze/graph/_loss.py``. The study's graphs
+      keep its single fused pass each way.
 
     Every block carries its stash per recomputation mode (:meth:`LayerGraph.stash`):
     none, selective (attention core recomputed), full (layer input only).
