@@ -91,19 +91,24 @@ def _as_saved(eff):
     return eff
 
 
-#: Per key of a graph: the saved file's operators to compare (None: all of them).
-SAVED_KEEP = {}
-
-
 def _is_loss(name: str, kernels: str) -> bool:
     """Whether ``name`` is one of a Megatron graph's loss kernels."""
     return kernels == "megatron" and name.startswith("cross_entropy")
 
 
+def _graphs():
+    """(key, kernels, dtype, OpGraph) of every layer pass of :data:`CASES`."""
+    for model, mb, t, kernels, dtype in CASES:
+        for layer in build_layers(model, mb, t, kernels=kernels, dtype=dtype).layers:
+            for d, g in (("fwd", layer.forward), ("bwd", layer.backward)):
+                yield (f"{model}_mb{mb}_t{t}_{kernels}_{dtype}_{layer.kind}_{d}", kernels, dtype,
+                       g)
+
+
 def _saved_keep(names, kernels):
-    """The saved graph's operators but its one loss operator per pass: today's ``names``
+    """The saved file's operators to compare (None: all of them): today's ``names``
     without the quantisation operators (never saved), each run of loss kernels read as
-    the single operator the file was saved with."""
+    the single loss operator the file was saved with, which is left out."""
     if kernels != "megatron":
         return None
     saved, prev = [], False
@@ -128,24 +133,19 @@ def reference_outputs() -> dict:
     rates = dtype_rates.for_rows(archs)
     rates = np.where(rates == 0, 2.0, rates)
     out = {}
-    for model, mb, t, kernels, dtype in CASES:
-        mg = build_layers(model, mb, t, kernels=kernels, dtype=dtype)
+    for key, kernels, dtype, g in _graphs():
         fp8_rate = rates if dtype == "fp8" else None
-        for layer in mg.layers:
-            for d, g in (("fwd", layer.forward), ("bwd", layer.backward)):
-                key = f"{model}_mb{mb}_t{t}_{kernels}_{dtype}_{layer.kind}_{d}"
-                # the quantisation operators (issue 26) and the trainers' loss kernels
-                # (fidelity-sources §27) came after the save: the others' prices are what
-                # is checked (each operator is priced on its own); the saved file's one
-                # fused loss operator per pass is left out of it likewise (SAVED_KEEP)
-                keep = np.array([not n.endswith(".quant") and not _is_loss(n, kernels)
-                                 for n in g.names])
-                SAVED_KEEP[key] = _saved_keep(g.names, kernels)
-                out[key + "_study"] = np.stack(cost.op_latencies(g, archs, fp8_rate=fp8_rate))[:, keep]
-                out[key + "_calibrated"] = np.stack(cost.op_latencies(
-                    g, archs, model="calibrated", efficiency=eff, fp8_rate=fp8_rate))[:, keep]
-                out[key + "_a100"] = np.stack(cost.op_latencies(
-                    g, archs, model="calibrated", efficiency=a100, fp8_rate=fp8_rate))[:, keep]
+        # the quantisation operators (issue 26) and the trainers' loss kernels
+        # (fidelity-sources §27) came after the save: the others' prices are what is
+        # checked (each operator is priced on its own); the saved file's one fused loss
+        # operator per pass is left out of it likewise (_saved_keep)
+        keep = np.array([not n.endswith(".quant") and not _is_loss(n, kernels)
+                         for n in g.names])
+        out[key + "_study"] = np.stack(cost.op_latencies(g, archs, fp8_rate=fp8_rate))[:, keep]
+        out[key + "_calibrated"] = np.stack(cost.op_latencies(
+            g, archs, model="calibrated", efficiency=eff, fp8_rate=fp8_rate))[:, keep]
+        out[key + "_a100"] = np.stack(cost.op_latencies(
+            g, archs, model="calibrated", efficiency=a100, fp8_rate=fp8_rate))[:, keep]
     nbytes = np.array([0.0, 1.0, 4096.0, 12345.0, 1e9])
     for inter in (False, True):
         out[f"p2p_inter{int(inter)}_study"] = cost.p2p_seconds(nbytes, archs, inter_node=inter)
@@ -158,9 +158,9 @@ def test_both_models_reproduce_the_two_kernels_bit_for_bit():
     ref = np.load(DATA)
     now = reference_outputs()
     assert sorted(now) == sorted(ref.files)
+    saved_keep = {key: _saved_keep(g.names, kernels) for key, kernels, _, g in _graphs()}
     for key, value in now.items():
-        graph_key = key.rsplit("_", 1)[0]
-        keep = SAVED_KEEP.get(graph_key)
+        keep = saved_keep.get(key.rsplit("_", 1)[0])
         saved = ref[key] if keep is None else ref[key][:, keep]
         np.testing.assert_array_equal(value, saved, err_msg=key)
         assert value.dtype == saved.dtype and value.shape == saved.shape, key

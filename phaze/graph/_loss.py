@@ -98,11 +98,10 @@ def add_loss(f, g, prefix: str, logits: int, kernel: LossKernel, elem_bytes: int
     Returns the names of the last forward and the last backward operator
     (``prefix + 'cross_entropy'`` and ``prefix + 'cross_entropy.bwd'``)."""
     names = []
-    for ops, base, first_dep, default_cycles in (
-            (f, prefix + "cross_entropy", prefix + "logits", cycles["cross_entropy"]),
-            (g, prefix + "cross_entropy.bwd", None, cycles["cross_entropy_bwd"])):
-        parts = kernel.forward if ops is f else kernel.backward
-        dep = first_dep
+    for ops, parts, base, dep, default_cycles in (
+            (f, kernel.forward, prefix + "cross_entropy", prefix + "logits",
+             cycles["cross_entropy"]),
+            (g, kernel.backward, prefix + "cross_entropy.bwd", None, cycles["cross_entropy_bwd"])):
         for part, passes, r16, r32, w16, w32 in parts:
             name = base + ("." + part if part else "")
             ops.vector(name, [dep] if dep else [], logits,

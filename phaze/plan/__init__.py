@@ -39,15 +39,15 @@ the kernels (``step/_kernels.py``), set by ``plan_records`` and taken by ``best_
 search handing its setting to ``best_plans`` (``search/_calibrated.py``).
 
 The package: ``_knobs`` holds the table and everything that names a knob (the record,
-the rules, the argument writers); ``_use`` the generic readers (grids, command line,
-legend and summaries, keyword signatures); ``torchtitan`` (``_torchtitan``) torchtitan's
+the rules, the argument writers); ``_use`` the generic readers (keyword checks and the
+study's values, grids, command line, legend and summaries, keyword signatures); ``torchtitan`` (``_torchtitan``) torchtitan's
 model flavours and job-config writers.
 """
 from ._knobs import (ARGUMENTS, COLUMNS, DS_CONFIG, GRIDS, KNOB, KNOBS, MODEL_ARGUMENTS, NAMES,
                      PLAN_RECORD_DTYPE, RULES, STRATEGY, STRATEGY_COLUMNS, TRAINERS, Knob, Plan,
-                     Rule, Trainer, check, check_keywords, devices_of,
-                     differs_from_study, ds_config, launchable, refusal,
-                     study_value, torchtitan_notes, trainer_arguments, trainers)
+                     Rule, Trainer, check, check_expert_grid, devices_of, ds_config,
+                     launchable, model_expert_grid, refusal, torchtitan_notes,
+                     trainer_arguments, trainers)
 from ._launchers import (launch_refusal, launchers, model_values, platform_refusal, search_grids,
                          sharding_refusal, sharding_rules, trainer_ids, launched_mask)
 from ._knobs import environment, layer_graph_keywords, pipeline_chunks
@@ -55,9 +55,9 @@ from ._model_flags import (MODEL_FLAGS, ROTARY_BASE, ModelFlag, hybrid_pattern, 
                            model_refusal)
 from . import _torchtitan as torchtitan
 from ._use import (RECOMPUTE_WORDS, SWITCH_WORDS, add_evaluate_options, add_search_options,
-                   check_expert_grid, grid, grid_words, int_tuple, keyword_signature,
-                   legend_lines, model_expert_grid, search_values, summary_cells,
-                   summary_header, summary_phrases, summary_row, words)
+                   check_keywords, differs_from_study, grid, grid_words, int_tuple,
+                   keyword_signature, legend_lines, search_values, study_value,
+                   summary_cells, summary_header, summary_phrases, summary_row, words)
 
 __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS",
            "STRATEGY_COLUMNS", "Plan", "PLAN_RECORD_DTYPE", "Trainer", "TRAINERS", "Rule",

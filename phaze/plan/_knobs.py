@@ -15,8 +15,6 @@ from ._rows import _ROWS
 from ._torchtitan import stages_expressible as _tt_stages_expressible, units as _tt_units
 
 
-_MEGATRON_CORE = "Megatron-Core"
-
 #: The knob table, in :class:`Plan` field order (the order of ``training_step``'s plan).
 KNOBS = (
     _ROWS["tensor_parallel"],
@@ -158,17 +156,6 @@ def check(name: str, value, field: str = None):
     return KNOB[name].check(value, field)
 
 
-def check_keywords(function: str, given: dict, allowed, required=()) -> None:
-    """Refuse a keyword outside ``allowed`` (``TypeError``, as Python's own for a bad
-    keyword) and a missing ``required`` one, naming ``function``."""
-    for key in given:
-        if key not in allowed:
-            raise TypeError(f"{function}() got an unexpected keyword argument {key!r}")
-    for key in required:
-        if key not in given:
-            raise TypeError(f"{function}() missing required keyword-only argument: {key!r}")
-
-
 def devices_of(values: dict) -> int:
     """GPUs of a plan: the product of its ``devices_factor`` sizes (t·cp·p·d); a size
     absent, None or 0 counts as 1."""
@@ -177,19 +164,6 @@ def devices_of(values: dict) -> int:
         if k.devices_factor and values.get(k.name):
             out *= int(values[k.name])
     return out
-
-
-def study_value(name: str):
-    """The value the original study's model has for knob ``name``."""
-    return KNOB[name].study
-
-
-def differs_from_study(name: str, value) -> bool:
-    """Whether ``value`` (None: not given) of a calibrated-only knob is something the
-    study's model does not price."""
-    if value is None:
-        return False
-    return value != KNOB[name].study
 
 
 # ---------------------------------------------------------------------------
@@ -881,5 +855,28 @@ def trainer_arguments(trainer: str, values: dict, model_arguments: list) -> list
     return out
 
 
-#: The expert-parallel knob's name (the search's expert grid, ``_use.check_expert_grid``).
 _EXPERT = "expert_parallel"
+
+
+def model_expert_grid(model, grid):
+    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
+    mixture of experts the grid's values that divide its routed experts (None: every
+    divisor, ``phaze.step.best_plans``' default)."""
+    if not model.is_moe:
+        return (1,)
+    if grid is None:
+        return None
+    return tuple(e for e in grid if model.n_experts % e == 0)
+
+
+def check_expert_grid(models, grids) -> None:
+    """Every mixture of experts must keep one expert-parallel width of the search's grid
+    (``grids``: the checked strategy grids, or that grid alone): one sentence naming the
+    model and its divisors otherwise."""
+    grid = grids.get(_EXPERT) if isinstance(grids, dict) else grids
+    for m in models:
+        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
+            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
+            raise ValueError(f"{_EXPERT}: no value of {','.join(map(str, grid))} divides "
+                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
+                             f"{', '.join(map(str, allowed))}")

@@ -1,13 +1,42 @@
-"""What the rest of phaze does with the knob table, generically: the search's grids, the
-command-line options and lists, the legend and summaries, keyword signatures. Nothing
-here names a knob; every rule comes from ``phaze.plan._knobs``."""
+"""What the rest of phaze does with the knob table, generically: keyword checks and the
+study's values, the search's grids, the command-line options and lists, the legend and
+summaries, keyword signatures. Nothing here names a knob; every rule comes from
+``phaze.plan._knobs``."""
 from __future__ import annotations
 
 import inspect
 
 import numpy as np
 
-from ._knobs import _EXPERT, COLUMNS, KNOB, KNOBS
+from ._knobs import COLUMNS, KNOB, KNOBS
+
+# ---------------------------------------------------------------------------
+# keyword and study checks
+# ---------------------------------------------------------------------------
+
+def check_keywords(function: str, given: dict, allowed, required=()) -> None:
+    """Refuse a keyword outside ``allowed`` (``TypeError``, as Python's own for a bad
+    keyword) and a missing ``required`` one, naming ``function``."""
+    for key in given:
+        if key not in allowed:
+            raise TypeError(f"{function}() got an unexpected keyword argument {key!r}")
+    for key in required:
+        if key not in given:
+            raise TypeError(f"{function}() missing required keyword-only argument: {key!r}")
+
+
+def study_value(name: str):
+    """The value the original study's model has for knob ``name``."""
+    return KNOB[name].study
+
+
+def differs_from_study(name: str, value) -> bool:
+    """Whether ``value`` (None: not given) of a calibrated-only knob is something the
+    study's model does not price."""
+    if value is None:
+        return False
+    return value != KNOB[name].study
+
 
 # ---------------------------------------------------------------------------
 # the search's grids
@@ -259,27 +288,3 @@ def keyword_signature(function, names, defaults=None):
              for n in names if n not in have]
     function.__signature__ = sig.replace(parameters=params + extra)
     return function
-
-
-def model_expert_grid(model, grid):
-    """The expert-parallel widths searched for ``model``: a dense model has only 1; a
-    mixture of experts the grid's values that divide its routed experts (None: every
-    divisor, ``phaze.step.best_plans``' default)."""
-    if not model.is_moe:
-        return (1,)
-    if grid is None:
-        return None
-    return tuple(e for e in grid if model.n_experts % e == 0)
-
-
-def check_expert_grid(models, grids) -> None:
-    """Every mixture of experts must keep one expert-parallel width of the search's grid
-    (``grids``: the checked strategy grids, or that grid alone): one sentence naming the
-    model and its divisors otherwise."""
-    grid = grids.get(_EXPERT) if isinstance(grids, dict) else grids
-    for m in models:
-        if m.is_moe and grid is not None and not model_expert_grid(m, grid):
-            allowed = [e for e in range(1, m.n_experts + 1) if m.n_experts % e == 0]
-            raise ValueError(f"{_EXPERT}: no value of {','.join(map(str, grid))} divides "
-                             f"the {m.n_experts} routed experts of {m.name}; allowed: "
-                             f"{', '.join(map(str, allowed))}")
