@@ -377,15 +377,16 @@ def _layer_plan_calibrated(spec, mb, t, row, gap, knobs, arch):
     of experts) priced by ``phaze.cost.op_latencies(model="calibrated")`` with the chip's
     efficiency set."""
     from . import cost, graph
-    from .arch import resolve_chip
+    from .arch import attention_shape_kernel, resolve_chip
 
     chip = resolve_chip(arch) if isinstance(arch, str) else arch
     eff = chip.efficiency_set() if hasattr(chip, "efficiency_set") else None
     mg = graph.build_layers(spec, mb, t, **_plan.layer_graph_keywords(knobs, t, spec.is_moe))
     blocks = [lay for lay in mg.layers[1:-1]]
     layer = next((lay for lay in blocks if lay.kind == "moe_block"), blocks[0])
+    curve = attention_shape_kernel(chip, knobs.get("attention_kernel", "chip"))
     return _layer_lanes(layer, row, gap, lambda g: cost.op_latencies(
-        g, row, model="calibrated", efficiency=eff))
+        g, row, model="calibrated", efficiency=eff, flash_kernel=curve))
 
 
 def _layer_lanes(layer, row, gap, latencies):

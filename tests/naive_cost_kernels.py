@@ -198,7 +198,8 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                   node_size, tile_rule, tiles, tile_of_arch, params,
                   gemm_rate, fp8_gemm_rate, hbm_bw, attention_bw, launch,
                   attention_op, in_bytes, fp8_op, fp8_rate, single, intra,
-                  flash_op=None, flash_fwd_rate=None, flash_bwd_rate=None):
+                  flash_op=None, flash_fwd_rate=None, flash_bwd_rate=None, flash_scale=None,
+                  flash_curve=None):
     """Fill ``single`` and ``intra`` (n_ops, n_archs), seconds: the one operator loop of both
     cost models.
 
@@ -220,7 +221,9 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
     array rate of architecture a); ``flash_op`` (1: the fused attention forward, 2: its
     backward, 0: neither; ``phaze.cost._records.FLASH_OPS``): its array cycles, without the
     tile rule, run at ``flash_fwd_rate[a]`` / ``flash_bwd_rate[a]`` array steps per second
-    (clock × flash_fwd_efficiency / flash_bwd_efficiency).
+    (clock × flash_fwd_efficiency / flash_bwd_efficiency) times ``flash_scale[i, c]`` with
+    c = ``flash_curve[a]`` (the kernel's speed at the operator's shape over its measured
+    one on row a's curve; None: 1).
     """
     n_ops = kind.shape[0]
     n_archs = clock_hz.shape[0]
@@ -290,10 +293,11 @@ def _op_latencies(kind, dims, cpe, elements, bytes_moved, comm_bytes, group_size
                 x = tile_of_arch[a]
                 c1 = max(c1, tile1[x])
                 cp = max(cp, tilep[x])
+            scale = 1.0 if flash_scale is None else float(flash_scale[i, flash_curve[a]])
             if flash == 1:
-                rate = flash_fwd_rate[a]
+                rate = flash_fwd_rate[a] * scale
             elif flash == 2:
-                rate = flash_bwd_rate[a]
+                rate = flash_bwd_rate[a] * scale
             else:
                 rate = fp8_gemm_rate[a] * fp8_rate[a] if fp8 else gemm_rate[a]  # steps per second
             t1 = max(c1 / rate, bytes1[u] / bw[a])
@@ -337,7 +341,8 @@ def _counted(ops, rows, params, shapes, splits, tiles, tile_rule, fp8_rate, elem
         rows["attention_bw"].copy(),
         rows["launch_s"].copy(), ops["attention"] != 0, ops["in_bytes"].copy(),
         ops["fp8"] != 0, np.asarray(fp8_rate), single, intra, ops["flash"].astype(np.int64),
-        rows["flash_fwd_rate"].copy(), rows["flash_bwd_rate"].copy())
+        rows["flash_fwd_rate"].copy(), rows["flash_bwd_rate"].copy(), ops["flash_scale"].copy(),
+        rows["flash_curve"].copy())
 
 
 def op_latencies(*args, **kwargs):

@@ -14,7 +14,7 @@ MOE = models.ModelSpec(name="tiny-moe", n_layers=4, hidden=64, heads=4, kv_heads
 DENSE = models.ModelSpec(name="tiny-long", n_layers=4, hidden=64, heads=4, kv_heads=4,
                          ffn_hidden=256, vocab=512, seq_len=2048)
 ROWS = arch.ArchSpace.default().configs[::5000]
-#: 40 MiB of HBM needs experts sharded over ep = 4 and the sequence over cp = 2 (tested).
+#: 40 MiB of HBM needs the experts and the sequence sharded (ep = 4, cp = 2) or t = 2 (tested).
 KNOBS = dict(devices=16, global_batch=32, microbatch=(1,), hbm_gib=(0.04, 1.0),
              tensor_parallel=(1, 2), recompute="full", executor="serial", progress=False,
              baselines=False)
@@ -33,8 +33,11 @@ def test_rows_record_the_ep_and_cp_best_plans_chose(moe):
     assert set(t["expert_parallel"][feasible]) <= {1, 2, 4}
     assert set(t["context_parallel"][feasible]) <= {1, 2}
     tight = feasible & (t["hbm_gib"] == 0.04)
-    assert tight.any() and (t["expert_parallel"][tight] == 4).all()
-    assert (t["context_parallel"][tight] == 2).all()
+    # 40 MiB holds no unsharded plan: every row's choice shards the experts and the sequence
+    # (ep = 4, cp = 2) or the whole layer over t = 2, whichever is faster on that row
+    ep4cp2 = (t["expert_parallel"] == 4) & (t["context_parallel"] == 2)
+    assert tight.any() and (ep4cp2 | (t["tensor_parallel"] == 2))[tight].all()
+    assert ep4cp2[tight].sum() >= tight.sum() - 1
     assert (t["devices_used"][feasible] == t["tensor_parallel"][feasible]
             * t["context_parallel"][feasible] * t["pipeline_parallel"][feasible]
             * t["data_parallel"][feasible]).all()
@@ -44,7 +47,7 @@ def test_rows_record_the_ep_and_cp_best_plans_chose(moe):
         ref = step.best_plans(MOE, rows[aid:aid + 1], devices=16, global_batch=32, microbatch=1,
                               recompute="full", hbm_bytes=float(t["hbm_gib"][i]) * 2 ** 30,
                               tensor_parallel=(1, 2), expert_parallel=(1, 2, 4),
-                              context_parallel=(1, 2))
+                              context_parallel=(1, 2), tp_comm_overlap=(False, True))
         assert ref["time_s"][0] == pytest.approx(t["time_per_batch_s"][i], rel=1e-12)
         assert ref["expert_parallel"][0] == t["expert_parallel"][i]
         assert ref["context_parallel"][0] == t["context_parallel"][i]
@@ -56,7 +59,8 @@ def test_rows_record_the_ep_and_cp_best_plans_chose(moe):
             virtual_stages=int(t["virtual_stages"][i]), zero_stage=int(t["zero_stage"][i]),
             overlap_grad_reduce=bool(t["overlap_grad_reduce"][i]),
             expert_parallel=int(t["expert_parallel"][i]),
-            context_parallel=int(t["context_parallel"][i]))
+            context_parallel=int(t["context_parallel"][i]),
+            tp_comm_overlap=bool(t["tp_comm_overlap"][i]))
         assert r["feasible"]
         assert r["samples_per_s"] == pytest.approx(t["samples_per_s"][i], rel=1e-9)
         assert r["devices"] == t["devices_used"][i]

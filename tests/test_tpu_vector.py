@@ -41,7 +41,9 @@ def test_flash_forward_on_v5p_is_array_bound_by_hand():
     eff = chip.efficiency_set()
     flops = 4 * 8192 * flash_keys(8192, True) * 128 * 8
     peak = 8 * 128 * 128 * 2 * 1.75e9
-    expected = flops / (peak * float(eff.flash_fwd_efficiency)) + float(eff.launch_s)
+    # at cuDNN's measured speed at 8K over its 16K one (529 / 539: the rule's shape curve
+    # for a chip whose own kernel was not measured by shape, phaze.arch.attention_shape_factor)
+    expected = flops / (peak * float(eff.flash_fwd_efficiency) * 529 / 539) + float(eff.launch_s)
     assert _flash_forward_s(chip, chip.row) == pytest.approx(expected, rel=2e-3)
 
 

@@ -44,6 +44,11 @@ from .. import _config
 from .._validate import nonneg_float, positive_float
 from . import dtype_rates, efficiency, presets
 from ._attention import KERNEL_NAMES as ATTENTION_KERNELS, attention_efficiency
+from ._attention import DEFAULT_SHAPE_KERNEL as DEFAULT_ATTENTION_SHAPE_KERNEL
+from ._attention import SHAPE_TFLOPS as ATTENTION_SHAPE_TFLOPS
+from ._attention import shape_factor as attention_shape_factor
+from ._attention import shape_kernel as attention_shape_kernel
+from ._attention import shape_kernels_for_rows as attention_shape_kernels_for_rows
 from ._chipfile import Chip, Tier, chip_from_dict, load_chip
 from ._fields import CHIP_FIELDS, PLATFORMS, ChipField
 from ._make import make_archs
@@ -54,7 +59,9 @@ from ._energy import (DVFS_MIN_CLOCK_FRACTION, ENERGY_DTYPE, TEMPLATE_TDP_W, dvf
 from ._node import TEMPLATE_PROCESS_NM, die_area_mm2
 from ._silicon_cost import chip_cost_usd, run_cost_usd, usd_per_million_tokens
 
-__all__ = ["ATTENTION_KERNELS", "attention_efficiency", "DVFS_MIN_CLOCK_FRACTION", "ENERGY_DTYPE", "TEMPLATE_PROCESS_NM", "TEMPLATE_TDP_W",
+__all__ = ["ATTENTION_KERNELS", "attention_efficiency", "ATTENTION_SHAPE_TFLOPS",
+           "DEFAULT_ATTENTION_SHAPE_KERNEL", "attention_shape_factor", "attention_shape_kernel",
+           "attention_shape_kernels_for_rows", "DVFS_MIN_CLOCK_FRACTION", "ENERGY_DTYPE", "TEMPLATE_PROCESS_NM", "TEMPLATE_TDP_W",
            "chip_cost_usd", "die_area_mm2", "dvfs_energy_scale", "energy_rows", "peak_power_w",
            "run_cost_usd", "usd_per_million_tokens", "ARCH_DTYPE", "CHIP_FIELDS", "KNOBS", "PLATFORMS", "ArchSpace", "Chip", "ChipField", "ChipRows",
            "Tier", "area_mm2", "chip_from_dict", "dtype_rates", "efficiency", "load_chip",

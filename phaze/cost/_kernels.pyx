@@ -85,6 +85,7 @@ cdef packed struct Op:
     double comm_bytes
     double group_size
     double in_bytes
+    double flash_scale[4]
     uint8_t attention
     uint8_t fp8
     uint8_t flash
@@ -94,6 +95,7 @@ cdef packed struct Row:
     int64_t shape
     int64_t split
     int64_t tile
+    int64_t flash_curve
     double num_vc
     double vc_width
     double clock_hz
@@ -440,7 +442,8 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
     fp8_tile_efficiency, times ``fp8_rate``), HBM and attention-core bytes per
     second, launch gap, and the fused attention kernel's array steps per second, forward and
     backward = clock × flash_fwd_efficiency, clock × flash_bwd_efficiency, which an operator
-    flagged ``flash`` 1 or 2 runs at on its array cycles, without the tile rule) with
+    flagged ``flash`` 1 or 2 runs at, times its ``flash_scale`` on the row's
+    ``flash_curve``, on its array cycles, without the tile rule) with
     ``params`` (``PARAMS_DTYPE``, its efficiency fractions and latencies, which the
     collectives read); GEMM quantities are computed once per distinct
     (w, d, buffer) — ``shapes`` — and per distinct (w, d, num_tc) — ``splits`` — then
@@ -577,9 +580,9 @@ def _op_latencies(const Op[::1] ops, const Row[::1] rows, const Params[::1] para
                         cp = fmax_py(cp, tilep[x])
                     # array steps per second
                     if flash == 1:
-                        rate = r.flash_fwd_rate
+                        rate = r.flash_fwd_rate * op.flash_scale[r.flash_curve]
                     elif flash == 2:
-                        rate = r.flash_bwd_rate
+                        rate = r.flash_bwd_rate * op.flash_scale[r.flash_curve]
                     else:
                         rate = r.fp8_gemm_rate * fp8_rate[a] if fp8 else r.gemm_rate
                     bwa = r.attention_bw if attn else r.hbm_bw

@@ -124,7 +124,11 @@ kernel's own loop runs over key blocks; at head dim 128 the rule's K fill alone 
 H100's cycles). Its HBM traffic is the bytes the operator moves (Q, K, V, the output and
 the log-sum-exp; the GEMM tiling rule would write the M × N scores, which a flash kernel
 keeps on chip); its vector epilogue is priced as for any fused operator. A chip without a
-measurement has the fractions equal to its ``tile_efficiency``. (The study's model keeps
+measurement has the fractions equal to its ``tile_efficiency``. The fractions are of one
+shape (head dimension 128, 16K tokens); at the operator's own (``OpGraph.flash_shape``:
+head dimension, keys per query) the rate is multiplied by the kernel's measured speed there
+over its speed at that shape (``phaze.arch.attention_shape_factor``, on the curve
+``flash_kernel`` names; docs/fidelity-sources.md §1.6). (The study's model keeps
 pricing it as a GEMM.)
 
 *HBM*: every traffic time divides by ``hbm_efficiency`` × the HBM bandwidth, except
@@ -155,17 +159,21 @@ import numpy as np
 
 from .. import _config, precision
 from .._cache import Memo
-from ..arch import ARCH_DTYPE, dtype_rates
+from ..arch import (ARCH_DTYPE, attention_shape_factor, attention_shape_kernels_for_rows,
+                    dtype_rates)
 from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
 from . import _kernels
-from ._records import (FLASH_OPS, OP_DTYPE, PARAMS_DTYPE, ROW_DTYPE, SHAPE_DTYPE, SPLIT_DTYPE,
+from ._records import (FLASH_CURVES, FLASH_OPS, OP_DTYPE, PARAMS_DTYPE, ROW_DTYPE, SHAPE_DTYPE, SPLIT_DTYPE,
                        TILE_DTYPE)
 
 __all__ = ["MODELS", "op_latencies", "p2p_seconds", "roofline_bounds"]
 
 _MIB = float(2 ** 20)
+
+#: ``flash_kernel``'s default: each row its own kernel's shape curve (:func:`op_latencies`).
+DEFAULT_FLASH_KERNEL = "auto"
 
 
 def _check_graph(op_graph) -> OpGraph:
@@ -251,7 +259,11 @@ def _prepared(archs):
         num_vc=col["num_vc"].astype(np.float64), vc_width=col["vc_width"].astype(np.float64),
         clock_hz=col["clock_hz"], hbm_bytes_per_s=col["hbm_bytes_per_s"],
         link_bytes_per_s=col["link_bytes_per_s"], net_bytes_per_s=col["net_bytes_per_s"],
-        node_size=col["node_size"].astype(np.float64))
+        node_size=col["node_size"].astype(np.float64),
+        # each row's own fused attention shape curve (flash_kernel "auto")
+        auto_flash_curve=np.array([FLASH_CURVES.index(k)
+                                   for k in attention_shape_kernels_for_rows(archs)],
+                                  dtype=np.int64))
     for value in prep.values():
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
@@ -393,6 +405,23 @@ _GRAPH_INPUTS = Memo(lambda: _config.COST_GRAPH_INPUTS_CACHE_SIZE, "cost.graph_i
 whether it has an FP8 GEMM)."""
 
 
+def _flash_scales(g):
+    """(n_ops, len(FLASH_CURVES)): each operator's fused attention kernel's speed at its
+    shape (``OpGraph.flash_shape``) over the speed at the shape the chips' flash fractions
+    were measured at, on each curve of ``_records.FLASH_CURVES``
+    (``phaze.arch.attention_shape_factor``); 1 for every other operator and for the curve
+    None."""
+    out = np.ones((g.n_ops, len(FLASH_CURVES)))
+    for i, name in enumerate(g.names):
+        code = FLASH_OPS.get(name, 0)
+        hd, keys = (int(x) for x in g.flash_shape[i])
+        if code and hd > 0 and keys > 0:
+            for c, kernel in enumerate(FLASH_CURVES):
+                if kernel is not None:
+                    out[i, c] = attention_shape_factor(kernel, code == 2, hd, keys)
+    return out
+
+
 def _graph_inputs(op_graph):
     hit = _GRAPH_INPUTS.get(op_graph)
     if hit is None:
@@ -411,6 +440,7 @@ def _graph_inputs(op_graph):
         ops["fp8"] = g.fp8
         # the fused attention kernel, found by its operator name (phaze.graph names it so)
         ops["flash"] = [FLASH_OPS.get(name, 0) for name in g.names]
+        ops["flash_scale"] = _flash_scales(g)
         ops.setflags(write=False)
         hit = _GRAPH_INPUTS.put(op_graph, (ops, bool(np.any(g.fp8))))
     return hit
@@ -467,6 +497,23 @@ class Prepared:
         rows, params, shapes, splits, tiles = self._records
         rows = rows.copy()
         rows["onchip_bw"] = bpc * self._prep["clock_hz"]
+        rows.setflags(write=False)
+        out = Prepared(self._prep, self._spec, (rows, params, shapes, splits, tiles),
+                       self._efficiency)
+        out._eff = self._eff
+        return out
+
+    def with_flash_kernel(self, flash_kernel) -> "Prepared":
+        """These rows with their fused attention priced on ``flash_kernel``'s shape curve
+        (as :func:`op_latencies` takes it: "auto", a kernel name, a list of one per row,
+        or None)."""
+        n = int(self._prep["n_archs"])
+        codes = _flash_curve_codes(flash_kernel, self._prep, n)
+        rows, params, shapes, splits, tiles = self._records
+        if np.array_equal(rows["flash_curve"], codes):
+            return self
+        rows = rows.copy()
+        rows["flash_curve"] = codes
         rows.setflags(write=False)
         out = Prepared(self._prep, self._spec, (rows, params, shapes, splits, tiles),
                        self._efficiency)
@@ -534,7 +581,8 @@ def _concatenated(graphs):
             n = sum(g.n_ops for g in graphs)
             fields = {f: np.concatenate([getattr(g, f) for g in graphs])
                       for f in ("kind", "dims", "cycles_per_element", "elements", "bytes_in",
-                                "bytes_out", "comm_bytes", "group_size", "collective", "fp8")}
+                                "bytes_out", "comm_bytes", "group_size", "collective", "fp8",
+                                "flash_shape")}
             # the operators' own names (their attention-core flags follow from them)
             names = [name for g in graphs for name in g.names]
             dtype = next((g.dtype for g in graphs if np.any(g.fp8)), graphs[0].dtype)
@@ -547,15 +595,34 @@ def _concatenated(graphs):
 
 
 def prepare(archs, *, model: str = "study", efficiency=None,
-            buffer_bytes_per_cycle=None) -> Prepared:
-    """The :class:`Prepared` rows ``archs`` under ``model`` with ``efficiency`` (both as
-    :func:`op_latencies` takes them) and the buffer's delivery rate
+            buffer_bytes_per_cycle=None, flash_kernel=DEFAULT_FLASH_KERNEL) -> Prepared:
+    """The :class:`Prepared` rows ``archs`` under ``model`` with ``efficiency``,
+    ``flash_kernel`` (all as :func:`op_latencies` takes them) and the buffer's delivery rate
     (:meth:`Prepared.with_onchip`), checked once."""
     spec = _cost_model(model, efficiency)
     prep = _prepared(archs)
     chosen = spec.efficiency(efficiency)
     return Prepared(prep, spec, _model_inputs(prep, chosen), chosen).with_onchip(
-        buffer_bytes_per_cycle)
+        buffer_bytes_per_cycle).with_flash_kernel(flash_kernel)
+
+
+def _flash_curve_codes(kernel, prep, n) -> np.ndarray:
+    """Each row's index into ``_records.FLASH_CURVES`` for ``flash_kernel`` = ``kernel``
+    (:func:`op_latencies`) on the prepared rows ``prep``; one sentence for a bad value."""
+    allowed = ", ".join(k for k in FLASH_CURVES if k is not None)
+    if isinstance(kernel, str) and kernel == "auto":
+        return prep["auto_flash_curve"]
+    if kernel is None or isinstance(kernel, str):
+        names = [kernel] * n
+    else:
+        names = list(kernel)
+        if len(names) != n:
+            raise ValueError(f"flash_kernel has {len(names)} entries for {n} architecture rows")
+    bad = [k for k in names if k not in FLASH_CURVES]
+    if bad:
+        raise ValueError(f"flash_kernel must be 'auto', one of {allowed} or None (or one of "
+                         f"those per row), got {bad[0]!r}")
+    return np.array([FLASH_CURVES.index(k) for k in names], dtype=np.int64)
 
 
 def _p2p_sizes(nbytes) -> np.ndarray:
@@ -566,7 +633,8 @@ def _p2p_sizes(nbytes) -> np.ndarray:
 
 
 def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=None,
-                 fp8_rate=None, buffer_bytes_per_cycle=None):
+                 fp8_rate=None, buffer_bytes_per_cycle=None,
+                 flash_kernel=DEFAULT_FLASH_KERNEL):
     """Latency of every operator on every architecture, seconds.
 
     Parameters
@@ -597,6 +665,14 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
         Bytes per clock the shared buffer delivers to the arrays (one, or one per row);
         ``None`` (default): unlimited, as the study assumes (module docstring, "On-chip
         bandwidth").
+    flash_kernel : "auto", str, sequence or None
+        Only the calibrated model reads it: the fused attention kernel whose measured
+        speed by shape prices ``flash_attn`` / ``flash_attn.bwd`` at their head dimension
+        and keys per query (``OpGraph.flash_shape``; ``phaze.arch.attention_shape_factor``):
+        "auto" (default): each row its own (``phaze.arch.attention_shape_kernels_for_rows``:
+        a preset's kernel, cuDNN's for every other row); "cudnn", "fa2" or "fa3" for every
+        row, or one per row; ``None``: every shape at the rate of the measured one (the
+        chips' flash fractions as they are).
 
     Returns
     -------
@@ -608,7 +684,8 @@ def op_latencies(op_graph: OpGraph, archs, *, model: str = "study", efficiency=N
     """
     op_graph = _check_graph(op_graph)
     return prepare(archs, model=model, efficiency=efficiency,
-                   buffer_bytes_per_cycle=buffer_bytes_per_cycle)._latencies(op_graph, fp8_rate)
+                   buffer_bytes_per_cycle=buffer_bytes_per_cycle,
+                   flash_kernel=flash_kernel)._latencies(op_graph, fp8_rate)
 
 
 def p2p_seconds(nbytes, archs, *, inter_node: bool, model: str = "study", efficiency=None):

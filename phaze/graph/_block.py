@@ -85,12 +85,15 @@ def attention_forward(f: Ops, sh: Shape) -> str:
         # softmax; the b·a·s² scores never reach HBM. Dims carry the FLOPs of both BMMs
         # over the key tiles it computes (batch b·a/t, M = s/cp, K = head_dim, N = 2·s_flash:
         # 2s, or about s + 128 under a causal mask); it reads Q and every K, V chunk and
-        # writes the context and the log-sum-exp.
+        # writes the context and the log-sum-exp. flash_shape: the head dimension and the keys
+        # per query of one kernel call (a context-parallel rank's calls run over its s/cp
+        # share), the shape the kernel's measured speed depends on (phaze.arch.attention_shape_factor).
         computed = b * sh.a_t * sq * sh.s_flash          # score elements the kernel computes
         f.ops.append(dict(
             name="flash_attn", kind=KIND_FUSED,
             preds=uniq([q_src or q_out, k_src or k_out, v_out]),
             dims=(b * sh.a_t, sq, sh.hd, 2 * sh.s_flash),
+            flash_shape=(sh.hd, -(-sh.s_flash // sh.cp)),
             cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]) / 2.0,
             elements=2 * computed,
             bytes_in=(T * sh.q_dim + 2 * b * s * sh.kv_dim) * B, bytes_out=T * sh.q_dim * B + lse))
@@ -234,6 +237,7 @@ def attention_backward(g: Ops, sh: Shape, src: str) -> str:
         g.ops.append(dict(
             name="flash_attn.bwd", kind=KIND_FUSED, preds=["out_proj.dX"],
             dims=(b * sh.a_t, sq, sh.hd, 5 * sh.s_flash),
+            flash_shape=(sh.hd, -(-sh.s_flash // sh.cp)),
             cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]
                                 + _C["softmax_bwd"] + _C["dropout_bwd"]) / 5.0,
             elements=5 * b * sh.a_t * sq * sh.s_flash,

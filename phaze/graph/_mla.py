@@ -69,6 +69,7 @@ def mla_forward(f: Ops, sh: Shape) -> str:
         f.ops.append(dict(
             name="flash_attn", kind=KIND_FUSED, preds=["rotary", "kv_b_proj"],
             dims=(b * a, sq, qk + vd, sh.s_flash),
+            flash_shape=(qk, -(-sh.s_flash // sh.cp)),
             cycles_per_element=_C["scale_mask"] + _C["softmax"] + _C["dropout"],
             elements=b * a * sq * sh.s_flash,
             bytes_in=(T * a * qk + b * s * a * (qk + vd)) * B, bytes_out=T * a * vd * B + lse))
@@ -104,6 +105,7 @@ def mla_backward(g: Ops, sh: Shape, src: str) -> str:
         g.ops.append(dict(
             name="flash_attn.bwd", kind=KIND_FUSED, preds=["out_proj.dX"],
             dims=(b * a, sq, 3 * qk + 2 * vd, sh.s_flash),
+            flash_shape=(qk, -(-sh.s_flash // sh.cp)),
             cycles_per_element=(_C["scale_mask"] + _C["softmax"] + _C["dropout"]
                                 + _C["softmax_bwd"] + _C["dropout_bwd"]),
             elements=b * a * sq * sh.s_flash,

@@ -54,6 +54,10 @@ class OpGraph:
     - ``dtype``: the training datatype of the graph (``phaze.precision.DTYPES``).
     - ``fp8`` bool: operators whose GEMM runs in FP8 (inputs at 1 byte per element in
       ``bytes_in``, the chip's fp8 tensor rate); all False unless ``dtype == "fp8"``.
+    - ``flash_shape`` int64 (n, 2): for a fused attention kernel (``flash_attn``,
+      ``flash_attn.bwd``), its head dimension (of the query and key) and the keys each query
+      computes on average (``phaze.graph._ops.flash_keys``): the shape its measured speed
+      depends on (``phaze.arch.attention_shape_factor``); zeros for every other operator.
 
     :attr:`attention_core` (derived from the names): the operators of the unfused
     attention core (:data:`UNFUSED_ATTENTION_OPS`), whose HBM traffic the calibrated cost
@@ -75,6 +79,7 @@ class OpGraph:
     dtype: str = DEFAULT_DTYPE
     fp8: np.ndarray = None
     collective: np.ndarray = None
+    flash_shape: np.ndarray = None
     _order: np.ndarray = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -97,9 +102,12 @@ class OpGraph:
         coll = np.where(self.kind == 3, COLL_ALL_REDUCE, COLL_NONE) if self.collective is None \
             else self.collective
         set_(self, "collective", np.ascontiguousarray(coll, dtype=np.int8).reshape(n))
+        fs = np.zeros((n, 2), dtype=np.int64) if self.flash_shape is None else self.flash_shape
+        set_(self, "flash_shape", np.ascontiguousarray(fs, dtype=np.int64).reshape(n, 2))
         self._validate()
         for name in ("kind", "dims", "cycles_per_element", "elements", "bytes_in", "bytes_out",
-                     "comm_bytes", "group_size", "pred_ptr", "pred_idx", "fp8", "collective"):
+                     "comm_bytes", "group_size", "pred_ptr", "pred_idx", "fp8", "collective",
+                     "flash_shape"):
             getattr(self, name).setflags(write=False)
 
     # -- construction helpers -------------------------------------------------
@@ -107,7 +115,7 @@ class OpGraph:
     def from_ops(cls, ops, *, bytes_per_element: int = 2, dtype: str = DEFAULT_DTYPE) -> "OpGraph":
         """Build from a list of dicts with keys name, kind, preds (names or indices) and
         any of dims, cycles_per_element, elements, bytes_in, bytes_out, comm_bytes,
-        group_size, fp8, collective (absent numeric keys are 0; group_size defaults to 1,
+        group_size, fp8, collective, flash_shape (absent numeric keys are 0; group_size defaults to 1,
         fp8 to False, collective to "all_reduce" for a kind-3 operator; a collective may be
         given by its name in :data:`COLLECTIVE_KINDS` or its index)."""
         index = {}
@@ -144,6 +152,8 @@ class OpGraph:
             dtype=dtype,
             fp8=np.array([bool(op.get("fp8", False)) for op in ops], dtype=bool),
             collective=np.array([_collective_code(op) for op in ops], dtype=np.int8),
+            flash_shape=np.array([list(op.get("flash_shape", (0, 0))) for op in ops],
+                                 dtype=np.int64).reshape(n, 2),
         )
 
     # -- validation -----------------------------------------------------------
@@ -159,7 +169,7 @@ class OpGraph:
             raise ValueError("pred_ptr must start at 0, never decrease and end at len(pred_idx)")
         if self.pred_idx.size and (self.pred_idx.min() < 0 or self.pred_idx.max() >= n):
             raise ValueError(f"pred_idx entries must lie in [0, {n})")
-        for name in ("dims", "elements", "bytes_in", "bytes_out", "comm_bytes"):
+        for name in ("dims", "elements", "bytes_in", "bytes_out", "comm_bytes", "flash_shape"):
             arr = getattr(self, name)
             if np.any(arr < 0):
                 row = int(np.flatnonzero((arr < 0).reshape(n, -1).any(axis=1))[0])
@@ -235,6 +245,9 @@ class OpGraph:
         if np.any(self.fp8):  # a 16-bit graph hashes as it always did
             h.update(b"fp8")
             h.update(self.fp8.tobytes())
+        if np.any(self.flash_shape):  # a graph without a fused attention kernel hashes as before
+            h.update(b"flash_shape")
+            h.update(self.flash_shape.tobytes())
         if np.any(self.collective > COLL_ALL_REDUCE):  # all-reduces alone hash as they always did
             h.update(b"collective")
             h.update(self.collective.tobytes())

@@ -241,7 +241,7 @@ from .. import plan as _plan
 from .. import precision as _precision
 from ._layers import OPTIMIZER_BYTES_PER_PARAM
 from ._plans import PLAN_DTYPE, PLAN_REASONS, best_plans, step_lower_bounds
-from ..arch import attention_efficiency, resolve as resolve_arch
+from ..arch import attention_efficiency, attention_shape_kernel, resolve as resolve_arch
 
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "StepBreakdown", "MemoryBreakdown", "StepResult",
            "training_step", "ring_allreduce_seconds", "ring_allgather_seconds", "stage_layers",
@@ -615,7 +615,8 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
     # arithmetic that best_plans shares (phaze.step._kernels).
     eff_row, rp, ns = _one_row_inputs(row, eff)
     pricer = cost.prepare(row, model="calibrated", efficiency=eff,
-                          buffer_bytes_per_cycle=chip.buffer_bytes_per_cycle)
+                          buffer_bytes_per_cycle=chip.buffer_bytes_per_cycle,
+                          flash_kernel=attention_shape_kernel(chip, pl.attention_kernel))
     ns_steps = _optim.NS_STEPS if _optim.OPTIMIZERS[pl.optimizer].matrices else 0
     lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate, tpo,
                                        ns_steps)
