@@ -215,3 +215,21 @@ def test_defaults_and_ranges():
         arr[f] = v
     rows = efficiency.rows(arr, 2)
     assert np.all(rows["flash_fwd_efficiency"] == e.tile_efficiency)
+
+
+def test_b200_runs_cudnn_at_the_fa4_papers_ratio():
+    # FlashAttention-4 (arXiv 2603.05451): forward up to 1613 TFLOP/s on B200 BF16, up to 1.3x
+    # cuDNN 9.13; Transformer Engine runs cuDNN, so the preset carries 1613 / 1.3 of 2250
+    from phaze.arch import attention_efficiency, resolve
+    b200 = resolve("b200")
+    assert b200.efficiency_set().flash_fwd_efficiency == pytest.approx(1613 / 1.3 / 2250,
+                                                                        rel=1e-12)
+    fa4 = attention_efficiency(b200, "fa4")
+    assert fa4.flash_fwd_efficiency == pytest.approx(1613 / 2250, rel=1e-12)
+    # no backward measured of either kernel: the backward keeps the chip's own fraction
+    assert fa4.flash_bwd_efficiency == b200.efficiency_set().flash_bwd_efficiency
+    # the GB200's GPU is the same die; an H100 has no FlashAttention-4 measurement
+    assert attention_efficiency(resolve("gb200"), "fa4").flash_fwd_efficiency == \
+        pytest.approx(1613 / 2250, rel=1e-12)
+    with pytest.raises(ValueError, match="attention_kernel 'fa4' has no measurement on h100-sxm"):
+        attention_efficiency(resolve("h100-sxm"), "fa4")

@@ -15,6 +15,8 @@ Sources [P]: GH100 — Shah et al., "FlashAttention-3" (arXiv 2407.08608, 2024),
 (H100 80GB SXM5, BF16, head dim 128, 16K tokens, causal forward, backward): cuDNN 539 / 516,
 FlashAttention-2 335 / 322, FlashAttention-3 616 / 561 TFLOP/s of 989.43. GA100 — Dao,
 "FlashAttention-2" (arXiv 2307.08691, 2023): up to 73 % forward, 63 % backward on A100.
+B200 — FlashAttention-4 (arXiv 2603.05451, 2026): forward up to 1613 TFLOP/s of 2250, up to
+1.3× cuDNN 9.13 (so cuDNN 1240.8); no backward of either measured.
 """
 from __future__ import annotations
 
@@ -30,10 +32,14 @@ KERNELS = {
               "fa2": (335e12 / 989.43e12, 322e12 / 989.43e12),
               "fa3": (616e12 / 989.43e12, 561e12 / 989.43e12)},
     "GA100": {"fa2": (0.73, 0.63)},
+    # B200: FlashAttention-4's forward best point and cuDNN 9.13's at 1/1.3 of it (the FA4
+    # paper, arXiv 2603.05451); no backward measured of either (both the rule's backward)
+    "B200": {"cudnn": (1613e12 / 1.3 / 2250e12, None), "fa4": (1613e12 / 2250e12, None)},
 }
 
 #: The kernel each preset's own flash fractions are of (docs/fidelity-sources.md §1.6).
-PRESET_KERNEL = {"h100-sxm": "cudnn", "h200": "cudnn", "h100-96g": "fa2", "a100-80g": "fa2"}
+PRESET_KERNEL = {"h100-sxm": "cudnn", "h200": "cudnn", "h100-96g": "fa2", "a100-80g": "fa2",
+                 "b200": "cudnn", "gb200": "cudnn"}
 
 #: The values of the knob: "chip" (the chip's own) and every kernel measured on some die.
 KERNEL_NAMES = ("chip",) + tuple(sorted({k for table in KERNELS.values() for k in table}))
@@ -60,8 +66,10 @@ def attention_efficiency(chip, kernel: str):
             + (f"; measured there: {', '.join(have)}" if have else "")
             + "; use attention_kernel 'chip' (its own rates)")
     (f0, b0), (f1, b1) = table[own], table[kernel]
+    # a pass measured for neither kernel (None) keeps the chip's own fraction
+    bwd = 1.0 if b0 is None or b1 is None else b1 / b0
     return dataclasses.replace(eff, flash_fwd_efficiency=eff.flash_fwd_efficiency * (f1 / f0),
-                               flash_bwd_efficiency=eff.flash_bwd_efficiency * (b1 / b0))
+                               flash_bwd_efficiency=eff.flash_bwd_efficiency * bwd)
 
 
 # -- the kernels' speed by shape ------------------------------------------------------------
@@ -156,13 +164,15 @@ def shape_factor(kernel: str, backward: bool, head_dim: int, keys: float) -> flo
 def shape_kernel(chip, kernel: str = "chip") -> str:
     """The kernel whose shape curve prices ``chip``'s fused attention under the plan knob
     ``attention_kernel`` = ``kernel``: the knob's kernel, or for "chip" the chip's own
-    (:data:`PRESET_KERNEL`), :data:`DEFAULT_SHAPE_KERNEL` for a chip without one."""
+    (:data:`PRESET_KERNEL`); :data:`DEFAULT_SHAPE_KERNEL` for a chip without one and for a
+    kernel whose speed was not measured by shape (FlashAttention-4)."""
     if kernel not in KERNEL_NAMES:
         raise ValueError(f"attention_kernel must be one of {', '.join(KERNEL_NAMES)}, "
                          f"got {kernel!r}")
-    if kernel != "chip":
-        return kernel
-    return PRESET_KERNEL.get(getattr(chip, "name", None), DEFAULT_SHAPE_KERNEL)
+    if kernel == "chip":
+        kernel = PRESET_KERNEL.get(getattr(chip, "name", None), DEFAULT_SHAPE_KERNEL)
+    # a kernel not measured by shape (FlashAttention-4) takes the default curve
+    return kernel if kernel in SHAPE_TFLOPS else DEFAULT_SHAPE_KERNEL
 
 
 
@@ -177,5 +187,6 @@ def shape_kernels_for_rows(archs) -> list:
     out = [DEFAULT_SHAPE_KERNEL] * rows.shape[0]
     for name, same in _catalog.match(rows):
         for i in np.flatnonzero(same):
-            out[int(i)] = PRESET_KERNEL.get(name, DEFAULT_SHAPE_KERNEL)
+            k = PRESET_KERNEL.get(name, DEFAULT_SHAPE_KERNEL)
+            out[int(i)] = k if k in SHAPE_TFLOPS else DEFAULT_SHAPE_KERNEL
     return out
