@@ -173,7 +173,8 @@ _ROWS["pipeline_microbatches"] = Knob(
 
 # Sources: the fused-attention kernels measured on each die (phaze/arch/_attention.py,
 # docs/fidelity-sources.md §1.6): the FlashAttention-3 paper's H100 figures (cuDNN,
-# FlashAttention-2, FlashAttention-3), the FlashAttention-2 paper's A100 ones.
+# FlashAttention-2, FlashAttention-3), the FlashAttention-2 paper's A100 ones, the
+# FlashAttention-4 paper's B200 ones (FA4, cuDNN 9.13).
 _ROWS["attention_kernel"] = Knob(
     "attention_kernel", str, "chip", "one of " + ", ".join(ATTENTION_KERNELS),
     choices=ATTENTION_KERNELS, flags=("--attention-kernel",), study="chip",
@@ -182,10 +183,11 @@ _ROWS["attention_kernel"] = Knob(
     file_optional=True,
     help="the fused attention kernel the flash-attention operators run: chip (default: the "
          "one the chip's own rates are of, e.g. cuDNN on h100-sxm and h200 as Transformer "
-         "Engine runs it, FlashAttention-2 on a100-80g and h100-96g), cudnn, fa2 "
-         "(FlashAttention-2: PyTorch SDPA's flash backend) or fa3 (FlashAttention-3), at "
-         "their measured rates on the chip's die; a chip without a measurement of the "
-         "kernel refuses it (calibrated model only)",
+         "Engine runs it, also on b200 and gb200, FlashAttention-2 on a100-80g and "
+         "h100-96g), cudnn, fa2 (FlashAttention-2: PyTorch SDPA's flash backend), fa3 "
+         "(FlashAttention-3) or fa4 (FlashAttention-4, Blackwell), at their measured rates "
+         "on the chip's die; a chip without a measurement of the kernel refuses it "
+         "(calibrated model only)",
     megatron="(Transformer Engine's NVTE_FUSED_ATTN / NVTE_FLASH_ATTN)",
     deepspeed="",
     torchtitan="(torch.nn.attention.sdpa_kernel)")
