@@ -473,7 +473,8 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
     study's (module docstring); the step model also takes the strategy knobs of
     :func:`phaze.step.training_step` (``phaze.plan.STRATEGY``, keyword-only: the signature
     lists them) at the values the trace draws (a knob's ``trace_values``: even pipeline
-    splits), the study's model none of them;
+    splits and one schedule per step; at p = 1, where they price the same step, any value
+    of a ``pipeline_only`` knob), the study's model none of them;
     ``layer_schedule`` adds the per-stage operator schedule of one transformer layer
     (``gap``: its accepted schedule gap, default ``phaze._config.SCHEDULE_GAP``).
 
@@ -500,7 +501,8 @@ def events(model, arch="tpuv4", *, tensor_parallel, pipeline_parallel, data_para
              for name in _plan.STRATEGY}
     for name, value in knobs.items():
         knob = _plan.KNOB[name]
-        if knob.trace_values is not None and value not in knob.trace_values:
+        if (knob.trace_values is not None and value not in knob.trace_values
+                and not (knob.pipeline_only and p == 1)):   # moot on one stage
             raise ValueError(knob.trace_note or f"{name}: phaze trace does not draw "
                              f"{knob.title} {value} yet")
     from .search import resolve_models

@@ -106,3 +106,32 @@ def test_end_stages_send_and_receive_what_they_do():
     assert by_stage[1] == {"send activations", "recv gradients"}
     assert by_stage[4] == {"recv activations", "send gradients"}
     assert by_stage[2] == {"recv/send activations", "recv/send gradients"}
+
+
+def test_pipeline_only_knobs_are_drawn_at_one_stage_and_refused_at_more(tmp_path, capsys):
+    # torchtitan's and AutoModel's uneven split and per-local-batch schedules are moot on one
+    # stage: the trace draws them there, at evaluate's time; at p = 2 they are refused
+    one = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, microbatch=1,
+               global_batch=64, recompute="full", layer_schedule=False)
+    moot = dict(pipeline_split="remainder_first", account_for_embedding=True,
+                pipeline_microbatches=4)
+    tr = trace.events("llama2-7b", "h200", **one, **moot)
+    r = search.evaluate_point("llama2-7b", "h200", 1, 1, 8, 1, "full", global_batch=64, **moot)
+    even = trace.events("llama2-7b", "h200", **one)
+    s = tr["otherData"]["phaze"]
+    assert s["time_per_batch_s"] == r["time_per_batch_s"]
+    assert s["time_per_batch_s"] == even["otherData"]["phaze"]["time_per_batch_s"]
+    assert s["pipeline_split"] == "remainder_first" and s["pipeline_microbatches"] == 4
+    for knob, note in (("pipeline_split", "even pipeline splits only"),
+                       ("pipeline_microbatches", "one pipeline schedule per step only")):
+        with pytest.raises(ValueError, match=note):
+            trace.events("llama2-7b", "h200", **dict(one, pipeline_parallel=2,
+                                                     data_parallel=4), **{knob: moot[knob]})
+    out = tmp_path / "moot.json"
+    assert cli.main(["trace", "--model", "llama2-7b", "--arch", "h200", "--tp", "1", "--pp",
+                     "1", "--dp", "8", "--global-batch", "64", "--recompute", "full",
+                     "--pipeline-split", "remainder_first", "--no-layer-schedule",
+                     "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert json.loads(out.read_text())["otherData"]["phaze"]["time_per_batch_s"] == \
+        s["time_per_batch_s"]

@@ -61,9 +61,11 @@ from ._silicon_cost import chip_cost_usd, run_cost_usd, usd_per_million_tokens
 
 __all__ = ["ATTENTION_KERNELS", "attention_efficiency", "ATTENTION_SHAPE_TFLOPS",
            "DEFAULT_ATTENTION_SHAPE_KERNEL", "attention_shape_factor", "attention_shape_kernel",
-           "attention_shape_kernels_for_rows", "DVFS_MIN_CLOCK_FRACTION", "ENERGY_DTYPE", "TEMPLATE_PROCESS_NM", "TEMPLATE_TDP_W",
+           "attention_shape_kernels_for_rows", "DVFS_MIN_CLOCK_FRACTION", "ENERGY_DTYPE",
+           "TEMPLATE_PROCESS_NM", "TEMPLATE_TDP_W",
            "chip_cost_usd", "die_area_mm2", "dvfs_energy_scale", "energy_rows", "peak_power_w",
-           "run_cost_usd", "usd_per_million_tokens", "ARCH_DTYPE", "CHIP_FIELDS", "KNOBS", "PLATFORMS", "ArchSpace", "Chip", "ChipField", "ChipRows",
+           "run_cost_usd", "usd_per_million_tokens", "ARCH_DTYPE", "CHIP_FIELDS", "KNOBS",
+           "PLATFORMS", "ArchSpace", "Chip", "ChipField", "ChipRows",
            "Tier", "area_mm2", "chip_from_dict", "dtype_rates", "efficiency", "load_chip",
            "make_archs", "peak_flops", "presets", "resolve", "resolve_chip", "resolve_rows",
            "validate"]

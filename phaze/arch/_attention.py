@@ -175,7 +175,6 @@ def shape_kernel(chip, kernel: str = "chip") -> str:
     return kernel if kernel in SHAPE_TFLOPS else DEFAULT_SHAPE_KERNEL
 
 
-
 def shape_kernels_for_rows(archs) -> list:
     """The shape curve of each architecture row (``phaze.arch.ARCH_DTYPE``): a preset row
     its own kernel's (:data:`PRESET_KERNEL`: e.g. a100-80g FlashAttention-2), every other

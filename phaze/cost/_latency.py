@@ -165,8 +165,8 @@ from ..arch import efficiency as _efficiency
 from ..arch import validate as _validate_archs
 from ..graph import KIND_COLLECTIVE, KIND_FUSED, KIND_GEMM, KIND_VECTOR, OpGraph
 from . import _kernels
-from ._records import (FLASH_CURVES, FLASH_OPS, OP_DTYPE, PARAMS_DTYPE, ROW_DTYPE, SHAPE_DTYPE, SPLIT_DTYPE,
-                       TILE_DTYPE)
+from ._records import (FLASH_CURVES, FLASH_OPS, OP_DTYPE, PARAMS_DTYPE, ROW_DTYPE, SHAPE_DTYPE,
+                       SPLIT_DTYPE, TILE_DTYPE)
 
 __all__ = ["MODELS", "op_latencies", "p2p_seconds", "roofline_bounds"]
 

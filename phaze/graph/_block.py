@@ -87,7 +87,8 @@ def attention_forward(f: Ops, sh: Shape) -> str:
         # 2s, or about s + 128 under a causal mask); it reads Q and every K, V chunk and
         # writes the context and the log-sum-exp. flash_shape: the head dimension and the keys
         # per query of one kernel call (a context-parallel rank's calls run over its s/cp
-        # share), the shape the kernel's measured speed depends on (phaze.arch.attention_shape_factor).
+        # share), the shape the kernel's measured speed depends on
+        # (phaze.arch.attention_shape_factor).
         computed = b * sh.a_t * sq * sh.s_flash          # score elements the kernel computes
         f.ops.append(dict(
             name="flash_attn", kind=KIND_FUSED,

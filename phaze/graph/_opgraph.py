@@ -115,8 +115,9 @@ class OpGraph:
     def from_ops(cls, ops, *, bytes_per_element: int = 2, dtype: str = DEFAULT_DTYPE) -> "OpGraph":
         """Build from a list of dicts with keys name, kind, preds (names or indices) and
         any of dims, cycles_per_element, elements, bytes_in, bytes_out, comm_bytes,
-        group_size, fp8, collective, flash_shape (absent numeric keys are 0; group_size defaults to 1,
-        fp8 to False, collective to "all_reduce" for a kind-3 operator; a collective may be
+        group_size, fp8, collective, flash_shape (absent numeric keys are 0; group_size
+        defaults to 1, fp8 to False, collective to "all_reduce" for a kind-3 operator; a
+        collective may be
         given by its name in :data:`COLLECTIVE_KINDS` or its index)."""
         index = {}
         for i, op in enumerate(ops):

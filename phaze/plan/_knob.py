@@ -44,7 +44,9 @@ class Knob:
       records ``NAME_effective`` False).
     - ``trace_values``: the values ``phaze trace`` draws (None: every value);
       ``trace_note``: its sentence for another value (""): the option is hidden in
-      ``phaze trace`` and refused by name).
+      ``phaze trace`` and refused by name). ``pipeline_only``: the knob shapes only a
+      pipeline of two or more stages (at p = 1 every value prices the same step, tested),
+      so ``phaze trace`` draws a plan of one stage at any value.
     - ``file_key``: the key of a row of the validation table (``phaze.validate``; "": not
       in its schema), ``file_rank`` its place in a report row's ``config``,
       ``file_optional``: the row may leave it out (the knob's default).
@@ -88,6 +90,7 @@ class Knob:
     noop_note: str = ""
     trace_values: tuple = None
     trace_note: str = ""
+    pipeline_only: bool = False
     file_key: str = ""
     file_rank: int = None
     file_optional: bool = False

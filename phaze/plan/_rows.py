@@ -102,8 +102,8 @@ _ROWS["account_for_embedding"] = Knob(
     "account_for_embedding", bool, False, "True or False",
     flags=("--account-for-embedding",), study=False, calibrated_only=True,
     file_key="account_for_embedding", file_rank=20, file_optional=True,
-    trace_values=(False,),
-    trace_note="phaze trace draws even pipeline splits only",
+    trace_values=(False,), pipeline_only=True,
+    trace_note="phaze trace draws even pipeline splits only (any at p = 1)",
     help="split the layers over the pipeline stages counting the embedding and the "
          "loss as one layer each (Megatron-Core's --account-for-embedding-in-pipeline-"
          "split --account-for-loss-in-pipeline-split): (L + 2)/(p·v) per chunk, the "
@@ -133,8 +133,8 @@ _ROWS["pipeline_split"] = Knob(
     choices=("even", "remainder_first"), flags=("--pipeline-split",), study="even",
     calibrated_only=True, study_lacks="uneven pipeline split", title="pipeline split",
     file_key="pipeline_split", file_rank=27, file_optional=True,
-    trace_values=("even",),
-    trace_note="phaze trace draws even pipeline splits only",
+    trace_values=("even",), pipeline_only=True,
+    trace_note="phaze trace draws even pipeline splits only (any at p = 1)",
     help="how the layers (with --account-for-embedding the L + 2 units, embedding and "
          "loss one each) are cut into the p·v chunks: even (Megatron-LM: they must divide; "
          "default) or remainder_first (torchtitan's and NeMo AutoModel's: the first "
@@ -159,8 +159,8 @@ _ROWS["pipeline_microbatches"] = Knob(
     calibrated_only=True, study_lacks="pipeline schedules per local batch",
     title="microbatches per pipeline schedule (0: all)",
     file_key="pipeline_microbatches", file_rank=28, file_optional=True,
-    trace_values=(0,),
-    trace_note="phaze trace draws one pipeline schedule per step only",
+    trace_values=(0,), pipeline_only=True,
+    trace_note="phaze trace draws one pipeline schedule per step only (any at p = 1)",
     help="microbatches one pipeline schedule runs: 0 (default) all B/(b·d) of the step in "
          "one schedule (Megatron-LM), or N dividing them, the schedule, with its fill and "
          "drain, run B/(b·d·N) times (torchtitan and NeMo AutoModel run one schedule per "
