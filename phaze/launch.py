@@ -228,6 +228,7 @@ def torchtitan_config(model, **knobs) -> dict:
     run or phaze does not write for it (module docstring), ``ValueError`` for bad input.
     """
     knobs.pop("rotary_base", None)   # torchtitan's flavor carries its own
+    knobs = {**_knobs.trainer_values("torchtitan", knobs), **knobs}   # absent: its own
     spec, pl = _checked("torchtitan_config", model, knobs, megatron=False)
     values = _values(spec, pl)
     _refuse("torchtitan", spec, pl, ("emit",))
@@ -278,11 +279,14 @@ def emit(trainer, model, **plan) -> str:
     flag per line with shell continuations, and for deepspeed the ds_config JSON after a
     comment line; for torchtitan comment lines (the torchrun line on 8-GPU nodes, notes
     on what torchtitan runs differently) and the TOML job config.
-    ``plan``: the keywords of :func:`megatron_arguments`. Raises :class:`NotLaunchable`
-    or ``ValueError`` as those functions do."""
+    ``plan``: the keywords of :func:`megatron_arguments`; a one-value knob left out whose
+    default the trainer does not run takes the trainer's own value
+    (``phaze.plan.trainer_values``: torchtitan's ``master_weights`` "params"). Raises
+    :class:`NotLaunchable` or ``ValueError`` as those functions do."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
     spec = models.resolve(model)
+    plan = {**_knobs.trainer_values(trainer, plan), **plan}   # absent: the trainer's own
     gpus = _knobs.devices_of(plan)
     if trainer == "torchtitan":
         recompute = plan.get("recompute", "none")

@@ -60,7 +60,9 @@ Validation file schema (JSON; the built-in table follows it)
                                        (Megatron-LM, NeMo), torchtitan, automodel, maxtext, ...;
                                        it sets the default of the row's pipeline_split
                                        (TRAINER_SPLITS: remainder_first for torchtitan
-                                       and automodel, else even)
+                                       and automodel, else even) and of its
+                                       master_weights (TRAINER_MASTER_WEIGHTS: params for
+                                       torchtitan, automodel and maxtext, else separate)
          "model_class": str,           (optional) dense | mixtral | moe | hybrid: rows that
                                        carry it count towards the H100 dense coverage line
          "reason": str}                (optional) why phaze cannot model the row yet, in
@@ -82,7 +84,10 @@ error; and the H100 rows of dense or Mixtral-class models (``model_class``) mode
 Each report row is a dict with ``name``, ``kind``, ``predicted_s``, ``published_s``
 (memory rows: ``predicted_gib``, ``published_gib``, ``quantity``), ``error`` (None when
 not modelled), ``reason`` ("" when modelled), ``held_out``, ``source``, ``config`` and
-``assumptions``; time rows also carry the step ``breakdown`` (seconds).
+``assumptions``; time rows also carry the step ``breakdown`` (seconds) and, when modelled,
+phaze's memory of the fullest stage against its HBM: ``memory_gib``, ``hbm_gib`` and ``fits``
+(False: a run that fitted is over HBM by phaze's memory model, so the search would refuse its
+plan; the report counts them).
 """
 from __future__ import annotations
 
@@ -107,6 +112,12 @@ _GIB = float(2 ** 30)
 #: head as one layer each, the row's ``account_for_embedding``; AutoModel not);
 #: Megatron-LM (and NeMo on it) needs them to divide.
 TRAINER_SPLITS = {"torchtitan": "remainder_first", "automodel": "remainder_first"}
+#: Where each trainer keeps the master weights (``phaze.plan`` knob ``master_weights``), the
+#: default of a row that does not state one: PyTorch FSDP2 (torchtitan, NeMo AutoModel) and
+#: JAX (MaxText's ``weight_dtype: float32``) keep fp32 parameters, which are the optimizer's
+#: master weights; Megatron-LM (and NeMo on it) keeps fp32 main parameters beside 16-bit
+#: ones (docs/fidelity-sources.md §10.8).
+TRAINER_MASTER_WEIGHTS = {"torchtitan": "params", "automodel": "params", "maxtext": "params"}
 #: The plan's knobs a row holds (``phaze.plan.Knob.file_key``), in the order of a report
 #: row's ``config``.
 _FILE_KNOBS = tuple(sorted((k for k in _plan.KNOBS if k.file_key), key=lambda k: k.file_rank))
@@ -310,6 +321,11 @@ def _predict(row, shapes, config, efficiency=None):
         rec.update(predicted_s=pred, published_s=float(row["published_s"]),
                    error=None if pred is None else _error(pred, row["published_s"]),
                    breakdown=dataclasses.asdict(res.breakdown) if ok else None)
+        if ok:
+            # the run fitted; phaze's fullest stage says whether its memory model agrees
+            worst = max(res.memory, key=lambda m: m.total / m.limit)
+            rec.update(memory_gib=worst.total / _GIB, hbm_gib=worst.limit / _GIB,
+                       fits=bool(worst.fits))
     else:
         pred = None
         if ok:
@@ -380,6 +396,9 @@ def run(path=None, *, efficiency=None) -> Report:
         config.update({k: row.get(k, default) for k, default in _OPTIONAL_KEYS})
         if "pipeline_split" not in row:
             config["pipeline_split"] = TRAINER_SPLITS.get(row.get("trainer", "megatron"), "even")
+        if "master_weights" not in row:
+            config["master_weights"] = TRAINER_MASTER_WEIGHTS.get(
+                row.get("trainer", "megatron"), "separate")
         rec = dict(name=row["name"], kind=row["kind"], held_out=bool(row.get("held_out", False)),
                    source=row["source"], config=config,
                    table=row.get("table", row["name"].split("/")[0]),
@@ -421,6 +440,9 @@ def format_report(report: Report) -> str:
             line += f"  ({r['reason']})"
         elif r["held_out"]:
             line += "  (held out)"
+        if r.get("fits") is False:
+            line += (f"  (phaze's memory: {r['memory_gib']:.1f} GiB per device, over its "
+                     f"{r['hbm_gib']:.0f} GiB)")
         lines.append(line)
     n_time = sum(1 for r in report.rows if r["kind"] == "time")
     n_mem = len(report.rows) - n_time
@@ -432,6 +454,9 @@ def format_report(report: Report) -> str:
                  f" (held out: MAPE {num(report.held_out_time_mape, '.1f')} %)")
     lines.append(f"memory: MAPE {num(report.memory_mape, '.2f')} %, max error "
                  f"{num(report.memory_max_error, '.2f')} % over {m_mem} of {n_mem} rows modelled")
+    over = [r for r in report.rows if r["kind"] == "time" and r.get("fits") is False]
+    lines.append(f"runs that fitted, over HBM by phaze's memory model (the search would refuse "
+                 f"them): {len(over)} of {m_time} modelled time rows")
     g = report.groups or groups(report.rows)
     for title, key in (("table", "by_table"), ("chip", "by_chip"),
                        ("chip family", "by_family")):

@@ -501,7 +501,8 @@ def stage_memory(r, plan, sz, kind_prefix, out):
     ep = plan["ep"]
     n_layers = plan["n_layers"]
     zero = plan["zero"]
-    gb = plan["grad_bytes"]   # the gradient buffer's bytes per parameter
+    # the weights' and gradients' bytes per parameter a rank keeps
+    gb, wb = plan["g_bytes"], plan["w_bytes"]
     D = plan["cp"] * plan["d"]
     edp = D // ep
     e = sz["elem_bytes"]
@@ -515,8 +516,8 @@ def stage_memory(r, plan, sz, kind_prefix, out):
     g_div_e = edp if zero >= 2 else 1
     o_div_e = edp if zero >= 1 else 1
     O = plan["state_bytes"]
-    per_param = WEIGHT_BYTES / w_div + gb / g_div + O / o_div
-    per_param_e = WEIGHT_BYTES / w_div_e + gb / g_div_e + O / o_div_e
+    per_param = wb / w_div + gb / g_div + O / o_div
+    per_param_e = wb / w_div_e + gb / g_div_e + O / o_div_e
     dn, en = stage_params(r, p, counts, sz)
     if v == 1:
         in_flight = min(p - r, m)
@@ -555,7 +556,7 @@ def stage_memory(r, plan, sz, kind_prefix, out):
     # layouts, the ``*_fp8_w`` sizes per layer; 0 otherwise), sharded like the weights.
     fp8 = sum(int(counts[q] * sz["k_fp8_w"][q] / w_div)
               + int(counts[q] * sz["k_exp_fp8_w"][q] / w_div_e) for q in range(nk))
-    out["weights"] = int(WEIGHT_BYTES * dn / w_div) + int(WEIGHT_BYTES * en / w_div_e) + fp8
+    out["weights"] = int(wb * dn / w_div) + int(wb * en / w_div_e) + fp8
     out["gradients"] = int(gb * dn / g_div) + int(gb * en / g_div_e)
     if plan["state_bytes_eh"] == O:
         out["optimizer_state"] = int(O * dn / o_div) + int(O * en / o_div_e)

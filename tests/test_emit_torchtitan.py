@@ -108,7 +108,8 @@ def test_refusals_in_one_sentence(model, kw, why):
 def test_expert_parallel_rule_and_writer():
     """No zoo mixture of experts has a torchtitan flavor, so the expert keys are checked on
     the rule and the writer themselves (torchtitan v0.2.0 parallel_dims.py, etp = tp)."""
-    v = dict(plan.Plan(expert_parallel=4, data_parallel=4, zero_stage=0).as_dict(),
+    v = dict(plan.Plan(expert_parallel=4, data_parallel=4, zero_stage=0,
+                       master_weights="params").as_dict(),
              n_layers=32, n_experts=8, moe=True)
     assert plan.refusal("torchtitan", v, ("emit",)).startswith(
         "torchtitan's expert parallelism takes its ranks from FSDP2's shard")

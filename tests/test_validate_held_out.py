@@ -41,7 +41,8 @@ def test_only_the_full_remat_run_is_modelled_and_the_others_say_why(report):
     direct = step.training_step(
         "llama2-70b", "tpu-v6e", tensor_parallel=1, pipeline_parallel=1, data_parallel=256,
         microbatch=4, global_batch=1024, zero_stage=3, flash_attention=True,
-        overlap_param_gather=True, overlap_grad_reduce=True, recompute="full")
+        overlap_param_gather=True, overlap_grad_reduce=True, recompute="full",
+        master_weights="params")   # MaxText's fp32 parameters (validate's trainer default)
     assert full["predicted_s"] == pytest.approx(direct.time_s, rel=1e-12)
     assert full["error"] == pytest.approx(100 * (direct.time_s / (4 * 4096 / 900) - 1))
     for name, r in rows.items():

@@ -468,6 +468,10 @@ def _cmd_evaluate(args) -> int:
     if getattr(args, "emit", None):
         if getattr(args, "study", False):
             raise ValueError("--emit writes the plan the calibrated model prices: drop --study")
+        # a knob left out whose default the trainer does not run is priced at the trainer's
+        # own value (torchtitan: --master-weights params), as the plan it launches runs
+        for name, value in _plan.trainer_values(args.emit, _strategy_knobs(args)).items():
+            setattr(args, name, value)
         return _cli_emit.emit_plan(args, model, _strategy_knobs(args),
                                    result=_calibrated_result(args, model))
     if getattr(args, "study", False) and getattr(args, "calibrated", False):

@@ -49,7 +49,8 @@ from ._knobs import (ARGUMENTS, COLUMNS, DS_CONFIG, GRIDS, KNOB, KNOBS, MODEL_AR
                      launchable, model_expert_grid, refusal, torchtitan_notes,
                      trainer_arguments, trainers)
 from ._launchers import (launch_refusal, launchers, model_values, platform_refusal, search_grids,
-                         sharding_refusal, sharding_rules, trainer_ids, launched_mask)
+                         sharding_refusal, sharding_rules, trainer_ids, launched_mask,
+                         trainer_values)
 from ._knobs import environment, layer_graph_keywords, pipeline_chunks
 from ._model_flags import (MODEL_FLAGS, ROTARY_BASE, ModelFlag, hybrid_pattern, model_arguments,
                            model_refusal)
@@ -64,7 +65,7 @@ __all__ = ["Knob", "KNOBS", "KNOB", "NAMES", "STRATEGY", "GRIDS", "COLUMNS",
            "RULES", "trainers", "launchable", "refusal", "launchers", "launch_refusal",
            "platform_refusal",
            "search_grids", "model_values", "sharding_rules", "sharding_refusal",
-           "trainer_ids", "launched_mask", "environment", "layer_graph_keywords",
+           "trainer_ids", "launched_mask", "trainer_values", "environment", "layer_graph_keywords",
            "pipeline_chunks", "MODEL_FLAGS", "ModelFlag",
            "ROTARY_BASE", "model_arguments", "model_refusal", "hybrid_pattern", "ARGUMENTS",
            "DS_CONFIG",

@@ -127,7 +127,7 @@ KNOBS = (
     _ROWS["tp_comm_overlap"], _ROWS["grad_reduce_dtype"],
     _ROWS["optimizer"], _ROWS["optimizer_state_dtype"],
     _ROWS["moe_dispatcher"], _ROWS["pipeline_split"], _ROWS["pipeline_microbatches"],
-    _ROWS["attention_kernel"], _ROWS["loss_kernel"],
+    _ROWS["attention_kernel"], _ROWS["loss_kernel"], _ROWS["master_weights"],
 )
 
 #: Knob by name.
@@ -380,6 +380,14 @@ RULES = (
          lambda v: v["moe_dispatcher"] == "deepep" and v.get("moe", False),
          lambda v: "the torchtitan job config written here dispatches tokens by all-to-all; "
                    "emit megatron for DeepEP"),
+    Rule("megatron-lm", "trainer", ("master_weights",),
+         lambda v: v["master_weights"] == "params",
+         lambda v: "Megatron-LM keeps fp32 main parameters beside its 16-bit model weights "
+                   "(master_weights separate), not fp32 parameters"),
+    Rule("deepspeed", "trainer", ("master_weights",),
+         lambda v: v["master_weights"] == "params",
+         lambda v: "DeepSpeed keeps fp32 partitions beside its 16-bit parameters "
+                   "(master_weights separate), not fp32 parameters"),
     Rule("deepspeed", "emit", ("optimizer_state_dtype",),
          lambda v: v["optimizer_state_dtype"] != "fp32",
          lambda v: "the ds_config written here keeps fp32 optimizer state; emit megatron"),
@@ -478,6 +486,11 @@ RULES = (
          lambda v: f"torchtitan's expert parallelism takes its ranks from FSDP2's shard and "
                    f"context-parallel ranks: it needs ZeRO 3 and ep = {v['expert_parallel']} "
                    f"divisible by cp = {v['context_parallel']}"),
+    # last: the plan's other torchtitan sentences come first (ZeRO 1, DDP, ...)
+    Rule("torchtitan", "emit", ("master_weights",),
+         lambda v: v["master_weights"] == "separate",
+         lambda v: "torchtitan's FSDP2 keeps the fp32 parameters as the master weights: "
+                   "price the plan with master_weights params (--master-weights params)"),
 )
 
 

@@ -4,8 +4,8 @@ model arguments of ``phaze.plan._model_flags``: the one source of truth that
 ``phaze search --emit`` (its narrowed grids) read (issue 29 items 4-6)."""
 from __future__ import annotations
 
-from ._knobs import (_JUDGED, ENUMERATED as _ENUMERATED, KNOB, RULES, SHARDING, TRAINERS, _values,
-                     refusal, search_contexts as _contexts)
+from ._knobs import (_JUDGED, ENUMERATED as _ENUMERATED, KNOB, KNOBS, RULES, SHARDING, TRAINERS,
+                     _values, refusal, search_contexts as _contexts)
 
 _ZERO, _RANKS = SHARDING
 
@@ -51,6 +51,29 @@ def launch_refusal(trainer: str, values: dict, spec=None):
         kinds = ("layout", "trainer", "emit") if spec is not None else ("trainer", "emit")
         why = refusal(trainer, v, kinds)
     return why
+
+
+def trainer_values(trainer: str, given: dict) -> dict:
+    """The one-value knobs (``Knob.search`` "one") that ``given`` (knob name → value) leaves
+    out and whose default ``trainer`` (an id or its ``emit`` name) does not run, each at the
+    first of its values the trainer runs: what a plan handed to that trainer holds there
+    (torchtitan: ``master_weights`` "params", FSDP2's fp32 parameters). {name: value}."""
+    tid = _EMITTER.get(trainer, trainer)
+
+    def refused(name, value):   # by the trainer's rules that read this knob
+        v = _values({**{n: x for n, x in given.items() if n in KNOB}, name: value})
+        return any(r.trainer == tid and r.kind in ("trainer", "emit") and name in r.knobs
+                   and r.refuses(v) for r in RULES)
+
+    out = {}
+    for k in KNOBS:
+        if k.search != "one" or k.choices is None or k.name in given:
+            continue
+        if refused(k.name, k.default):
+            runs = [c for c in k.choices if not refused(k.name, c)]
+            if runs:
+                out[k.name] = runs[0]
+    return out
 
 
 def launchers(values: dict, spec=None) -> tuple:
@@ -151,7 +174,9 @@ def search_grids(trainer: str, grids: dict, models=()) -> dict:
     pipeline: the search's plan set keeps ZeRO 3 with pipeline parallelism where
     torchtitan's FSDP2 takes it, so a trainer that refuses it there is searched without
     ZeRO 3) is dropped; an open width a trainer takes only at 1 becomes (1,). A one-value
-    knob, or a model, the trainer refuses is ``ValueError`` in one sentence."""
+    knob left unset whose default the trainer does not run takes the first value it runs
+    (torchtitan: ``master_weights`` "params"). A one-value knob, or a model, the trainer
+    refuses is ``ValueError`` in one sentence."""
     tid = _EMITTER.get(trainer, trainer)
     title = next(t.title for t in TRAINERS if t.id == tid)
     out = dict(grids)
@@ -171,6 +196,14 @@ def search_grids(trainer: str, grids: dict, models=()) -> dict:
         if k is None:
             continue
         if k.search == "one":
+            if value is None and k.choices is not None \
+                    and _refused(tid, bases, {name: k.default}) is not None:
+                # left unset and the trainer does not run the default: its own value (the
+                # first it runs, e.g. torchtitan's master_weights params)
+                runs = [c for c in k.choices if _refused(tid, bases, {name: c}) is None]
+                if runs:
+                    out[name] = runs[0]
+                    continue
             why = _refused(tid, bases, {name: value} if value is not None else {})
             if why is not None:
                 raise ValueError(f"--emit {trainer}: {k.flag} {value}: {why}")

@@ -369,6 +369,32 @@ _ROWS["optimizer_state_dtype"] = Knob(
              "(fp16; Megatron-LM takes fp32, fp16 or fp8 moments)",
     deepspeed="", torchtitan="")
 
+# Sources (docs/fidelity-sources.md §10.8; phaze/step/_optim.py): PyTorch FSDP2's
+# MixedPrecisionPolicy docstring (torch/distributed/fsdp/_fully_shard/_fsdp_api.py: "The
+# optimizer step uses the sharded parameter in the original dtype"; FSDP "does not require
+# any extra memory to keep a high-precision copy of the parameters"); Megatron-LM's
+# mixed-precision optimizers (megatron/core/optimizer/optimizer.py: fp32 main params beside
+# the 16-bit model params) and DeepSpeed's ZeRO (fp32 partitions of the 16-bit params).
+_ROWS["master_weights"] = Knob(
+    "master_weights", str, "separate", "one of separate, params",
+    choices=("separate", "params"), flags=("--master-weights",), study="separate",
+    calibrated_only=True, study_lacks="master-weights layout",
+    file_key="master_weights", file_rank=31, file_optional=True,
+    help="where the fp32 master weights live: separate (default: 16-bit weights beside the "
+         "optimizer's fp32 copy, Megatron-LM and DeepSpeed; 2 + 12 B/param with Adam) or "
+         "params (the fp32 parameters are the master weights and the gradients fp32, "
+         "PyTorch FSDP2 as torchtitan and NeMo AutoModel run it: 4 + 8 B, no copy to "
+         "16-bit weights in the optimizer step; calibrated model only)",
+    search="one",
+    search_help="where the fp32 master weights live: separate (Megatron-LM, DeepSpeed; "
+                "default) or params (PyTorch FSDP2's fp32 parameters; --emit torchtitan "
+                "takes it)",
+    grid_rank=24, title="master weights",
+    megatron="(separate: fp32 main params beside the 16-bit model)",
+    deepspeed="(separate: fp32 partitions beside the 16-bit parameters)",
+    torchtitan="(params: FSDP2 keeps the fp32 parameters; "
+               "--training.mixed_precision_param bfloat16 is the gathered copies' dtype)")
+
 # Sources (docs/fidelity-sources.md §22): deepseek-ai/DeepEP README (normal kernels: a
 # token to each destination node once over RDMA, then NVLink forwarding); Megatron-LM
 # arguments.py --moe-token-dispatcher-type allgather|alltoall|flex with --moe-enable-deepep.

@@ -142,6 +142,7 @@ def plans_over_hbm(cfg, table, recompute, rows) -> list:
         virtual_stages=None if cfg.virtual_stages is None else tuple(cfg.virtual_stages),
         zero_stage=tuple(cfg.zero_stage), overlap_grad_reduce=tuple(cfg.overlap_grad_reduce),
         grad_reduce_dtype=cfg.grad_reduce_dtype, moe_dispatcher=cfg.moe_dispatcher,
+        master_weights=cfg.master_weights,
         overlap_param_gather=tuple(cfg.overlap_param_gather),
         reshard_after_forward=cfg.reshard_after_forward,
         account_for_embedding=tuple(cfg.account_for_embedding),
@@ -405,6 +406,7 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     optimizer=cfg.optimizer,
                                     optimizer_state_dtype=cfg.optimizer_state_dtype,
                                     moe_dispatcher=cfg.moe_dispatcher,
+                                    master_weights=cfg.master_weights,
                                     overlap_param_gather=True in cfg.overlap_param_gather,
                                     reshard_after_forward=cfg.reshard_after_forward,
                                     # Megatron's overlap runs on sequence parallelism:

@@ -53,7 +53,10 @@ structs that read them; the import checks that each dtype is its struct's layout
   all-to-all, 1 DeepEP), and the microbatches one pipeline schedule runs (``mp``: 0 = all
   m of the step, Megatron-LM's one schedule per step; else a divisor of m, the schedule
   run m/mp times, torchtitan's and NeMo AutoModel's one schedule per local batch:
-  :func:`pipeline_passes`).
+  :func:`pipeline_passes`), and the bytes per parameter of the weights a rank keeps and of
+  its gradients in memory (``w_bytes``, ``g_bytes``: 2 and ``grad_bytes`` with separate
+  fp32 master weights; 4 and 4 when the fp32 parameters are the master weights, the plan
+  knob ``master_weights`` "params": PyTorch FSDP2; ``_optim``).
 - :data:`STAGE_NODES` (one per stage) and :data:`CELL_NODES` (one per plan geometry) —
   Megatron's rank layout on the row's nodes (``geometry``, ``group_geometry``):
   per stage the bit mask of the (between nodes?, receiver's tensor-parallel group spans
@@ -129,7 +132,8 @@ PLAN = np.dtype([("p", "i8"), ("t", "i8"), ("d", "i8"), ("cp", "i8"), ("ep", "i8
                  ("rec_mode", "i8"), ("sp", "u1"), ("opt_bytes", "f8"), ("opt_kernels", "f8"),
                  ("n_tiny", "i8"), ("grad_bytes", "i8"), ("opg", "u1"), ("reshard", "u1"),
                  ("acct", "i8"), ("state_bytes", "f8"), ("state_bytes_eh", "f8"),
-                 ("opt_bytes_eh", "f8"), ("dispatch", "u1"), ("mp", "i8")])
+                 ("opt_bytes_eh", "f8"), ("dispatch", "u1"), ("mp", "i8"),
+                 ("w_bytes", "i8"), ("g_bytes", "i8")])
 #: Megatron's rank layout per stage (see the module docstring).
 STAGE_NODES = np.dtype(_fields("i8", ("mask", "dp_nodes", "cp_nodes", "ep_nodes",
                                       "edp_nodes")))
@@ -235,6 +239,8 @@ cdef packed struct Plan:
     double opt_bytes_eh
     unsigned char dispatch
     int64_t mp
+    int64_t w_bytes
+    int64_t g_bytes
 
 cdef packed struct StageNodes:
     int64_t mask
@@ -921,7 +927,9 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     # the microbatches in flight are bounded by one schedule's (pass_microbatches)
     cdef int64_t p = plan.p, v = plan.v, m = pass_microbatches(plan), ep = plan.ep
     cdef int64_t n_layers = plan.n_layers, zero = plan.zero
-    cdef int64_t gb = plan.grad_bytes   # the gradient buffer's bytes per parameter
+    # the bytes per parameter of the weights and gradients a rank keeps (16-bit weights and
+    # the gradient buffer's datatype, or fp32 both where they are the master weights)
+    cdef int64_t gb = plan.g_bytes, wb = plan.w_bytes
     cdef int64_t D = plan.cp * plan.d
     cdef int64_t edp = D // ep
     cdef int64_t e = sz.elem_bytes
@@ -937,9 +945,9 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
     cdef int64_t w_div_e = edp if zero >= 3 else 1
     cdef int64_t g_div_e = edp if zero >= 2 else 1
     cdef int64_t o_div_e = edp if zero >= 1 else 1
-    cdef double per_param = <double>W_BYTES / <double>w_div + <double>gb / <double>g_div \
+    cdef double per_param = <double>wb / <double>w_div + <double>gb / <double>g_div \
         + plan.state_bytes / <double>o_div
-    cdef double per_param_e = <double>W_BYTES / <double>w_div_e + <double>gb / <double>g_div_e \
+    cdef double per_param_e = <double>wb / <double>w_div_e + <double>gb / <double>g_div_e \
         + plan.state_bytes / <double>o_div_e
     cdef int64_t eh
     stage_params(r, p, counts, sz, &dn, &en)
@@ -991,8 +999,8 @@ cdef int64_t stage_memory_c(int64_t r, const Plan* plan, const Sizes* sz,
             + <int64_t>(<double>(counts[q] * sz.k_exp_fp8_w[q]) / <double>w_div_e)
         lps += <int64_t>(<double>(counts[q] * ((sz.k_pb[q] - sz.k_exp_pb[q]) // e)) * per_param) \
             + <int64_t>(<double>(counts[q] * (sz.k_exp_pb[q] // e)) * per_param_e)
-    out.weights = <int64_t>(<double>(W_BYTES * dn) / <double>w_div) \
-        + <int64_t>(<double>(W_BYTES * en) / <double>w_div_e) + fp8
+    out.weights = <int64_t>(<double>(wb * dn) / <double>w_div) \
+        + <int64_t>(<double>(wb * en) / <double>w_div_e) + fp8
     if zero >= 3 and D > 1 and not plan.reshard:
         # not resharded after the forward: the stage's gathered 16-bit parameters are held
         # from its forward to its backward, beside their shards

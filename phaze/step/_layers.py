@@ -374,7 +374,7 @@ def kind_prefix(m_spec) -> np.ndarray:
 def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
                  precision, grad_reduce_dtype="fp32", opg=False, reshard=True,
                  acct=False, optimizer="adam", optimizer_state_dtype="fp32",
-                 moe_dispatcher="alltoall", mp=0) -> np.ndarray:
+                 moe_dispatcher="alltoall", mp=0, master_weights="separate") -> np.ndarray:
     """``step._kernels.PLAN`` records of plans given as scalars or equal-length arrays
     (``recompute`` a mode name, ``precision`` a datatype: the optimizer's bytes per
     parameter, its kernels and its tiny all-reduces follow from them;
@@ -385,7 +385,9 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
     ``optimizer_state_dtype`` the state and HBM bytes per parameter, ``_optim``: the
     embedding and head always run Adam; ``moe_dispatcher`` "alltoall" (Megatron-Core's) or
     "deepep"; ``mp`` the microbatches one pipeline schedule runs, 0 = all m (the knob
-    ``pipeline_microbatches``))."""
+    ``pipeline_microbatches``); ``master_weights`` "separate" (16-bit weights beside the
+    optimizer's fp32 master copy) or "params" (the fp32 parameters are the master weights,
+    PyTorch FSDP2's: ``_optim``))."""
     cols = np.broadcast_arrays(p, t, d, cp, ep, v, m, n_layers, zero, ogr, sp, opg, reshard,
                                acct, mp)
     out = np.zeros(cols[0].shape, dtype=kern.PLAN)
@@ -393,16 +395,25 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
                           "sp", "opg", "reshard", "acct", "mp"), cols):
         out[name] = col
     out["rec_mode"] = RECOMPUTE_CODES[recompute]
-    copy = OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype]
+    if master_weights not in _optim.MASTER_WEIGHTS:
+        raise ValueError(f"master_weights must be one of {', '.join(_optim.MASTER_WEIGHTS)}, "
+                         f"got {master_weights!r}")
+    params = master_weights == "params"
+    # "params": no 16-bit gradient buffer to copy, no master copy, no model-weight copy
+    copy = -_optim.PARAMS_STEP_SAVED_BYTES if params \
+        else OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype]
+    master = _optim.MASTER_BYTES if params else 0
     out["opt_bytes"] = _optim.hbm_bytes(optimizer, optimizer_state_dtype, precision) + copy
     out["opt_bytes_eh"] = _optim.hbm_bytes("adam", optimizer_state_dtype, precision) + copy
-    out["state_bytes"] = _optim.state_bytes(optimizer, optimizer_state_dtype)
-    out["state_bytes_eh"] = _optim.state_bytes("adam", optimizer_state_dtype)
+    out["state_bytes"] = _optim.state_bytes(optimizer, optimizer_state_dtype) - master
+    out["state_bytes_eh"] = _optim.state_bytes("adam", optimizer_state_dtype) - master
     out["dispatch"] = MOE_DISPATCHERS[moe_dispatcher]
     out["opt_kernels"] = _optim.kernels(optimizer, precision) + (
         _optim.kernels("adam", precision) if _optim.OPTIMIZERS[optimizer].matrices else 0.0)
     out["n_tiny"] = 2 if precision == "fp16" else 1
     out["grad_bytes"] = GRAD_REDUCE_BYTES[grad_reduce_dtype]
+    out["w_bytes"] = _optim.PARAMS_WEIGHT_BYTES if params else kern.WEIGHT_BYTES
+    out["g_bytes"] = _optim.PARAMS_GRAD_BYTES if params else out["grad_bytes"]
     return out
 
 

@@ -626,7 +626,7 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
                                     pl.grad_reduce_dtype, bool(pl.overlap_param_gather),
                                     bool(pl.reshard_after_forward), acct, pl.optimizer,
                                     pl.optimizer_state_dtype, pl.moe_dispatcher,
-                                    mp).reshape(1)
+                                    mp, pl.master_weights).reshape(1)
     stages = np.zeros(p, dtype=_kern.STAGE_NODES)
     cell = np.zeros(1, dtype=_kern.CELL_NODES)
     _kern.stage_geometry(p, t, d, cp, ep, int(ns[0]), stages, cell)

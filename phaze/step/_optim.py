@@ -31,6 +31,19 @@ Per parameter (docs/fidelity-sources.md §21):
   Tensor-parallel weights are orthogonalised slice by slice (``--muon-tp-mode
   blockwise``). Muon needs whole matrices on the rank that updates them: ZeRO 2 and 3
   (parameters or gradients sharded inside a matrix) are refused.
+- **Where the master weights live** (the plan knob ``master_weights``,
+  :data:`MASTER_WEIGHTS`): "separate" (Megatron-LM, DeepSpeed) keeps 16-bit model weights
+  and the optimizer's fp32 master copy, as above; "params" (PyTorch FSDP2 with a
+  ``MixedPrecisionPolicy``: torchtitan, NeMo AutoModel; JAX's fp32 parameters: MaxText)
+  keeps the parameters themselves in fp32 — "the optimizer step uses the sharded parameter
+  in the original dtype", and FSDP "does not require any extra memory to keep a
+  high-precision copy of the parameters for the optimizer step" (the ``MixedPrecisionPolicy``
+  docstring, torch/distributed/fsdp/_fully_shard/_fsdp_api.py) — with fp32 gradients (the
+  reduce-scattered gradient is cast back to the parameter's dtype), the 16-bit copies only
+  while gathered. Per parameter: weights 4 B instead of 2, gradients 4 B whatever the
+  reduction's datatype, state without the master's 4 B, and the step without the copy to
+  16-bit weights (6 B) and without zeroing a gradient buffer (``zero_grad`` frees the
+  gradients, ``set_to_none=True`` its default since PyTorch 2.0: 4 B).
 """
 from __future__ import annotations
 
@@ -40,6 +53,14 @@ from dataclasses import dataclass
 STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: The fp32 master weights every optimizer keeps, bytes per parameter.
 MASTER_BYTES = 4
+#: Where the master weights live (module docstring): the plan knob ``master_weights``'s values.
+MASTER_WEIGHTS = ("separate", "params")
+#: "params": bytes per parameter of the weights a rank keeps and of its gradients (fp32).
+PARAMS_WEIGHT_BYTES = 4
+PARAMS_GRAD_BYTES = 4
+#: "params": HBM bytes per parameter the step does not move: the copy to the 16-bit model
+#: weights (read 4, write 2) and the zeroing of the gradient buffer (4).
+PARAMS_STEP_SAVED_BYTES = 6 + 4
 #: Newton–Schulz iterations of a Muon step.
 NS_STEPS = 5
 

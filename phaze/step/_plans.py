@@ -205,7 +205,7 @@ def _bound_args(devices, global_batch, recompute):
 def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
                overlap_grad_reduce, grad_reduce_dtype, overlap_param_gather=(False, True),
                reshard_after_forward=True, account_for_embedding=(False, True),
-               moe_dispatcher="alltoall"):
+               moe_dispatcher="alltoall", master_weights="separate"):
     """The checked plan-level settings of a plan search, in :func:`_search_plans`' order
     (devices, global batch, recomputation, v grid, ZeRO grid, overlap grid, the
     :class:`_Sharding` settings)."""
@@ -219,8 +219,9 @@ def _plan_args(devices, global_batch, recompute, virtual_stages, zero_stage,
     vs_grid = None if virtual_stages is None else sorted(
         _int_grid("virtual_stages", virtual_stages, 1))
     moe_dispatcher = _plan.check("moe_dispatcher", moe_dispatcher)
+    master_weights = _plan.check("master_weights", master_weights)
     return n_dev, B, recompute, vs_grid, zeros, ogrs, _Sharding(
-        grad_reduce_dtype, True in opgs, reshard, tuple(accts), moe_dispatcher)
+        grad_reduce_dtype, True in opgs, reshard, tuple(accts), moe_dispatcher, master_weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,13 +231,14 @@ class _Sharding:
     the grid allows it: overlap never costs time or memory), ZeRO-3's resharding after the
     forward, and the pipeline splits searched (``account_for_embedding`` values: False the
     even splits, True the splits counting the embedding and loss as layers, for the p that
-    divide L + 2 and not L)."""
+    divide L + 2 and not L), the MoE dispatcher and where the master weights live."""
 
     grad_reduce_dtype: str
     overlap_param_gather: bool
     reshard_after_forward: bool
     account_for_embedding: tuple = (False,)
     moe_dispatcher: str = "alltoall"
+    master_weights: str = "separate"
 
 
 #: The context-parallel widths ``context_parallel=None`` tries (then kept where the
@@ -398,13 +400,14 @@ class LayerTable:
                    overlap_grad_reduce=(False, True), launchable=True,
                    grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
                    reshard_after_forward=True, account_for_embedding=(False, True),
-                   rows=None, moe_dispatcher="alltoall") -> np.ndarray:
+                   rows=None, moe_dispatcher="alltoall",
+                   master_weights="separate") -> np.ndarray:
         """:func:`best_plans` on the table's rows (or the row indices ``rows``, repeats
         allowed; ``hbm_bytes`` then one per index), with the table's variants."""
         n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
             devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
             grad_reduce_dtype, overlap_param_gather, reshard_after_forward,
-            account_for_embedding, moe_dispatcher)
+            account_for_embedding, moe_dispatcher, master_weights)
         archs, rp, ns, times = self._take(rows)
         return _search_plans(self, archs, rp, ns, times, n_dev, B, recompute, hbm_bytes,
                              vs_grid, zeros, ogrs, _launch_arg(launchable), sharding)
@@ -491,7 +494,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
                capacity_factor=None, grad_reduce_dtype="fp32", overlap_param_gather=(False, True),
                reshard_after_forward=True, account_for_embedding=(False, True),
                tp_comm_overlap=(False,), optimizer="adam", optimizer_state_dtype="fp32",
-               moe_dispatcher="alltoall"):
+               moe_dispatcher="alltoall", master_weights="separate"):
     """The fastest Megatron-launchable plan of one training iteration per architecture row,
     over every strategy knob, under :func:`phaze.step.training_step`'s model.
 
@@ -512,7 +515,8 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     buffer's and the data-parallel reductions' datatype, ``phaze.plan``); ``optimizer``
     "adam" | "muon" and ``optimizer_state_dtype`` "fp32" | "bf16" (one value each: the
     optimizer's state, its elementwise step and Muon's Newton–Schulz GEMMs,
-    ``phaze/step/_optim.py``; Muon searches ZeRO 0–1 only); ``efficiency``:
+    ``phaze/step/_optim.py``; Muon searches ZeRO 0–1 only); ``master_weights`` "separate" |
+    "params" (one value: where the fp32 master weights live, ``_optim``); ``efficiency``:
     None (``efficiency.for_rows(archs)``), a set's name, an Efficiency or an
     EFFICIENCY_DTYPE array with one set per row. ``launchable`` (default): only plans a
     trainer can launch — no ZeRO stage 2 with pipeline or context parallelism
@@ -554,7 +558,7 @@ def best_plans(model, archs, *, devices, global_batch, microbatch, recompute="fu
     n_dev, B, recompute, vs_grid, zeros, ogrs, sharding = _plan_args(
         devices, global_batch, recompute, virtual_stages, zero_stage, overlap_grad_reduce,
         grad_reduce_dtype, overlap_param_gather, reshard_after_forward, account_for_embedding,
-        moe_dispatcher)
+        moe_dispatcher, master_weights)
     table = _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                          flash_attention, precision, fp8_rate, expert_parallel,
                          context_parallel, capacity_factor, tp_comm_overlap, optimizer,
@@ -670,7 +674,7 @@ class _PlanSet:
                     precision=precision, grad_reduce_dtype=grad_reduce_dtype,
                     reshard_after_forward=sharding.reshard_after_forward,
                     overlap_param_gather=sharding.overlap_param_gather,
-                    optimizer=table.optimizer))
+                    optimizer=table.optimizer, master_weights=sharding.master_weights))
                 plan = [c[ok] for c in plan]
             if acct:
                 keep = (L + 2) // (plan[1] * plan[3]) >= 2
@@ -697,7 +701,7 @@ class _PlanSet:
                                   sharding.overlap_param_gather,
                                   sharding.reshard_after_forward, plan_acct,
                                   table.optimizer, table.optimizer_state_dtype,
-                                  sharding.moe_dispatcher)
+                                  sharding.moe_dispatcher, 0, sharding.master_weights)
         self.plan_peak = kern.plan_memory(self.plans, plan_var, self.sizes, prefix)
         # the (variant, p, v) classes sharing one slot bound (search_rows)
         # (one int64 key per plan, mixed radix, in the lexicographic order of (variant, p,
