@@ -205,3 +205,27 @@ def test_mtp_layers_override_prices_the_run_without_the_module(tmp_path):
     path.write_text(json.dumps(dict(rows=[bad])))
     with pytest.raises(ValueError, match="mtp_layers must be a non-negative integer"):
         validate.run(path)
+
+
+def test_each_time_row_says_whether_phazes_memory_holds_the_run(report):
+    # the runs fitted: a row phaze prices over HBM is a memory-model error the report names
+    from phaze import step
+    table = validate.load_table()
+    by_name = {r["name"]: r for r in table["rows"]}
+    over = [r for r in report.rows if r["kind"] == "time" and r.get("fits") is False]
+    for r in report.rows:
+        if r["kind"] != "time" or r["predicted_s"] is None:
+            continue
+        assert r["fits"] == (r["memory_gib"] <= r["hbm_gib"])
+    r = next(x for x in over if x["name"].startswith("nemo-24.07/nemotron-340b"))
+    row = by_name[r["name"]]
+    spec = validate._model_spec(row["model"], table.get("models", {}), row.get("seq_len"))
+    knobs = {k.name: r["config"][k.file_key] for k in validate._FILE_KNOBS}
+    res = step.training_step(spec, row["arch"], **knobs)
+    worst = max(m.total for m in res.memory)
+    assert r["memory_gib"] == pytest.approx(worst / 2 ** 30, rel=1e-12) and r["hbm_gib"] == 80
+    text = validate.format_report(report)
+    assert f"{r['memory_gib']:.1f} GiB per device, over its 80 GiB" in text
+    m_time = sum(1 for x in report.rows if x["kind"] == "time" and x["error"] is not None)
+    assert (f"over HBM by phaze's memory model (the search would refuse them): {len(over)} of "
+            f"{m_time} modelled time rows") in text
