@@ -106,6 +106,14 @@ def test_trainers_that_launch_each():
 def test_search_emit_torchtitan_takes_params_when_unset():
     grids = plan.search_grids("torchtitan", {"master_weights": None})
     assert grids["master_weights"] == "params"
+    # with a model and the ZeRO grid: the model and the grid's values are checked at params
+    from phaze import models
+    grids = plan.search_grids("torchtitan", {"master_weights": None, "zero_stage": None},
+                              [models.get("llama3-8b")])
+    assert grids["master_weights"] == "params" and set(grids["zero_stage"]) == {0, 3}
+    assert plan.trainer_values("torchtitan", {}) == {"master_weights": "params"}
+    assert plan.trainer_values("torchtitan", {"master_weights": "separate"}) == {}
+    assert plan.trainer_values("megatron", {}) == {}
     with pytest.raises(ValueError, match="--master-weights separate"):
         plan.search_grids("torchtitan", {"master_weights": "separate"})
     assert plan.search_grids("megatron", {"master_weights": None})["master_weights"] is None

@@ -180,15 +180,20 @@ def search_grids(trainer: str, grids: dict, models=()) -> dict:
     tid = _EMITTER.get(trainer, trainer)
     title = next(t.title for t in TRAINERS if t.id == tid)
     out = dict(grids)
-    bases = [model_values(spec) for spec in models] or [
-        dict(n_layers=1, n_experts=0, moe=False)]
+    # the one-value knobs left unset whose default the trainer does not run: its own values,
+    # which every check below holds (torchtitan: master_weights params)
+    own = trainer_values(tid, {n: v for n, v in grids.items()
+                               if n in KNOB and KNOB[n].search == "one" and v is not None})
+    out.update(own)
+    bases = [{**model_values(spec), **own} for spec in models] or [
+        dict(n_layers=1, n_experts=0, moe=False, **own)]
     for spec in models:
         # the model itself (its arguments, its flavor, its experts), at the default plan
         why = None
         if tid in ("megatron-lm", "deepspeed"):
             from ._model_flags import model_refusal
             why = model_refusal("megatron" if tid == "megatron-lm" else "deepspeed", spec)
-        why = why or refusal(tid, {**model_values(spec)}, ("emit",))
+        why = why or refusal(tid, {**model_values(spec), **own}, ("emit",))
         if why is not None:
             raise ValueError(f"--emit {trainer}: {title} cannot launch {spec.name}: {why}")
     for name, value in grids.items():
@@ -196,14 +201,8 @@ def search_grids(trainer: str, grids: dict, models=()) -> dict:
         if k is None:
             continue
         if k.search == "one":
-            if value is None and k.choices is not None \
-                    and _refused(tid, bases, {name: k.default}) is not None:
-                # left unset and the trainer does not run the default: its own value (the
-                # first it runs, e.g. torchtitan's master_weights params)
-                runs = [c for c in k.choices if _refused(tid, bases, {name: c}) is None]
-                if runs:
-                    out[name] = runs[0]
-                    continue
+            if name in own:
+                continue
             why = _refused(tid, bases, {name: value} if value is not None else {})
             if why is not None:
                 raise ValueError(f"--emit {trainer}: {k.flag} {value}: {why}")
