@@ -138,3 +138,17 @@ def test_validation_rows_default_by_trainer():
     # the FSDP2 rows priced as FSDP2 holds them: gpt-oss-20b on 8 H100 fits (it ran)
     row = next(r for r in rep.rows if r["name"] == "automodel/gpt-oss-20b/8gpu-t1p1c1")
     assert row["fits"] is True and row["memory_gib"] < row["hbm_gib"]
+
+
+def test_evaluate_names_who_launches_it_at_their_own_values(capsys):
+    args = ["evaluate", "--model", "llama3-8b", "--arch", "h100-sxm", "--tp", "1", "--pp", "1",
+            "--dp", "8", "--global-batch", "64", "--zero-stage", "3", "--flash-attention"]
+    assert cli.main(args) == 0
+    assert ("  launchable by: Megatron-LM, DeepSpeed (as priced); torchtitan with "
+            "--master-weights params (a plan priced apart)") in capsys.readouterr().out
+    assert cli.main(args + ["--master-weights", "params"]) == 0
+    assert "  launchable by: torchtitan\n" in capsys.readouterr().out
+    from phaze import search
+    r = search.evaluate_point("llama3-8b", "h100-sxm", 1, 1, 8, 1, "none", global_batch=64,
+                              zero_stage=3, flash_attention=True)
+    assert r["launchable_with"] == {"torchtitan": {"master_weights": "params"}}

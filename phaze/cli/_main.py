@@ -594,8 +594,12 @@ def _evaluate_calibrated(args, model) -> int:
         tid, text = next(iter(refused.items()))
         title = titles.get(tid, tid)
         why = f" ({text})" if text.startswith(title) else f" ({title}: {text})"
+    other = "; ".join(f"{titles.get(t, t)} with " + " ".join(
+        f"{_plan.KNOB[n].flag} {v}" for n, v in own.items())
+        for t, own in (r.get("launchable_with") or {}).items())
     print("  launchable by: " + (", ".join(titles.get(x, x) for x in r["trainers"])
-                                 or "no trainer" + why))
+                                 or "no trainer" + why)
+          + (f" (as priced); {other} (a plan priced apart)" if other else ""))
     if r["status"] != "ok":
         reason = str(r["reason"])
         if r["status"] == "not_modelled" and reason.startswith("not modelled yet: "):

@@ -276,7 +276,10 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     chip file's ``platform``, None when it states none), cost_model
     ("calibrated"), schedule ("1F1B" | "interleaved 1F1B"), optimizer ("adam"), devices,
     seq_len, the plan (``phaze.plan.NAMES`` in table order, then ``training_step``'s
-    derived keys: whether sequence parallelism took effect, and the trainers), hbm_gib,
+    derived keys: whether sequence parallelism took effect, and the trainers; then
+    not_launchable, trainer id → why, and launchable_with, trainer id → the knob values at
+    which it launches the plan's other settings, e.g. torchtitan's master_weights params:
+    a plan priced apart), hbm_gib,
     status ("ok" | "infeasible" |
     "not_modelled"), reason, feasible (ok and every stage fits its HBM),
     model_flops_per_sample; when ok also time_per_batch_s, samples_per_s,
@@ -354,6 +357,14 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     plan["trainers"] = [t for t in _plan.launchers(pl.as_dict(), spec) if refused[t] is None]
     plan["not_launchable"] = {t.id: refused[t.id] or _plan.launch_refusal(t.id, pl.as_dict(), spec)
                               for t in _plan.TRAINERS if t.id not in plan["trainers"]}
+    # the trainers that launch the plan at their own values of knobs it sets otherwise (a
+    # different plan, priced apart: torchtitan's master_weights params)
+    plan["launchable_with"] = {}
+    for tid in plan["not_launchable"]:
+        own = {n: v for n, v in _plan.trainer_values(tid, {}).items() if pl.as_dict()[n] != v}
+        if own and refused[tid] is None and _plan.launch_refusal(
+                tid, {**pl.as_dict(), **own}, spec) is None:
+            plan["launchable_with"][tid] = own
     flops = model_flops_per_sample(spec)
     out = {"model": spec.name, "arch": arch_name, "platform": chip.platform,
            "cost_model": "calibrated",
