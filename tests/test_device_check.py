@@ -95,3 +95,108 @@ def test_unknown_gpu_needs_arch():
 def test_measure_without_torch_says_so(tmp_path):
     with pytest.raises(SystemExit, match="needs PyTorch"):
         dc.measure(tmp_path)
+
+
+class _Tensor:
+    """A stand-in tensor: shape and dtype only (measure's bookkeeping, not its numbers)."""
+
+    def __init__(self, *shape, dtype="bf16"):
+        self.shape, self.dtype = shape, dtype
+
+    def to(self, dtype):
+        return _Tensor(*self.shape, dtype=dtype)
+
+    def t(self):
+        return _Tensor(*reversed(self.shape), dtype=self.dtype)
+
+    def copy_(self, other):
+        assert other.shape == self.shape
+        return self
+
+
+def _fake_torch():
+    """A module object with the PyTorch names ``measure`` uses, on no device: each call
+    checks its operands' shapes; events time the host clock."""
+    import contextlib
+    import time
+    import types
+
+    torch = types.ModuleType("torch")
+    torch.__version__ = "stand-in"
+    torch.bfloat16, torch.float32, torch.float8_e4m3fn = "bf16", "fp32", "fp8"
+    torch.version = types.SimpleNamespace(cuda="none")
+    torch.backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(version=lambda: 0))
+
+    def randn(*shape, device=None, dtype="bf16", requires_grad=False):
+        return _Tensor(*shape, dtype=dtype)
+    torch.randn = torch.empty = randn
+    torch.ones = lambda *shape, device=None, dtype="fp32": _Tensor(*shape, dtype=dtype)
+    torch.randn_like = lambda x, requires_grad=False: _Tensor(*x.shape, dtype=x.dtype)
+
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype, use_fast_accum):
+        assert a.dtype == b.dtype == "fp8" and a.shape[1] == b.shape[0]
+        return _Tensor(a.shape[0], b.shape[1])
+    torch._scaled_mm = scaled_mm
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.t = None
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3 + 1e-3
+
+    props = types.SimpleNamespace(name="Stand-in GPU", multi_processor_count=1,
+                                  total_memory=1, L2_cache_size=50 * 2 ** 20)
+    torch.cuda = types.SimpleNamespace(
+        Event=Event, synchronize=lambda: None, is_available=lambda: True,
+        device_count=lambda: 1, get_device_properties=lambda i: props,
+        empty_cache=lambda: None)
+
+    def linear(a, b):
+        assert a.shape[1] == b.shape[1]
+        return _Tensor(a.shape[0], b.shape[0])
+
+    def sdpa(q, k, v, is_causal, enable_gqa):
+        assert q.shape[-1] == k.shape[-1] and k.shape == v.shape
+        assert enable_gqa == (q.shape[1] != k.shape[1]) and q.shape[1] % k.shape[1] == 0
+        return _Tensor(*q.shape)
+    functional = types.SimpleNamespace(linear=linear, scaled_dot_product_attention=sdpa)
+    attention = types.ModuleType("torch.nn.attention")
+    attention.SDPBackend = types.SimpleNamespace(FLASH_ATTENTION="flash", CUDNN_ATTENTION="cudnn")
+    attention.sdpa_kernel = lambda backends: contextlib.nullcontext()
+    nn = types.ModuleType("torch.nn")
+    nn.functional, nn.attention = functional, attention
+    torch.nn = nn
+    torch.autograd = types.SimpleNamespace(grad=lambda out, inputs, grad: tuple(inputs))
+    return {"torch": torch, "torch.nn": nn, "torch.nn.attention": attention}
+
+
+def test_measure_records_every_case_of_the_plan(tmp_path, monkeypatch):
+    # no GPU here: a stand-in PyTorch runs measure's loops, so that the one device run a
+    # session gets cannot die on its bookkeeping (names, shapes, the file it writes)
+    for name, module in _fake_torch().items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(dc.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError()))
+    monkeypatch.setattr(dc.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError()))
+    out = dc.measure(tmp_path, reps=2, warmup=1, sustain=0.6)
+    plan = json.loads(dc.PLAN_PATH.read_text())
+    saved = json.loads((tmp_path / "device_check.json").read_text())
+    assert saved["gemm"] == out["gemm"]
+    assert len(out["gemm"]) == 3 * len(plan["gemm"])          # bf16, fp8 fast, fp8 split
+    assert all("seconds" in r and "error" not in r for r in out["gemm"])
+    assert len(out["attention"]) == 2 * len(plan["attention"])
+    assert all(r["fwd_seconds"] > 0 and "error" not in r for r in out["attention"])
+    assert [r["bytes"] for r in out["copy"]] == plan["copy_bytes"]
+    assert set(out["sustained"]) == {"bf16", "fp8"}
+    assert out["sustained"]["bf16"]["tflops_per_half_second"]
+    assert out["nccl"] == {"note": "1 GPU: no collective to time"}
+    assert out["env"]["gpu"] == "Stand-in GPU" and "not read" in out["env"]["nvidia_smi"]
+    # and compare reads the file it wrote (on the arch named: the stand-in has no preset)
+    res = dc.compare(saved, "h200")
+    assert len([r for r in res["rows"] if r["group"].startswith("gemm")]) == len(out["gemm"])
