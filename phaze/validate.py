@@ -118,6 +118,8 @@ TRAINER_SPLITS = {"torchtitan": "remainder_first", "automodel": "remainder_first
 #: master weights; Megatron-LM (and NeMo on it) keeps fp32 main parameters beside 16-bit
 #: ones (docs/fidelity-sources.md §10.8).
 TRAINER_MASTER_WEIGHTS = {"torchtitan": "params", "automodel": "params", "maxtext": "params"}
+#: The row keys a trainer sets the default of, and each trainer's values.
+_TRAINER_DEFAULTS = {"pipeline_split": TRAINER_SPLITS, "master_weights": TRAINER_MASTER_WEIGHTS}
 #: The plan's knobs a row holds (``phaze.plan.Knob.file_key``), in the order of a report
 #: row's ``config``.
 _FILE_KNOBS = tuple(sorted((k for k in _plan.KNOBS if k.file_key), key=lambda k: k.file_rank))
@@ -394,11 +396,10 @@ def run(path=None, *, efficiency=None) -> Report:
     for row in table["rows"]:
         config = {k: row[k] for k in _CONFIG_KEYS}
         config.update({k: row.get(k, default) for k, default in _OPTIONAL_KEYS})
-        if "pipeline_split" not in row:
-            config["pipeline_split"] = TRAINER_SPLITS.get(row.get("trainer", "megatron"), "even")
-        if "master_weights" not in row:
-            config["master_weights"] = TRAINER_MASTER_WEIGHTS.get(
-                row.get("trainer", "megatron"), "separate")
+        trainer = row.get("trainer", "megatron")
+        for key, by_trainer in _TRAINER_DEFAULTS.items():   # else the knob's default
+            if key not in row and trainer in by_trainer:
+                config[key] = by_trainer[trainer]
         rec = dict(name=row["name"], kind=row["kind"], held_out=bool(row.get("held_out", False)),
                    source=row["source"], config=config,
                    table=row.get("table", row["name"].split("/")[0]),

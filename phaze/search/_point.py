@@ -360,10 +360,11 @@ def evaluate_step(model, arch, tensor_parallel, pipeline_parallel, data_parallel
     # the trainers that launch the plan at their own values of knobs it sets otherwise (a
     # different plan, priced apart: torchtitan's master_weights params)
     plan["launchable_with"] = {}
+    values = pl.as_dict()
     for tid in plan["not_launchable"]:
-        own = {n: v for n, v in _plan.trainer_values(tid, {}).items() if pl.as_dict()[n] != v}
+        own = {n: v for n, v in _plan.trainer_values(tid, {}).items() if values[n] != v}
         if own and refused[tid] is None and _plan.launch_refusal(
-                tid, {**pl.as_dict(), **own}, spec) is None:
+                tid, {**values, **own}, spec) is None:
             plan["launchable_with"][tid] = own
     flops = model_flops_per_sample(spec)
     out = {"model": spec.name, "arch": arch_name, "platform": chip.platform,

@@ -15,6 +15,7 @@ import numpy as np
 from . import _kernels as kern
 from . import _optim
 from .. import _config, collectives, graph, precision
+from .. import plan as _plan
 from .._cache import Memo
 from ..arch import efficiency as _efficiency
 
@@ -395,10 +396,7 @@ def plan_records(p, t, d, cp, ep, v, m, n_layers, zero, ogr, recompute, sp,
                           "sp", "opg", "reshard", "acct", "mp"), cols):
         out[name] = col
     out["rec_mode"] = RECOMPUTE_CODES[recompute]
-    if master_weights not in _optim.MASTER_WEIGHTS:
-        raise ValueError(f"master_weights must be one of {', '.join(_optim.MASTER_WEIGHTS)}, "
-                         f"got {master_weights!r}")
-    params = master_weights == "params"
+    params = _plan.check("master_weights", master_weights) == "params"
     # "params": no 16-bit gradient buffer to copy, no master copy, no model-weight copy
     copy = -_optim.PARAMS_STEP_SAVED_BYTES if params \
         else OPTIMIZER_GRAD_COPY_BYTES[grad_reduce_dtype]

@@ -31,8 +31,7 @@ Per parameter (docs/fidelity-sources.md §21):
   Tensor-parallel weights are orthogonalised slice by slice (``--muon-tp-mode
   blockwise``). Muon needs whole matrices on the rank that updates them: ZeRO 2 and 3
   (parameters or gradients sharded inside a matrix) are refused.
-- **Where the master weights live** (the plan knob ``master_weights``,
-  :data:`MASTER_WEIGHTS`): "separate" (Megatron-LM, DeepSpeed) keeps 16-bit model weights
+- **Where the master weights live** (the plan knob ``master_weights``): "separate" (Megatron-LM, DeepSpeed) keeps 16-bit model weights
   and the optimizer's fp32 master copy, as above; "params" (PyTorch FSDP2 with a
   ``MixedPrecisionPolicy``: torchtitan, NeMo AutoModel; JAX's fp32 parameters: MaxText)
   keeps the parameters themselves in fp32 — "the optimizer step uses the sharded parameter
@@ -53,9 +52,7 @@ from dataclasses import dataclass
 STATE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: The fp32 master weights every optimizer keeps, bytes per parameter.
 MASTER_BYTES = 4
-#: Where the master weights live (module docstring): the plan knob ``master_weights``'s values.
-MASTER_WEIGHTS = ("separate", "params")
-#: "params": bytes per parameter of the weights a rank keeps and of its gradients (fp32).
+#: The plan knob ``master_weights`` "params" (module docstring): bytes per parameter of the weights a rank keeps and of its gradients (fp32).
 PARAMS_WEIGHT_BYTES = 4
 PARAMS_GRAD_BYTES = 4
 #: "params": HBM bytes per parameter the step does not move: the copy to the 16-bit model
