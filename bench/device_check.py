@@ -443,21 +443,17 @@ def preset_for(gpu_name: str) -> str:
 
 
 def _gemm_prices(arch, cases):
-    from phaze import cost
-    from phaze.arch import efficiency, presets
-    from phaze.graph import OpGraph
-    row, eff = presets.get(arch), efficiency.get(arch)
+    """(case, phaze's seconds) of each measured GEMM on preset ``arch``
+    (``bench_te_gemm.gemm_seconds``, the one-GEMM pricing the benchmarks share)."""
+    from bench_te_gemm import gemm_seconds
     out = []
     for fp8 in (False, True):
         sel = [c for c in cases if (c["dtype"] == "fp8") == fp8]
-        if not sel:
-            continue
-        g = OpGraph.from_ops([dict(name=f"g{i}", kind=0, dims=(1, c["m"], c["k"], c["n"]),
-                                   fp8=fp8) for i, c in enumerate(sel)],
-                             dtype="fp8" if fp8 else "bf16")
-        lat = cost.op_latencies(g, row, model="calibrated", efficiency=eff,
-                                fp8_rate=presets.FP8_RATE[arch] if fp8 else None)[1][:, 0]
-        out += list(zip(sel, (float(x) for x in lat)))
+        if sel:
+            # operator names unique (a shape is timed with fast and split accumulation)
+            lat = gemm_seconds(arch, [(f"g{i}", c["m"], c["k"], c["n"])
+                                      for i, c in enumerate(sel)], fp8)
+            out += list(zip(sel, (float(x) for x in lat)))
     return out
 
 
@@ -503,7 +499,7 @@ def compare(result: dict, arch=None) -> dict:
     """Every measured case beside phaze's price on ``arch`` (default: the GPU's preset):
     rows (group, name, measured_s, priced_s, error) and per group the median and mean
     absolute error."""
-    sys.path.insert(0, str(HERE.parent))
+    sys.path[:0] = [str(HERE.parent), str(HERE)]   # phaze, and the benchmarks beside this
     arch = arch or preset_for(result["env"]["gpu"])
     rows = []
     gemms = [c for c in result.get("gemm", []) if "seconds" in c]
