@@ -23,7 +23,7 @@ _KNOBS = dict(global_batch=256, flash_attention=True, sequence_parallel=True, ze
 
 
 def _launchers(chip):
-    r = search.evaluate_point("llama3-70b", chip, 8, 4, 4, 1, "selective", **_KNOBS)
+    r = search.evaluate_point("llama3-70b", chip, 8, 4, 4, 1, "full", **_KNOBS)
     assert r["platform"] == PLATFORM[chip]
     return r["trainers"], r["not_launchable"]
 
@@ -126,3 +126,17 @@ def test_archs_lists_each_presets_platform(capsys):
     for name, platform in PLATFORM.items():
         row = next(ln for ln in lines[lines.index(header):] if ln.split()[0] == name)
         assert row[col:col + 8].strip() == (platform or "-"), name
+
+
+def test_deepspeed_refuses_selective_with_flash():
+    """Megatron-DeepSpeed's ParallelAttention checkpoints its unfused core only, so a plan
+    priced with the fused kernel re-run (Megatron-Core's core_attn checkpoint) is not
+    DeepSpeed's; without flash attention both trainers run the priced plan."""
+    knobs = dict(_KNOBS, zero_stage=1)
+    r = search.evaluate_point("llama3-70b", "h100-sxm", 8, 4, 4, 1, "selective", **knobs)
+    assert r["trainers"] == ["megatron-lm"]
+    assert r["not_launchable"]["deepspeed"].startswith(
+        "Megatron-DeepSpeed does not checkpoint the flash-attention kernel")
+    knobs["flash_attention"] = False
+    r = search.evaluate_point("llama3-70b", "h100-sxm", 8, 4, 4, 1, "selective", **knobs)
+    assert r["trainers"] == ["megatron-lm", "deepspeed"]

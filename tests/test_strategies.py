@@ -146,7 +146,8 @@ def test_stash_properties(m, b, t, flash):
         fl = graph.build_layers(m, b, t, flash_attention=True).layers[1]
         blk = plain.layers[1]
         assert fl.stash("none") < blk.stash("none")        # no b·a·s² scores
-        assert fl.stash("selective") == fl.stash("none")   # nothing left to recompute
+        # selective drops the kernel's fp32 log-sum-exp only (b·a/t·s·4 bytes)
+        assert fl.stash("none") - fl.stash("selective") == b * (m.heads // t) * m.seq_len * 4
         # flash keeps the FLOPs of QKᵀ and P·V (forward), and adds the recomputed QKᵀ
         assert fl.forward.flops.sum() == blk.forward.flops.sum()
         assert fl.backward.flops.sum() == pytest.approx(
@@ -284,8 +285,30 @@ def test_flash_attention_saves_activations():
     a = _step(recompute="none")
     b = _step(recompute="none", flash_attention=True)
     assert b.ok and b.memory[0].activations < a.memory[0].activations
+
+
+def test_selective_with_flash_reruns_the_fused_kernel():
+    """Megatron-Core's selective recomputation checkpoints core_attention, Transformer
+    Engine's fused attention, and re-runs its forward before the backward
+    (megatron/core/transformer/attention.py, ``checkpoint_core_attention``): by hand, the
+    stage's 4 layers each re-run flash_attn's forward, and each drops the kernel's fp32
+    log-sum-exp (b·a/t·s·4 B); the stage holds 2 microbatches in flight and one layer's
+    recomputed kernel as workspace."""
+    b = _step(recompute="none", flash_attention=True)
     s = _step(recompute="selective", flash_attention=True)
-    assert s.memory[0].activations == b.memory[0].activations and s.breakdown.recompute_s == 0
+    g = graph.build_layers(_small(), 2, 2, flash_attention=True, kernels="megatron")
+    sec, index = _step_model._op_seconds(g.layers[1].forward, presets.get("a100-80g"), A100, 2)
+    assert s.breakdown.recompute_s == pytest.approx(4 * sec[index["flash_attn"]], rel=1e-12)
+    assert s.breakdown.recompute_s > 0 and s.time_s > b.time_s
+    lse = 2 * (8 // 2) * 256 * 4
+    L = g.layers[1]
+    assert L.stash("none") - L.stash("selective") == lse
+    assert b.memory[0].activations - s.memory[0].activations == 2 * 4 * lse
+    assert s.memory[0].workspace == lse
+    # fp8: the 16-bit attention output flash's backward reads is dropped too
+    f8 = graph.build_layers(_small(), 2, 2, flash_attention=True, kernels="megatron",
+                            dtype="fp8").layers[1]
+    assert f8.stash("none") - f8.stash("selective") == lse + 2 * (2 * 256) * (512 // 2)
 
 
 # -- step: ZeRO and overlap ------------------------------------------------------------

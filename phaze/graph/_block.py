@@ -346,9 +346,11 @@ def attention_stash(sh: Shape) -> tuple:
     if sh.flash:
         # No scores, probabilities or dropout mask (the kernel regenerates the mask from the
         # RNG state): the fp32 log-sum-exp instead, and under fp8 the 16-bit attention
-        # output flash's backward reads.
-        stash += lse + (B * T * sh.q_dim if sh.B8 != B else 0)
-        return stash, 0
+        # output flash's backward reads. Selective recomputation (Megatron-Core's
+        # core_attn checkpoint around Transformer Engine's fused attention) keeps the
+        # kernel's inputs Q, K, V and drops what the kernel saved beyond them: these two.
+        kernel = lse + (B * T * sh.q_dim if sh.B8 != B else 0)
+        return stash + kernel, kernel
     core = 2 * B * scores + MASK_BYTES_PER_ELEMENT * scores   # probabilities, dropped, mask
     return stash + core, core
 

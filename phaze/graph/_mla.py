@@ -177,7 +177,9 @@ def mla_stash(sh: Shape) -> tuple:
              + B8 * (Tn * h + T * (ql + kvl) + T * a * vd)   # projection inputs, out_proj input
              + MASK_BYTES_PER_ELEMENT * Tn * h)
     if sh.flash:
-        stash += sh.b * a * sh.s_q * LOSS_BYTES_PER_ELEMENT + (B * T * a * vd if B8 != B else 0)
-        return stash, 0
+        # the kernel's log-sum-exp and (fp8) 16-bit output: what a core_attn checkpoint
+        # drops (``_block.attention_stash``)
+        kernel = sh.b * a * sh.s_q * LOSS_BYTES_PER_ELEMENT + (B * T * a * vd if B8 != B else 0)
+        return stash + kernel, kernel
     core = 2 * B * scores + MASK_BYTES_PER_ELEMENT * scores
     return stash + core, core

@@ -358,10 +358,9 @@ RULES = (
          lambda v: "Megatron-LM refuses --cross-entropy-fusion-impl te (Transformer Engine's "
                    "cross-entropy, disabled for stability issues since June 2026); use "
                    "loss_kernel native-fused or native"),
-    # Muon (phaze/step/_optim.py): Megatron-LM's --optimizer muon, at ZeRO 0 or with the
-    # layer-wise distributed optimizer (ZeRO 1); DeepSpeed's and torchtitan's optimizers
-    # have no Muon. Megatron-LM's precision-aware optimizer keeps Adam's moments in fp32,
-    # fp16 or fp8.
+    # Muon (phaze/step/_optim.py): Megatron-LM's --optimizer muon at ZeRO 0-1 (layer-wise
+    # distributed); DeepSpeed's and torchtitan's have none. Megatron-LM's precision-aware
+    # optimizer keeps Adam's moments in fp32, fp16 or fp8.
     Rule("megatron-lm", "trainer", ("optimizer", "zero_stage"),
          lambda v: v["optimizer"] == "muon" and v["zero_stage"] >= 2,
          lambda v: f"Muon needs whole weight matrices on the rank that updates them: ZeRO "
@@ -388,6 +387,12 @@ RULES = (
          lambda v: v["master_weights"] == "params",
          lambda v: "DeepSpeed keeps fp32 partitions beside its 16-bit parameters "
                    "(master_weights separate), not fp32 parameters"),
+    # Megatron-DeepSpeed's ParallelAttention checkpoints only its unfused core: with
+    # --use-flash-attn-v2 selective recomputes nothing (phaze prices Megatron-Core's re-run).
+    Rule("deepspeed", "trainer", ("recompute", "flash_attention"),
+         lambda v: v["recompute"] == "selective" and v["flash_attention"],
+         lambda v: "Megatron-DeepSpeed does not checkpoint the flash-attention kernel (its "
+                   "selective recomputation re-runs the unfused core only); use recompute none"),
     Rule("deepspeed", "emit", ("optimizer_state_dtype",),
          lambda v: v["optimizer_state_dtype"] != "fp32",
          lambda v: "the ds_config written here keeps fp32 optimizer state; emit megatron"),

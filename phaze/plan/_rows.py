@@ -74,7 +74,8 @@ _ROWS["recompute"] = Knob(
     choices=("none", "selective", "full", "op"), flags=("--recompute",), const="full",
     file_key="recompute", file_rank=6,
     help="activation recomputation: none (the default when absent), selective "
-         "(attention core only; calibrated model only), full (bare --recompute) or op "
+         "(the attention core, with flash attention the fused kernel's forward, re-runs: "
+         "Megatron-Core's core_attn; calibrated model only), full (bare --recompute) or op "
          "(torchtitan's per-op selective checkpointing: the elementwise operators and "
          "every second matmul re-run; calibrated model only, not searched)",
     search="grid", search_metavar="MODES",
@@ -83,7 +84,8 @@ _ROWS["recompute"] = Knob(
                 "= none,full",
     column=True, column_rank=0, short="rc", width=9, phrase="recompute {}",
     legend="activation recomputation mode: none; selective (the attention core re-runs\n"
-           "before its backward, Korthikanti et al. 2022); full (every transformer layer\n"
+           "before its backward, Korthikanti et al. 2022; with flash attention the fused\n"
+           "kernel's forward, as Megatron-Core checkpoints it); full (every transformer layer\n"
            "re-runs its forward before the backward: least activation memory). With\n"
            "--study: full = every stage but the last re-runs its forward, none = not",
     grid_rank=0, title="recompute",

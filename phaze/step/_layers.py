@@ -254,8 +254,11 @@ def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None
     first two each a row's sum of its operators (numpy's sum over one contiguous row, the
     same summation as one row alone) without the expert-parallel all-to-alls and the
     context-parallel K/V exchanges (``GROUP_COLLECTIVES``: the kernels price them over the
-    plan's ranks). The third is what selective recomputation re-runs (0 with flash
-    attention); the next two are the fused attention kernels the K/V exchange overlaps;
+    plan's ranks). The third is what selective recomputation re-runs: the unfused attention
+    core, or with flash attention the fused kernel's forward (Megatron-Core checkpoints
+    ``core_attention``, Transformer Engine's fused attention, and re-runs it before the
+    backward: ``megatron/core/transformer/attention.py``, ``checkpoint_core_attention``);
+    the next two are the fused attention kernels the K/V exchange overlaps;
     the sixth what per-op selective recomputation re-runs: the forward's elementwise and
     memory-bound operators and ``op_shares`` (:func:`op_recompute_shares`) of its GEMMs
     (0 without ``op_shares``). ``priced``: {graph: intra-op latencies} already priced, or
@@ -273,6 +276,7 @@ def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None
             core = core + fs[findex[n]]
     zero = np.zeros(fs.shape[1])
     flash_f = fs[findex["flash_attn"]].copy() if "flash_attn" in findex else zero
+    core = core + flash_f
     flash_b = bs[bindex["flash_attn.bwd"]].copy() if "flash_attn.bwd" in bindex else zero
     op = np.zeros(fs.shape[1])
     if op_shares is not None:

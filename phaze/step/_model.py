@@ -123,8 +123,13 @@ Strategy knobs (issue 14; fixed plans here, searched over by ``best_plans``)
   with the FLOPs of QKᵀ and P·V (backward: the five BMMs) and a softmax epilogue; the
   GEMM's own tile-traffic rule still applies to it, which for GPT-3 at t = 8 on the
   A100 leaves it compute-bound (≈ 180 TFLOP/s; 0.14 ms forward against 0.34 ms for the
-  unfused scores–softmax–context kernels). With flash, "selective" has nothing left to
-  recompute and equals "none" in memory and time.
+  unfused scores–softmax–context kernels). With flash, "selective" is Megatron-Core's
+  ``core_attn`` checkpoint around Transformer Engine's fused attention: the kernel's
+  forward re-runs before its backward and only what the kernel saved beyond Q, K and V
+  (its fp32 log-sum-exp; under fp8 its 16-bit output) is not stashed
+  (``megatron/core/transformer/attention.py``, ``checkpoint_core_attention``;
+  docs/fidelity-sources.md §28). Megatron-DeepSpeed checkpoints only the unfused core
+  (its trainer rule refuses selective with flash).
 - ``virtual_stages`` v (interleaved 1F1B, Narayanan et al. 2021 §2.2.2; sheet §5.4):
   device r runs model chunks (virtual stages) c·p + r, c = 0..v−1, of L/(p·v) layers
   each; the embedding sits on virtual stage 0, the head on the last. Per microbatch a
