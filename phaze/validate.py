@@ -208,6 +208,11 @@ def _check_row(row, where, shapes):
         value = row.get(knob.file_key, knob.default)
         if knob.type is bool:
             ok = isinstance(value, bool)
+        elif knob.type is str and knob.normalize is not None:   # a set of names
+            try:
+                ok = bool(knob.check(value))
+            except ValueError:
+                ok = False
         elif knob.type is str:
             ok = isinstance(value, str) and value in knob.choices
         else:

@@ -50,6 +50,7 @@ from .._validate import positive_float, positive_int
 
 
 from ._layer import layer as _layer
+from ._recompute import DEFAULT_RECOMPUTE_MODULES, module_parts, selective as _selective
 from ._loss import DEFAULT_LOSS_KERNEL, LOSS_KERNELS, STUDY as _STUDY_LOSS, add_loss, \
     check_loss_kernel
 from ._ops import (KERNEL_SETS, LOSS_BYTES_PER_ELEMENT, MASK_BYTES_PER_ELEMENT, TOKEN_ID_BYTES,
@@ -87,6 +88,7 @@ class LayerGraph:
     stash_selective_bytes: int = None
     stash_full_bytes: int = None
     expert_param_bytes: int = 0
+    recompute_parts: tuple = ()
 
     def __post_init__(self):
         # Layers that are never checkpointed (embedding, head) keep the same stash in every
@@ -108,6 +110,13 @@ class LayerGraph:
         if recompute == "full":
             return self.stash_full_bytes
         raise ValueError(f"recompute must be 'none', 'selective' or 'full', got {recompute!r}")
+
+    def selective(self, modules: str = DEFAULT_RECOMPUTE_MODULES) -> tuple:
+        """(forward operator names re-run, stash bytes kept, whether the MoE all-to-alls
+        re-run) under Megatron-Core's selective recomputation of ``modules`` (canonical
+        comma-joined names, ``phaze.graph._recompute``); the default ``core_attn`` keeps
+        :meth:`stash` ("selective")."""
+        return _selective(self.recompute_parts, modules, self.stash_bytes, self.stash_full_bytes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -515,6 +524,7 @@ def _build_layers(model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor
     sh = Shape(model, b, t, B, sp, flash, dtype, kernels, cp, ep, capacity_factor,
                _STUDY_LOSS if loss == "study" else LOSS_KERNELS[loss])
     builders = {"embedding": _embedding, "head": _head}
+    mixers = {layer_kind_name(mixer, ffn): (mixer, ffn) for mixer, ffn in set(model.layer_kinds)}
     for mixer, ffn in set(model.layer_kinds):
         builders[layer_kind_name(mixer, ffn)] = \
             lambda sh_, mixer=mixer, ffn=ffn: _layer(sh_, mixer, ffn)
@@ -535,6 +545,10 @@ def _build_layers(model, b, t, B, sp, flash, dtype, kernels, ep, capacity_factor
                                tensor_parallel=t > 1, stash_selective_bytes=int(selective),
                                stash_full_bytes=int(full),
                                expert_param_bytes=int(out[5]) if len(out) > 5 else 0)
+            if kind in mixers:
+                mixer, ffn = mixers[kind]
+                built[kind]["recompute_parts"] = module_parts(
+                    sh.for_mixer(mixer), mixer, ffn, fwd.names, int(stash) - int(selective))
         layers.append(LayerGraph(count=count, **built[kind]))
     return ModelGraph(model=model, microbatch=b, tensor_parallel=t, layers=tuple(layers),
                       sequence_parallel=sp, flash_attention=bool(flash), dtype=dtype,

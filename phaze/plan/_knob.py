@@ -52,6 +52,9 @@ class Knob:
       ``file_optional``: the row may leave it out (the knob's default).
     - ``required``: ``phaze evaluate`` must be given it; ``evaluate_default``: its
       default there (None: absent, so that the study's model can refuse it by name).
+    - ``normalize``: for a str knob without ``choices`` whose value is a set (e.g.
+      ``recompute_modules``), ``normalize(value, field)`` gives the canonical string or
+      raises the one-sentence ``ValueError``.
     """
 
     name: str
@@ -94,6 +97,7 @@ class Knob:
     file_key: str = ""
     file_rank: int = None
     file_optional: bool = False
+    normalize: object = None
 
     @property
     def dest(self) -> str:
@@ -111,6 +115,8 @@ class Knob:
         field = field or self.name
         if value is None and self.optional:
             return None
+        if self.normalize is not None:   # a set-valued str knob: its canonical spelling
+            return self.normalize(value, field)
         if self.type is bool:
             if isinstance(value, (bool, np.bool_)) or (
                     isinstance(value, (int, np.integer)) and value in (0, 1)):

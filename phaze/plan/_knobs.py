@@ -11,7 +11,7 @@ import numpy as np
 from .. import precision as _precision
 from ..graph import LOSS_KERNELS as _LOSS
 from ._knob import Knob, Rule, Trainer
-from ._rows import _ROWS
+from ._rows import RECOMPUTE_RULES, _ROWS
 from ._torchtitan import stages_expressible as _tt_stages_expressible, units as _tt_units
 
 
@@ -128,7 +128,7 @@ KNOBS = (
     _ROWS["optimizer"], _ROWS["optimizer_state_dtype"],
     _ROWS["moe_dispatcher"], _ROWS["pipeline_split"], _ROWS["pipeline_microbatches"],
     _ROWS["attention_kernel"], _ROWS["loss_kernel"], _ROWS["master_weights"],
-)
+    _ROWS["recompute_modules"])
 
 #: Knob by name.
 KNOB = {k.name: k for k in KNOBS}
@@ -219,9 +219,10 @@ Plan = dataclasses.make_dataclass(
 Plan.__module__ = __name__   # pickles as phaze.plan.Plan
 
 _NUMPY = {bool: "?", int: "<i8", float: "<f8"}
+_str_width = (lambda k: max(map(len, k.choices)) if k.choices else len(k.rule))  # noqa: E731
 #: The numpy record of a :class:`Plan` (strings as fixed-width unicode, a capacity factor
 #: of None as NaN).
-PLAN_RECORD_DTYPE = np.dtype([(k.name, _NUMPY.get(k.type) or f"<U{max(map(len, k.choices))}")
+PLAN_RECORD_DTYPE = np.dtype([(k.name, _NUMPY.get(k.type) or f"<U{_str_width(k)}")
                               for k in KNOBS])
 
 
@@ -387,12 +388,7 @@ RULES = (
          lambda v: v["master_weights"] == "params",
          lambda v: "DeepSpeed keeps fp32 partitions beside its 16-bit parameters "
                    "(master_weights separate), not fp32 parameters"),
-    # Megatron-DeepSpeed's ParallelAttention checkpoints only its unfused core: with
-    # --use-flash-attn-v2 selective recomputes nothing (phaze prices Megatron-Core's re-run).
-    Rule("deepspeed", "trainer", ("recompute", "flash_attention"),
-         lambda v: v["recompute"] == "selective" and v["flash_attention"],
-         lambda v: "Megatron-DeepSpeed does not checkpoint the flash-attention kernel (its "
-                   "selective recomputation re-runs the unfused core only); use recompute none"),
+    *RECOMPUTE_RULES,
     Rule("deepspeed", "emit", ("optimizer_state_dtype",),
          lambda v: v["optimizer_state_dtype"] != "fp32",
          lambda v: "the ds_config written here keeps fp32 optimizer state; emit megatron"),
@@ -590,7 +586,10 @@ def _recompute_megatron(v) -> list:
     if v["recompute"] == "full":
         return ["--recompute-granularity", "full", "--recompute-method", "uniform",
                 "--recompute-num-layers", "1"]
-    return ["--recompute-granularity", "selective"] if v["recompute"] == "selective" else []
+    mods = v.get("recompute_modules") or "core_attn"
+    return (["--recompute-granularity", "selective"] + (
+        [] if mods == "core_attn" else ["--recompute-modules", *mods.split(",")])
+        if v["recompute"] == "selective" else [])
 
 
 def _recompute_deepspeed(v) -> list:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from .. import precision as _precision
 from ..arch import ATTENTION_KERNELS
-from ..graph import DEFAULT_LOSS_KERNEL, LOSS_KERNEL_NAMES
-from ._knob import Knob
+from ..graph import (DEFAULT_LOSS_KERNEL, DEFAULT_RECOMPUTE_MODULES, LOSS_KERNEL_NAMES,
+                     RECOMPUTE_MODULES, canonical_modules)
+from ._knob import Knob, Rule
 
 #: The rows by knob name.
 _ROWS = {}
@@ -95,6 +96,28 @@ _ROWS["recompute"] = Knob(
               "--recompute-granularity selective",
     torchtitan="--activation_checkpoint.mode none|selective|full (selective: "
                "--activation_checkpoint.selective_ac_option op)")
+
+# Sources: Megatron-Core megatron/core/transformer/transformer_config.py
+# (recompute_modules, default ["core_attn"] under selective granularity),
+# megatron/training/arguments.py (--recompute-modules, nargs *); phaze/graph/_recompute.py;
+# docs/fidelity-sources.md §28.
+_ROWS["recompute_modules"] = Knob(
+    "recompute_modules", str, DEFAULT_RECOMPUTE_MODULES,
+    "a non-empty set of " + ", ".join(RECOMPUTE_MODULES), normalize=canonical_modules,
+    flags=("--recompute-modules",), metavar="MODULES", study=DEFAULT_RECOMPUTE_MODULES,
+    calibrated_only=True, study_lacks="selective recomputation by module",
+    file_key="recompute_modules", file_rank=32, file_optional=True,
+    help="what --recompute selective re-runs, Megatron-Core's --recompute-modules: a "
+         "comma-separated set of " + ", ".join(RECOMPUTE_MODULES) + " (default core_attn: "
+         "the attention core; mlp the dense MLP, moe the whole MoE layer with its "
+         "all-to-alls, shared_experts, moe_act the experts' activation, layernorm the "
+         "separate norms, mla_up_proj MLA's up-projections and rotary embedding); ignored "
+         "by the other modes (calibrated model only)",
+    search="one", search_metavar="MODULES", grid_rank=25, title="recompute modules",
+    search_help="what selective recomputation re-runs (Megatron-Core's --recompute-modules, "
+                "comma-separated; default core_attn)",
+    megatron="--recompute-modules (with --recompute-granularity selective)",
+    deepspeed="", torchtitan="")
 
 # Source: Megatron-Core megatron/training/arguments.py (--account-for-embedding-in-
 # pipeline-split, --account-for-loss-in-pipeline-split: the embedding and the loss
@@ -415,3 +438,22 @@ _ROWS["moe_dispatcher"] = Knob(
     grid_rank=23, title="MoE dispatcher",
     megatron="--moe-token-dispatcher-type alltoall | flex with --moe-enable-deepep",
     deepspeed="", torchtitan="")
+
+
+#: The launchability rules of recomputation (spliced into ``_knobs.RULES``): Megatron-
+#: DeepSpeed's ParallelAttention checkpoints its unfused core only, so with
+#: --use-flash-attn-v2 its selective recomputation re-runs nothing (phaze prices
+#: Megatron-Core's re-run of the fused kernel, docs/fidelity-sources.md §28); the modules
+#: beyond core_attn are Megatron-Core's alone.
+RECOMPUTE_RULES = (
+    Rule("deepspeed", "trainer", ("recompute", "flash_attention"),
+         lambda v: v["recompute"] == "selective" and v["flash_attention"],
+         lambda v: "Megatron-DeepSpeed does not checkpoint the flash-attention kernel (its "
+                   "selective recomputation re-runs the unfused core only); use recompute none"),
+    *(Rule(trainer, "trainer", ("recompute", "recompute_modules"),
+           lambda v: v["recompute"] == "selective" and v["recompute_modules"] != "core_attn",
+           lambda v, who=who: f"{who} has no selective recomputation by module "
+                              f"(recompute_modules {v['recompute_modules']} is Megatron-Core's "
+                              f"--recompute-modules)")
+      for trainer, who in (("deepspeed", "Megatron-DeepSpeed"), ("torchtitan", "torchtitan"))),
+)

@@ -133,6 +133,8 @@ def add_evaluate_options(parser, names) -> None:
             kw.update(nargs="?", const=k.const, default=None, choices=k.choices)
         elif k.type is str:
             kw.update(choices=k.choices, default=None)
+            if k.choices is None and k.metavar:
+                kw["metavar"] = k.metavar
         else:
             kw.update(type=k.type, default=k.evaluate_default)
             if k.required:

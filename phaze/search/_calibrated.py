@@ -82,7 +82,8 @@ def layer_table(cfg, model_index, microbatch, archs):
         sequence_parallel=tuple(cfg.sequence_parallel),
         flash_attention=tuple(cfg.flash_attention), precision=cfg.precision,
         fp8_rate=cfg.fp8_rate, optimizer=cfg.optimizer,
-        optimizer_state_dtype=cfg.optimizer_state_dtype, **_parallel_grids(cfg, model_index))
+        optimizer_state_dtype=cfg.optimizer_state_dtype,
+        recompute_modules=cfg.recompute_modules, **_parallel_grids(cfg, model_index))
 
 
 def lower_bounds(cfg, table, recompute, rows=None) -> np.ndarray:
@@ -407,6 +408,7 @@ def fixed_plan_best(cfg, model, row, t, p, d):
                                     optimizer_state_dtype=cfg.optimizer_state_dtype,
                                     moe_dispatcher=cfg.moe_dispatcher,
                                     master_weights=cfg.master_weights,
+                                    recompute_modules=cfg.recompute_modules,
                                     overlap_param_gather=True in cfg.overlap_param_gather,
                                     reshard_after_forward=cfg.reshard_after_forward,
                                     # Megatron's overlap runs on sequence parallelism:

@@ -173,7 +173,7 @@ def resolve_strategy_grids(study, **given) -> dict:
         value = given.get(name)
         if k.type is float:
             grids[name] = None if value is None else positive_float(name, value)
-        elif k.type is bool:
+        elif k.type is bool or k.normalize is not None:
             grids[name] = k.check(k.default if value is None else value)
         else:
             grids[name] = one_of(name, k.default if value is None else value, k.choices)

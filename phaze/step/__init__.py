@@ -5,7 +5,7 @@ The face re-exports; ``_model`` prices one plan (:func:`training_step`, memory p
 ``_layers`` prices the layers of every variant on architecture rows, ``_plans``
 searches the plans of many rows (:func:`best_plans`, :func:`step_lower_bounds`;
 :func:`layer_table` prices the layers once for both, a :class:`LayerTable` whose methods
-run them on any subset of its rows), ``_kernels`` holds the compiled step arithmetic
+run them on any subset of its rows; ``_bounds`` the bound's arithmetic), ``_kernels`` holds the compiled step arithmetic
 they share; ``_energy`` counts a step's energy by part and the clock a power cap leaves
 (:func:`plan_power`, :func:`energy_parts`, :func:`power_capped`, issue 28).
 """

@@ -248,7 +248,7 @@ GROUP_COLLECTIVES = ("all_to_all", "p2p")
 
 
 def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None,
-                     tp_overlap=False, op_shares=None):
+                     tp_overlap=False, op_shares=None, recompute_modules=None):
     """(forward, backward, attention-core forward, flash attention forward, flash attention
     backward) seconds of one layer kind, one microbatch, on every row: five (n,) arrays, the
     first two each a row's sum of its operators (numpy's sum over one contiguous row, the
@@ -261,8 +261,10 @@ def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None
     the next two are the fused attention kernels the K/V exchange overlaps;
     the sixth what per-op selective recomputation re-runs: the forward's elementwise and
     memory-bound operators and ``op_shares`` (:func:`op_recompute_shares`) of its GEMMs
-    (0 without ``op_shares``). ``priced``: {graph: intra-op latencies} already priced, or
-    None; ``tp_overlap``: :func:`op_seconds_rows`'."""
+    (0 without ``op_shares``). ``recompute_modules``: the selective recomputation's
+    modules (``LayerGraph.selective``; None: ``core_attn``, the third as above), whose
+    forward operators the third sums. ``priced``: {graph: intra-op latencies} already
+    priced, or None; ``tp_overlap``: :func:`op_seconds_rows`'."""
     priced = priced or {}
     fs, findex = op_seconds_rows(layer.forward, pricer, rp, node_size, t, fp8_rate,
                                  priced.get(layer.forward), tp_overlap)
@@ -271,12 +273,13 @@ def layer_times_rows(layer, pricer, rp, node_size, t, fp8_rate=None, priced=None
     for sec, g in ((fs, layer.forward), (bs, layer.backward)):
         sec[_graph_static(g)[3]] = 0.0
     core = np.zeros(fs.shape[1])
-    for n in ATTENTION_CORE:
+    rerun = (ATTENTION_CORE + ("flash_attn",) if recompute_modules is None
+             else layer.selective(recompute_modules)[0])
+    for n in rerun:
         if n in findex:
             core = core + fs[findex[n]]
     zero = np.zeros(fs.shape[1])
     flash_f = fs[findex["flash_attn"]].copy() if "flash_attn" in findex else zero
-    core = core + flash_f
     flash_b = bs[bindex["flash_attn.bwd"]].copy() if "flash_attn.bwd" in bindex else zero
     op = np.zeros(fs.shape[1])
     if op_shares is not None:

@@ -624,7 +624,7 @@ def training_step(model, arch, *, efficiency=None, fp8_rate=None, **knobs) -> St
                           flash_kernel=attention_shape_kernel(chip, pl.attention_kernel))
     ns_steps = _optim.NS_STEPS if _optim.OPTIMIZERS[pl.optimizer].matrices else 0
     lt, sizes = _search.variant_inputs(mg, m_spec, pricer, rp, ns, recompute, fp8_rate, tpo,
-                                       ns_steps)
+                                       ns_steps, pl.recompute_modules)
     prefix = _layers.kind_prefix(m_spec)
     plan_rec = _layers.plan_records(p, t, d, cp, ep, v, m, m_spec.n_layers, zero,
                                     bool(overlap_grad_reduce), recompute, sp, precision,

@@ -17,13 +17,15 @@ import numpy as np
 from . import _kernels as kern
 from . import _optim
 from .. import _config, cost, graph, models
+from ..graph import DEFAULT_RECOMPUTE_MODULES as _RM
 from .._cache import Memo
 from .. import plan as _plan
 from ..arch import validate as _validate_archs
 from ._layers import (OPTIMIZER_BYTES_PER_PARAM, RECOMPUTE_CODES, _bool_grid, _int_grid,
-                      efficiency_rows, fp8_weight_bytes, group_collective_bytes, kind_counts,
+                      efficiency_rows, fp8_weight_bytes, group_collective_bytes,
                       kind_prefix, layer_times_rows, mtp_kind, op_recompute_shares, op_stash,
                       plan_records, row_params)
+from ._bounds import _lower_bounds
 
 #: Why a row of :func:`best_plans` has no plan (``reason`` indexes this; 0 = a plan was found).
 PLAN_REASONS = (
@@ -67,7 +69,7 @@ def check_kinds(mg):
 
 
 def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
-                  tp_overlap=False, ns_steps=0) -> np.ndarray:
+                  tp_overlap=False, ns_steps=0, recompute_modules=_RM) -> np.ndarray:
     """The layer times ((n,) ``step._kernels.LAYER_TIMES`` records) of one (t, sequence
     parallel, flash, cp, ep) graph variant ``mg`` on every row of ``pricer`` (the rows under
     the calibrated model, ``cost.prepare``; ``rp`` and ``node_size`` theirs; ``fp8_rate``:
@@ -78,7 +80,8 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
     tensor-parallel communication overlap (``tp_comm_overlap``; ``_layers.op_seconds_rows``,
     a no-op without sequence parallelism's collectives); ``ns_steps``: the Newton–Schulz
     iterations of a Muon step on each kind's weight matrices, priced into ``k_ns_d`` /
-    ``k_ns_e`` (0: Adam, none)."""
+    ``k_ns_e`` (0: Adam, none); ``recompute_modules``: what selective recomputation re-runs
+    (``k_core``; ``LayerGraph.selective``)."""
     t = mg.tensor_parallel
     cp = mg.context_parallel
     kinds = mg.kinds()
@@ -93,7 +96,7 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
         lt[sb] = b
     for q, L in enumerate(check_kinds(mg)):
         f, b, core, flash_f, flash_b, op = layer_times_rows(
-            L, pricer, rp, node_size, t, fp8_rate, priced, tp_overlap, shares)
+            L, pricer, rp, node_size, t, fp8_rate, priced, tp_overlap, shares, recompute_modules)
         for slot, col in (("k_f", f), ("k_b", b), ("k_core", core), ("k_op", op),
                           ("k_flash_f", flash_f), ("k_flash_b", flash_b)):
             lt[slot][:, q] = col
@@ -108,9 +111,11 @@ def variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate=None, priced=None,
     return lt
 
 
-def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
+def variant_sizes(mg, m_spec, recompute, recompute_modules=_RM) -> np.ndarray:
     """The sizes (one ``step._kernels.SIZES`` record, a one-element array) of one graph
-    variant ``mg`` under ``recompute``: what does not depend on the row."""
+    variant ``mg`` under ``recompute`` (selective: of ``recompute_modules``,
+    ``LayerGraph.selective``; an MoE layer's re-run ``moe`` re-sends its forward
+    all-to-alls in the backward): what does not depend on the row."""
     t = mg.tensor_parallel
     cp = mg.context_parallel
     kinds = mg.kinds()
@@ -126,17 +131,21 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
         a2a, n_f, n_b, ring_f, ring_b = group_collective_bytes(L)
         if n_f or n_b:
             a2a_sizes.add(a2a)
+        _ops, sel_stash, sel_a2a = L.selective(recompute_modules)
+        if recompute == "selective" and sel_a2a:
+            n_b += n_f
         rec["k_a2a_f_n"][q], rec["k_a2a_b_n"][q] = n_f, n_b
         rec["k_ring_f"][q], rec["k_ring_b"][q] = ring_f, ring_b
         if recompute == "full":
             ws = max(ws, L.stash("none"))            # one layer's recomputed activations
         elif recompute == "selective":
-            ws = max(ws, L.stash("none") - L.stash("selective"))   # its attention core
+            ws = max(ws, L.stash("none") - sel_stash)   # what its modules re-run
         elif recompute == "op":
             ws = max(ws, L.stash("none") - op_stash(L, shares))
         rec["k_pb"][q] = L.param_bytes
         rec["k_exp_pb"][q] = L.expert_param_bytes
-        rec["k_stash"][q] = op_stash(L, shares) if recompute == "op" else L.stash(recompute)
+        rec["k_stash"][q] = (op_stash(L, shares) if recompute == "op" else sel_stash
+                             if recompute == "selective" else L.stash(recompute))
         rec["k_fp8_w"][q] = fp8_weight_bytes(L)
         rec["k_exp_fp8_w"][q] = fp8_weight_bytes(L, experts=True)
     if len(a2a_sizes) > 1:
@@ -168,11 +177,11 @@ def variant_sizes(mg, m_spec, recompute) -> np.ndarray:
 
 
 def variant_inputs(mg, m_spec, pricer, rp, node_size, recompute, fp8_rate=None,
-                   tp_overlap=False, ns_steps=0):
+                   tp_overlap=False, ns_steps=0, recompute_modules=_RM):
     """(:func:`variant_times`, :func:`variant_sizes`) of one graph variant."""
     return (variant_times(mg, m_spec, pricer, rp, node_size, fp8_rate, tp_overlap=tp_overlap,
-                          ns_steps=ns_steps),
-            variant_sizes(mg, m_spec, recompute))
+                          ns_steps=ns_steps, recompute_modules=recompute_modules),
+            variant_sizes(mg, m_spec, recompute, recompute_modules))
 
 
 # ---------------------------------------------------------------------------
@@ -330,13 +339,15 @@ class LayerTable:
     """
 
     def __init__(self, m_spec, microbatch, precision, rows, rp, variants, times, key=None,
-                 tp_overlap=False):
+                 tp_overlap=False, recompute_modules=_RM):
         self.model = m_spec
         # the optimizer (phaze.step._optim) whose Newton–Schulz GEMMs the times hold
         self.optimizer, self.optimizer_state_dtype = "adam", "fp32"
         # tensor-parallel communication overlap in the layer times (on the variants with
         # sequence parallelism)
         self.tp_overlap = bool(tp_overlap)
+        # the modules selective recomputation re-runs (the times' k_core, the sizes)
+        self.recompute_modules = recompute_modules
         # what the variants (and so the plans and their sizes) follow from, hashable: tables
         # with equal keys share their plan sets (:data:`_PLAN_SETS`)
         self.key = key
@@ -362,7 +373,7 @@ class LayerTable:
         if hit is None:
             hit = np.zeros(max(len(self.variants), 1), dtype=kern.SIZES)
             for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(self.variants):
-                hit[k] = variant_sizes(mg, self.model, recompute)[0]
+                hit[k] = variant_sizes(mg, self.model, recompute, self.recompute_modules)[0]
             self._sizes[recompute] = hit
         return hit
 
@@ -424,20 +435,21 @@ def layer_table(model, archs, *, microbatch, tensor_parallel=(1, 2, 4, 8),
                 precision="bf16", efficiency=None, fp8_rate=None, expert_parallel=None,
                 context_parallel=None, capacity_factor=None,
                 tp_comm_overlap=(False,), optimizer="adam",
-                optimizer_state_dtype="fp32") -> LayerTable:
+                optimizer_state_dtype="fp32", recompute_modules=_RM) -> LayerTable:
     """The :class:`LayerTable` of ``model`` at ``microbatch`` on ``archs``: every variant
-    of the grids (as :func:`best_plans` takes them) priced once on every row."""
+    of the grids (as :func:`best_plans` takes them) priced once on every row;
+    ``recompute_modules``: what its selective recomputation re-runs (one value)."""
     m_spec, archs, b, eff_rows = _model_args(model, archs, microbatch, efficiency)
     return _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                         flash_attention, precision, fp8_rate, expert_parallel,
                         context_parallel, capacity_factor, tp_comm_overlap, optimizer,
-                        optimizer_state_dtype)
+                        optimizer_state_dtype, _plan.check("recompute_modules", recompute_modules))
 
 
 def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
                  flash_attention, precision, fp8_rate, expert_parallel, context_parallel,
                  capacity_factor, tp_comm_overlap=(False,), optimizer="adam",
-                 optimizer_state_dtype="fp32") -> LayerTable:
+                 optimizer_state_dtype="fp32", recompute_modules=_RM) -> LayerTable:
     if precision not in OPTIMIZER_BYTES_PER_PARAM:
         raise ValueError(f"precision must be one of {', '.join(OPTIMIZER_BYTES_PER_PARAM)}, "
                          f"got {precision!r}")
@@ -463,14 +475,17 @@ def _layer_table(m_spec, archs, b, eff_rows, tensor_parallel, sequence_parallel,
     priced = {g: intra for g, (_single, intra) in
               zip(graphs, pricer.op_latencies_many(graphs, fp8_rate=fp8_rate))}
     for k, (_t, _sp, _flash, _cp, _ep, mg) in enumerate(variants):
-        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced, tpo, ns_steps)
+        times[k] = variant_times(mg, m_spec, pricer, rp, ns, fp8_rate, priced, tpo, ns_steps,
+                                 recompute_modules)
     key = (m_spec, b, precision, tuple(widths), tuple(sps), tuple(flashes), tuple(cps),
-           tuple(eps), capacity_factor, tpo, optimizer, optimizer_state_dtype)
+           tuple(eps), capacity_factor, tpo, optimizer, optimizer_state_dtype,
+           recompute_modules)
     try:
         hash(key)
     except TypeError:   # an unhashable model (a spec with list fields): no sharing
         key = None
-    table = LayerTable(m_spec, b, precision, archs, rp, variants, times, key, tpo)
+    table = LayerTable(m_spec, b, precision, archs, rp, variants, times, key, tpo,
+                       recompute_modules)
     table.optimizer, table.optimizer_state_dtype = optimizer, optimizer_state_dtype
     return table
 
@@ -834,32 +849,6 @@ def step_lower_bounds(model, archs, *, devices, global_batch, microbatch, recomp
                          flash_attention, precision, fp8_rate, expert_parallel,
                          context_parallel, capacity_factor, tp_comm_overlap)
     return _lower_bounds(table, table.node_size, table.times, n_dev, B, recompute)
-
-
-def _lower_bounds(table, ns, times, n_dev, B, recompute) -> np.ndarray:
-    """:func:`step_lower_bounds` on checked inputs: the rows' node sizes ``ns`` and the
-    table's layer times ``times`` of those rows."""
-    m_spec = table.model
-    b = table.microbatch
-    counts = kind_counts(m_spec)
-    best = np.full(ns.shape[0], np.inf)
-    for k, (t, _, _, cp, ep, _mg) in enumerate(table.variants):
-        if not any(B % (b * d) == 0 and (cp * d) % ep == 0
-                   for d in range(1, n_dev // (t * cp) + 1)):
-            continue
-        lt = times[k]
-        work = lt["emb_f"] + lt["emb_b"] + lt["head_f"] + lt["head_b"]
-        for q, n in enumerate(counts):
-            work = work + n * (lt["k_f"][:, q] + lt["k_b"][:, q])
-            if recompute == "full":
-                work = work + n * lt["k_f"][:, q]
-            elif recompute == "selective":
-                work = work + n * lt["k_core"][:, q]
-            elif recompute == "op":
-                work = work + n * lt["k_op"][:, q]
-        bound = B * t * cp * work / (b * n_dev) * (1.0 - 1e-12)
-        best = np.where(ns >= t, np.minimum(best, bound), best)
-    return best
 
 
 # ---------------------------------------------------------------------------
