@@ -1,8 +1,9 @@
 """Megatron-Core's selective recomputation by module (``recompute_modules``, issue 25 item 5;
 ``phaze/graph/_recompute.py``): what each module re-runs and drops, by hand, and the step's
 recompute seconds and activation bytes from them."""
-import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phaze import cli, graph, plan, step
 from phaze.arch import efficiency, presets
@@ -176,3 +177,23 @@ def test_flag_in_the_study_model_is_refused(capsys):
     assert cli.main(["search", "--model", "opt-350m", "--devices", "8", "--study",
                      "--recompute-modules", "mlp"]) == 2
     assert "--recompute-modules is a knob of the calibrated" in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=st.sets(st.sampled_from(graph.RECOMPUTE_MODULES), min_size=1),
+       b=st.sets(st.sampled_from(graph.RECOMPUTE_MODULES), min_size=1),
+       t=st.sampled_from([1, 2]), flash=st.booleans())
+def test_more_modules_rerun_more_and_keep_less(a, b, t, flash):
+    """For every layer kind of an MLA + MoE model and a dense one: the modules' union re-runs
+    a superset of either's operators and keeps at most either's stash, never below the
+    layer's input nor above its stash without recomputation."""
+    A, U = graph.canonical_modules(sorted(a)), graph.canonical_modules(sorted(a | b))
+    for m in (DENSE, MLA):
+        mg = graph.build_layers(m, 1, t, sequence_parallel=t > 1, flash_attention=flash,
+                                kernels="megatron")
+        for L in mg.block_kinds():
+            ops_a, kept_a, a2a_a = L.selective(A)
+            ops_u, kept_u, a2a_u = L.selective(U)
+            assert set(ops_a) <= set(ops_u) and set(ops_u) <= set(L.forward.names)
+            assert L.stash("full") <= kept_u <= kept_a <= L.stash("none")
+            assert a2a_u >= a2a_a
