@@ -38,6 +38,8 @@ plain attention, any on a Mamba mixer) changes nothing there, as in Megatron-Cor
 """
 from __future__ import annotations
 
+from ._mla import _dims as _mla_dims
+from ._moe import _moe_sizes, moe_stash
 from ._ops import GATED, MASK_BYTES_PER_ELEMENT, Shape
 
 #: Megatron-Core's selective recomputation modules, in its own order (``--recompute-modules``
@@ -88,8 +90,7 @@ def module_parts(sh: Shape, mixer: str, ffn: str, names, core_bytes: int) -> tup
             n for n in ("attn_scores", "softmax", "attn_dropout", "attn_context") if n in names)
         out.append(("core_attn", core, int(core_bytes), False))
     if attention and m.uses_mla:
-        from ._mla import _dims
-        qk, vd, ql, kvl, _rope = _dims(sh)
+        qk, vd, ql, kvl, _rope = _mla_dims(sh)
         up = tuple(n for n in ("q_a_norm", "q_b_proj", "q_proj", "kv_a_norm", "kv_b_proj",
                                "rotary") if n in names)
         # Q, K (the rotary key broadcast), V per head; the up-projections' inputs (the
@@ -104,7 +105,6 @@ def module_parts(sh: Shape, mixer: str, ffn: str, names, core_bytes: int) -> tup
         out.append(("mlp", _between(names, start, "residual2"),
                     B * act_in + B8 * (Tn * h + T * sh.f_t), False))
     elif ffn == "moe":
-        from ._moe import _moe_sizes, moe_stash
         local, _R, _c, _sent, rows, fe_t, fs_t, _routing = _moe_sizes(sh)
         kept = 2 * B * Tn * h + MASK_BYTES_PER_ELEMENT * Tn * h + (
             B * Tn * h if m.sandwich_norm else 0)
